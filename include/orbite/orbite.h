@@ -1,0 +1,551 @@
+/*
+ * OrbiTE public C API.
+ *
+ * Conventions, for every call below unless its comment says otherwise:
+ *  - A call returns 0 on success or a negative ORB_E* status.
+ *  - Out-parameters are written only on success. The exceptions are the batch
+ *    calls that fill a struct orb_batch_report: the report *is* the result, so
+ *    it is written whenever the call got past argument checking.
+ *  - On failure a thread-local message naming the cause is available from
+ *    orb_last_error() until the next failing call on the same thread.
+ *  - Ownership is stated on each prototype. Every *_free / *_unref / *_close
+ *    accepts NULL and then does nothing.
+ *  - Timeouts are relative, in nanoseconds. ORB_TIMEOUT_INFINITE waits forever;
+ *    every other value bounds the wait.
+ *
+ * Thread safety: every call may be made from any thread. Calls on one engine
+ * may run concurrently; a batch handle must not be used by two threads at once.
+ */
+#ifndef ORBITE_ORBITE_H
+#define ORBITE_ORBITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ORB_VERSION_MAJOR 0
+#define ORB_VERSION_MINOR 1
+#define ORB_VERSION_PATCH 0
+
+/** Wait without a deadline. */
+#define ORB_TIMEOUT_INFINITE UINT64_MAX
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+enum orb_status {
+    ORB_OK = 0,
+    ORB_EINVAL = -1,        /* an argument is invalid                        */
+    ORB_ECONFIG = -2,       /* configuration is invalid                      */
+    ORB_EUNAVAILABLE = -3,  /* transport, library or device not available    */
+    ORB_EPERM = -4,         /* permission of a registration does not allow it */
+    ORB_ENOENT = -5,        /* no such registration, range or peer           */
+    ORB_EEXIST = -6,        /* already exists                                */
+    ORB_EBUSY = -7,         /* conflicting access or live work               */
+    ORB_ERESOURCE = -8,     /* a configured budget is exhausted              */
+    ORB_ETIMEDOUT = -9,     /* the deadline passed                           */
+    ORB_ESTALE = -10,       /* wrong or old source epoch                     */
+    ORB_EPEER = -11,        /* the peer failed or disconnected               */
+    ORB_EPROTO = -12,       /* the peer broke the wire protocol              */
+    ORB_EUNQUIESCED = -13,  /* cleanup could not be proven complete          */
+    ORB_ECLOSED = -14,      /* the engine (or that direction) is closed      */
+    ORB_ENOMEM = -15,       /* out of memory                                 */
+    ORB_EAGAIN = -16        /* not ready yet; try again                      */
+};
+
+/** Static text for a status code ("unknown status" for other values). Never NULL. */
+const char *orb_strerror(int status);
+
+/**
+ * The calling thread's detail message for its most recent failure. Never NULL
+ * (empty string when there is none). The text stays valid until the next OrbiTE
+ * call on this thread.
+ */
+const char *orb_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Logging                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum orb_log_level {
+    ORB_LOG_ERROR = 0,
+    ORB_LOG_WARN = 1,
+    ORB_LOG_INFO = 2,
+    ORB_LOG_DEBUG = 3,
+    ORB_LOG_TRACE = 4
+};
+
+/** A log sink. `message` is a NUL-terminated line without newline, valid only during the call. */
+typedef void (*orb_log_fn)(enum orb_log_level level, const char *message, void *ctx);
+
+/**
+ * Route log lines to `fn` (called from any OrbiTE thread, possibly concurrently).
+ * NULL restores the default sink, which writes to stderr. The default level is
+ * WARN, or the value of the ORBITE_LOG environment variable (error, warn, info,
+ * debug, trace) read once at first use.
+ */
+void orb_log_set_handler(orb_log_fn fn, void *ctx);
+/** Set the most verbose level that is emitted. */
+void orb_log_set_level(enum orb_log_level level);
+/** The current level. */
+enum orb_log_level orb_log_get_level(void);
+
+/* ------------------------------------------------------------------------ */
+/* Source epochs                                                             */
+/* ------------------------------------------------------------------------ */
+
+/** 128 random bits naming one engine's lifetime as a source. */
+struct orb_epoch {
+    uint8_t bytes[16];
+};
+
+/** Length of the hex text form of an epoch, without the NUL. */
+#define ORB_EPOCH_HEX_LEN 32
+
+/**
+ * Write `epoch` as 32 lowercase hex digits plus NUL into `buf`.
+ * Errors: ORB_EINVAL (NULL argument or `len` < ORB_EPOCH_HEX_LEN + 1).
+ */
+int orb_epoch_format(const struct orb_epoch *epoch, char *buf, size_t len);
+/**
+ * Parse exactly 32 hex digits into `*out`.
+ * Errors: ORB_EINVAL (NULL argument, wrong length or a non-hex character).
+ */
+int orb_epoch_parse(const char *text, struct orb_epoch *out);
+
+/* ------------------------------------------------------------------------ */
+/* Engine configuration                                                      */
+/* ------------------------------------------------------------------------ */
+
+#define ORB_ENDPOINT_MAX 128
+
+/**
+ * Engine configuration. Initialise with orb_engine_config_init() and change
+ * fields afterwards; the engine copies it and it is immutable from then on.
+ */
+struct orb_engine_config {
+    /** Source listen address "host:port"; default "127.0.0.1:0" (loopback, any port). */
+    char endpoint[ORB_ENDPOINT_MAX];
+    /** Serve remote requests (default 1). 0: requester only, no listener. */
+    int enable_source;
+    /** TCP connections per peer that carry payload (default 2, 1..16). */
+    uint32_t tcp_stripes;
+    /** Epoll worker threads for the TCP transport (default 2, 1..16). */
+    uint32_t tcp_workers;
+    /** Requests longer than this are split across stripes (default 1 MiB; >= 4096). */
+    uint64_t tcp_stripe_threshold;
+    /** SO_SNDBUF/SO_RCVBUF in bytes; 0 leaves the kernel's autotuning (default 0). */
+    uint32_t tcp_socket_buffer;
+    /** Microseconds a waiting caller spins before sleeping (default 50, 0..10000). */
+    uint32_t busy_poll_us;
+    /** Seconds without progress after which a connection with pending work is failed (default 30). */
+    uint32_t io_timeout_s;
+    /** Budget: live batches per engine (default 1024). */
+    uint32_t max_batches;
+    /** Budget: requests in one batch (default 65536). */
+    uint32_t max_batch_requests;
+    /** Budget: registrations per engine (default 65536). */
+    uint32_t max_registrations;
+    /** Budget: accepted source connections (default 256). */
+    uint32_t max_connections;
+    /** Budget: notifications queued at the source before new ones are refused (default 1024). */
+    uint32_t max_notifications;
+    /** Reserved for future fields; must stay zero. */
+    uint64_t reserved[8];
+};
+
+/** Fill `cfg` with the defaults documented above. Errors: ORB_EINVAL (NULL). */
+int orb_engine_config_init(struct orb_engine_config *cfg);
+
+/**
+ * Update `cfg` from a JSON object held in `json` (NUL-terminated). Keys are the
+ * field names above; integers must be JSON integers in range, switches
+ * (enable_source) must be JSON booleans, endpoint a string. Unknown keys are
+ * errors. On failure `cfg` is unchanged.
+ * Errors: ORB_EINVAL (NULL), ORB_ECONFIG (parse error, wrong type, out of
+ * range or unknown key; the message names the key and the reason).
+ */
+int orb_engine_config_load_json(struct orb_engine_config *cfg, const char *json);
+
+/* ------------------------------------------------------------------------ */
+/* Engine                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct orb_engine orb_engine;
+
+/**
+ * Create an engine: validates `cfg`, draws a fresh source epoch, starts the
+ * source service (if enabled) and the transport workers. The caller owns
+ * `*out` and releases it with orb_engine_free().
+ * Errors: ORB_EINVAL, ORB_ECONFIG (invalid field, named in the message),
+ * ORB_EUNAVAILABLE (cannot bind or start threads), ORB_ENOMEM.
+ */
+int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out);
+
+/**
+ * Write the bound source endpoint "host:port" (NUL-terminated) into `buf`.
+ * Errors: ORB_EINVAL (NULL or `len` too small), ORB_EUNAVAILABLE (source disabled).
+ */
+int orb_engine_endpoint(const orb_engine *engine, char *buf, size_t len);
+
+/** Copy this engine's source epoch into `*out`. Errors: ORB_EINVAL. */
+int orb_engine_source_epoch(const orb_engine *engine, struct orb_epoch *out);
+
+/**
+ * Fence source admission: stop accepting connections and requests from peers,
+ * close source connections once their current message is answered. Work the
+ * source already admitted finishes. Idempotent. Errors: ORB_EINVAL.
+ */
+int orb_engine_close_source(orb_engine *engine);
+
+/**
+ * Fence requester admission: new batches, submissions and segment opens get
+ * ORB_ECLOSED; work already submitted continues. Idempotent. Errors: ORB_EINVAL.
+ */
+int orb_engine_close_requester(orb_engine *engine);
+
+/**
+ * Fence both directions, wait up to `timeout_ns` for accepted work to drain,
+ * then fail whatever remains (its batches report ORB_ECLOSED), stop workers and
+ * close every socket. May be called again after ORB_EUNQUIESCED.
+ * Errors: ORB_EINVAL, ORB_EUNQUIESCED (work still touched memory at the
+ * deadline; registrations and backing stay retained).
+ */
+int orb_engine_close(orb_engine *engine, uint64_t timeout_ns);
+
+/**
+ * Close (with a 10 s deadline if not closed yet) and free the engine. Batches
+ * and segments still held by the caller stay valid objects but fail with
+ * ORB_ECLOSED; free them afterwards. If close could not prove quiescence the
+ * engine's memory is deliberately leaked rather than freed under live work.
+ */
+void orb_engine_free(orb_engine *engine);
+
+/* ------------------------------------------------------------------------ */
+/* Host memory owners                                                        */
+/* ------------------------------------------------------------------------ */
+
+/** A reference-counted owner of a host allocation. */
+typedef struct orb_host_memory orb_host_memory;
+
+/** Called exactly once when the last reference to wrapped bytes is dropped. */
+typedef void (*orb_release_fn)(void *ptr, size_t len, void *ctx);
+
+/**
+ * Allocate `len` (> 0) zeroed bytes aligned to `align` (0 means the page size;
+ * otherwise a power of two). The caller owns one reference.
+ * Errors: ORB_EINVAL, ORB_ENOMEM.
+ */
+int orb_host_memory_alloc(size_t len, size_t align, orb_host_memory **out);
+
+/**
+ * Adopt `len` (> 0) bytes at `ptr`. `release` (may be NULL) runs once when the
+ * last reference drops. The caller owns one reference; on failure nothing is
+ * adopted and `release` is not called. Errors: ORB_EINVAL, ORB_ENOMEM.
+ */
+int orb_host_memory_wrap(void *ptr, size_t len, orb_release_fn release, void *ctx,
+                         orb_host_memory **out);
+
+/** Start of the bytes (borrowed; valid while a reference is held). NULL for NULL. */
+void *orb_host_memory_data(const orb_host_memory *mem);
+/** Length in bytes; 0 for NULL. */
+size_t orb_host_memory_size(const orb_host_memory *mem);
+/** Take another reference; returns `mem`. */
+orb_host_memory *orb_host_memory_ref(orb_host_memory *mem);
+/** Drop a reference; the last one releases the bytes. */
+void orb_host_memory_unref(orb_host_memory *mem);
+
+/* ------------------------------------------------------------------------ */
+/* Registration                                                              */
+/* ------------------------------------------------------------------------ */
+
+/** What peers may do with a registered range. */
+enum orb_perm {
+    ORB_PERM_LOCAL = 0,        /* local requests only                    */
+    ORB_PERM_REMOTE_READ = 1,  /* peers may READ                         */
+    ORB_PERM_REMOTE_WRITE = 3  /* peers may READ and WRITE               */
+};
+
+/** Names one registration; never 0. */
+typedef uint64_t orb_reg_id;
+
+/**
+ * Register `len` bytes at `ptr`, taking ownership: on success the engine owns
+ * the bytes and calls `release(ptr, len, ctx)` (if not NULL) once the
+ * registration is retired and no admitted work uses it. On failure the caller
+ * still owns the bytes and `release` is not called.
+ * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_ERESOURCE (max_registrations), ORB_ENOMEM.
+ */
+int orb_register_memory(orb_engine *engine, void *ptr, size_t len, enum orb_perm perm,
+                        orb_release_fn release, void *ctx, orb_reg_id *id_out);
+
+/**
+ * Register [offset, offset + len) of `owner`, which the registration retains
+ * (the caller keeps its own reference). Registering exactly the same range
+ * again returns the same id, adds a reference and keeps the original
+ * permission. Errors: ORB_EINVAL (range outside the owner, len 0),
+ * ORB_ECLOSED, ORB_ERESOURCE, ORB_ENOMEM.
+ */
+int orb_register_host_memory(orb_engine *engine, orb_host_memory *owner, size_t offset,
+                             size_t len, enum orb_perm perm, orb_reg_id *id_out);
+
+/** One range of an orb_register_host_memory_batch() call. */
+struct orb_host_range {
+    orb_host_memory *owner; /* borrowed; retained by the registration */
+    size_t offset;
+    size_t length;
+    enum orb_perm perm;
+};
+
+/**
+ * Register `n` ranges, all or nothing: every range is checked and every
+ * resource reserved before any registration becomes visible. On success
+ * `ids_out[i]` names range i. On failure nothing changed; the message names
+ * the first bad index. Errors: as orb_register_host_memory().
+ */
+int orb_register_host_memory_batch(orb_engine *engine, const struct orb_host_range *ranges,
+                                   size_t n, orb_reg_id *ids_out);
+
+/**
+ * Drop one reference of registration `id`. The last reference hides the range
+ * from new requests at once; work already admitted keeps the backing until it
+ * drains, then the owner reference is released.
+ * Errors: ORB_EINVAL, ORB_ENOENT (no such id).
+ */
+int orb_unregister_memory(orb_engine *engine, orb_reg_id id);
+
+/** A resolved local registration. */
+struct orb_local_region {
+    orb_reg_id id;
+    uint64_t base;   /* first byte of the registration */
+    uint64_t length; /* its length */
+    enum orb_perm perm;
+};
+
+/**
+ * Find a registration containing [addr, addr + len). Errors: ORB_EINVAL
+ * (len 0 or overflow), ORB_ENOENT (no registration contains the whole range).
+ */
+int orb_resolve_local_address(orb_engine *engine, uint64_t addr, uint64_t len,
+                              struct orb_local_region *out);
+
+/* ------------------------------------------------------------------------ */
+/* Peers (segments)                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct orb_segment orb_segment;
+
+/**
+ * Connect to the source at `endpoint` ("host:port") and prove that it is the
+ * engine whose epoch is `*expected` (which must come from that engine's owner,
+ * e.g. orb_engine_source_epoch()). The caller owns `*out`.
+ * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_ESTALE (the endpoint runs another
+ * epoch), ORB_EPEER (cannot connect or the peer hung up), ORB_EPROTO,
+ * ORB_ETIMEDOUT, ORB_ENOMEM.
+ */
+int orb_open_segment(orb_engine *engine, const char *endpoint, const struct orb_epoch *expected,
+                     uint64_t timeout_ns, orb_segment **out);
+
+/** A region a source publishes. */
+struct orb_region_desc {
+    uint64_t addr;
+    uint64_t length;
+    enum orb_perm perm; /* ORB_PERM_REMOTE_READ or ORB_PERM_REMOTE_WRITE */
+};
+
+/**
+ * Ask the peer for its remotely accessible registrations. On success
+ * `*regions_out` is a new array of `*count_out` entries (NULL when 0) that the
+ * caller frees with orb_region_descs_free().
+ * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_ESTALE, ORB_EPEER, ORB_EPROTO,
+ * ORB_ETIMEDOUT, ORB_ENOMEM.
+ */
+int orb_segment_describe(orb_segment *segment, uint64_t timeout_ns,
+                         struct orb_region_desc **regions_out, size_t *count_out);
+
+/** Free an array from orb_segment_describe(). */
+void orb_region_descs_free(struct orb_region_desc *regions);
+
+/**
+ * Drop the caller's handle. Connections close once no batch uses them; live
+ * batches keep working.
+ */
+void orb_segment_close(orb_segment *segment);
+
+/* ------------------------------------------------------------------------ */
+/* Requests and reports                                                      */
+/* ------------------------------------------------------------------------ */
+
+enum orb_transport {
+    ORB_TRANSPORT_UNSPEC = 0, /* the best available (TCP in this release) */
+    ORB_TRANSPORT_TCP = 1,
+    ORB_TRANSPORT_RDMA = 2,
+    ORB_TRANSPORT_NVLINK = 3
+};
+
+enum orb_op {
+    ORB_OP_READ = 0,  /* remote -> local */
+    ORB_OP_WRITE = 1  /* local -> remote */
+};
+
+enum orb_priority {
+    ORB_PRIORITY_HIGH = 0, /* default */
+    ORB_PRIORITY_MEDIUM = 1,
+    ORB_PRIORITY_LOW = 2
+};
+
+/**
+ * One transfer. [local_addr, +length) must lie in one local registration and
+ * [remote_addr, +length) in one peer registration that allows `op`. A
+ * zero-initialised request is a HIGH-priority READ on the best transport.
+ */
+struct orb_request {
+    enum orb_transport transport;
+    enum orb_op op;
+    uint64_t local_addr;
+    uint64_t remote_addr;
+    uint64_t length; /* > 0 */
+    enum orb_priority priority;
+};
+
+/** Largest notification payload. */
+#define ORB_NOTIFY_MAX 4096
+
+/** A message delivered to the source after all of a batch's data is in place. */
+struct orb_notification {
+    const void *data; /* borrowed during the call that takes it; copied */
+    size_t length;    /* 1..ORB_NOTIFY_MAX */
+};
+
+enum orb_remote_effect {
+    ORB_REMOTE_EFFECT_NONE = 0,   /* the failed span changed no peer byte */
+    ORB_REMOTE_EFFECT_UNKNOWN = 1 /* an attempted WRITE may have changed peer bytes */
+};
+
+enum orb_notify_state {
+    ORB_NOTIFY_NONE = 0,      /* no notification was requested */
+    ORB_NOTIFY_PENDING = 1,   /* requested, not sent yet */
+    ORB_NOTIFY_DELIVERED = 2, /* the source queued it */
+    ORB_NOTIFY_FAILED = 3,    /* sending failed; see notification_status */
+    ORB_NOTIFY_SKIPPED = 4    /* not sent because a request failed */
+};
+
+/** The first failure of a batch. */
+struct orb_transfer_failure {
+    size_t request_index;     /* index across all submitted groups */
+    size_t affected_requests; /* consecutive requests from request_index sharing it */
+    int status;               /* negative ORB_E* */
+    enum orb_remote_effect remote_effect;
+};
+
+/**
+ * The state of a batch. completed_* count the prefix of requests that
+ * finished successfully before the first failure: a prefix, not a
+ * transaction. Requests after a failure's span were never attempted. Nothing
+ * is ever replayed automatically.
+ */
+struct orb_batch_report {
+    int done;                  /* 1: every request finished or failed */
+    int status;                /* 0, or the failure's status once done */
+    size_t submitted_requests;
+    size_t completed_requests;
+    uint64_t completed_bytes;
+    int has_failure;
+    struct orb_transfer_failure failure;
+    enum orb_notify_state notification;
+    int notification_status; /* 0 or negative ORB_E* when FAILED */
+    int local_drained;       /* 1: no OrbiTE thread touches this batch's local memory */
+};
+
+/**
+ * Run `n` (>= 1) requests against `segment`, then deliver `notify_or_null`,
+ * waiting at most `timeout_ns`. Returns 0 when every request completed and any
+ * notification was delivered; otherwise the failure's status (or
+ * ORB_ETIMEDOUT), and `*report` says what happened. On timeout, unstarted
+ * requests are withdrawn and started ones run to completion in the background
+ * with their backing retained (local_drained tells whether any remain).
+ * Errors before any work: ORB_EINVAL, ORB_ECLOSED, ORB_ERESOURCE, ORB_ENOMEM
+ * (report written, nothing attempted).
+ */
+int orb_submit_and_wait(orb_engine *engine, orb_segment *segment, const struct orb_request *reqs,
+                        size_t n, const struct orb_notification *notify_or_null,
+                        uint64_t timeout_ns, struct orb_batch_report *report);
+
+/* ------------------------------------------------------------------------ */
+/* Asynchronous batches                                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct orb_batch orb_batch;
+
+/**
+ * Open an empty batch against `segment` (retained by the batch). The caller
+ * owns `*out` and frees it with orb_batch_free() once it is done.
+ * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_ERESOURCE (max_batches), ORB_ENOMEM.
+ */
+int orb_batch_open(orb_engine *engine, orb_segment *segment, orb_batch **out);
+
+/**
+ * Submit a group of `n` requests; they start at once. Every request of the
+ * group is checked (registrations, containment, permission) before any of
+ * them starts; a check failure rejects the whole group (nothing attempted) and
+ * returns its status. May be called any number of times before sealing.
+ * Errors: ORB_EINVAL (bad request, message names the index), ORB_ENOENT,
+ * ORB_EPERM, ORB_EBUSY (sealed), ORB_ECLOSED, ORB_ERESOURCE, ORB_ENOMEM,
+ * or the batch's failure status if it already failed.
+ */
+int orb_batch_submit(orb_batch *batch, const struct orb_request *reqs, size_t n);
+
+/**
+ * Seal the batch: no more groups. If `notify_or_null` is given (copied), it is
+ * sent once every request has completed, and skipped if one failed.
+ * Errors: ORB_EINVAL (notification too large or empty), ORB_EBUSY (already sealed).
+ */
+int orb_batch_seal(orb_batch *batch, const struct orb_notification *notify_or_null);
+
+/**
+ * Non-blocking: write a snapshot into `*report`. Returns ORB_EAGAIN while the
+ * batch runs (or is unsealed), else its final status (0 or the failure status).
+ */
+int orb_batch_poll(orb_batch *batch, struct orb_batch_report *report);
+
+/**
+ * Wait up to `timeout_ns` for the sealed batch to finish; writes `*report`.
+ * Returns the final status, ORB_ETIMEDOUT if it is still running, or
+ * ORB_EINVAL if the batch is not sealed.
+ */
+int orb_batch_wait(orb_batch *batch, uint64_t timeout_ns, struct orb_batch_report *report);
+
+/**
+ * Free a batch. Refuses with ORB_EBUSY while any of its work is live (never
+ * frees live work); NULL returns 0.
+ */
+int orb_batch_free(orb_batch *batch);
+
+/* ------------------------------------------------------------------------ */
+/* Notifications at the source                                               */
+/* ------------------------------------------------------------------------ */
+
+/** A received notification. */
+struct orb_notification_msg {
+    struct orb_epoch sender; /* the sending engine's source epoch */
+    uint32_t length;
+    uint8_t data[ORB_NOTIFY_MAX];
+};
+
+/**
+ * Move up to `cap` queued notifications, oldest first, into `out`; writes the
+ * number moved (possibly 0) to `*count_out`. Never blocks.
+ * Errors: ORB_EINVAL.
+ */
+int orb_engine_poll_notifications(orb_engine *engine, struct orb_notification_msg *out,
+                                  size_t cap, size_t *count_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ORBITE_ORBITE_H */

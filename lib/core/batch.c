@@ -1,0 +1,732 @@
+/* Batches: request checks and pins, slicing, per-slice completion, reports, notifications. */
+#include <sched.h>
+#include <stdio.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "engine_internal.h"
+#include "error.h"
+#include "log.h"
+
+struct orb_req {
+    uint64_t length;
+    uint8_t op;
+    struct orb_reg *local_pin;   /* released when the last slice ends */
+    uint32_t remaining;          /* slices not yet ended; batch lock */
+    uint32_t withdrawn;          /* slices the batch withdrew before they started */
+    uint32_t started;            /* slices that went to the wire */
+    int status;                  /* first slice failure, 0 if none */
+    uint8_t effect_unknown;
+};
+
+struct orb_slice {
+    struct orb_xfer x;           /* first member: transports see only this */
+    struct orb_req *req;
+    uint8_t started;             /* set once by orb_xfer_may_start() */
+    uint8_t withdrawn;
+};
+
+struct orb_group {
+    struct orb_group *next;
+    size_t first_index;
+    size_t n;
+    size_t nslices;
+    struct orb_slice *slices;
+    struct orb_xfer **xfer_ptrs;
+    struct orb_req reqs[];
+};
+
+struct orb_batch {
+    orb_engine *engine;          /* referenced */
+    orb_segment *segment;        /* referenced */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;         /* CLOCK_MONOTONIC */
+    struct orb_group *groups, *groups_tail;
+    size_t n_reqs;
+    size_t rejected_index;       /* request named by the last rejected submission */
+    size_t first_failed;         /* lowest failed request index, SIZE_MAX if none; lock */
+    atomic_size_t withdraw_above;/* requests with a larger index may not start */
+    atomic_int withdraw_all;     /* deadline passed: nothing new may start */
+    atomic_uint_fast64_t live;   /* slices + notification accepted by a transport, not ended */
+    uint64_t slices_live;        /* lock */
+    int sealed;
+    int waiters;
+    int timed_out;
+    int orphaned;                /* the user's handle is gone; free when live reaches 0 */
+    struct orb_batch *reap_next;
+    /* notification */
+    enum orb_notify_state notify_state;
+    int notify_status;
+    int notify_sent;
+    size_t notify_len;
+    struct orb_slice notify_slice;
+    uint8_t notify_data[ORB_NOTIFY_MAX];
+};
+
+static struct orb_slice *slice_of(struct orb_xfer *x)
+{
+    return (struct orb_slice *)((char *)x - offsetof(struct orb_slice, x));
+}
+
+/* ---- transport callbacks ----------------------------------------------------------------- */
+
+int orb_xfer_may_start(struct orb_xfer *x)
+{
+    struct orb_slice *s = slice_of(x);
+    struct orb_batch *b = x->batch;
+    if (x->op != ORB_XFER_NOTIFY &&
+        (atomic_load(&b->withdraw_all) || x->request_index > atomic_load(&b->withdraw_above))) {
+        s->withdrawn = 1;
+        return 0;
+    }
+    s->started = 1;
+    return 1;
+}
+
+static void batch_live_drop(struct orb_batch *b)
+{
+    /* Called with b->lock held; waiters only care about the batch settling. */
+    if (atomic_fetch_sub(&b->live, 1) == 1 && b->waiters > 0)
+        pthread_cond_broadcast(&b->cond);
+}
+
+void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect)
+{
+    struct orb_slice *s = slice_of(x);
+    struct orb_batch *b = x->batch;
+    struct orb_reg *unpin = NULL;
+
+    pthread_mutex_lock(&b->lock);
+    if (x->op == ORB_XFER_NOTIFY) {
+        b->notify_state = status == 0 ? ORB_NOTIFY_DELIVERED : ORB_NOTIFY_FAILED;
+        b->notify_status = status;
+    } else {
+        struct orb_req *r = s->req;
+        if (s->withdrawn && !s->started) {
+            r->withdrawn++;
+        } else {
+            if (s->started)
+                r->started++;
+            if (status != 0 && r->status == 0)
+                r->status = status;
+            if (r->op == ORB_OP_WRITE && s->started &&
+                (status == 0 || effect == ORB_REMOTE_EFFECT_UNKNOWN))
+                r->effect_unknown = 1;
+        }
+        if (--r->remaining == 0) {
+            unpin = r->local_pin;
+            r->local_pin = NULL;
+            if (r->status != 0 && x->request_index < b->first_failed) {
+                b->first_failed = x->request_index;
+                atomic_store(&b->withdraw_above, x->request_index);
+            }
+        }
+        b->slices_live--;
+    }
+    batch_live_drop(b);
+    int park = b->orphaned && atomic_load(&b->live) == 0;
+    orb_engine *engine = b->engine;
+    pthread_mutex_unlock(&b->lock);
+
+    orb_registry_release(unpin);
+    if (park)
+        orb_engine_defer_free(engine, b);
+}
+
+/* ---- life cycle -------------------------------------------------------------------------- */
+
+static int batch_new(orb_engine *engine, orb_segment *segment, struct orb_batch **out)
+{
+    if (!atomic_load(&engine->requester_open))
+        return orb_fail(ORB_ECLOSED, "the requester side of this engine is closed");
+    if (segment->engine != engine)
+        return orb_fail(ORB_EINVAL, "the segment belongs to another engine");
+    unsigned live = atomic_fetch_add(&engine->live_batches, 1);
+    if (live >= engine->cfg.max_batches) {
+        atomic_fetch_sub(&engine->live_batches, 1);
+        return orb_fail(ORB_ERESOURCE, "too many live batches (max_batches=%u)",
+                        engine->cfg.max_batches);
+    }
+    int rc;
+    struct orb_batch *b = calloc(1, sizeof *b);
+    if (b == NULL) {
+        rc = orb_fail(ORB_ENOMEM, "cannot allocate a batch");
+        goto uncount;
+    }
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int cond_rc = pthread_cond_init(&b->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    if (cond_rc != 0) {
+        rc = orb_fail(ORB_ENOMEM, "cannot initialise a batch condition variable");
+        goto free_batch;
+    }
+    if (pthread_mutex_init(&b->lock, NULL) != 0) {
+        rc = orb_fail(ORB_ENOMEM, "cannot initialise a batch lock");
+        goto destroy_cond;
+    }
+    b->engine = engine;
+    b->segment = segment;
+    b->first_failed = SIZE_MAX;
+    atomic_init(&b->withdraw_above, SIZE_MAX);
+    atomic_init(&b->withdraw_all, 0);
+    atomic_init(&b->live, 0);
+    b->notify_state = ORB_NOTIFY_NONE;
+    orb_engine_ref(engine);
+    orb_segment_ref(segment);
+    *out = b;
+    return 0;
+
+destroy_cond:
+    pthread_cond_destroy(&b->cond);
+free_batch:
+    free(b);
+uncount:
+    atomic_fetch_sub(&engine->live_batches, 1);
+    return rc;
+}
+
+void orb_batch_destroy(struct orb_batch *b)
+{
+    orb_engine *engine = b->engine;
+    struct orb_group *g = b->groups;
+    while (g != NULL) {
+        struct orb_group *next = g->next;
+        free(g->slices);
+        free(g->xfer_ptrs);
+        free(g);
+        g = next;
+    }
+    pthread_mutex_destroy(&b->lock);
+    pthread_cond_destroy(&b->cond);
+    orb_segment_unref(b->segment);
+    free(b);
+    atomic_fetch_sub(&engine->live_batches, 1);
+    orb_engine_unref(engine);
+}
+
+struct orb_batch *orb_batch_reap_next(struct orb_batch *b)
+{
+    return b->reap_next;
+}
+
+void orb_batch_set_reap_next(struct orb_batch *b, struct orb_batch *next)
+{
+    b->reap_next = next;
+}
+
+ORB_EXPORT int orb_batch_open(orb_engine *engine, orb_segment *segment, orb_batch **out)
+{
+    if (engine == NULL || segment == NULL || out == NULL)
+        return orb_fail(ORB_EINVAL, "orb_batch_open: NULL argument");
+    orb_engine_reap(engine);
+    return batch_new(engine, segment, out);
+}
+
+ORB_EXPORT int orb_batch_free(orb_batch *b)
+{
+    if (b == NULL)
+        return 0;
+    pthread_mutex_lock(&b->lock);
+    uint64_t live = atomic_load(&b->live);
+    pthread_mutex_unlock(&b->lock);
+    if (live > 0)
+        return orb_fail(ORB_EBUSY, "orb_batch_free: %llu transfers of this batch are still live",
+                        (unsigned long long)live);
+    orb_engine *engine = b->engine;
+    orb_batch_destroy(b);
+    orb_engine_reap(engine);
+    return 0;
+}
+
+/* ---- submission -------------------------------------------------------------------------- */
+
+static int check_request(orb_engine *engine, const struct orb_request *r, size_t index)
+{
+    const struct orb_transport_ops *ops;
+    int rc = orb_engine_pick_transport(engine, r->transport, &ops);
+    if (rc != 0)
+        return orb_fail_wrap(rc, "request %zu", index);
+    if (r->op != ORB_OP_READ && r->op != ORB_OP_WRITE)
+        return orb_fail(ORB_EINVAL, "request %zu: unknown op %d", index, (int)r->op);
+    if (r->priority != ORB_PRIORITY_HIGH && r->priority != ORB_PRIORITY_MEDIUM &&
+        r->priority != ORB_PRIORITY_LOW)
+        return orb_fail(ORB_EINVAL, "request %zu: unknown priority %d", index, (int)r->priority);
+    if (r->length == 0)
+        return orb_fail(ORB_EINVAL, "request %zu: length is zero", index);
+    if (r->local_addr > UINT64_MAX - r->length || r->remote_addr > UINT64_MAX - r->length)
+        return orb_fail(ORB_EINVAL, "request %zu: address + length overflows", index);
+    return 0;
+}
+
+static void release_group_pins(struct orb_group *g, size_t upto)
+{
+    for (size_t i = 0; i < upto; i++)
+        orb_registry_release(g->reqs[i].local_pin);
+}
+
+static int build_group(struct orb_batch *b, const struct orb_request *reqs, size_t n,
+                       size_t first_index, struct orb_group **out, size_t *bad_index)
+{
+    orb_engine *engine = b->engine;
+    struct orb_segment *seg = b->segment;
+    struct orb_group *g = calloc(1, sizeof *g + n * sizeof g->reqs[0]);
+    if (g == NULL)
+        return orb_fail(ORB_ENOMEM, "cannot allocate %zu requests", n);
+    g->first_index = first_index;
+    g->n = n;
+
+    int rc;
+    size_t pinned = 0;
+    size_t nslices = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct orb_request *r = &reqs[i];
+        *bad_index = first_index + i;
+        rc = check_request(engine, r, first_index + i);
+        if (rc != 0)
+            goto unpin;
+        rc = orb_registry_acquire(engine->registry, r->local_addr, r->length, ORB_PERM_LOCAL,
+                                  &g->reqs[i].local_pin);
+        if (rc != 0) {
+            rc = orb_fail_wrap(rc, "request %zu: local range [0x%llx, +%llu)", first_index + i,
+                               (unsigned long long)r->local_addr, (unsigned long long)r->length);
+            goto unpin;
+        }
+        pinned++;
+        uint64_t slice_len = seg->tp->peer_slice_len(seg->peer, r->length);
+        if (slice_len == 0)
+            slice_len = r->length;
+        uint64_t count = (r->length + slice_len - 1) / slice_len;
+        g->reqs[i].length = r->length;
+        g->reqs[i].op = (uint8_t)r->op;
+        g->reqs[i].remaining = (uint32_t)count;
+        nslices += count;
+    }
+
+    g->slices = calloc(nslices, sizeof *g->slices);
+    g->xfer_ptrs = calloc(nslices, sizeof *g->xfer_ptrs);
+    if (g->slices == NULL || g->xfer_ptrs == NULL) {
+        rc = orb_fail(ORB_ENOMEM, "cannot allocate %zu slices", nslices);
+        goto free_slices;
+    }
+    g->nslices = nslices;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct orb_request *r = &reqs[i];
+        struct orb_reg *pin = g->reqs[i].local_pin;
+        uint8_t *local = pin->kind->cpu_view(pin, r->local_addr);
+        uint64_t slice_len = seg->tp->peer_slice_len(seg->peer, r->length);
+        if (slice_len == 0)
+            slice_len = r->length;
+        for (uint64_t off = 0; off < r->length; off += slice_len) {
+            struct orb_slice *s = &g->slices[k];
+            s->req = &g->reqs[i];
+            s->x.batch = b;
+            s->x.request_index = (uint32_t)(first_index + i);
+            s->x.op = (uint8_t)r->op;
+            s->x.priority = (uint8_t)r->priority;
+            s->x.local = local + off;
+            s->x.remote_addr = r->remote_addr + off;
+            s->x.length = r->length - off < slice_len ? r->length - off : slice_len;
+            g->xfer_ptrs[k] = &s->x;
+            k++;
+        }
+    }
+    *out = g;
+    return 0;
+
+free_slices:
+    free(g->slices);
+    free(g->xfer_ptrs);
+unpin:
+    release_group_pins(g, pinned);
+    free(g);
+    return rc;
+}
+
+/* The failure status, if the batch already failed (lock held). */
+static int batch_failed_status(struct orb_batch *b)
+{
+    if (b->first_failed == SIZE_MAX)
+        return 0;
+    for (struct orb_group *g = b->groups; g != NULL; g = g->next)
+        if (b->first_failed < g->first_index + g->n)
+            return g->reqs[b->first_failed - g->first_index].status;
+    return 0;
+}
+
+ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, size_t n)
+{
+    if (b == NULL || reqs == NULL || n == 0)
+        return orb_fail(ORB_EINVAL, "orb_batch_submit: batch and at least one request required");
+    orb_engine *engine = b->engine;
+    if (!atomic_load(&engine->requester_open))
+        return orb_fail(ORB_ECLOSED, "orb_batch_submit: the requester side is closed");
+
+    pthread_mutex_lock(&b->lock);
+    int sealed = b->sealed;
+    int failed = batch_failed_status(b);
+    size_t first_index = b->n_reqs;
+    pthread_mutex_unlock(&b->lock);
+    if (sealed)
+        return orb_fail(ORB_EBUSY, "orb_batch_submit: the batch is sealed");
+    if (failed != 0)
+        return orb_fail(failed, "orb_batch_submit: the batch already failed (%s)",
+                        orb_strerror(failed));
+    if (n > engine->cfg.max_batch_requests || first_index > engine->cfg.max_batch_requests - n)
+        return orb_fail(ORB_ERESOURCE, "batch would hold %zu requests (max_batch_requests=%u)",
+                        first_index + n, engine->cfg.max_batch_requests);
+
+    struct orb_group *g;
+    int rc = build_group(b, reqs, n, first_index, &g, &b->rejected_index);
+    if (rc != 0)
+        return rc;
+
+    pthread_mutex_lock(&b->lock);
+    if (b->groups_tail != NULL)
+        b->groups_tail->next = g;
+    else
+        b->groups = g;
+    b->groups_tail = g;
+    b->n_reqs += n;
+    b->slices_live += g->nslices;
+    atomic_fetch_add(&b->live, g->nslices);
+    pthread_mutex_unlock(&b->lock);
+
+    struct orb_segment *seg = b->segment;
+    rc = seg->tp->peer_submit(seg->peer, g->xfer_ptrs, g->nslices);
+    if (rc != 0) {
+        /* Nothing was accepted: end every slice here, with the transport's verdict. */
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        for (size_t k = 0; k < g->nslices; k++)
+            orb_xfer_done(&g->slices[k].x, rc, ORB_REMOTE_EFFECT_NONE);
+        return orb_fail(rc, "orb_batch_submit: %s", why);
+    }
+    return 0;
+}
+
+/* ---- notification ------------------------------------------------------------------------ */
+
+static int copy_notification(struct orb_batch *b, const struct orb_notification *notify)
+{
+    if (notify == NULL) {
+        b->notify_state = ORB_NOTIFY_NONE;
+        return 0;
+    }
+    if (notify->data == NULL || notify->length == 0 || notify->length > ORB_NOTIFY_MAX)
+        return orb_fail(ORB_EINVAL, "notification must hold 1..%d bytes", ORB_NOTIFY_MAX);
+    memcpy(b->notify_data, notify->data, notify->length);
+    b->notify_len = notify->length;
+    b->notify_state = ORB_NOTIFY_PENDING;
+    return 0;
+}
+
+/* Send the notification once the data is in place. Runs only on user threads (never in a
+ * transport callback), so it may call into the transport. */
+static void maybe_send_notification(struct orb_batch *b)
+{
+    pthread_mutex_lock(&b->lock);
+    int ready = b->sealed && b->notify_state == ORB_NOTIFY_PENDING && !b->notify_sent &&
+                b->slices_live == 0;
+    if (ready) {
+        int clean = b->first_failed == SIZE_MAX && !b->timed_out;
+        for (struct orb_group *g = b->groups; clean && g != NULL; g = g->next)
+            for (size_t i = 0; i < g->n && clean; i++)
+                clean = g->reqs[i].status == 0 && g->reqs[i].withdrawn == 0;
+        if (!clean) {
+            b->notify_state = ORB_NOTIFY_SKIPPED;
+            ready = 0;
+        } else {
+            b->notify_sent = 1;
+            atomic_fetch_add(&b->live, 1);
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    if (!ready)
+        return;
+
+    struct orb_slice *s = &b->notify_slice;
+    memset(s, 0, sizeof *s);
+    s->x.batch = b;
+    s->x.op = ORB_XFER_NOTIFY;
+    s->x.local = b->notify_data;
+    s->x.length = b->notify_len;
+    struct orb_xfer *xp = &s->x;
+    struct orb_segment *seg = b->segment;
+    int rc = seg->tp->peer_submit(seg->peer, &xp, 1);
+    if (rc != 0)
+        orb_xfer_done(&s->x, rc, ORB_REMOTE_EFFECT_NONE);
+}
+
+ORB_EXPORT int orb_batch_seal(orb_batch *b, const struct orb_notification *notify_or_null)
+{
+    if (b == NULL)
+        return orb_fail(ORB_EINVAL, "orb_batch_seal: NULL batch");
+    pthread_mutex_lock(&b->lock);
+    int rc = 0;
+    if (b->sealed)
+        rc = orb_fail(ORB_EBUSY, "orb_batch_seal: already sealed");
+    else if ((rc = copy_notification(b, notify_or_null)) == 0)
+        b->sealed = 1;
+    pthread_mutex_unlock(&b->lock);
+    if (rc == 0)
+        maybe_send_notification(b);
+    return rc;
+}
+
+/* ---- reports ----------------------------------------------------------------------------- */
+
+/* The request at `index`, searching forward from *gp (callers walk indices in order). */
+static const struct orb_req *req_at(size_t index, const struct orb_group **gp)
+{
+    const struct orb_group *g = *gp;
+    while (g != NULL && index >= g->first_index + g->n)
+        g = g->next;
+    *gp = g;
+    return g != NULL ? &g->reqs[index - g->first_index] : NULL;
+}
+
+static int req_succeeded(const struct orb_req *r)
+{
+    return r->remaining == 0 && r->status == 0 && r->withdrawn == 0;
+}
+
+/* Never attempted: every slice was withdrawn before it started. */
+static int req_untouched(const struct orb_req *r)
+{
+    return r->started == 0 && r->status == 0 && r->remaining == 0;
+}
+
+/* Fill `rep` (lock held) and return the batch's status for it (ORB_EAGAIN while running). */
+static int fill_report(struct orb_batch *b, struct orb_batch_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->submitted_requests = b->n_reqs;
+    rep->local_drained = b->slices_live == 0;
+    const struct orb_group *g = b->groups;
+    size_t i = 0;
+    for (; i < b->n_reqs; i++) {
+        const struct orb_req *r = req_at(i, &g);
+        if (!req_succeeded(r))
+            break;
+        rep->completed_requests++;
+        rep->completed_bytes += r->length;
+    }
+
+    if (b->first_failed != SIZE_MAX) {
+        size_t f = b->first_failed;
+        g = b->groups;
+        const struct orb_req *fr = req_at(f, &g);
+        rep->has_failure = 1;
+        rep->failure.request_index = f;
+        rep->failure.status = fr->status;
+        size_t span = 0;
+        int unknown = 0;
+        for (size_t j = f; j < b->n_reqs; j++) {
+            const struct orb_req *r = req_at(j, &g);
+            if (r->remaining != 0 || r->status != fr->status)
+                break;
+            unknown |= r->effect_unknown;
+            span++;
+        }
+        rep->failure.affected_requests = span;
+        rep->failure.remote_effect = unknown ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE;
+    } else if (b->timed_out && i < b->n_reqs) {
+        /* Deadline: the first request that did not complete, and the attempted ones after it. */
+        rep->has_failure = 1;
+        rep->failure.request_index = i;
+        rep->failure.status = ORB_ETIMEDOUT;
+        size_t span = 0;
+        int unknown = 0;
+        g = b->groups;
+        for (size_t j = i; j < b->n_reqs; j++) {
+            const struct orb_req *r = req_at(j, &g);
+            if (req_succeeded(r) || (req_untouched(r) && span > 0))
+                break;
+            unknown |= r->op == ORB_OP_WRITE && (r->started > 0 || r->remaining > 0);
+            span++;
+        }
+        rep->failure.affected_requests = span;
+        rep->failure.remote_effect = unknown ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE;
+    }
+
+    rep->notification = b->notify_state;
+    rep->notification_status = b->notify_status;
+    int running = !b->sealed || atomic_load(&b->live) > 0 ||
+                  (b->notify_state == ORB_NOTIFY_PENDING && !b->timed_out);
+    if (b->timed_out && b->notify_state == ORB_NOTIFY_PENDING && b->slices_live == 0)
+        rep->notification = ORB_NOTIFY_SKIPPED;
+    rep->done = !running;
+    if (rep->has_failure)
+        rep->status = rep->failure.status;
+    else if (rep->notification == ORB_NOTIFY_FAILED)
+        rep->status = rep->notification_status;
+    if (!rep->done)
+        return b->timed_out ? ORB_ETIMEDOUT : ORB_EAGAIN;
+    return rep->status;
+}
+
+static void report_failure_message(int status, const struct orb_batch_report *rep)
+{
+    if (status == 0 || status == ORB_EAGAIN)
+        return;
+    if (rep->has_failure)
+        orb_fail(status, "request %zu failed (%s); %zu request(s) share the failure, remote effect %s",
+                 rep->failure.request_index, orb_strerror(rep->failure.status),
+                 rep->failure.affected_requests,
+                 rep->failure.remote_effect == ORB_REMOTE_EFFECT_UNKNOWN ? "unknown" : "none");
+    else if (status == ORB_ETIMEDOUT)
+        orb_fail(status, "the batch is still running at the deadline");
+    else
+        orb_fail(status, "the notification failed (%s)", orb_strerror(status));
+}
+
+ORB_EXPORT int orb_batch_poll(orb_batch *b, struct orb_batch_report *report)
+{
+    if (b == NULL || report == NULL)
+        return orb_fail(ORB_EINVAL, "orb_batch_poll: NULL argument");
+    maybe_send_notification(b);
+    pthread_mutex_lock(&b->lock);
+    int rc = fill_report(b, report);
+    pthread_mutex_unlock(&b->lock);
+    report_failure_message(rc, report);
+    return rc;
+}
+
+/* Wait until nothing is live or the deadline passes; returns 0 or ORB_ETIMEDOUT. */
+static int wait_settled(struct orb_batch *b, uint64_t deadline)
+{
+    uint64_t spin_ns = (uint64_t)b->engine->cfg.busy_poll_us * 1000u;
+    uint64_t spin_end = spin_ns ? orb_now_ns() + spin_ns : 0;
+    for (;;) {
+        maybe_send_notification(b);
+        if (atomic_load(&b->live) == 0) {
+            pthread_mutex_lock(&b->lock);
+            int settled = atomic_load(&b->live) == 0 &&
+                          !(b->notify_state == ORB_NOTIFY_PENDING && !b->notify_sent &&
+                            b->slices_live == 0 && b->sealed);
+            pthread_mutex_unlock(&b->lock);
+            if (settled)
+                return 0;
+            continue;
+        }
+        uint64_t now = orb_now_ns();
+        if (now >= deadline)
+            return ORB_ETIMEDOUT;
+        if (now < spin_end) {
+            sched_yield();
+            continue;
+        }
+        pthread_mutex_lock(&b->lock);
+        if (atomic_load(&b->live) > 0) {
+            b->waiters++;
+            if (deadline == ORB_DEADLINE_NONE) {
+                pthread_cond_wait(&b->cond, &b->lock);
+            } else {
+                struct timespec ts = orb_deadline_timespec(deadline);
+                pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+            }
+            b->waiters--;
+        }
+        pthread_mutex_unlock(&b->lock);
+    }
+}
+
+ORB_EXPORT int orb_batch_wait(orb_batch *b, uint64_t timeout_ns, struct orb_batch_report *report)
+{
+    if (b == NULL || report == NULL)
+        return orb_fail(ORB_EINVAL, "orb_batch_wait: NULL argument");
+    pthread_mutex_lock(&b->lock);
+    int sealed = b->sealed;
+    pthread_mutex_unlock(&b->lock);
+    if (!sealed)
+        return orb_fail(ORB_EINVAL, "orb_batch_wait: seal the batch first");
+    uint64_t deadline = orb_deadline_after(timeout_ns);
+    int waited = wait_settled(b, deadline);
+    pthread_mutex_lock(&b->lock);
+    int rc = fill_report(b, report);
+    pthread_mutex_unlock(&b->lock);
+    if (waited == ORB_ETIMEDOUT && rc == ORB_EAGAIN)
+        rc = ORB_ETIMEDOUT;
+    report_failure_message(rc, report);
+    return rc;
+}
+
+ORB_EXPORT int orb_submit_and_wait(orb_engine *engine, orb_segment *segment,
+                                   const struct orb_request *reqs, size_t n,
+                                   const struct orb_notification *notify_or_null,
+                                   uint64_t timeout_ns, struct orb_batch_report *report)
+{
+    if (engine == NULL || segment == NULL || reqs == NULL || n == 0 || report == NULL)
+        return orb_fail(ORB_EINVAL, "orb_submit_and_wait: engine, segment, requests (n >= 1) "
+                                    "and report are required");
+    uint64_t deadline = orb_deadline_after(timeout_ns);
+    orb_engine_reap(engine);
+    struct orb_batch *b;
+    int rc = batch_new(engine, segment, &b);
+    if (rc != 0)
+        goto report_nothing;
+    pthread_mutex_lock(&b->lock);
+    rc = copy_notification(b, notify_or_null);
+    pthread_mutex_unlock(&b->lock);
+    if (rc != 0) {
+        orb_batch_destroy(b);
+        goto report_nothing;
+    }
+    rc = orb_batch_submit(b, reqs, n);
+    if (rc != 0 && atomic_load(&b->live) == 0 && b->n_reqs == 0) {
+        /* Rejected by the checks before anything was attempted. */
+        size_t bad = b->rejected_index;
+        char why[512];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        orb_batch_destroy(b);
+        orb_fail(rc, "%s", why);
+        memset(report, 0, sizeof *report);
+        report->done = 1;
+        report->status = rc;
+        report->submitted_requests = n;
+        report->has_failure = 1;
+        report->failure.request_index = bad;
+        report->failure.affected_requests = 1;
+        report->failure.status = rc;
+        report->failure.remote_effect = ORB_REMOTE_EFFECT_NONE;
+        report->local_drained = 1;
+        report->notification = notify_or_null ? ORB_NOTIFY_SKIPPED : ORB_NOTIFY_NONE;
+        return rc;
+    }
+    pthread_mutex_lock(&b->lock);
+    b->sealed = 1;
+    pthread_mutex_unlock(&b->lock);
+
+    int waited = wait_settled(b, deadline);
+    pthread_mutex_lock(&b->lock);
+    if (waited == ORB_ETIMEDOUT) {
+        b->timed_out = 1;
+        atomic_store(&b->withdraw_all, 1);
+    }
+    rc = fill_report(b, report);
+    if (rc == ORB_EAGAIN)
+        rc = ORB_ETIMEDOUT;
+    int live = atomic_load(&b->live) > 0;
+    if (live)
+        b->orphaned = 1; /* the last completion parks it for reaping */
+    pthread_mutex_unlock(&b->lock);
+    report_failure_message(rc, report);
+    if (!live)
+        orb_batch_destroy(b);
+    return rc;
+
+report_nothing:
+    memset(report, 0, sizeof *report);
+    report->done = 1;
+    report->status = rc;
+    report->submitted_requests = 0;
+    report->local_drained = 1;
+    report->notification = notify_or_null ? ORB_NOTIFY_SKIPPED : ORB_NOTIFY_NONE;
+    return rc;
+}

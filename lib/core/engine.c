@@ -1,0 +1,377 @@
+/* The engine: configuration, source epoch, registrations, transports, close and drain. */
+#include "engine_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "config.h"
+#include "error.h"
+#include "log.h"
+#include "memory.h"
+
+/* Default deadline orb_engine_free() gives a close the caller did not make. */
+#define ORB_FREE_CLOSE_TIMEOUT_NS (10ull * ORB_NS_PER_SEC)
+
+static int draw_epoch(struct orb_epoch *epoch)
+{
+    size_t got = 0;
+    while (got < sizeof epoch->bytes) {
+        ssize_t n = getrandom(epoch->bytes + got, sizeof epoch->bytes - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return orb_fail(ORB_EUNAVAILABLE, "getrandom failed: %s", strerror(errno));
+        }
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+ORB_EXPORT int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out)
+{
+    if (cfg == NULL || out == NULL)
+        return orb_fail(ORB_EINVAL, "orb_engine_create: cfg and out must not be NULL");
+    int rc = orb_engine_config_validate(cfg);
+    if (rc != 0)
+        return rc;
+
+    orb_engine *engine = calloc(1, sizeof *engine);
+    if (engine == NULL)
+        return orb_fail(ORB_ENOMEM, "cannot allocate the engine");
+    engine->cfg = *cfg;
+    atomic_init(&engine->refs, 1);
+    atomic_init(&engine->source_open, cfg->enable_source ? 1 : 0);
+    atomic_init(&engine->requester_open, 1);
+    atomic_init(&engine->live_batches, 0);
+    if (pthread_mutex_init(&engine->lock, NULL) != 0) {
+        rc = orb_fail(ORB_ENOMEM, "cannot initialise the engine lock");
+        goto free_engine;
+    }
+    rc = draw_epoch(&engine->epoch);
+    if (rc != 0)
+        goto destroy_lock;
+    rc = orb_registry_new(cfg->max_registrations, &engine->registry);
+    if (rc != 0)
+        goto destroy_lock;
+    engine->tcp = &orb_tcp_transport;
+    rc = engine->tcp->start(engine, &engine->tcp_state);
+    if (rc != 0) {
+        rc = orb_fail_wrap(rc, "cannot start the %s transport", engine->tcp->name);
+        goto free_registry;
+    }
+    *out = engine;
+    return 0;
+
+free_registry:
+    orb_registry_free(engine->registry);
+destroy_lock:
+    pthread_mutex_destroy(&engine->lock);
+free_engine:
+    free(engine);
+    return rc;
+}
+
+const struct orb_engine_config *orb_engine_cfg(const orb_engine *engine)
+{
+    return &engine->cfg;
+}
+
+struct orb_registry *orb_engine_registry(orb_engine *engine)
+{
+    return engine->registry;
+}
+
+const struct orb_epoch *orb_engine_epoch(const orb_engine *engine)
+{
+    return &engine->epoch;
+}
+
+int orb_engine_source_open(const orb_engine *engine)
+{
+    return atomic_load(&engine->source_open);
+}
+
+ORB_EXPORT int orb_engine_endpoint(const orb_engine *engine, char *buf, size_t len)
+{
+    if (engine == NULL || buf == NULL || len == 0)
+        return orb_fail(ORB_EINVAL, "orb_engine_endpoint: NULL argument or empty buffer");
+    if (!engine->cfg.enable_source)
+        return orb_fail(ORB_EUNAVAILABLE, "this engine has no source service (enable_source is off)");
+    return engine->tcp->endpoint(engine->tcp_state, buf, len);
+}
+
+ORB_EXPORT int orb_engine_source_epoch(const orb_engine *engine, struct orb_epoch *out)
+{
+    if (engine == NULL || out == NULL)
+        return orb_fail(ORB_EINVAL, "orb_engine_source_epoch: NULL argument");
+    *out = engine->epoch;
+    return 0;
+}
+
+int orb_engine_pick_transport(orb_engine *engine, enum orb_transport requested,
+                              const struct orb_transport_ops **ops_out)
+{
+    switch (requested) {
+    case ORB_TRANSPORT_UNSPEC:
+    case ORB_TRANSPORT_TCP:
+        *ops_out = engine->tcp;
+        return 0;
+    case ORB_TRANSPORT_RDMA:
+        return orb_fail(ORB_EUNAVAILABLE, "the RDMA transport is not available in this build");
+    case ORB_TRANSPORT_NVLINK:
+        return orb_fail(ORB_EUNAVAILABLE, "the NVLink transport is not available in this build");
+    default:
+        return orb_fail(ORB_EINVAL, "unknown transport %d", (int)requested);
+    }
+}
+
+int orb_engine_deliver_notification(orb_engine *engine, const struct orb_epoch *sender,
+                                    const uint8_t *data, uint32_t len)
+{
+    if (len == 0 || len > ORB_NOTIFY_MAX)
+        return orb_fail(ORB_EINVAL, "notification length %u outside 1..%u", len, ORB_NOTIFY_MAX);
+    if (!atomic_load(&engine->source_open))
+        return orb_fail(ORB_ECLOSED, "the source is closed");
+    struct orb_notification_node *node = malloc(sizeof *node);
+    if (node == NULL)
+        return orb_fail(ORB_ENOMEM, "cannot queue a notification");
+    node->next = NULL;
+    node->msg.sender = *sender;
+    node->msg.length = len;
+    memcpy(node->msg.data, data, len);
+
+    pthread_mutex_lock(&engine->lock);
+    if (engine->notes_count >= engine->cfg.max_notifications) {
+        pthread_mutex_unlock(&engine->lock);
+        free(node);
+        return orb_fail(ORB_ERESOURCE, "notification queue full (max_notifications=%u)",
+                        engine->cfg.max_notifications);
+    }
+    if (engine->notes_tail != NULL)
+        engine->notes_tail->next = node;
+    else
+        engine->notes_head = node;
+    engine->notes_tail = node;
+    engine->notes_count++;
+    pthread_mutex_unlock(&engine->lock);
+    return 0;
+}
+
+ORB_EXPORT int orb_engine_poll_notifications(orb_engine *engine, struct orb_notification_msg *out,
+                                             size_t cap, size_t *count_out)
+{
+    if (engine == NULL || count_out == NULL || (out == NULL && cap > 0))
+        return orb_fail(ORB_EINVAL, "orb_engine_poll_notifications: NULL argument");
+    size_t moved = 0;
+    pthread_mutex_lock(&engine->lock);
+    while (moved < cap && engine->notes_head != NULL) {
+        struct orb_notification_node *node = engine->notes_head;
+        engine->notes_head = node->next;
+        if (engine->notes_head == NULL)
+            engine->notes_tail = NULL;
+        engine->notes_count--;
+        out[moved++] = node->msg;
+        free(node);
+    }
+    pthread_mutex_unlock(&engine->lock);
+    *count_out = moved;
+    return 0;
+}
+
+ORB_EXPORT int orb_engine_close_source(orb_engine *engine)
+{
+    if (engine == NULL)
+        return orb_fail(ORB_EINVAL, "orb_engine_close_source: NULL engine");
+    atomic_store(&engine->source_open, 0);
+    engine->tcp->close_source(engine->tcp_state);
+    return 0;
+}
+
+ORB_EXPORT int orb_engine_close_requester(orb_engine *engine)
+{
+    if (engine == NULL)
+        return orb_fail(ORB_EINVAL, "orb_engine_close_requester: NULL engine");
+    atomic_store(&engine->requester_open, 0);
+    return 0;
+}
+
+ORB_EXPORT int orb_engine_close(orb_engine *engine, uint64_t timeout_ns)
+{
+    if (engine == NULL)
+        return orb_fail(ORB_EINVAL, "orb_engine_close: NULL engine");
+    orb_engine_close_requester(engine);
+    orb_engine_close_source(engine);
+
+    /* Drain: accepted work finishes on its own until the deadline. */
+    uint64_t deadline = orb_deadline_after(timeout_ns);
+    while (engine->tcp->inflight(engine->tcp_state) > 0 && orb_now_ns() < deadline)
+        usleep(1000);
+    uint64_t left = engine->tcp->inflight(engine->tcp_state);
+    if (left > 0)
+        ORB_LOGW("close: %llu transfers still in flight at the deadline; failing them",
+                 (unsigned long long)left);
+
+    /* Stopping joins the workers and fails what remains: afterwards no thread touches memory. */
+    engine->tcp->stop(engine->tcp_state);
+    pthread_mutex_lock(&engine->lock);
+    engine->stopped = 1;
+    pthread_mutex_unlock(&engine->lock);
+    orb_engine_reap(engine);
+    return 0;
+}
+
+void orb_engine_ref(orb_engine *engine)
+{
+    atomic_fetch_add(&engine->refs, 1);
+}
+
+static void engine_destroy(orb_engine *engine)
+{
+    orb_engine_reap(engine);
+    engine->tcp->destroy(engine->tcp_state);
+    orb_registry_free(engine->registry);
+    struct orb_notification_node *node = engine->notes_head;
+    while (node != NULL) {
+        struct orb_notification_node *next = node->next;
+        free(node);
+        node = next;
+    }
+    pthread_mutex_destroy(&engine->lock);
+    free(engine);
+}
+
+void orb_engine_unref(orb_engine *engine)
+{
+    if (engine != NULL && atomic_fetch_sub(&engine->refs, 1) == 1)
+        engine_destroy(engine);
+}
+
+ORB_EXPORT void orb_engine_free(orb_engine *engine)
+{
+    if (engine == NULL)
+        return;
+    pthread_mutex_lock(&engine->lock);
+    int stopped = engine->stopped;
+    pthread_mutex_unlock(&engine->lock);
+    if (!stopped && orb_engine_close(engine, ORB_FREE_CLOSE_TIMEOUT_NS) != 0) {
+        ORB_LOGE("orb_engine_free: close did not quiesce (%s); leaking the engine rather than "
+                 "freeing memory under live work", orb_last_error());
+        return;
+    }
+    orb_engine_unref(engine);
+}
+
+void orb_engine_defer_free(orb_engine *engine, struct orb_batch *batch)
+{
+    pthread_mutex_lock(&engine->lock);
+    orb_batch_set_reap_next(batch, engine->reap);
+    engine->reap = batch;
+    pthread_mutex_unlock(&engine->lock);
+}
+
+void orb_engine_reap(orb_engine *engine)
+{
+    pthread_mutex_lock(&engine->lock);
+    struct orb_batch *list = engine->reap;
+    engine->reap = NULL;
+    pthread_mutex_unlock(&engine->lock);
+    while (list != NULL) {
+        struct orb_batch *next = orb_batch_reap_next(list);
+        orb_batch_destroy(list);
+        list = next;
+    }
+}
+
+/* ---- registration entry points ---------------------------------------------------------- */
+
+static int check_engine_open(orb_engine *engine, const char *call)
+{
+    if (engine == NULL)
+        return orb_fail(ORB_EINVAL, "%s: NULL engine", call);
+    pthread_mutex_lock(&engine->lock);
+    int stopped = engine->stopped;
+    pthread_mutex_unlock(&engine->lock);
+    if (stopped)
+        return orb_fail(ORB_ECLOSED, "%s: the engine is closed", call);
+    return 0;
+}
+
+static int check_perm(enum orb_perm perm)
+{
+    if (perm != ORB_PERM_LOCAL && perm != ORB_PERM_REMOTE_READ && perm != ORB_PERM_REMOTE_WRITE)
+        return orb_fail(ORB_EINVAL, "unknown permission %d", (int)perm);
+    return 0;
+}
+
+ORB_EXPORT int orb_register_memory(orb_engine *engine, void *ptr, size_t len, enum orb_perm perm,
+                                   orb_release_fn release, void *ctx, orb_reg_id *id_out)
+{
+    int rc = check_engine_open(engine, "orb_register_memory");
+    if (rc != 0)
+        return rc;
+    if (ptr == NULL || len == 0 || id_out == NULL)
+        return orb_fail(ORB_EINVAL, "orb_register_memory: ptr, len and id_out are required");
+    if ((rc = check_perm(perm)) != 0)
+        return rc;
+    orb_host_memory *owner;
+    rc = orb_host_memory_wrap(ptr, len, NULL, NULL, &owner);
+    if (rc != 0)
+        return rc;
+    orb_reg_id id;
+    rc = orb_registry_add(engine->registry, owner, 0, len, perm, &id);
+    if (rc != 0) {
+        /* Nothing adopted: the caller keeps the bytes, the release callback must not run. */
+        orb_host_memory_unref(owner);
+        return rc;
+    }
+    /* Adopt only now, so that a failure above never calls `release`. */
+    owner->release = release;
+    owner->release_ctx = ctx;
+    orb_host_memory_unref(owner);
+    *id_out = id;
+    return 0;
+}
+
+ORB_EXPORT int orb_register_host_memory(orb_engine *engine, orb_host_memory *owner, size_t offset,
+                                        size_t len, enum orb_perm perm, orb_reg_id *id_out)
+{
+    int rc = check_engine_open(engine, "orb_register_host_memory");
+    if (rc != 0)
+        return rc;
+    if (owner == NULL || id_out == NULL)
+        return orb_fail(ORB_EINVAL, "orb_register_host_memory: owner and id_out are required");
+    if ((rc = check_perm(perm)) != 0)
+        return rc;
+    return orb_registry_add(engine->registry, owner, offset, len, perm, id_out);
+}
+
+ORB_EXPORT int orb_register_host_memory_batch(orb_engine *engine, const struct orb_host_range *ranges,
+                                              size_t n, orb_reg_id *ids_out)
+{
+    int rc = check_engine_open(engine, "orb_register_host_memory_batch");
+    if (rc != 0)
+        return rc;
+    if (ranges == NULL || ids_out == NULL || n == 0)
+        return orb_fail(ORB_EINVAL, "orb_register_host_memory_batch: ranges and ids_out are "
+                                    "required and n must be positive");
+    return orb_registry_add_batch(engine->registry, ranges, n, ids_out);
+}
+
+ORB_EXPORT int orb_unregister_memory(orb_engine *engine, orb_reg_id id)
+{
+    if (engine == NULL)
+        return orb_fail(ORB_EINVAL, "orb_unregister_memory: NULL engine");
+    return orb_registry_remove(engine->registry, id);
+}
+
+ORB_EXPORT int orb_resolve_local_address(orb_engine *engine, uint64_t addr, uint64_t len,
+                                         struct orb_local_region *out)
+{
+    if (engine == NULL || out == NULL)
+        return orb_fail(ORB_EINVAL, "orb_resolve_local_address: NULL argument");
+    return orb_registry_resolve(engine->registry, addr, len, out);
+}

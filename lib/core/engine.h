@@ -1,0 +1,22 @@
+/* Internal: what the engine offers to transports and the other core modules. */
+#ifndef ORB_CORE_ENGINE_H
+#define ORB_CORE_ENGINE_H
+
+#include <stdint.h>
+#include <orbite/orbite.h>
+
+#include "registry.h"
+
+const struct orb_engine_config *orb_engine_cfg(const orb_engine *engine);
+struct orb_registry *orb_engine_registry(orb_engine *engine);
+const struct orb_epoch *orb_engine_epoch(const orb_engine *engine);
+
+/* Queue a notification received by the source. ORB_ERESOURCE when max_notifications are queued,
+ * ORB_ECLOSED when the source is fenced. */
+int orb_engine_deliver_notification(orb_engine *engine, const struct orb_epoch *sender,
+                                    const uint8_t *data, uint32_t len);
+
+/* 1 while source admission is open. */
+int orb_engine_source_open(const orb_engine *engine);
+
+#endif

@@ -1,0 +1,83 @@
+/* Internal: the registration table of one engine (containment, permission, pins).
+ *
+ * A registration is a range of a memory owner. Users hold references (register / unregister);
+ * admitted work holds pins (acquire / release). The last unregister hides the range from lookups
+ * at once; the owner is released when the last pin goes. Thread-safe. */
+#ifndef ORB_CORE_REGISTRY_H
+#define ORB_CORE_REGISTRY_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <orbite/orbite.h>
+
+#include "memory.h"
+
+/* Memory kinds: each is a small operation table, chosen per registration. */
+struct orb_reg;
+
+enum orb_mem_kind { ORB_MEM_HOST = 0, ORB_MEM_PINNED = 1, ORB_MEM_CUDA = 2 };
+
+struct orb_memkind_ops {
+    enum orb_mem_kind kind;
+    const char *name;
+    /* A CPU-addressable pointer for `addr` inside the registration, or NULL when the bytes need
+     * staging (device memory). Host and pinned memory return the address itself. */
+    void *(*cpu_view)(const struct orb_reg *reg, uint64_t addr);
+};
+
+extern const struct orb_memkind_ops orb_memkind_host;
+
+struct orb_reg {
+    orb_reg_id id;
+    uint64_t base;
+    uint64_t len;
+    enum orb_perm perm;
+    const struct orb_memkind_ops *kind;
+    orb_host_memory *owner;      /* retained until the struct is freed */
+    atomic_uint_fast64_t pins;   /* 1 for table membership + 1 per admitted user */
+    uint32_t user_refs;          /* register/unregister count; guarded by the table lock */
+};
+
+struct orb_registry;
+
+/* A table allowing at most `max_registrations` live registrations. */
+int orb_registry_new(uint32_t max_registrations, struct orb_registry **out);
+
+/* Free the table. Registrations still pinned by admitted work stay alive until released. */
+void orb_registry_free(struct orb_registry *reg);
+
+/* Register [offset, offset+len) of `owner` (retained). An identical (base, len) range already
+ * registered gains a user reference and keeps its permission; its id is returned.
+ * Errors: ORB_EINVAL, ORB_ERESOURCE, ORB_ENOMEM. */
+int orb_registry_add(struct orb_registry *reg, orb_host_memory *owner, size_t offset, size_t len,
+                     enum orb_perm perm, orb_reg_id *id_out);
+
+/* All or nothing; see orb_register_host_memory_batch(). */
+int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range *ranges, size_t n,
+                           orb_reg_id *ids_out);
+
+/* Drop one user reference; the last one unpublishes. Errors: ORB_ENOENT. */
+int orb_registry_remove(struct orb_registry *reg, orb_reg_id id);
+
+/* Describe a registration containing [addr, addr+len). Errors: ORB_EINVAL, ORB_ENOENT. */
+int orb_registry_resolve(struct orb_registry *reg, uint64_t addr, uint64_t len,
+                         struct orb_local_region *out);
+
+/* Admission: find a published registration containing [addr, addr+len) whose permission
+ * includes `need` (ORB_PERM_LOCAL for the engine's own side, ORB_PERM_REMOTE_READ or
+ * ORB_PERM_REMOTE_WRITE for a peer's request) and pin it.
+ * Errors: ORB_EINVAL (len 0 or overflow), ORB_ENOENT (no registration contains the range),
+ * ORB_EPERM (some do, none allows `need`). */
+int orb_registry_acquire(struct orb_registry *reg, uint64_t addr, uint64_t len, enum orb_perm need,
+                         struct orb_reg **out);
+
+/* Unpin. The last pin of an unpublished registration releases its owner. NULL is a no-op. */
+void orb_registry_release(struct orb_reg *r);
+
+/* A new array (free with free()) of every published registration allowing remote READ. */
+int orb_registry_describe_remote(struct orb_registry *reg, struct orb_region_desc **out, size_t *count);
+
+/* Number of published registrations. */
+size_t orb_registry_count(struct orb_registry *reg);
+
+#endif
