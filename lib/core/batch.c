@@ -401,6 +401,7 @@ ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, si
     rc = seg->tp->peer_submit(seg->peer, g->xfer_ptrs, g->nslices);
     if (rc != 0) {
         /* Nothing was accepted: end every slice here, with the transport's verdict. */
+        rc = orb_segment_classify_failure(seg, rc);
         char why[256];
         snprintf(why, sizeof why, "%s", orb_last_error());
         for (size_t k = 0; k < g->nslices; k++)

@@ -63,7 +63,12 @@ struct orb_segment {
     const struct orb_transport_ops *tp;
     void *peer;
     char endpoint[ORB_ENDPOINT_MAX];
+    struct orb_epoch expected;
 };
+/* After the transport called the peer dead (ORB_EPEER): ask the endpoint once, briefly, whether
+ * it now runs another epoch, so that a restarted peer is reported as ORB_ESTALE. Never replays
+ * anything and never adopts the new process. Returns ORB_ESTALE or `status`. */
+int orb_segment_classify_failure(struct orb_segment *segment, int status);
 void orb_segment_ref(struct orb_segment *segment);
 void orb_segment_unref(struct orb_segment *segment);
 

@@ -28,6 +28,7 @@ ORB_EXPORT int orb_open_segment(orb_engine *engine, const char *endpoint,
     segment->engine = engine;
     segment->tp = engine->tcp;
     memcpy(segment->endpoint, endpoint, strlen(endpoint) + 1);
+    segment->expected = *expected;
     int rc = segment->tp->peer_open(engine->tcp_state, endpoint, expected, deadline, &segment->peer);
     if (rc != 0) {
         free(segment);
@@ -52,6 +53,27 @@ ORB_EXPORT int orb_segment_describe(orb_segment *segment, uint64_t timeout_ns,
 ORB_EXPORT void orb_region_descs_free(struct orb_region_desc *regions)
 {
     free(regions);
+}
+
+/* How long a dead peer's endpoint is asked for its epoch. */
+#define ORB_STALE_PROBE_NS (500ull * 1000 * 1000)
+
+int orb_segment_classify_failure(struct orb_segment *segment, int status)
+{
+    if (status != ORB_EPEER)
+        return status;
+    void *probe = NULL;
+    orb_engine *engine = segment->engine;
+    int rc = segment->tp->peer_open(engine->tcp_state, segment->endpoint, &segment->expected,
+                                    orb_deadline_after(ORB_STALE_PROBE_NS), &probe);
+    if (rc == 0) {
+        segment->tp->peer_release(probe);
+        return status;
+    }
+    if (rc == ORB_ESTALE)
+        return orb_fail(ORB_ESTALE, "peer %s was restarted: it now runs another source epoch",
+                        segment->endpoint);
+    return status;
 }
 
 void orb_segment_ref(struct orb_segment *segment)

@@ -1,0 +1,6 @@
+# Two-process tests through the public API of the shared library.
+add_executable(test_two_process ${CMAKE_CURRENT_LIST_DIR}/test_two_process.c
+               ${CMAKE_CURRENT_LIST_DIR}/source_proc.c)
+target_link_libraries(test_two_process PRIVATE orbite PkgConfig::CMOCKA)
+add_test(NAME test_two_process COMMAND test_two_process)
+set_tests_properties(test_two_process PROPERTIES TIMEOUT 600)
