@@ -381,7 +381,7 @@ ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, si
         return orb_fail(ORB_ERESOURCE, "batch would hold %zu requests (max_batch_requests=%u)",
                         first_index + n, engine->cfg.max_batch_requests);
 
-    struct orb_group *g;
+    struct orb_group *g = NULL;
     int rc = build_group(b, reqs, n, first_index, &g, &b->rejected_index);
     if (rc != 0)
         return rc;

@@ -33,6 +33,12 @@ static int draw_epoch(struct orb_epoch *epoch)
 
 ORB_EXPORT int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out)
 {
+    return orb_engine_create_with(cfg, &orb_tcp_transport, out);
+}
+
+int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb_transport_ops *tcp,
+                           orb_engine **out)
+{
     if (cfg == NULL || out == NULL)
         return orb_fail(ORB_EINVAL, "orb_engine_create: cfg and out must not be NULL");
     int rc = orb_engine_config_validate(cfg);
@@ -57,7 +63,7 @@ ORB_EXPORT int orb_engine_create(const struct orb_engine_config *cfg, orb_engine
     rc = orb_registry_new(cfg->max_registrations, &engine->registry);
     if (rc != 0)
         goto destroy_lock;
-    engine->tcp = &orb_tcp_transport;
+    engine->tcp = tcp;
     rc = engine->tcp->start(engine, &engine->tcp_state);
     if (rc != 0) {
         rc = orb_fail_wrap(rc, "cannot start the %s transport", engine->tcp->name);

@@ -37,6 +37,10 @@ struct orb_engine {
     struct orb_batch *reap;   /* finished orphaned batches waiting to be freed outside callbacks */
 };
 
+/* orb_engine_create() with another operation table in the TCP slot (tests use a scripted one). */
+int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb_transport_ops *tcp,
+                           orb_engine **out);
+
 void orb_engine_ref(orb_engine *engine);
 void orb_engine_unref(orb_engine *engine);
 
