@@ -277,8 +277,12 @@ typedef uint64_t orb_reg_id;
  * Register `len` bytes at `ptr`, taking ownership: on success the engine owns
  * the bytes and calls `release(ptr, len, ctx)` (if not NULL) once the
  * registration is retired and no admitted work uses it. On failure the caller
- * still owns the bytes and `release` is not called.
- * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_ERESOURCE (max_registrations), ORB_ENOMEM.
+ * still owns the bytes and `release` is not called. `release` runs on
+ * whichever thread drops the last use (possibly an OrbiTE worker) and must not
+ * call into OrbiTE.
+ * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_EEXIST (exactly this range is already
+ * registered: its ownership was handed over before), ORB_ERESOURCE
+ * (max_registrations), ORB_ENOMEM.
  */
 int orb_register_memory(orb_engine *engine, void *ptr, size_t len, enum orb_perm perm,
                         orb_release_fn release, void *ctx, orb_reg_id *id_out);

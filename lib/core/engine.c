@@ -323,20 +323,28 @@ ORB_EXPORT int orb_register_memory(orb_engine *engine, void *ptr, size_t len, en
         return orb_fail(ORB_EINVAL, "orb_register_memory: ptr, len and id_out are required");
     if ((rc = check_perm(perm)) != 0)
         return rc;
+    /* The callback is set before the range is published: once visible, another thread may
+     * unregister it at once. */
     orb_host_memory *owner;
-    rc = orb_host_memory_wrap(ptr, len, NULL, NULL, &owner);
+    rc = orb_host_memory_wrap(ptr, len, release, ctx, &owner);
     if (rc != 0)
         return rc;
     orb_reg_id id;
     rc = orb_registry_add(engine->registry, owner, 0, len, perm, &id);
+    if (rc == 0 && atomic_load(&owner->refs) == 1) {
+        /* An identical range was already registered and kept its own owner: the same bytes
+         * cannot be handed over twice. Undo the extra reference; the caller keeps the bytes. */
+        orb_registry_remove(engine->registry, id);
+        rc = orb_fail(ORB_EEXIST, "orb_register_memory: [%p, +%zu) is already registered as "
+                                  "id %llu; its ownership was transferred before",
+                      ptr, len, (unsigned long long)id);
+    }
     if (rc != 0) {
-        /* Nothing adopted: the caller keeps the bytes, the release callback must not run. */
+        /* Nothing adopted: the release callback must not run. */
+        owner->release = NULL;
         orb_host_memory_unref(owner);
         return rc;
     }
-    /* Adopt only now, so that a failure above never calls `release`. */
-    owner->release = release;
-    owner->release_ctx = ctx;
     orb_host_memory_unref(owner);
     *id_out = id;
     return 0;

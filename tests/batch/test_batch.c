@@ -517,6 +517,21 @@ static void test_budgets_and_close(void **state)
     teardown(&st);
 }
 
+static void test_register_memory_twice(void **state)
+{
+    struct fx *f = *state;
+    /* The fixture's bytes are owned by registration f->id: a second hand-over is refused and
+     * neither callback runs. */
+    orb_reg_id id;
+    assert_int_equal(orb_register_memory(f->engine, f->mem, MEM_LEN, ORB_PERM_REMOTE_READ,
+                                         count_release, f, &id), ORB_EEXIST);
+    assert_int_equal(f->released, 0);
+    struct orb_local_region region;
+    assert_int_equal(orb_resolve_local_address(f->engine, f->base, MEM_LEN, &region), 0);
+    assert_int_equal(region.id, f->id);
+    assert_int_equal(region.perm, ORB_PERM_LOCAL);
+}
+
 static void test_open_segment_checks(void **state)
 {
     struct fx *f = *state;
@@ -557,6 +572,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_rejections_attempt_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_segment_checks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_register_memory_twice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slicing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prefix_and_failure_span, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_effect_unknown, setup, teardown),

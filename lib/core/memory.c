@@ -1,0 +1,131 @@
+/* Reference-counted host memory owners and the host memory kind. */
+#include "memory.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "registry.h"
+
+static size_t page_size(void)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    return ps > 0 ? (size_t)ps : 4096;
+}
+
+static int is_power_of_two(size_t v)
+{
+    return v != 0 && (v & (v - 1)) == 0;
+}
+
+ORB_EXPORT int orb_host_memory_alloc(size_t len, size_t align, orb_host_memory **out)
+{
+    if (out == NULL)
+        return orb_fail(ORB_EINVAL, "host memory alloc: out is NULL");
+    if (len == 0)
+        return orb_fail(ORB_EINVAL, "host memory alloc: length is zero");
+    if (align == 0)
+        align = page_size();
+    if (!is_power_of_two(align))
+        return orb_fail(ORB_EINVAL, "host memory alloc: alignment %zu is not a power of two", align);
+    /* posix_memalign needs a multiple of sizeof(void *); a smaller power of two is implied by it. */
+    if (align < sizeof(void *))
+        align = sizeof(void *);
+    /* Registrations address bytes as [base, base + len) in 64 bits and need room for padding. */
+    if (len > SIZE_MAX - align || len > (size_t)INT64_MAX)
+        return orb_fail(ORB_EINVAL, "host memory alloc: length %zu too large", len);
+
+    orb_host_memory *mem = calloc(1, sizeof *mem);
+    if (mem == NULL)
+        return orb_fail(ORB_ENOMEM, "host memory alloc: no memory for the owner");
+    void *ptr = NULL;
+    int rc = posix_memalign(&ptr, align, len);
+    if (rc != 0) {
+        free(mem);
+        return orb_fail(ORB_ENOMEM, "host memory alloc: cannot allocate %zu bytes aligned to %zu",
+                        len, align);
+    }
+    memset(ptr, 0, len);
+
+    atomic_init(&mem->refs, 1);
+    mem->ptr = ptr;
+    mem->len = len;
+    mem->release = NULL;
+    mem->release_ctx = NULL;
+    mem->owns_allocation = 1;
+    *out = mem;
+    return 0;
+}
+
+ORB_EXPORT int orb_host_memory_wrap(void *ptr, size_t len, orb_release_fn release, void *ctx,
+                                    orb_host_memory **out)
+{
+    if (out == NULL)
+        return orb_fail(ORB_EINVAL, "host memory wrap: out is NULL");
+    if (ptr == NULL)
+        return orb_fail(ORB_EINVAL, "host memory wrap: pointer is NULL");
+    if (len == 0)
+        return orb_fail(ORB_EINVAL, "host memory wrap: length is zero");
+    if (len > UINTPTR_MAX - (uintptr_t)ptr)
+        return orb_fail(ORB_EINVAL, "host memory wrap: range of %zu bytes wraps the address space",
+                        len);
+
+    orb_host_memory *mem = calloc(1, sizeof *mem);
+    if (mem == NULL)
+        return orb_fail(ORB_ENOMEM, "host memory wrap: no memory for the owner");
+    atomic_init(&mem->refs, 1);
+    mem->ptr = ptr;
+    mem->len = len;
+    mem->release = release;
+    mem->release_ctx = ctx;
+    mem->owns_allocation = 0;
+    *out = mem;
+    return 0;
+}
+
+ORB_EXPORT void *orb_host_memory_data(const orb_host_memory *mem)
+{
+    return mem != NULL ? mem->ptr : NULL;
+}
+
+ORB_EXPORT size_t orb_host_memory_size(const orb_host_memory *mem)
+{
+    return mem != NULL ? mem->len : 0;
+}
+
+ORB_EXPORT orb_host_memory *orb_host_memory_ref(orb_host_memory *mem)
+{
+    /* Relaxed: a new reference can only be made from one already held. */
+    if (mem != NULL)
+        atomic_fetch_add_explicit(&mem->refs, 1, memory_order_relaxed);
+    return mem;
+}
+
+ORB_EXPORT void orb_host_memory_unref(orb_host_memory *mem)
+{
+    if (mem == NULL)
+        return;
+    /* acq_rel: every earlier use of the bytes by other holders happens before the release. */
+    uint_fast64_t before = atomic_fetch_sub_explicit(&mem->refs, 1, memory_order_acq_rel);
+    if (before != 1)
+        return;
+    if (mem->owns_allocation)
+        free(mem->ptr);
+    else if (mem->release != NULL)
+        mem->release(mem->ptr, mem->len, mem->release_ctx);
+    free(mem);
+}
+
+static void *host_cpu_view(const struct orb_reg *reg, uint64_t addr)
+{
+    (void)reg;
+    return (void *)(uintptr_t)addr;
+}
+
+const struct orb_memkind_ops orb_memkind_host = {
+    .kind = ORB_MEM_HOST,
+    .name = "host",
+    .cpu_view = host_cpu_view,
+};
