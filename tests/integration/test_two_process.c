@@ -16,7 +16,8 @@
 #include "source_proc.h"
 
 #define SEC 1000000000ull
-#define LOCAL_LEN ((64u << 20) + 8192u)
+#define HALF_LEN ((64u << 20) + 8192u)
+#define LOCAL_LEN (2u * HALF_LEN)
 
 struct fixture {
     struct src_proc src;
@@ -123,7 +124,7 @@ static void write_then_read(struct fixture *f, uint64_t loff, uint64_t roff, uin
     assert_memory_equal(remote, f->lp + loff, len);
     free(remote);
 
-    uint64_t back = LOCAL_LEN - len - 3;
+    uint64_t back = HALF_LEN + loff % 7; /* never overlaps [loff, +len) */
     memset(f->lp + back, 0, len);
     struct orb_request r = req(ORB_OP_READ, f->laddr + back, f->src.info.rw_addr + roff, len);
     rc = run(f, &r, 1, &rep);
@@ -406,12 +407,16 @@ static void test_notification_after_data(void **state)
     struct fixture *f = *state;
     enum { N = 8, LEN = 256u << 10 };
     for (int round = 0; round < 10; round++) {
+        /* Each round writes its own range, so a later round cannot change what an earlier
+         * notification announced before the source looks at it. */
+        uint64_t base = (uint64_t)round * N * LEN;
         fill(f->lp, (uint64_t)N * LEN, 500 + (uint32_t)round);
         struct orb_request reqs[N];
         for (int i = 0; i < N; i++)
             reqs[i] = req(ORB_OP_WRITE, f->laddr + (uint64_t)i * LEN,
-                          f->src.info.rw_addr + (uint64_t)i * LEN, LEN);
-        struct note_payload np = {f->src.info.rw_addr, (uint64_t)N * LEN, checksum(f->lp, (uint64_t)N * LEN)};
+                          f->src.info.rw_addr + base + (uint64_t)i * LEN, LEN);
+        struct note_payload np = {f->src.info.rw_addr + base, (uint64_t)N * LEN,
+                                  checksum(f->lp, (uint64_t)N * LEN)};
         struct orb_notification note = {&np, sizeof np};
         struct orb_batch_report rep;
         int rc = orb_submit_and_wait(f->engine, f->segment, reqs, N, &note, 30 * SEC, &rep);
@@ -446,10 +451,12 @@ static void test_notification_skipped_on_failure(void **state)
 static void test_deadline(void **state)
 {
     struct fixture *f = *state;
-    enum { N = 64, LEN = 1u << 20 };
+    /* After a deadline, started READs may still land: aim them at [32 MiB, 64 MiB), which
+     * the checks below never use. */
+    enum { N = 64, LEN = 1u << 19 };
     struct orb_request reqs[N];
     for (int i = 0; i < N; i++)
-        reqs[i] = req(ORB_OP_READ, f->laddr + (uint64_t)i * LEN, f->src.info.rw_addr, LEN);
+        reqs[i] = req(ORB_OP_READ, f->laddr + (32u << 20) + (uint64_t)i * LEN, f->src.info.rw_addr, LEN);
     struct orb_batch_report rep;
     int rc = orb_submit_and_wait(f->engine, f->segment, reqs, N, NULL, 1000, &rep);
     if (rc == 0) /* improbably fast: still a consistent report */
