@@ -1,0 +1,122 @@
+#!/bin/bash
+# Build, test and benchmark OrbiTE.
+#
+#   ./build.sh bench   install missing build packages, build build/ (Release), run orbite-bench
+#                      with its default settings
+#   ./build.sh test    install missing build packages, then build and run the test suite three
+#                      times: default (build/), ASan+UBSan (build-asan/), TSan (build-tsan/)
+#
+# Package installation uses apt-get and needs root (or sudo); a machine that already has every
+# package runs no apt command at all.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cd "$ROOT"
+
+PACKAGES=(cmake gcc g++ make pkg-config libjansson-dev libinih-dev libcmocka-dev libibverbs-dev
+          libcap-dev libseccomp-dev)
+JOBS=${ORBITE_JOBS:-$(nproc 2>/dev/null || echo 2)}
+CTEST_JOBS=${ORBITE_CTEST_JOBS:-2}
+
+log() { echo "[build.sh] $*"; }
+die() { echo "[build.sh] error: $*" >&2; exit 1; }
+
+usage() {
+    cat <<EOF
+usage: $0 <command>
+
+commands:
+  bench   build in Release (build/) and run orbite-bench with its defaults
+  test    build and run ctest: default (build/), ASan+UBSan (build-asan/), TSan (build-tsan/)
+
+Missing Debian packages are installed first:
+  ${PACKAGES[*]}
+EOF
+}
+
+# Install whichever of PACKAGES dpkg does not report as installed.
+install_packages() {
+    if ! command -v dpkg-query >/dev/null 2>&1; then
+        log "dpkg-query not found (not a Debian system): assuming the build packages are present"
+        return 0
+    fi
+    local missing=() pkg
+    for pkg in "${PACKAGES[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$pkg")
+        fi
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        return 0
+    fi
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || die "missing packages (${missing[*]}) and not root: run as root"
+        sudo=(sudo)
+    fi
+    log "installing: ${missing[*]}"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        "${missing[@]}"
+}
+
+# configure_and_build DIR [cmake args...]
+configure_and_build() {
+    local dir=$1
+    shift
+    cmake -S "$ROOT" -B "$ROOT/$dir" "$@" && cmake --build "$ROOT/$dir" -j "$JOBS"
+}
+
+# run_variant NAME DIR [cmake args...]: build and ctest one variant, print its summary line.
+run_variant() {
+    local name=$1 dir=$2
+    shift 2
+    local start=$SECONDS
+    log "=== $name: building in $dir/"
+    if ! configure_and_build "$dir" "$@"; then
+        log "SUMMARY $name: FAILED (build) after $((SECONDS - start)) s"
+        return 1
+    fi
+    log "=== $name: testing"
+    local out="$ROOT/$dir/ctest-summary.log"
+    if ! (cd "$ROOT/$dir" && ctest --output-on-failure -j "$CTEST_JOBS") 2>&1 | tee "$out"; then
+        log "SUMMARY $name: FAILED ($(grep -m1 'tests passed' "$out" || echo 'ctest failed')) after $((SECONDS - start)) s"
+        return 1
+    fi
+    log "SUMMARY $name: PASSED ($(grep -m1 'tests passed' "$out" || echo 'no tests')) in $((SECONDS - start)) s"
+}
+
+cmd_bench() {
+    install_packages
+    configure_and_build build -DCMAKE_BUILD_TYPE=Release
+    # tools/orbite-bench/tool.cmake is included into tools/, so the binary lands in build/tools/;
+    # a per-tool output directory would put it one level deeper.
+    local bench="" candidate
+    for candidate in "$ROOT/build/tools/orbite-bench/orbite-bench" "$ROOT/build/tools/orbite-bench"; do
+        if [ -f "$candidate" ] && [ -x "$candidate" ]; then
+            bench=$candidate
+            break
+        fi
+    done
+    [ -n "$bench" ] || die "orbite-bench was not built (looked in build/tools/)"
+    log "running $bench"
+    "$bench"
+}
+
+cmd_test() {
+    install_packages
+    # Sanitizer reports must fail the run rather than scroll by.
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    run_variant default build
+    run_variant asan build-asan -DORBITE_SANITIZE=address
+    run_variant tsan build-tsan -DORBITE_SANITIZE=thread
+    log "all variants passed"
+}
+
+case "${1:-}" in
+    bench) cmd_bench ;;
+    test) cmd_test ;;
+    -h | --help | help) usage ;;
+    *) usage >&2; exit 2 ;;
+esac
