@@ -1,0 +1,43 @@
+# orbite-bench: unit tests of its parsing and verification helpers, and end-to-end runs of the
+# tool (a forked source over loopback TCP) when it is built.
+set(ORB_BENCH_SRC ${PROJECT_SOURCE_DIR}/tools/orbite-bench)
+orb_unit_test(test_bench
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bench.c ${ORB_BENCH_SRC}/options.c
+          ${ORB_BENCH_SRC}/pattern.c ${ORB_BENCH_SRC}/util.c
+  LIBS orbite m)
+target_include_directories(test_bench PRIVATE ${ORB_BENCH_SRC})
+
+if(TARGET orbite-bench)
+  # Every cell must run and verify byte for byte: READ and WRITE, small and striped sizes.
+  add_test(NAME bench_smoke
+           COMMAND orbite-bench --duration 0.3 --warmup 0.1 --block-size 4K,2M --batch 4
+                   --buffer-size 32M --quiet --no-progress)
+  # Several threads, synchronous batches, latency cells with one request per batch.
+  add_test(NAME bench_smoke_threads
+           COMMAND orbite-bench --duration 0.3 --warmup 0 --block-size 64K --batch 1 --depth 1
+                   --threads 3 --buffer-size 8M --json --quiet)
+  # Usage errors exit 2; an unreachable source exits 1 promptly instead of hanging.
+  add_test(NAME bench_usage_error
+           COMMAND sh -c "\"$0\" --batch 0 2>/dev/null; test $? -eq 2" $<TARGET_FILE:orbite-bench>)
+  add_test(NAME bench_unreachable_source
+           COMMAND sh -c "\"$0\" --mode requester --endpoint 127.0.0.1:1 --epoch 00112233445566778899aabbccddeeff --quiet; test $? -eq 1"
+                   $<TARGET_FILE:orbite-bench>)
+  set_tests_properties(bench_smoke bench_smoke_threads bench_usage_error bench_unreachable_source
+                       PROPERTIES TIMEOUT 120)
+endif()
+
+# Device selection micro-benchmark (tests/bench/topo_bench.c): an executable to run by hand,
+# `topo_bench [--iterations N]`, and a short smoke run that fails if a timed loop allocates.
+set(ORB_TOPO_BENCH_WRAPS malloc calloc realloc free aligned_alloc posix_memalign clock_gettime
+    gettimeofday syscall sched_yield nanosleep)
+add_executable(topo_bench ${CMAKE_CURRENT_LIST_DIR}/topo_bench.c
+               ${PROJECT_SOURCE_DIR}/tests/topo_select/call_counter.c
+               $<TARGET_OBJECTS:orb_base> $<TARGET_OBJECTS:orb_topo>)
+target_include_directories(topo_bench PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/lib
+                           ${PROJECT_SOURCE_DIR}/tests/topo_select)
+target_link_libraries(topo_bench PRIVATE PkgConfig::JANSSON Threads::Threads)
+foreach(w ${ORB_TOPO_BENCH_WRAPS})
+  target_link_options(topo_bench PRIVATE -Wl,--wrap=${w})
+endforeach()
+add_test(NAME topo_bench_smoke COMMAND topo_bench --iterations 2000 --repeat 1)
+set_tests_properties(topo_bench_smoke PROPERTIES TIMEOUT 60)
