@@ -1,0 +1,560 @@
+/* The TCP source service: the listener and one state machine per accepted connection.
+ *
+ * A connection must open with HELLO naming this engine's epoch; nothing touches registered
+ * memory before HELLO_OK. Requests are served strictly one at a time, in order: receive the
+ * request (and a WRITE's payload), act, send the whole response, then read the next. Payloads
+ * move straight between the socket and the pinned registered range. Any malformed or
+ * out-of-place frame closes only its connection, with a logged reason. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/registry.h"
+#include "tcp_internal.h"
+
+/* An ERROR frame with the longest text. */
+#define SRC_TX_SMALL (ORB_WIRE_HEADER_LEN + 6u + ORB_WIRE_MAX_ERROR_TEXT + 32u)
+
+enum src_rx_state {
+    SRX_HEADER,  /* waiting for a frame header */
+    SRX_BODY,    /* header decoded, waiting for its body */
+    SRX_PAYLOAD, /* receiving an admitted WRITE's payload into registered memory */
+    SRX_DISCARD  /* draining a refused WRITE's payload into the worker's scratch buffer */
+};
+
+struct tcp_source_conn {
+    struct tcp_conn base;           /* first member */
+    struct tcp_transport *tp;
+    int can_send;                   /* cleared on EAGAIN, set by EPOLLOUT */
+    int authed;                     /* HELLO_OK sent */
+    int closing;                    /* close once the response being sent is out */
+    struct orb_epoch sender;        /* the requester engine's epoch, from HELLO */
+
+    enum src_rx_state rx_state;
+    struct orb_wire_header hdr;     /* the request being served */
+    struct orb_reg *rx_pin;         /* SRX_PAYLOAD: pin of the target range */
+    uint8_t *rx_mem;                /* SRX_PAYLOAD: CPU view of the target range */
+    uint64_t rx_len, rx_off;        /* payload bytes expected / received */
+    int refused_status;             /* SRX_DISCARD: the answer once drained */
+    char refused_text[ORB_WIRE_MAX_ERROR_TEXT + 1];
+
+    int tx_active;                  /* a response is being sent */
+    const uint8_t *tx_head;         /* header + body: tx_small or tx_heap */
+    size_t tx_head_len;
+    const uint8_t *tx_payload;      /* READ_RESP: straight from registered memory */
+    uint64_t tx_payload_len;
+    uint64_t tx_off;                /* bytes of head + payload sent */
+    struct orb_reg *tx_pin;         /* READ_RESP: released once the payload is out */
+    uint8_t *tx_heap;               /* DESCRIBE_RESP (owned) */
+    uint8_t tx_small[SRC_TX_SMALL];
+};
+
+/* ---- pins ------------------------------------------------------------------------------------ */
+
+/* Pin [addr, addr+len) for `need` and find its CPU view. Counted in inflight() while held. */
+static int src_pin(struct tcp_source_conn *s, uint64_t addr, uint64_t len, enum orb_perm need,
+                   struct orb_reg **pin_out, uint8_t **mem_out)
+{
+    struct tcp_transport *tp = s->tp;
+    struct orb_reg *pin;
+    atomic_fetch_add(&tp->source_pins, 1);
+    int rc = orb_registry_acquire(orb_engine_registry(tp->engine), addr, len, need, &pin);
+    if (rc != 0) {
+        atomic_fetch_sub(&tp->source_pins, 1);
+        return rc;
+    }
+    uint8_t *mem = pin->kind->cpu_view(pin, addr);
+    if (mem == NULL) {
+        orb_registry_release(pin);
+        atomic_fetch_sub(&tp->source_pins, 1);
+        return orb_fail(ORB_EUNAVAILABLE, "the %s registration at 0x%llx has no CPU view",
+                        pin->kind->name, (unsigned long long)addr);
+    }
+    *pin_out = pin;
+    *mem_out = mem;
+    return 0;
+}
+
+static void src_unpin(struct tcp_source_conn *s, struct orb_reg **pin)
+{
+    if (*pin == NULL)
+        return;
+    orb_registry_release(*pin);
+    *pin = NULL;
+    atomic_fetch_sub(&s->tp->source_pins, 1);
+}
+
+/* ---- connection life ------------------------------------------------------------------------- */
+
+void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
+{
+    ORB_LOGD("tcp source: closing %s: %s", s->base.name, why);
+    src_unpin(s, &s->rx_pin);
+    src_unpin(s, &s->tx_pin);
+    free(s->tx_heap);
+    if (s->base.worker != NULL)
+        tcp_worker_forget(s->base.worker, &s->base);
+    if (s->base.fd >= 0)
+        close(s->base.fd);
+    atomic_fetch_sub(&s->tp->source_conns, 1);
+    free(s);
+}
+
+/* Nothing half received, nothing being sent. */
+static int src_idle(const struct tcp_source_conn *s)
+{
+    return !s->tx_active && s->rx_state == SRX_HEADER && tcp_rx_empty(&s->base);
+}
+
+/* Log a protocol violation (the caller then closes). Returns ORB_EPROTO. */
+static int src_violation(struct tcp_source_conn *s, const char *what, const char *detail)
+{
+    ORB_LOGW("tcp source: closing %s: %s%s%s", s->base.name, what, detail[0] ? ": " : "", detail);
+    return ORB_EPROTO;
+}
+
+/* ---- responses ------------------------------------------------------------------------------- */
+
+static void src_tx_set(struct tcp_source_conn *s, const uint8_t *head, size_t head_len,
+                       const uint8_t *payload, uint64_t payload_len, struct orb_reg *pin)
+{
+    s->tx_active = 1;
+    s->tx_head = head;
+    s->tx_head_len = head_len;
+    s->tx_payload = payload;
+    s->tx_payload_len = payload_len;
+    s->tx_off = 0;
+    s->tx_pin = pin;
+}
+
+/* Queue an ERROR answering `tag` (0: the connection). */
+static int src_tx_error(struct tcp_source_conn *s, uint64_t tag, int status, const char *text)
+{
+    struct orb_wire_error e;
+    memset(&e, 0, sizeof e);
+    e.status = status;
+    snprintf(e.text, sizeof e.text, "%s", text);
+    size_t len;
+    if (orb_wire_error_encode(tag, &e, s->tx_small, sizeof s->tx_small, &len) != 0)
+        return src_violation(s, "cannot encode an ERROR", orb_last_error());
+    src_tx_set(s, s->tx_small, len, NULL, 0, NULL);
+    return 0;
+}
+
+/* Queue an ERROR carrying the calling thread's detail message. */
+static int src_tx_failure(struct tcp_source_conn *s, uint64_t tag, int status)
+{
+    char text[ORB_WIRE_MAX_ERROR_TEXT + 1];
+    snprintf(text, sizeof text, "%s", orb_last_error());
+    return src_tx_error(s, tag, status, text);
+}
+
+static int src_tx_empty(struct tcp_source_conn *s, uint8_t type, uint64_t tag)
+{
+    size_t len;
+    if (orb_wire_empty_encode(type, tag, s->tx_small, sizeof s->tx_small, &len) != 0)
+        return src_violation(s, "cannot encode a response", orb_last_error());
+    src_tx_set(s, s->tx_small, len, NULL, 0, NULL);
+    return 0;
+}
+
+/* Send what the socket takes. 0 (done or blocked) or a negative status. */
+static int src_tx(struct tcp_source_conn *s)
+{
+    while (s->tx_active && s->can_send) {
+        struct iovec iov[2];
+        int n = 0;
+        uint64_t off = s->tx_off;
+        if (off < s->tx_head_len) {
+            iov[n].iov_base = (void *)(uintptr_t)(s->tx_head + off);
+            iov[n].iov_len = s->tx_head_len - off;
+            n++;
+            off = 0;
+        } else {
+            off -= s->tx_head_len;
+        }
+        if (s->tx_payload_len > off) {
+            iov[n].iov_base = (void *)(uintptr_t)(s->tx_payload + off);
+            iov[n].iov_len = s->tx_payload_len - off;
+            n++;
+        }
+        n = tcp_iov_clip(iov, n, tcp_turn_room(&s->base));
+        if (n == 0)
+            return 0; /* the turn is spent */
+        ssize_t sent = tcp_send_iov(s->base.fd, iov, n);
+        if (sent < 0)
+            return (int)sent;
+        if (sent == 0) {
+            s->can_send = 0;
+            return 0;
+        }
+        tcp_conn_touch(&s->base);
+        tcp_turn_spend(&s->base, (uint64_t)sent);
+        s->tx_off += (uint64_t)sent;
+        if (s->tx_off == s->tx_head_len + s->tx_payload_len) {
+            s->tx_active = 0;
+            src_unpin(s, &s->tx_pin);
+            free(s->tx_heap);
+            s->tx_heap = NULL;
+        }
+    }
+    return 0;
+}
+
+/* ---- requests -------------------------------------------------------------------------------- */
+
+static int src_hello(struct tcp_source_conn *s, const uint8_t *body, size_t len)
+{
+    struct orb_wire_hello hello;
+    if (orb_wire_hello_decode(body, len, &hello) != 0)
+        return src_violation(s, "malformed HELLO", orb_last_error());
+    const struct orb_epoch *mine = orb_engine_epoch(s->tp->engine);
+    if (memcmp(hello.expected.bytes, mine->bytes, sizeof mine->bytes) != 0) {
+        ORB_LOGI("tcp source: %s expected another source epoch; refusing", s->base.name);
+        s->closing = 1;
+        return src_tx_error(s, 0, ORB_ESTALE,
+                            "this endpoint runs another source epoch than the one expected");
+    }
+    struct orb_wire_hello_ok ok = {.epoch = *mine, .max_payload = ORB_WIRE_MAX_PAYLOAD};
+    size_t out_len;
+    if (orb_wire_hello_ok_encode(&ok, s->tx_small, sizeof s->tx_small, &out_len) != 0)
+        return src_violation(s, "cannot encode HELLO_OK", orb_last_error());
+    s->authed = 1;
+    s->sender = hello.sender;
+    src_tx_set(s, s->tx_small, out_len, NULL, 0, NULL);
+    return 0;
+}
+
+static int src_describe(struct tcp_source_conn *s, uint64_t tag)
+{
+    struct orb_region_desc *regions = NULL;
+    size_t count = 0;
+    int rc = orb_registry_describe_remote(orb_engine_registry(s->tp->engine), &regions, &count);
+    if (rc != 0)
+        return src_tx_failure(s, tag, rc);
+    if (count > ORB_WIRE_MAX_REGIONS) {
+        free(regions);
+        return src_tx_error(s, tag, ORB_ERESOURCE, "more remote regions than one DESCRIBE_RESP holds");
+    }
+    size_t cap = orb_wire_describe_resp_size(count);
+    uint8_t *buf = malloc(cap);
+    if (buf == NULL) {
+        free(regions);
+        return src_tx_error(s, tag, ORB_ENOMEM, "out of memory for DESCRIBE_RESP");
+    }
+    size_t len;
+    rc = orb_wire_describe_resp_encode(tag, regions, count, buf, cap, &len);
+    free(regions);
+    if (rc != 0) {
+        free(buf);
+        return src_tx_failure(s, tag, rc);
+    }
+    s->tx_heap = buf;
+    src_tx_set(s, buf, len, NULL, 0, NULL);
+    return 0;
+}
+
+static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
+{
+    struct orb_wire_xfer req;
+    if (orb_wire_xfer_decode(body, len, &req) != 0)
+        return src_violation(s, "malformed READ_REQ", orb_last_error());
+    struct orb_reg *pin;
+    uint8_t *mem;
+    int rc = src_pin(s, req.addr, req.length, ORB_PERM_REMOTE_READ, &pin, &mem);
+    if (rc != 0)
+        return src_tx_failure(s, s->hdr.tag, rc);
+    size_t head_len;
+    rc = orb_wire_xfer_encode(ORB_WIRE_READ_RESP, s->hdr.tag, &req, s->tx_small,
+                              sizeof s->tx_small, &head_len);
+    if (rc != 0) {
+        src_unpin(s, &pin);
+        return src_violation(s, "cannot encode READ_RESP", orb_last_error());
+    }
+    src_tx_set(s, s->tx_small, head_len, mem, req.length, pin);
+    return 0;
+}
+
+static int src_write(struct tcp_source_conn *s, const uint8_t *body, size_t len)
+{
+    struct orb_wire_xfer req;
+    if (orb_wire_xfer_decode(body, len, &req) != 0)
+        return src_violation(s, "malformed WRITE_REQ", orb_last_error());
+    s->rx_len = req.length;
+    s->rx_off = 0;
+    int rc = src_pin(s, req.addr, req.length, ORB_PERM_REMOTE_WRITE, &s->rx_pin, &s->rx_mem);
+    if (rc != 0) {
+        /* Drain the payload without touching registered memory, then answer. */
+        s->refused_status = rc;
+        snprintf(s->refused_text, sizeof s->refused_text, "%s", orb_last_error());
+        s->rx_state = SRX_DISCARD;
+        return 0;
+    }
+    s->rx_state = SRX_PAYLOAD;
+    return 0;
+}
+
+static int src_notify(struct tcp_source_conn *s, const uint8_t *body, size_t len)
+{
+    struct orb_wire_notify m;
+    if (orb_wire_notify_decode(body, len, &m) != 0)
+        return src_violation(s, "malformed NOTIFY", orb_last_error());
+    int rc = orb_engine_deliver_notification(s->tp->engine, &s->sender, m.data, m.length);
+    if (rc != 0)
+        return src_tx_failure(s, s->hdr.tag, rc);
+    return src_tx_empty(s, ORB_WIRE_NOTIFY_RESP, s->hdr.tag);
+}
+
+/* The frame header just decoded may start here. 0 or ORB_EPROTO (logged) / ORB_ECLOSED. */
+static int src_admit_frame(struct tcp_source_conn *s)
+{
+    uint8_t type = s->hdr.type;
+    char detail[64];
+    snprintf(detail, sizeof detail, "%s (type %u)", orb_wire_type_name(type), (unsigned)type);
+    if (!s->authed && type != ORB_WIRE_HELLO)
+        return src_violation(s, "frame before HELLO", detail);
+    if (s->authed && type == ORB_WIRE_HELLO)
+        return src_violation(s, "second HELLO", "");
+    if (type != ORB_WIRE_HELLO && type != ORB_WIRE_DESCRIBE_REQ && type != ORB_WIRE_READ_REQ &&
+        type != ORB_WIRE_WRITE_REQ && type != ORB_WIRE_NOTIFY)
+        return src_violation(s, "not a request", detail);
+    if (!tcp_source_admits(s->tp))
+        return orb_fail(ORB_ECLOSED, "the source is closed");
+    if (s->hdr.body_len > TCP_RX_STAGE - ORB_WIRE_HEADER_LEN)
+        return src_violation(s, "oversized body", detail); /* the codec's limits are tighter */
+    return 0;
+}
+
+/* Serve the request whose body is staged. */
+static int src_dispatch(struct tcp_source_conn *s, const uint8_t *body, size_t len)
+{
+    s->rx_state = SRX_HEADER;
+    switch (s->hdr.type) {
+    case ORB_WIRE_HELLO: return src_hello(s, body, len);
+    case ORB_WIRE_DESCRIBE_REQ: return src_describe(s, s->hdr.tag);
+    case ORB_WIRE_READ_REQ: return src_read(s, body, len);
+    case ORB_WIRE_WRITE_REQ: return src_write(s, body, len);
+    case ORB_WIRE_NOTIFY: return src_notify(s, body, len);
+    default: return src_violation(s, "not a request", "");
+    }
+}
+
+/* Receive into the payload target. 1 when the payload is complete, 0 blocked, negative status. */
+static int src_rx_payload(struct tcp_source_conn *s, int discard)
+{
+    while (s->rx_off < s->rx_len) {
+        uint64_t left = s->rx_len - s->rx_off;
+        uint8_t *dst;
+        if (discard) {
+            dst = s->base.worker->scratch;
+            if (left > TCP_SCRATCH_LEN)
+                left = TCP_SCRATCH_LEN;
+        } else {
+            dst = s->rx_mem + s->rx_off;
+        }
+        ssize_t n = tcp_rx_into(&s->base, dst, (size_t)left);
+        if (n <= 0)
+            return (int)n;
+        s->rx_off += (uint64_t)n;
+    }
+    return 1;
+}
+
+/* One step of receiving. 1 progressed, 0 blocked, negative: close. */
+static int src_rx_step(struct tcp_source_conn *s)
+{
+    int rc;
+    switch (s->rx_state) {
+    case SRX_HEADER:
+        rc = tcp_rx_need(&s->base, ORB_WIRE_HEADER_LEN);
+        if (rc <= 0)
+            return rc;
+        if (orb_wire_header_decode(tcp_rx_peek(&s->base), &s->hdr) != 0)
+            return src_violation(s, "bad frame header", orb_last_error());
+        rc = src_admit_frame(s);
+        if (rc != 0)
+            return rc;
+        tcp_rx_consume(&s->base, ORB_WIRE_HEADER_LEN);
+        s->rx_state = SRX_BODY;
+        return 1;
+    case SRX_BODY: {
+        rc = tcp_rx_need(&s->base, s->hdr.body_len);
+        if (rc <= 0)
+            return rc;
+        const uint8_t *body = tcp_rx_peek(&s->base);
+        /* Consuming only moves indices: `body` stays valid until the next receive. */
+        tcp_rx_consume(&s->base, s->hdr.body_len);
+        rc = src_dispatch(s, body, s->hdr.body_len);
+        return rc < 0 ? rc : 1;
+    }
+    case SRX_PAYLOAD:
+        rc = src_rx_payload(s, 0);
+        if (rc <= 0)
+            return rc;
+        src_unpin(s, &s->rx_pin);
+        s->rx_mem = NULL;
+        s->rx_state = SRX_HEADER;
+        rc = src_tx_empty(s, ORB_WIRE_WRITE_RESP, s->hdr.tag);
+        return rc < 0 ? rc : 1;
+    case SRX_DISCARD:
+        rc = src_rx_payload(s, 1);
+        if (rc <= 0)
+            return rc;
+        s->rx_state = SRX_HEADER;
+        rc = src_tx_error(s, s->hdr.tag, s->refused_status, s->refused_text);
+        return rc < 0 ? rc : 1;
+    }
+    return ORB_EPROTO;
+}
+
+/* Close after a failed step, logging why unless it was an orderly end. */
+static void src_fail(struct tcp_source_conn *s, int status)
+{
+    if (status == ORB_EPROTO) {
+        tcp_source_conn_kill(s, "protocol violation");
+    } else if (status == ORB_ECLOSED) {
+        tcp_source_conn_kill(s, "the source is closed");
+    } else if (src_idle(s)) {
+        tcp_source_conn_kill(s, orb_last_error());
+    } else {
+        ORB_LOGW("tcp source: closing %s in the middle of a message: %s", s->base.name,
+                 orb_last_error());
+        tcp_source_conn_kill(s, "truncated message");
+    }
+}
+
+static void src_progress(struct tcp_source_conn *s)
+{
+    for (;;) {
+        if (s->tx_active) {
+            int rc = src_tx(s);
+            if (rc < 0) {
+                src_fail(s, rc);
+                return;
+            }
+            if (s->tx_active)
+                break; /* wait for EPOLLOUT (or the next turn) before reading the next request */
+            if (s->closing) {
+                tcp_source_conn_kill(s, "refused HELLO");
+                return;
+            }
+            if (!tcp_source_admits(s->tp)) {
+                tcp_source_conn_kill(s, "the source is closed");
+                return;
+            }
+        }
+        int rc = src_rx_step(s);
+        if (rc < 0) {
+            src_fail(s, rc);
+            return;
+        }
+        if (rc == 0)
+            break;
+    }
+    if (tcp_turn_room(&s->base) == 0)
+        tcp_worker_defer(s->base.worker, &s->base);
+}
+
+void tcp_source_conn_on_event(struct tcp_source_conn *s, uint32_t events)
+{
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        s->base.can_recv = 1;
+    if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+        s->can_send = 1;
+    src_progress(s);
+}
+
+void tcp_source_conn_scan(struct tcp_source_conn *s, uint64_t now)
+{
+    if (src_idle(s) && !tcp_source_admits(s->tp)) {
+        tcp_source_conn_kill(s, "the source is closed");
+        return;
+    }
+    uint64_t timeout = s->tp->io_timeout_ns;
+    uint64_t last = atomic_load_explicit(&s->base.last_progress_ns, memory_order_relaxed);
+    if (timeout != 0 && (!s->authed || !src_idle(s)) && now > last && now - last > timeout) {
+        ORB_LOGW("tcp source: closing %s: no progress for %llu s", s->base.name,
+                 (unsigned long long)(timeout / ORB_NS_PER_SEC));
+        tcp_source_conn_kill(s, "io timeout");
+    }
+}
+
+/* ---- listener -------------------------------------------------------------------------------- */
+
+int tcp_source_listen(struct tcp_transport *tp)
+{
+    const struct orb_engine_config *cfg = orb_engine_cfg(tp->engine);
+    int rc = tcp_listen(cfg->endpoint, tp->socket_buffer, &tp->listen_fd, tp->endpoint,
+                        sizeof tp->endpoint);
+    if (rc != 0)
+        return rc;
+    struct tcp_worker *w = &tp->workers[0];
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = &tp->listen_kind};
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, tp->listen_fd, &ev) != 0)
+        return orb_fail(ORB_EUNAVAILABLE, "cannot watch the listener: %s", strerror(errno));
+    return 0;
+}
+
+void tcp_listener_close(struct tcp_transport *tp)
+{
+    if (tp->listen_fd < 0)
+        return;
+    (void)epoll_ctl(tp->workers[0].epfd, EPOLL_CTL_DEL, tp->listen_fd, NULL);
+    close(tp->listen_fd);
+    tp->listen_fd = -1;
+}
+
+static void src_accept_one(struct tcp_transport *tp, int fd, const char *name)
+{
+    if (!tcp_source_admits(tp)) {
+        close(fd);
+        return;
+    }
+    if (atomic_load(&tp->source_conns) >= tp->max_connections) {
+        ORB_LOGW("tcp source: refusing %s: max_connections (%u) reached", name,
+                 tp->max_connections);
+        close(fd);
+        return;
+    }
+    struct tcp_source_conn *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        ORB_LOGW("tcp source: refusing %s: out of memory", name);
+        close(fd);
+        return;
+    }
+    tcp_conn_init(&s->base, TCP_KIND_SOURCE, fd, name);
+    s->tp = tp;
+    s->can_send = 1;
+    s->rx_state = SRX_HEADER;
+    tcp_socket_tune(fd, tp->socket_buffer);
+    atomic_fetch_add(&tp->source_conns, 1);
+    if (tcp_worker_handover(tcp_next_worker(tp), &s->base) != 0)
+        tcp_source_conn_kill(s, "the transport is stopping");
+}
+
+void tcp_listener_on_event(struct tcp_worker *w)
+{
+    struct tcp_transport *tp = w->tp;
+    while (tp->listen_fd >= 0) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(tp->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                ORB_LOGW("tcp source: accept failed: %s", strerror(errno));
+            return;
+        }
+        char name[TCP_NAME_MAX];
+        tcp_format_addr(&ss, name, sizeof name);
+        src_accept_one(tp, fd, name);
+    }
+}

@@ -1,0 +1,1195 @@
+/* The TCP transport, source and requester in one process over loopback: epoch checks, transfers
+ * of every size with byte-for-byte checks, pipelining, permissions and ranges, malformed frames
+ * from raw sockets, failures of the source mid-transfer, timeouts, notifications, DESCRIBE,
+ * slicing, withdrawal, fences and budgets. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/registry.h"
+#include "harness.h"
+#include "tcp/tcp_internal.h"
+#include "wire/wire.h"
+
+#define MIB (1024u * 1024u)
+
+static const struct orb_transport_ops *const T = &orb_tcp_transport;
+
+static orb_engine *requester_engine(void)
+{
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.enable_source = 0;
+    cfg.tcp_stripes = 2;
+    cfg.tcp_workers = 2;
+    cfg.io_timeout_s = 5;
+    return th_engine_new(&cfg);
+}
+
+/* A region that is no registration of anyone: a local buffer for the requester side. */
+static uint8_t *local_buf(size_t len, uint8_t seed)
+{
+    uint8_t *p = malloc(len);
+    assert_non_null(p);
+    th_fill(p, len, seed);
+    return p;
+}
+
+/* inflight() drops right after orb_xfer_done() returns: wait for it a little. */
+static uint64_t settled_inflight(orb_engine *e)
+{
+    uint64_t deadline = orb_deadline_after(5 * TH_SEC);
+    while (T->inflight(e->tp) != 0 && orb_now_ns() < deadline)
+        usleep(1000);
+    return T->inflight(e->tp);
+}
+
+/* ---- fake source: answers HELLO, then misbehaves ------------------------------------------- */
+
+enum fake_mode {
+    FAKE_SILENT,     /* swallow every request */
+    FAKE_WRONG_TYPE, /* answer each request with WRITE_RESP */
+    FAKE_WRONG_TAG   /* answer each request with the right type but another tag */
+};
+
+struct fake_source {
+    int listen_fd;
+    char endpoint[64];
+    struct orb_epoch epoch;
+    enum fake_mode mode;
+    atomic_int stop;
+    pthread_t thread;
+    int fds[32];
+    int authed[32];
+    int nfds;
+};
+
+static int recv_exact(int fd, uint8_t *buf, size_t len)
+{
+    return recv(fd, buf, len, MSG_WAITALL) == (ssize_t)len ? 0 : -1;
+}
+
+/* Serve one readable connection; -1 when it is finished. */
+static int fake_serve(struct fake_source *f, int i)
+{
+    int fd = f->fds[i];
+    uint8_t buf[ORB_WIRE_HEADER_LEN + 64];
+    if (!f->authed[i]) {
+        if (recv_exact(fd, buf, ORB_WIRE_HEADER_LEN + 40) != 0)
+            return -1;
+        struct orb_wire_hello_ok ok = {.epoch = f->epoch, .max_payload = ORB_WIRE_MAX_PAYLOAD};
+        size_t len;
+        assert_int_equal(orb_wire_hello_ok_encode(&ok, buf, sizeof buf, &len), 0);
+        f->authed[i] = 1;
+        return send(fd, buf, len, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
+    }
+    if (f->mode == FAKE_SILENT) {
+        uint8_t sink[65536];
+        ssize_t n = recv(fd, sink, sizeof sink, 0);
+        return n > 0 ? 0 : -1;
+    }
+    struct orb_wire_header h;
+    if (recv_exact(fd, buf, ORB_WIRE_HEADER_LEN) != 0 || orb_wire_header_decode(buf, &h) != 0)
+        return -1;
+    if (h.body_len > 0 && recv_exact(fd, buf, h.body_len) != 0)
+        return -1;
+    uint64_t tag = f->mode == FAKE_WRONG_TAG ? h.tag + 1000 : h.tag;
+    uint8_t type = f->mode == FAKE_WRONG_TAG ? ORB_WIRE_NOTIFY_RESP : ORB_WIRE_WRITE_RESP;
+    size_t len;
+    assert_int_equal(orb_wire_empty_encode(type, tag, buf, sizeof buf, &len), 0);
+    return send(fd, buf, len, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
+}
+
+static void *fake_main(void *arg)
+{
+    struct fake_source *f = arg;
+    while (!atomic_load(&f->stop)) {
+        struct pollfd p[33];
+        p[0].fd = f->listen_fd;
+        p[0].events = POLLIN;
+        for (int i = 0; i < f->nfds; i++) {
+            p[1 + i].fd = f->fds[i];
+            p[1 + i].events = POLLIN;
+        }
+        if (poll(p, (nfds_t)(1 + f->nfds), 50) <= 0)
+            continue;
+        if ((p[0].revents & POLLIN) && f->nfds < 32) {
+            int fd = accept(f->listen_fd, NULL, NULL);
+            if (fd >= 0) {
+                f->authed[f->nfds] = 0;
+                f->fds[f->nfds++] = fd;
+            }
+        }
+        for (int i = 0; i < f->nfds && i < (int)(sizeof p / sizeof p[0]) - 1; i++) {
+            if (!(p[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (fake_serve(f, i) != 0) {
+                close(f->fds[i]);
+                f->fds[i] = -1; /* poll ignores negative fds */
+            }
+        }
+    }
+    return NULL;
+}
+
+static struct fake_source *fake_start(enum fake_mode mode)
+{
+    struct fake_source *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->mode = mode;
+    f->epoch.bytes[0] = 0x5a;
+    f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(f->listen_fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(f->listen_fd, 16), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&sa, &sl), 0);
+    snprintf(f->endpoint, sizeof f->endpoint, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    atomic_init(&f->stop, 0);
+    assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+    return f;
+}
+
+static void fake_stop(struct fake_source *f)
+{
+    atomic_store(&f->stop, 1);
+    pthread_join(f->thread, NULL);
+    for (int i = 0; i < f->nfds; i++)
+        if (f->fds[i] >= 0)
+            close(f->fds[i]);
+    close(f->listen_fd);
+    free(f);
+}
+
+static void *fake_open(orb_engine *req, struct fake_source *f)
+{
+    void *peer = NULL;
+    assert_int_equal(T->peer_open(req->tp, f->endpoint, &f->epoch, orb_deadline_after(5 * TH_SEC),
+                                  &peer),
+                     0);
+    return peer;
+}
+
+/* ---- opening peers --------------------------------------------------------------------------- */
+
+static void test_open_wrong_epoch_is_stale(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    char ep[ORB_ENDPOINT_MAX];
+    th_endpoint(src, ep, sizeof ep);
+    struct orb_epoch wrong = src->epoch;
+    wrong.bytes[15] ^= 1;
+    void *peer = NULL;
+    assert_int_equal(T->peer_open(req->tp, ep, &wrong, orb_deadline_after(5 * TH_SEC), &peer),
+                     ORB_ESTALE);
+    assert_null(peer);
+    /* The source keeps serving the right epoch. */
+    peer = th_open(req, src);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+}
+
+static void test_open_refused_is_epeer(void **state)
+{
+    (void)state;
+    /* A port nobody listens on: bind one, note it, close it. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    orb_engine *req = requester_engine();
+    struct orb_epoch any = {{1}};
+    void *peer = NULL;
+    assert_int_equal(T->peer_open(req->tp, ep, &any, orb_deadline_after(TH_SEC), &peer), ORB_EPEER);
+    assert_int_equal(T->peer_open(req->tp, "no-port", &any, orb_deadline_after(TH_SEC), &peer),
+                     ORB_EINVAL);
+    assert_null(peer);
+    th_engine_free(req);
+}
+
+static void test_open_honours_deadline(void **state)
+{
+    (void)state;
+    /* A listener that never accepts: connect succeeds, HELLO_OK never comes. */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(lfd, 8), 0);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    orb_engine *req = requester_engine();
+    struct orb_epoch any = {{1}};
+    void *peer = NULL;
+    uint64_t t0 = orb_now_ns();
+    assert_int_equal(T->peer_open(req->tp, ep, &any, orb_deadline_after(200 * 1000 * 1000), &peer),
+                     ORB_ETIMEDOUT);
+    uint64_t took = orb_now_ns() - t0;
+    assert_true(took >= 150ull * 1000 * 1000 && took < 3 * TH_SEC);
+    close(lfd);
+    th_engine_free(req);
+}
+
+static void test_endpoint_needs_source(void **state)
+{
+    (void)state;
+    orb_engine *req = requester_engine();
+    char ep[ORB_ENDPOINT_MAX];
+    assert_int_equal(T->endpoint(req->tp, ep, sizeof ep), ORB_EUNAVAILABLE);
+    th_engine_free(req);
+
+    orb_engine *src = th_engine_new(NULL);
+    char tiny[4];
+    assert_int_equal(T->endpoint(src->tp, tiny, sizeof tiny), ORB_EINVAL);
+    th_endpoint(src, ep, sizeof ep);
+    assert_non_null(strstr(ep, "127.0.0.1:"));
+    assert_true(atoi(strchr(ep, ':') + 1) > 0);
+    th_engine_free(src);
+}
+
+static void test_restarted_source_is_stale(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    struct orb_epoch old_epoch = src->epoch;
+    char ep[ORB_ENDPOINT_MAX];
+    th_endpoint(src, ep, sizeof ep);
+    th_engine_free(src);
+
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    snprintf(cfg.endpoint, sizeof cfg.endpoint, "%s", ep);
+    orb_engine *again = th_engine_new(&cfg);
+    orb_engine *req = requester_engine();
+    void *peer = NULL;
+    assert_int_equal(T->peer_open(req->tp, ep, &old_epoch, orb_deadline_after(5 * TH_SEC), &peer),
+                     ORB_ESTALE);
+    th_engine_free(req);
+    th_engine_free(again);
+}
+
+/* ---- transfers ------------------------------------------------------------------------------- */
+
+/* READ `len` bytes at `off` of a remote region into a local buffer, then WRITE them back
+ * shifted, checking every byte and that nothing around the range changed. */
+static void roundtrip(void *peer, uint8_t *remote, size_t remote_len, size_t off, size_t len)
+{
+    uint8_t *local = local_buf(len + 2, 0x33);
+    uint8_t *before = malloc(remote_len);
+    assert_non_null(before);
+    memcpy(before, remote, remote_len);
+
+    struct th_xfer t;
+    th_xfer_init(&t, ORB_XFER_READ, local + 1, remote + off, len, NULL);
+    assert_int_equal(th_run(peer, &t, 30 * TH_SEC), 0);
+    assert_memory_equal(local + 1, remote + off, len);
+
+    th_fill(local + 1, len, 0x77);
+    th_xfer_init(&t, ORB_XFER_WRITE, local + 1, remote + off, len, NULL);
+    assert_int_equal(th_run(peer, &t, 30 * TH_SEC), 0);
+    assert_int_equal(t.effect, ORB_REMOTE_EFFECT_NONE);
+    assert_memory_equal(remote + off, local + 1, len);
+    assert_memory_equal(remote, before, off);
+    assert_memory_equal(remote + off + len, before + off + len, remote_len - off - len);
+    free(before);
+    free(local);
+}
+
+static void test_read_write_small_and_unaligned(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 3 * 4096, ORB_PERM_REMOTE_WRITE, 1, &owner);
+    void *peer = th_open(req, src);
+    roundtrip(peer, remote, 3 * 4096, 0, 1);               /* 1 byte */
+    roundtrip(peer, remote, 3 * 4096, 3 * 4096 - 1, 1);    /* the last byte */
+    roundtrip(peer, remote, 3 * 4096, 7, 4093);            /* unaligned both ends */
+    roundtrip(peer, remote, 3 * 4096, 4096, 4096);         /* one page */
+    roundtrip(peer, remote, 3 * 4096, 1, 3 * 4096 - 2);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+}
+
+static void test_read_write_64mib(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    size_t len = ORB_WIRE_MAX_PAYLOAD;
+    uint8_t *remote = th_region(src, len, ORB_PERM_REMOTE_WRITE, 2, &owner);
+    void *peer = th_open(req, src);
+    uint8_t *local = local_buf(len, 9);
+
+    struct th_xfer t;
+    th_xfer_init(&t, ORB_XFER_READ, local, remote, len, NULL);
+    assert_int_equal(th_run(peer, &t, 60 * TH_SEC), 0);
+    assert_memory_equal(local, remote, len);
+
+    th_fill(local, len, 10);
+    th_xfer_init(&t, ORB_XFER_WRITE, local, remote, len, NULL);
+    assert_int_equal(th_run(peer, &t, 60 * TH_SEC), 0);
+    assert_memory_equal(remote, local, len);
+
+    /* One request above the largest payload is refused before anything is accepted. */
+    th_xfer_init(&t, ORB_XFER_READ, local, remote, (uint64_t)len + 1, NULL);
+    struct orb_xfer *xp = &t.x;
+    assert_int_equal(T->peer_submit(peer, &xp, 1), ORB_EINVAL);
+    assert_int_equal(th_done_calls(&t), 0);
+
+    free(local);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+}
+
+static void test_many_pipelined(void **state)
+{
+    (void)state;
+    enum { N = 600, SZ = 4096 + 13 };
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, (size_t)N * SZ, ORB_PERM_REMOTE_WRITE, 3, &owner);
+    uint8_t *local = local_buf((size_t)N * SZ, 4);
+    uint8_t *expect = malloc((size_t)N * SZ);
+    assert_non_null(expect);
+    struct th_xfer *t = calloc(N, sizeof *t);
+    struct orb_xfer **xp = calloc(N, sizeof *xp);
+    assert_non_null(t);
+    assert_non_null(xp);
+    /* Even slots READ (remote -> local), odd slots WRITE (local -> remote). */
+    for (size_t i = 0; i < N; i++) {
+        size_t off = i * SZ;
+        if (i % 2 == 0)
+            memcpy(expect + off, remote + off, SZ);
+        else
+            memcpy(expect + off, local + off, SZ);
+        th_xfer_init(&t[i], i % 2 ? ORB_XFER_WRITE : ORB_XFER_READ, local + off, remote + off, SZ,
+                     NULL);
+        xp[i] = &t[i].x;
+    }
+    void *peer = th_open(req, src);
+    assert_int_equal(T->peer_submit(peer, xp, N), 0);
+    assert_int_equal(th_wait(t, N, 60 * TH_SEC), 0);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(t[i].done_calls, 1);
+        assert_int_equal(t[i].status, 0);
+        assert_int_equal(atomic_load(&t[i].may_start_calls), 1);
+        size_t off = i * SZ;
+        assert_memory_equal(i % 2 ? remote + off : local + off, expect + off, SZ);
+    }
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+    free(xp);
+    free(t);
+    free(expect);
+    free(local);
+}
+
+static void test_sequential_access_across_stripes(void **state)
+{
+    (void)state;
+    /* READ a range on stripe 1 (stripe 0 is busy), then WRITE it on stripe 0, then READ it back:
+     * the source serves them on different workers, ordered only by the answers in between. A
+     * race detector must see that order too. */
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 8 * MIB, ORB_PERM_REMOTE_WRITE, 22, &owner);
+    uint8_t *local = local_buf(8 * MIB, 23);
+    void *peer = th_open(req, src);
+    for (int round = 0; round < 3; round++) {
+        struct th_xfer t[2];
+        th_xfer_init(&t[0], ORB_XFER_READ, local + 4 * MIB, remote + 4 * MIB, 4 * MIB, NULL);
+        th_xfer_init(&t[1], ORB_XFER_READ, local, remote, 4096, NULL);
+        struct orb_xfer *xp[2] = {&t[0].x, &t[1].x};
+        assert_int_equal(T->peer_submit(peer, xp, 2), 0);
+        assert_int_equal(th_wait(t, 2, 30 * TH_SEC), 0);
+        assert_int_equal(t[0].status, 0);
+        assert_int_equal(t[1].status, 0);
+        th_fill(local, 4096, (uint8_t)(30 + round));
+        th_xfer_init(&t[0], ORB_XFER_WRITE, local, remote, 4096, NULL);
+        assert_int_equal(th_run(peer, &t[0], 10 * TH_SEC), 0);
+        /* Read back through the source (memcmp, unlike cmocka's compare, is seen by race
+         * detectors): the READ that follows the WRITE runs on the other worker. */
+        th_xfer_init(&t[1], ORB_XFER_READ, local + 4096, remote, 4096, NULL);
+        assert_int_equal(th_run(peer, &t[1], 10 * TH_SEC), 0);
+        assert_int_equal(memcmp(local + 4096, local, 4096), 0);
+    }
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+    free(local);
+}
+
+static void test_may_start_asked_once(void **state)
+{
+    (void)state;
+    /* More frames than one sendmsg() carries, on one stripe: every frame is asked once, even
+     * when it was gathered before and did not fit. */
+    enum { N = 40, SZ = 512 * 1024 };
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.enable_source = 0;
+    cfg.tcp_stripes = 1;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = th_engine_new(&cfg);
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, (size_t)N * SZ, ORB_PERM_REMOTE_WRITE, 20, &owner);
+    uint8_t *local = local_buf((size_t)N * SZ, 21);
+    struct th_xfer *t = calloc(N, sizeof *t);
+    struct orb_xfer *xp[N];
+    for (size_t i = 0; i < N; i++) {
+        th_xfer_init(&t[i], ORB_XFER_WRITE, local + i * SZ, remote + i * SZ, SZ, NULL);
+        xp[i] = &t[i].x;
+    }
+    void *peer = th_open(req, src);
+    assert_int_equal(T->peer_submit(peer, xp, N), 0);
+    assert_int_equal(th_wait(t, N, 60 * TH_SEC), 0);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(t[i].status, 0);
+        assert_int_equal(atomic_load(&t[i].may_start_calls), 1);
+    }
+    assert_memory_equal(remote, local, (size_t)N * SZ);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+    free(local);
+    free(t);
+}
+
+struct submitter {
+    void *peer;
+    uint8_t *remote;
+    uint8_t *local;
+    int ok;
+};
+
+static void *submit_thread(void *arg)
+{
+    struct submitter *s = arg;
+    enum { N = 100, SZ = 8192 };
+    struct th_xfer t[8];
+    s->ok = 1;
+    for (int round = 0; round < N / 8; round++) {
+        struct orb_xfer *xp[8];
+        for (int i = 0; i < 8; i++) {
+            th_xfer_init(&t[i], ORB_XFER_READ, s->local + (size_t)i * SZ, s->remote + (size_t)i * SZ,
+                         SZ, NULL);
+            xp[i] = &t[i].x;
+        }
+        if (T->peer_submit(s->peer, xp, 8) != 0 || th_wait(t, 8, 30 * TH_SEC) != 0) {
+            s->ok = 0;
+            return NULL;
+        }
+        for (int i = 0; i < 8; i++)
+            if (t[i].status != 0 || memcmp(s->local + (size_t)i * SZ, s->remote + (size_t)i * SZ, SZ))
+                s->ok = 0;
+    }
+    return NULL;
+}
+
+static void test_concurrent_submitters(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 8 * 8192, ORB_PERM_REMOTE_READ, 5, &owner);
+    void *peer = th_open(req, src);
+    struct submitter s[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        s[i] = (struct submitter){.peer = peer, .remote = remote, .local = local_buf(8 * 8192, 0)};
+        assert_int_equal(pthread_create(&th[i], NULL, submit_thread, &s[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(s[i].ok);
+        free(s[i].local);
+    }
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+}
+
+/* ---- permissions and ranges ------------------------------------------------------------------ */
+
+static void test_write_to_read_only_is_eperm(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    size_t len = 2 * MIB;
+    uint8_t *remote = th_region(src, len, ORB_PERM_REMOTE_READ, 6, &owner);
+    uint8_t *before = malloc(len);
+    memcpy(before, remote, len);
+    uint8_t *local = local_buf(len, 7);
+    void *peer = th_open(req, src);
+
+    /* A large refused WRITE: its payload is drained, the stream stays in step. */
+    struct th_xfer t[3];
+    th_xfer_init(&t[0], ORB_XFER_WRITE, local, remote, len, NULL);
+    th_xfer_init(&t[1], ORB_XFER_WRITE, local, remote + 5, 1, NULL);
+    th_xfer_init(&t[2], ORB_XFER_READ, local, remote + 100, 4096, NULL);
+    struct orb_xfer *xp[3] = {&t[0].x, &t[1].x, &t[2].x};
+    assert_int_equal(T->peer_submit(peer, xp, 3), 0);
+    assert_int_equal(th_wait(t, 3, 30 * TH_SEC), 0);
+    assert_int_equal(t[0].status, ORB_EPERM);
+    assert_int_equal(t[0].effect, ORB_REMOTE_EFFECT_NONE);
+    assert_int_equal(t[1].status, ORB_EPERM);
+    assert_int_equal(t[2].status, 0);
+    assert_memory_equal(local, remote + 100, 4096);
+    assert_memory_equal(remote, before, len);
+
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+    free(local);
+    free(before);
+}
+
+static void test_local_only_and_outside_ranges(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *lo_owner, *rw_owner;
+    uint8_t *local_only = th_region(src, 4096, ORB_PERM_LOCAL, 8, &lo_owner);
+    uint8_t *rw = th_region(src, 4096, ORB_PERM_REMOTE_WRITE, 9, &rw_owner);
+    uint8_t *local = local_buf(4096, 10);
+    void *peer = th_open(req, src);
+    struct th_xfer t;
+
+    th_xfer_init(&t, ORB_XFER_READ, local, local_only, 16, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), ORB_EPERM);
+    th_xfer_init(&t, ORB_XFER_WRITE, local, local_only, 16, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), ORB_EPERM);
+    /* One byte past either end. */
+    th_xfer_init(&t, ORB_XFER_READ, local, rw + 1, 4096, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), ORB_ENOENT);
+    th_xfer_init(&t, ORB_XFER_WRITE, local, rw - 1, 2, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), ORB_ENOENT);
+    assert_int_equal(t.effect, ORB_REMOTE_EFFECT_NONE);
+    /* The exact range still works on the same connections. */
+    th_xfer_init(&t, ORB_XFER_READ, local, rw, 4096, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), 0);
+    assert_memory_equal(local, rw, 4096);
+
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(lo_owner);
+    orb_host_memory_unref(rw_owner);
+    free(local);
+}
+
+/* ---- malformed frames ------------------------------------------------------------------------ */
+
+static void send_header(int fd, uint32_t magic, uint8_t type, uint32_t body_len, uint64_t tag)
+{
+    uint8_t h[ORB_WIRE_HEADER_LEN];
+    struct orb_wire_header hdr = {.type = type, .body_len = body_len, .tag = tag};
+    orb_wire_header_encode(&hdr, h);
+    if (magic != ORB_WIRE_MAGIC) {
+        h[0] = (uint8_t)magic;
+        h[1] = (uint8_t)(magic >> 8);
+        h[2] = (uint8_t)(magic >> 16);
+        h[3] = (uint8_t)(magic >> 24);
+    }
+    assert_int_equal(send(fd, h, sizeof h, MSG_NOSIGNAL), (ssize_t)sizeof h);
+}
+
+/* After `fd` was closed by the source, a normal peer still reads. */
+static void assert_still_serving(orb_engine *req, orb_engine *src, uint8_t *remote)
+{
+    void *peer = th_open(req, src);
+    uint8_t local[64];
+    struct th_xfer t;
+    th_xfer_init(&t, ORB_XFER_READ, local, remote, sizeof local, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), 0);
+    assert_memory_equal(local, remote, sizeof local);
+    T->peer_release(peer);
+}
+
+static void test_malformed_frames_close_only_their_connection(void **state)
+{
+    (void)state;
+    th_log_capture();
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 4096, ORB_PERM_REMOTE_WRITE, 11, &owner);
+    uint8_t *before = malloc(4096);
+    memcpy(before, remote, 4096);
+    void *bystander = th_open(req, src); /* an established peer that must survive */
+
+    /* Bad magic as the first frame. */
+    int fd = th_raw_connect(src);
+    send_header(fd, 0xdeadbeef, ORB_WIRE_HELLO, 40, 0);
+    assert_true(th_raw_closed(fd, 5 * TH_SEC));
+    close(fd);
+    assert_true(th_log_contains("bad frame header"));
+
+    /* A request before HELLO. */
+    fd = th_raw_connect(src);
+    send_header(fd, ORB_WIRE_MAGIC, ORB_WIRE_READ_REQ, 16, 1);
+    assert_true(th_raw_closed(fd, 5 * TH_SEC));
+    close(fd);
+    assert_true(th_log_contains("frame before HELLO"));
+
+    /* Wrong epoch: ERROR, then closed. */
+    fd = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fd, src, 0), ORB_WIRE_ERROR);
+    assert_true(th_raw_closed(fd, 5 * TH_SEC));
+    close(fd);
+
+    /* A second HELLO. */
+    fd = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fd, src, 1), ORB_WIRE_HELLO_OK);
+    send_header(fd, ORB_WIRE_MAGIC, ORB_WIRE_HELLO, 40, 0);
+    assert_int_equal(send(fd, before, 40, MSG_NOSIGNAL), 40);
+    assert_true(th_raw_closed(fd, 5 * TH_SEC));
+    close(fd);
+    assert_true(th_log_contains("second HELLO"));
+
+    /* An oversized body_len for a WRITE_REQ (and a payload that must never land). */
+    fd = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fd, src, 1), ORB_WIRE_HELLO_OK);
+    send_header(fd, ORB_WIRE_MAGIC, ORB_WIRE_WRITE_REQ, ORB_WIRE_MAX_BODY + 1, 7);
+    assert_true(th_raw_closed(fd, 5 * TH_SEC));
+    close(fd);
+
+    /* A response type sent by a requester. */
+    fd = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fd, src, 1), ORB_WIRE_HELLO_OK);
+    send_header(fd, ORB_WIRE_MAGIC, ORB_WIRE_WRITE_RESP, 0, 3);
+    assert_true(th_raw_closed(fd, 5 * TH_SEC));
+    close(fd);
+    assert_true(th_log_contains("not a request"));
+
+    /* An unknown type. */
+    fd = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fd, src, 1), ORB_WIRE_HELLO_OK);
+    send_header(fd, ORB_WIRE_MAGIC, 99, 0, 3);
+    assert_true(th_raw_closed(fd, 5 * TH_SEC));
+    close(fd);
+
+    /* A WRITE_REQ with a range outside the region: refused, payload drained, still open. */
+    fd = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fd, src, 1), ORB_WIRE_HELLO_OK);
+    uint8_t frame[ORB_WIRE_HEADER_LEN + 16 + 8];
+    size_t len;
+    struct orb_wire_xfer wx = {.addr = (uint64_t)(uintptr_t)remote + 4090, .length = 8};
+    assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_WRITE_REQ, 9, &wx, frame, sizeof frame, &len), 0);
+    memset(frame + len, 0xee, 8);
+    assert_int_equal(send(fd, frame, len + 8, MSG_NOSIGNAL), (ssize_t)(len + 8));
+    uint8_t answer[ORB_WIRE_HEADER_LEN];
+    assert_int_equal(recv(fd, answer, sizeof answer, MSG_WAITALL), (ssize_t)sizeof answer);
+    struct orb_wire_header ah;
+    assert_int_equal(orb_wire_header_decode(answer, &ah), 0);
+    assert_int_equal(ah.type, ORB_WIRE_ERROR);
+    assert_int_equal(ah.tag, 9);
+    /* Then a truncated header, and the client hangs up. */
+    assert_int_equal(send(fd, frame, 10, MSG_NOSIGNAL), 10);
+    close(fd);
+
+    assert_memory_equal(remote, before, 4096);
+    assert_still_serving(req, src, remote);
+    /* The established peer was never disturbed. */
+    uint8_t local[32];
+    struct th_xfer t;
+    th_xfer_init(&t, ORB_XFER_READ, local, remote + 1, sizeof local, NULL);
+    assert_int_equal(th_run(bystander, &t, 10 * TH_SEC), 0);
+    assert_memory_equal(local, remote + 1, sizeof local);
+    T->peer_release(bystander);
+
+    th_engine_free(req);
+    th_engine_free(src);
+    th_log_stop();
+    orb_host_memory_unref(owner);
+    free(before);
+}
+
+static void test_truncated_frame_is_logged(void **state)
+{
+    (void)state;
+    th_log_capture();
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 4096, ORB_PERM_REMOTE_WRITE, 12, &owner);
+    int fd = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fd, src, 1), ORB_WIRE_HELLO_OK);
+    send_header(fd, ORB_WIRE_MAGIC, ORB_WIRE_READ_REQ, 16, 5);
+    assert_int_equal(send(fd, "abc", 3, MSG_NOSIGNAL), 3); /* 3 of 16 body bytes */
+    close(fd);
+    uint64_t deadline = orb_deadline_after(5 * TH_SEC);
+    while (!th_log_contains("in the middle of a message") && orb_now_ns() < deadline)
+        usleep(1000);
+    assert_true(th_log_contains("in the middle of a message"));
+    assert_still_serving(req, src, remote);
+    th_engine_free(req);
+    th_engine_free(src);
+    th_log_stop();
+    orb_host_memory_unref(owner);
+}
+
+/* ---- the requester facing a misbehaving source ---------------------------------------------- */
+
+static void check_requester_proto_error(enum fake_mode mode, const char *logged)
+{
+    th_log_capture();
+    struct fake_source *f = fake_start(mode);
+    orb_engine *req = requester_engine();
+    void *peer = fake_open(req, f);
+    uint8_t local[16];
+    struct th_xfer t;
+    th_xfer_init(&t, ORB_XFER_READ, local, (void *)(uintptr_t)0x1000, sizeof local, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), ORB_EPROTO);
+    assert_true(th_log_contains(logged));
+    /* The peer is dead now: no reconnection, no replay. */
+    struct orb_xfer *xp = &t.x;
+    th_xfer_init(&t, ORB_XFER_READ, local, (void *)(uintptr_t)0x1000, sizeof local, NULL);
+    assert_int_equal(T->peer_submit(peer, &xp, 1), ORB_EPEER);
+    T->peer_release(peer);
+    th_engine_free(req);
+    fake_stop(f);
+    th_log_stop();
+}
+
+static void test_requester_rejects_wrong_response_type(void **state)
+{
+    (void)state;
+    check_requester_proto_error(FAKE_WRONG_TYPE, "wrong response type");
+}
+
+static void test_requester_rejects_wrong_tag(void **state)
+{
+    (void)state;
+    check_requester_proto_error(FAKE_WRONG_TAG, "answers no pending request");
+}
+
+static void test_io_timeout_fails_pending_work(void **state)
+{
+    (void)state;
+    th_log_capture();
+    struct fake_source *f = fake_start(FAKE_SILENT);
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.enable_source = 0;
+    cfg.tcp_stripes = 1;
+    cfg.io_timeout_s = 1;
+    orb_engine *req = th_engine_new(&cfg);
+    void *peer = fake_open(req, f);
+    uint8_t *local = local_buf(4096, 13);
+    struct th_xfer t[2];
+    th_xfer_init(&t[0], ORB_XFER_WRITE, local, (void *)(uintptr_t)0x1000, 4096, NULL);
+    th_xfer_init(&t[1], ORB_XFER_READ, local, (void *)(uintptr_t)0x1000, 4096, NULL);
+    struct orb_xfer *xp[2] = {&t[0].x, &t[1].x};
+    assert_int_equal(T->peer_submit(peer, xp, 2), 0);
+    assert_int_equal(T->inflight(req->tp), 2);
+    assert_int_equal(th_wait(t, 2, 10 * TH_SEC), 0);
+    assert_int_equal(t[0].status, ORB_EPEER);
+    assert_int_equal(t[0].effect, ORB_REMOTE_EFFECT_UNKNOWN); /* its payload went out */
+    assert_int_equal(t[1].status, ORB_EPEER);
+    assert_int_equal(t[1].effect, ORB_REMOTE_EFFECT_NONE);
+    assert_int_equal(settled_inflight(req), 0);
+    assert_true(th_log_contains("no progress"));
+    assert_int_equal(T->peer_submit(peer, xp, 1), ORB_EPEER);
+    T->peer_release(peer);
+    th_engine_free(req);
+    fake_stop(f);
+    th_log_stop();
+    free(local);
+}
+
+static void test_stop_requester_completes_with_eclosed(void **state)
+{
+    (void)state;
+    struct fake_source *f = fake_start(FAKE_SILENT);
+    orb_engine *req = requester_engine();
+    void *peer = fake_open(req, f);
+    uint8_t local[256];
+    struct th_xfer t[4];
+    struct orb_xfer *xp[4];
+    for (int i = 0; i < 4; i++) {
+        th_xfer_init(&t[i], ORB_XFER_READ, local, (void *)(uintptr_t)0x1000, 64, NULL);
+        xp[i] = &t[i].x;
+    }
+    assert_int_equal(T->peer_submit(peer, xp, 4), 0);
+    T->stop(req->tp);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(th_done_calls(&t[i]), 1); /* done before stop() returned */
+        assert_int_equal(t[i].status, ORB_ECLOSED);
+    }
+    assert_int_equal(T->inflight(req->tp), 0); /* stop() joined the workers */
+    assert_int_equal(T->peer_submit(peer, xp, 1), ORB_ECLOSED);
+    struct orb_region_desc *regions;
+    size_t count;
+    assert_int_equal(T->peer_describe(peer, orb_deadline_after(TH_SEC), &regions, &count),
+                     ORB_ECLOSED);
+    T->peer_release(peer); /* after stop: still safe */
+    th_engine_free(req);
+    fake_stop(f);
+}
+
+static void test_source_stop_mid_transfer(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    size_t len = 16 * MIB;
+    /* READs come from the first half, WRITEs go to the second: no two touch the same bytes. */
+    uint8_t *remote = th_region(src, 2 * len, ORB_PERM_REMOTE_WRITE, 14, &owner);
+    void *peer = th_open(req, src);
+    enum { N = 4 };
+    uint8_t *local = local_buf((size_t)N * len, 15);
+    struct th_xfer t[N];
+    struct orb_xfer *xp[N];
+    for (int i = 0; i < N; i++) {
+        th_xfer_init(&t[i], i % 2 ? ORB_XFER_WRITE : ORB_XFER_READ, local + (size_t)i * len,
+                     remote + (i % 2 ? len : 0), len, NULL);
+        xp[i] = &t[i].x;
+    }
+    assert_int_equal(T->peer_submit(peer, xp, N), 0);
+    th_engine_free(src); /* stop mid-transfer: pins released, nothing touched afterwards */
+    assert_int_equal(th_wait(t, N, 30 * TH_SEC), 0);
+    int failed = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(t[i].done_calls, 1);
+        assert_true(t[i].status == 0 || t[i].status == ORB_EPEER || t[i].status == ORB_ECLOSED);
+        if (t[i].status != 0) {
+            failed++;
+            if (t[i].x.op == ORB_XFER_READ)
+                assert_int_equal(t[i].effect, ORB_REMOTE_EFFECT_NONE);
+        }
+    }
+    assert_true(failed > 0);
+    assert_int_equal(settled_inflight(req), 0);
+    assert_int_equal(T->peer_submit(peer, xp, 1), ORB_EPEER);
+    T->peer_release(peer);
+    th_engine_free(req);
+    orb_host_memory_unref(owner);
+    free(local);
+}
+
+/* ---- notifications, DESCRIBE, slicing, withdrawal ------------------------------------------- */
+
+static void test_notification_delivery(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    void *peer = th_open(req, src);
+    uint8_t msg[ORB_NOTIFY_MAX];
+    th_fill(msg, sizeof msg, 16);
+    struct th_xfer t;
+    th_xfer_init(&t, ORB_XFER_NOTIFY, msg, NULL, sizeof msg, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), 0);
+    struct orb_notification_msg got;
+    assert_int_equal(th_notes(src, &got, 0), 1);
+    assert_int_equal(got.length, sizeof msg);
+    assert_memory_equal(got.data, msg, sizeof msg);
+    assert_memory_equal(got.sender.bytes, req->epoch.bytes, sizeof got.sender.bytes);
+
+    /* The source refuses: the status comes back, the connection stays. */
+    th_set_notify_status(ORB_ERESOURCE);
+    th_xfer_init(&t, ORB_XFER_NOTIFY, msg, NULL, 1, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), ORB_ERESOURCE);
+    th_set_notify_status(0);
+    th_xfer_init(&t, ORB_XFER_NOTIFY, msg, NULL, 1, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), 0);
+    assert_int_equal(th_notes(src, NULL, 0), 2);
+
+    /* Too long a notification is refused up front. */
+    th_xfer_init(&t, ORB_XFER_NOTIFY, msg, NULL, ORB_NOTIFY_MAX + 1, NULL);
+    struct orb_xfer *xp = &t.x;
+    assert_int_equal(T->peer_submit(peer, &xp, 1), ORB_EINVAL);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+}
+
+static void test_notification_orders_data(void **state)
+{
+    (void)state;
+    /* Data WRITTEN on a stripe, then a notification on CONTROL (another source worker): whoever
+     * takes the notification from the queue may read the data (the point of notifications). */
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 65536, ORB_PERM_REMOTE_WRITE, 24, &owner);
+    uint8_t *local = local_buf(65536, 25);
+    void *peer = th_open(req, src);
+    struct th_xfer t;
+    th_xfer_init(&t, ORB_XFER_WRITE, local, remote, 65536, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), 0);
+    th_xfer_init(&t, ORB_XFER_NOTIFY, local, NULL, 8, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), 0);
+    struct orb_notification_msg got;
+    assert_int_equal(th_notes(src, &got, 0), 1); /* synchronises with the delivery */
+    assert_int_equal(memcmp(remote, local, 65536), 0); /* memcmp: seen by race detectors */
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+    free(local);
+}
+
+static void test_describe(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *a, *b, *c;
+    uint8_t *ra = th_region(src, 4096, ORB_PERM_REMOTE_READ, 1, &a);
+    uint8_t *rb = th_region(src, 8192, ORB_PERM_REMOTE_WRITE, 2, &b);
+    (void)th_region(src, 4096, ORB_PERM_LOCAL, 3, &c);
+    void *peer = th_open(req, src);
+    struct orb_region_desc *regions = NULL;
+    size_t count = 0;
+    assert_int_equal(T->peer_describe(peer, orb_deadline_after(5 * TH_SEC), &regions, &count), 0);
+    assert_int_equal(count, 2);
+    int seen_a = 0, seen_b = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (regions[i].addr == (uint64_t)(uintptr_t)ra) {
+            seen_a = regions[i].length == 4096 && regions[i].perm == ORB_PERM_REMOTE_READ;
+        } else if (regions[i].addr == (uint64_t)(uintptr_t)rb) {
+            seen_b = regions[i].length == 8192 && regions[i].perm == ORB_PERM_REMOTE_WRITE;
+        }
+    }
+    assert_true(seen_a && seen_b);
+    free(regions);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(a);
+    orb_host_memory_unref(b);
+    orb_host_memory_unref(c);
+}
+
+static void test_describe_deadline(void **state)
+{
+    (void)state;
+    struct fake_source *f = fake_start(FAKE_SILENT);
+    orb_engine *req = requester_engine();
+    void *peer = fake_open(req, f);
+    struct orb_region_desc *regions = NULL;
+    size_t count = 0;
+    assert_int_equal(T->peer_describe(peer, orb_deadline_after(100 * 1000 * 1000), &regions, &count),
+                     ORB_ETIMEDOUT);
+    assert_null(regions);
+    T->peer_release(peer);
+    th_engine_free(req);
+    fake_stop(f);
+}
+
+static void test_slice_len(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL); /* 2 stripes, threshold 1 MiB */
+    orb_engine *req = requester_engine();
+    void *peer = th_open(req, src);
+    assert_int_equal(T->peer_slice_len(peer, 0), 1);
+    assert_int_equal(T->peer_slice_len(peer, 1), 1);
+    assert_int_equal(T->peer_slice_len(peer, MIB), MIB);
+    assert_int_equal(T->peer_slice_len(peer, MIB + 1), 9 * 65536);     /* ceil(/2) up to 64 KiB */
+    assert_int_equal(T->peer_slice_len(peer, 8 * MIB), 4 * MIB);
+    assert_int_equal(T->peer_slice_len(peer, 1ull << 30), ORB_WIRE_MAX_PAYLOAD);
+    assert_int_equal(T->peer_slice_len(peer, UINT64_MAX), ORB_WIRE_MAX_PAYLOAD);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+}
+
+static void test_withdrawn_xfers_are_not_sent(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 4096, ORB_PERM_REMOTE_WRITE, 17, &owner);
+    uint8_t *before = malloc(4096);
+    memcpy(before, remote, 4096);
+    uint8_t *local = local_buf(4096, 18);
+    void *peer = th_open(req, src);
+    struct orb_batch withdrawn_batch, live_batch;
+    atomic_init(&withdrawn_batch.withdraw, 1);
+    atomic_init(&live_batch.withdraw, 0);
+    struct th_xfer t[3];
+    th_xfer_init(&t[0], ORB_XFER_WRITE, local, remote, 4096, &withdrawn_batch);
+    th_xfer_init(&t[1], ORB_XFER_READ, local + 100, remote + 100, 100, &live_batch);
+    th_xfer_init(&t[2], ORB_XFER_WRITE, local, remote, 4096, &withdrawn_batch);
+    struct orb_xfer *xp[3] = {&t[0].x, &t[1].x, &t[2].x};
+    assert_int_equal(T->peer_submit(peer, xp, 3), 0);
+    assert_int_equal(th_wait(t, 3, 10 * TH_SEC), 0);
+    assert_int_equal(t[0].status, ORB_ETIMEDOUT);
+    assert_int_equal(t[0].effect, ORB_REMOTE_EFFECT_NONE);
+    assert_int_equal(atomic_load(&t[0].may_start_calls), 1);
+    assert_int_equal(t[2].status, ORB_ETIMEDOUT);
+    assert_int_equal(t[1].status, 0);
+    assert_memory_equal(remote, before, 4096);
+    assert_int_equal(settled_inflight(req), 0);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+    free(before);
+    free(local);
+}
+
+/* ---- fences, release, budgets ---------------------------------------------------------------- */
+
+static unsigned source_conns(orb_engine *src)
+{
+    return atomic_load(&((struct tcp_transport *)src->tp)->source_conns);
+}
+
+static int wait_source_conns(orb_engine *src, unsigned want)
+{
+    uint64_t deadline = orb_deadline_after(5 * TH_SEC);
+    while (source_conns(src) != want && orb_now_ns() < deadline)
+        usleep(1000);
+    return source_conns(src) == want;
+}
+
+static void test_release_closes_connections(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    void *peer = th_open(req, src);
+    assert_true(wait_source_conns(src, 3)); /* CONTROL + 2 stripes */
+    T->peer_release(peer);
+    assert_true(wait_source_conns(src, 0));
+    th_engine_free(req);
+    th_engine_free(src);
+}
+
+static void test_close_source(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 4096, ORB_PERM_REMOTE_READ, 19, &owner);
+    void *peer = th_open(req, src);
+    char ep[ORB_ENDPOINT_MAX];
+    th_endpoint(src, ep, sizeof ep);
+    atomic_store(&src->source_open, 0);
+    T->close_source(src->tp);
+    T->close_source(src->tp); /* idempotent */
+    assert_true(wait_source_conns(src, 0));
+    uint8_t local[16];
+    struct th_xfer t;
+    th_xfer_init(&t, ORB_XFER_READ, local, remote, sizeof local, NULL);
+    struct orb_xfer *xp = &t.x;
+    int rc = T->peer_submit(peer, &xp, 1);
+    if (rc == 0) {
+        assert_int_equal(th_wait(&t, 1, 10 * TH_SEC), 0);
+        rc = t.status;
+    }
+    assert_int_equal(rc, ORB_EPEER);
+    void *again = NULL;
+    assert_int_equal(T->peer_open(req->tp, ep, &src->epoch, orb_deadline_after(TH_SEC), &again),
+                     ORB_EPEER);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+}
+
+static void test_max_connections(void **state)
+{
+    (void)state;
+    th_log_capture();
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.max_connections = 2;
+    orb_engine *src = th_engine_new(&cfg);
+    orb_engine *req = requester_engine(); /* needs 3 connections */
+    char ep[ORB_ENDPOINT_MAX];
+    th_endpoint(src, ep, sizeof ep);
+    void *peer = NULL;
+    assert_int_equal(T->peer_open(req->tp, ep, &src->epoch, orb_deadline_after(5 * TH_SEC), &peer),
+                     ORB_EPEER);
+    assert_true(th_log_contains("max_connections"));
+    assert_true(wait_source_conns(src, 0));
+    th_engine_free(req);
+    th_engine_free(src);
+    th_log_stop();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_wrong_epoch_is_stale),
+        cmocka_unit_test(test_open_refused_is_epeer),
+        cmocka_unit_test(test_open_honours_deadline),
+        cmocka_unit_test(test_endpoint_needs_source),
+        cmocka_unit_test(test_restarted_source_is_stale),
+        cmocka_unit_test(test_malformed_frames_close_only_their_connection),
+        cmocka_unit_test(test_truncated_frame_is_logged),
+        cmocka_unit_test(test_requester_rejects_wrong_response_type),
+        cmocka_unit_test(test_requester_rejects_wrong_tag),
+        cmocka_unit_test(test_io_timeout_fails_pending_work),
+        cmocka_unit_test(test_stop_requester_completes_with_eclosed),
+        cmocka_unit_test(test_source_stop_mid_transfer),
+        cmocka_unit_test(test_write_to_read_only_is_eperm),
+        cmocka_unit_test(test_local_only_and_outside_ranges),
+        cmocka_unit_test(test_withdrawn_xfers_are_not_sent),
+        cmocka_unit_test(test_close_source),
+        cmocka_unit_test(test_max_connections),
+        cmocka_unit_test(test_release_closes_connections),
+        cmocka_unit_test(test_slice_len),
+        cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_describe_deadline),
+        cmocka_unit_test(test_notification_delivery),
+        cmocka_unit_test(test_notification_orders_data),
+        cmocka_unit_test(test_read_write_small_and_unaligned),
+        cmocka_unit_test(test_many_pipelined),
+        cmocka_unit_test(test_may_start_asked_once),
+        cmocka_unit_test(test_sequential_access_across_stripes),
+        cmocka_unit_test(test_concurrent_submitters),
+        cmocka_unit_test(test_read_write_64mib),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,4 @@
+# The TCP transport against a fake engine (tests/tcp/harness.c stands in for engine.c/batch.c).
+orb_unit_test(test_tcp
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tcp.c ${CMAKE_CURRENT_LIST_DIR}/harness.c
+  OBJECTS orb_base orb_wire orb_mem orb_config orb_tcp)
