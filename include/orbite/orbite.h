@@ -140,7 +140,8 @@ struct orb_engine_config {
     uint64_t tcp_stripe_threshold;
     /** SO_SNDBUF/SO_RCVBUF in bytes; 0 leaves the kernel's autotuning (default 0). */
     uint32_t tcp_socket_buffer;
-    /** Microseconds a waiting caller spins before sleeping (default 50, 0..10000). */
+    /** Microseconds a waiting caller spins before sleeping (default 200, 0..10000): a response
+     *  that arrives within it costs no thread wake-up. */
     uint32_t busy_poll_us;
     /** Seconds without progress after which a connection with pending work is failed (default 30). */
     uint32_t io_timeout_s;

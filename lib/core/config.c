@@ -101,7 +101,7 @@ ORB_EXPORT int orb_engine_config_init(struct orb_engine_config *cfg)
     cfg->tcp_workers = 2;
     cfg->tcp_stripe_threshold = 1u << 20;
     cfg->tcp_socket_buffer = 0;
-    cfg->busy_poll_us = 50;
+    cfg->busy_poll_us = 200;
     cfg->io_timeout_s = 30;
     cfg->max_batches = 1024;
     cfg->max_batch_requests = 65536;

@@ -120,7 +120,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.tcp_workers, 2);
     assert_int_equal(cfg.tcp_stripe_threshold, 1u << 20);
     assert_int_equal(cfg.tcp_socket_buffer, 0);
-    assert_int_equal(cfg.busy_poll_us, 50);
+    assert_int_equal(cfg.busy_poll_us, 200);
     assert_int_equal(cfg.io_timeout_s, 30);
     assert_int_equal(cfg.max_batches, 1024);
     assert_int_equal(cfg.max_batch_requests, 65536);
