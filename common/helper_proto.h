@@ -87,15 +87,28 @@ struct orb_hp_msg {
 };
 
 /* Validate and split a received datagram of `len` bytes: magic, version, known type,
- * length == len, len <= ORB_HP_MAX_MSG. Errors: ORB_EPROTO naming the field. */
+ * length == len, len <= ORB_HP_MAX_MSG, body length within orb_hp_body_limits() of the type.
+ * Errors: ORB_EPROTO naming the field. */
 int orb_hp_parse(const uint8_t *buf, size_t len, struct orb_hp_msg *out);
 
-/* Names: 1..64 of [A-Za-z0-9_.-], not "." or "..". */
+/* Smallest and largest body (bytes after the header) a message of `type` can have; 0 and 0 for
+ * unknown types. For dispatch tables and for orb_hp_parse. */
+void orb_hp_body_limits(uint16_t type, uint32_t *min_len, uint32_t *max_len);
+
+/* "HELLO", "INVENTORY_REPLY", ... for logs; "unknown" otherwise. Never NULL. */
+const char *orb_hp_type_name(uint16_t type);
+
+/* Names: 1..64 of [A-Za-z0-9_.-], not "." or "..". Returns 1 when valid, else 0. */
 int orb_hp_name_valid(const char *name, size_t len);
 
 /* Encoders write a whole datagram (header + body) into buf[ORB_HP_MAX_MSG] and set *len_out;
- * ORB_EINVAL on an out-of-range field. Decoders take a parsed message of the right type and
- * return ORB_EPROTO on any malformed, out-of-range or trailing byte. */
+ * ORB_EINVAL on an out-of-range field (nothing is written then). Encoders check the same rules
+ * as decoders, so whatever encodes also decodes, to the same values. Decoders take a parsed
+ * message of the right type (another type is ORB_EPROTO) and return ORB_EPROTO on any
+ * malformed, out-of-range or trailing byte; outputs are written only on success. A reply with a
+ * non-zero status decodes with that status and every other output zeroed. */
+
+/* HELLO and HELLO_REPLY carry ORB_HP_VERSION; their decoders refuse any other version. */
 int orb_hp_encode_hello(uint32_t seq, uint8_t *buf, size_t *len_out);
 int orb_hp_decode_hello(const struct orb_hp_msg *m, uint32_t *version);
 int orb_hp_encode_hello_reply(uint32_t seq, int32_t status, uint32_t uid, uint32_t gid,
@@ -105,7 +118,14 @@ int orb_hp_decode_hello_reply(const struct orb_hp_msg *m, int32_t *status, uint3
 
 int orb_hp_encode_inventory(uint32_t seq, uint8_t kind, uint32_t index, uint8_t *buf, size_t *len_out);
 int orb_hp_decode_inventory(const struct orb_hp_msg *m, uint8_t *kind, uint32_t *index);
-/* Exactly one of nic/gpu/numa is used, per `kind`. */
+/* Exactly one of nic/gpu/numa is used, per `kind` (the reply does not repeat it: the caller
+ * passes the kind it asked for). On success total is 1..64 (the model's maximum for the kind).
+ * Items go field by field, counted arrays sending only their first nports ports, ngids GIDs
+ * and depth hops (see docs/helper-protocol.md); a NIC with every port and GID fits.
+ * Rules: NIC id < 64, usable 0/1, name a valid name of at most 63 bytes (empty only when
+ * unusable), PCI strings lowercase hex, ':' and '.' (roots "pci..."), NUMA node -1..65535,
+ * port numbers non-zero, known port states, link layers and GID types, no all-zero GID;
+ * GPU ordinal < 64; NUMA node id 0..65535 with at most 64 distances. */
 int orb_hp_encode_inventory_reply(uint32_t seq, int32_t status, uint32_t total, uint8_t kind,
                                   const struct orb_topo_nic *nic, const struct orb_topo_gpu *gpu,
                                   const struct orb_topo_numa *numa, uint8_t *buf, size_t *len_out);
@@ -113,7 +133,10 @@ int orb_hp_decode_inventory_reply(const struct orb_hp_msg *m, uint8_t kind, int3
                                   uint32_t *total, struct orb_topo_nic *nic,
                                   struct orb_topo_gpu *gpu, struct orb_topo_numa *numa);
 
-int orb_hp_encode_empty(uint16_t type, uint32_t seq, uint8_t *buf, size_t *len_out); /* POLICY, PEERMEM_PROBE */
+/* POLICY and PEERMEM_PROBE have empty bodies. */
+int orb_hp_encode_empty(uint16_t type, uint32_t seq, uint8_t *buf, size_t *len_out);
+int orb_hp_decode_empty(const struct orb_hp_msg *m); /* 0 for an empty POLICY or PEERMEM_PROBE */
+/* A bare status: DEVX_REPLY, or the failure reply (status != 0) of any reply type. */
 int orb_hp_encode_status(uint16_t type, uint32_t seq, int32_t status, uint8_t *buf, size_t *len_out);
 int orb_hp_decode_status(const struct orb_hp_msg *m, int32_t *status); /* status-only replies */
 
@@ -123,7 +146,8 @@ int orb_hp_decode_policy_reply(const struct orb_hp_msg *m, int32_t *status, stru
 
 int orb_hp_encode_open_device(uint32_t seq, const char *nic, uint8_t *buf, size_t *len_out);
 int orb_hp_decode_open_device(const struct orb_hp_msg *m, char nic[ORB_HP_NAME_MAX + 1]);
-/* OPEN_DEVICE_REPLY and SLOT_REPLY: status | u32 nfds. */
+/* OPEN_DEVICE_REPLY and SLOT_REPLY: status | u32 nfds (1..ORB_HP_MAX_FDS on success; a
+ * failure carries none and decodes as nfds 0). */
 int orb_hp_encode_fd_reply(uint16_t type, uint32_t seq, int32_t status, uint32_t nfds, uint8_t *buf,
                            size_t *len_out);
 int orb_hp_decode_fd_reply(const struct orb_hp_msg *m, int32_t *status, uint32_t *nfds);
@@ -142,14 +166,20 @@ int orb_hp_decode_devx_verify(const struct orb_hp_msg *m, struct orb_hp_devx_ver
 
 /* ---- datagram I/O ------------------------------------------------------------------------ */
 
-/* Send one datagram, with `nfds` (0..ORB_HP_MAX_FDS) descriptors as SCM_RIGHTS. */
+/* Send one datagram, with `nfds` (0..ORB_HP_MAX_FDS) descriptors as SCM_RIGHTS (the caller
+ * keeps its own copies). EINTR is retried; a closed peer is ORB_EPEER (never SIGPIPE). */
 int orb_hp_send(int sock, const uint8_t *buf, size_t len, const int *fds, size_t nfds);
 
 /* Receive one datagram into buf[ORB_HP_MAX_MSG] within `timeout_ms` (-1: none), with
  * MSG_CMSG_CLOEXEC. At most `max_fds` descriptors are accepted; any other control message,
  * more descriptors, MSG_TRUNC or MSG_CTRUNC is ORB_EPROTO (and every received fd is closed).
- * EOF is ORB_EPEER, a timeout ORB_ETIMEDOUT. */
+ * EOF is ORB_EPEER, a timeout ORB_ETIMEDOUT. EINTR is retried within the same deadline.
+ * On success the caller owns fds[0..*nfds_out) and must still compare *nfds_out with the
+ * count the reply declares (orb_hp_close_fds on a mismatch). */
 int orb_hp_recv(int sock, uint8_t *buf, size_t *len_out, int *fds, size_t max_fds, size_t *nfds_out,
                 int timeout_ms);
+
+/* Close fds[0..n) that are >= 0 and set them to -1. NULL-safe. */
+void orb_hp_close_fds(int *fds, size_t n);
 
 #endif
