@@ -1,6 +1,7 @@
-/* The administrator's policy (/etc/orbite/policy.d/*.ini), parsed with inih and decided per
- * tenant. Linked by orbite-helper and tools/orbite-policy. Fails closed: any problem with any
- * file yields a policy that denies everything, with the reason kept for logs and `check`. */
+/* The administrator's policy (the "*.ini" files of /etc/orbite/policy.d), parsed with inih
+ * and decided per tenant. Linked by orbite-helper and tools/orbite-policy. Fails closed: any
+ * problem with any file yields a policy that denies everything, with the reason kept for logs
+ * and `check`. */
 #ifndef ORB_COMMON_POLICY_H
 #define ORB_COMMON_POLICY_H
 
@@ -12,17 +13,35 @@
 
 struct orb_policy;
 
-/* Read every "*.ini" regular file of the directory open at `dirfd` (sorted by name), opened with
- * openat(O_NOFOLLOW) and checked after opening with fstat: regular file, owned by root (uid 0;
- * `expected_owner` lets tests pass their own uid), not group/world writable, one link. No
- * policy files at all is valid and denies RDMA devices (see docs/operations.md).
- * Always returns a policy in *out unless out of memory (ORB_ENOMEM): on any bad file the policy
- * is deny-all and orb_policy_error() says why. Returns 0 for a clean load, ORB_ECONFIG for a
- * deny-all caused by a bad file. `origin` names the directory in messages. */
+/* Read every "*.ini" file of the directory open at `dirfd` (not closed; names starting with
+ * '.' skipped; bytewise name order). The directory must be owned by `expected_owner` (root, 0;
+ * tests pass their own uid) and not group/world writable. Each file is opened with
+ * openat(O_NOFOLLOW | O_NONBLOCK) and checked after opening with fstat: regular file, owned by
+ * `expected_owner`, not group/world writable, one link, at most 64 KiB; its name must be
+ * [A-Za-z0-9_.@+-]{1,128}. No policy files at all is valid and gives the built-in defaults,
+ * which deny RDMA devices (see docs/policy.md).
+ * Always returns a policy in *out unless out of memory (ORB_ENOMEM) or EINVAL (dirfd < 0, out
+ * NULL): on any problem the policy is deny-all and orb_policy_error() says why. Returns 0 for a
+ * clean load, ORB_ECONFIG for a deny-all. `origin` names the directory in messages. */
 int orb_policy_load_dir(int dirfd, const char *origin, uint32_t expected_owner, struct orb_policy **out);
 
-/* Parse one INI text (no file checks): for tests, fuzzing and `orbite-policy check`. */
+/* Parse one INI text (no file checks): for tests, fuzzing and `orbite-policy check`. The empty
+ * text gives the built-in defaults (what a missing policy directory means). */
 int orb_policy_load_string(const char *text, const char *origin, struct orb_policy **out);
+
+/* `orbite-policy check`: called once per "*.ini" file in load order with error NULL (the file
+ * is good) or the first problem ("file:line: reason"); once with file = origin for a problem
+ * with the directory itself. */
+typedef void (*orb_policy_report_fn)(void *ctx, const char *file, const char *error);
+
+/* Check the directory like orb_policy_load_dir, but go on after a bad file so that every file
+ * is reported. Returns 0 when the whole policy is clean, ORB_ECONFIG when anything is wrong,
+ * ORB_EINVAL, ORB_ENOMEM. */
+int orb_policy_check_dir(int dirfd, const char *origin, uint32_t expected_owner, orb_policy_report_fn report,
+                         void *ctx);
+
+/* How many policy files were read (for messages). */
+size_t orb_policy_file_count(const struct orb_policy *p);
 
 /* NULL for a clean policy, else why everything is denied ("file:line: reason"). */
 const char *orb_policy_error(const struct orb_policy *p);
@@ -39,15 +58,22 @@ struct orb_policy_subject {
     const char *const *group_names;
 };
 
-/* One decided item and the line that decided it, for `orbite-policy explain`. */
+/* One decided item and the line that decided it, for `orbite-policy explain`. A decision
+ * has at most ORB_POLICY_MAX_REASONS items. */
+#define ORB_POLICY_MAX_REASONS 160
+
 struct orb_policy_reason {
     char item[96];        /* e.g. "nic mlx5_0", "transport rdma", "max_grants" */
     char verdict[96];     /* e.g. "allowed", "denied", "64" */
-    char source[160];     /* "file.ini:12 [group:gpu]" or "default: deny" */
+    char source[160];     /* "file.ini:12 [group:gpu] matches mlx5_*", "built-in default",
+                             "policy error at file.ini:3", ... (docs/policy.md) */
 };
 
-/* Decide what `who` may use on `inv`. `reasons` (may be NULL) receives up to `cap` entries and
- * *nreasons the count written. Errors: ORB_EINVAL. */
+/* Decide what `who` may use on `inv`: NIC bits by inventory id, GPU bits by ordinal, only for
+ * devices `inv` has. `reasons` (may be NULL) receives up to `cap` entries (every byte written)
+ * and *nreasons the count written: transports, gpudirect routes, NICs and GPUs in inventory
+ * order, slots, then budgets. Pure and thread-safe: a loaded policy is read-only.
+ * Errors: ORB_EINVAL. */
 int orb_policy_decide(const struct orb_policy *p, const struct orb_policy_subject *who,
                       const struct orb_topo_inventory *inv, struct orb_hp_policy *out,
                       struct orb_policy_reason *reasons, size_t cap, size_t *nreasons);
