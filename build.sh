@@ -14,7 +14,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$ROOT"
 
 PACKAGES=(cmake gcc g++ make pkg-config libjansson-dev libinih-dev libcmocka-dev libibverbs-dev
-          libcap-dev libseccomp-dev)
+          libcap-dev libseccomp-dev selinux-policy-dev)
 JOBS=${ORBITE_JOBS:-$(nproc 2>/dev/null || echo 2)}
 CTEST_JOBS=${ORBITE_CTEST_JOBS:-2}
 

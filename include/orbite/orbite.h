@@ -124,6 +124,18 @@ int orb_epoch_parse(const char *text, struct orb_epoch *out);
 #define ORB_ENDPOINT_MAX 128
 
 /**
+ * Whether an engine may use orbite-helper, the small privileged program that opens RDMA devices
+ * and probes the host under the administrator's policy (docs/operations.md). Only RDMA
+ * transports need it: an engine without an RDMA transport never starts it, whatever this says.
+ * In this release every engine is TCP-only, so no engine starts the helper yet.
+ */
+enum orb_helper_mode {
+    ORB_HELPER_AUTO = 0,     /* use it when an RDMA transport needs it and it is installed */
+    ORB_HELPER_REQUIRED = 1, /* an RDMA transport must go through it; no helper is an error */
+    ORB_HELPER_OFF = 2       /* never start it */
+};
+
+/**
  * Engine configuration. Initialise with orb_engine_config_init() and change
  * fields afterwards; the engine copies it and it is immutable from then on.
  */
@@ -155,8 +167,22 @@ struct orb_engine_config {
     uint32_t max_connections;
     /** Budget: notifications queued at the source before new ones are refused (default 1024). */
     uint32_t max_notifications;
+    /**
+     * Privileged helper use, an enum orb_helper_mode (default ORB_HELPER_AUTO). JSON key
+     * "helper": "auto", "required" or "off".
+     */
+    uint32_t helper_mode;
+    /*
+     * helper_mode and reserved32 took the place of the first of eight reserved words, so the
+     * structure keeps its size on every ABI (reserved32 is explicit so that no ABI, not even
+     * one that aligns uint64_t to 4 bytes, has a padding hole here). An older program's zeroed
+     * words read as ORB_HELPER_AUTO, the default; a non-zero helper_mode given to an older
+     * library is refused as a non-zero reserved word rather than silently ignored.
+     */
     /** Reserved for future fields; must stay zero. */
-    uint64_t reserved[8];
+    uint32_t reserved32;
+    /** Reserved for future fields; must stay zero. */
+    uint64_t reserved[7];
 };
 
 /** Fill `cfg` with the defaults documented above. Errors: ORB_EINVAL (NULL). */
@@ -164,9 +190,10 @@ int orb_engine_config_init(struct orb_engine_config *cfg);
 
 /**
  * Update `cfg` from a JSON object held in `json` (NUL-terminated). Keys are the
- * field names above; integers must be JSON integers in range, switches
- * (enable_source) must be JSON booleans, endpoint a string. Unknown keys are
- * errors. On failure `cfg` is unchanged.
+ * field names above, except "helper" for helper_mode; integers must be JSON
+ * integers in range, switches (enable_source) must be JSON booleans, endpoint a
+ * string, helper one of "auto", "required" or "off". Unknown keys are errors.
+ * On failure `cfg` is unchanged.
  * Errors: ORB_EINVAL (NULL), ORB_ECONFIG (parse error, wrong type, out of
  * range or unknown key; the message names the key and the reason).
  */

@@ -14,7 +14,7 @@
 /* A JSON configuration is a handful of keys; anything this large is not one. */
 #define CONFIG_JSON_MAX (1u << 20)
 
-enum field_type { FIELD_ENDPOINT, FIELD_SWITCH, FIELD_U32, FIELD_U64 };
+enum field_type { FIELD_ENDPOINT, FIELD_SWITCH, FIELD_U32, FIELD_U64, FIELD_HELPER_MODE };
 
 /* One configurable field: its JSON key, where it lives and its inclusive range. */
 struct config_field {
@@ -44,7 +44,18 @@ static const struct config_field config_fields[] = {
     FIELD(max_registrations, FIELD_U32, 1, 1u << 24),
     FIELD(max_connections, FIELD_U32, 1, 65536),
     FIELD(max_notifications, FIELD_U32, 1, 1u << 20),
+    /* The one key that differs from its field's name: JSON says "helper": "auto". */
+    { "helper", FIELD_HELPER_MODE, offsetof(struct orb_engine_config, helper_mode), 0, 0 },
 };
+
+/* The JSON spellings of enum orb_helper_mode, indexed by value. */
+static const char *const helper_mode_names[] = {
+    [ORB_HELPER_AUTO] = "auto",
+    [ORB_HELPER_REQUIRED] = "required",
+    [ORB_HELPER_OFF] = "off",
+};
+
+#define HELPER_MODE_COUNT (sizeof helper_mode_names / sizeof helper_mode_names[0])
 
 #define CONFIG_FIELD_COUNT (sizeof config_fields / sizeof config_fields[0])
 
@@ -108,6 +119,7 @@ ORB_EXPORT int orb_engine_config_init(struct orb_engine_config *cfg)
     cfg->max_registrations = 65536;
     cfg->max_connections = 256;
     cfg->max_notifications = 1024;
+    cfg->helper_mode = ORB_HELPER_AUTO;
     return 0;
 }
 
@@ -294,12 +306,20 @@ int orb_engine_config_validate(const struct orb_engine_config *cfg)
                 return orb_fail(ORB_ECONFIG, "config field 'enable_source': %d is not 0 or 1",
                                 cfg->enable_source);
             rc = 0;
+        } else if (f->type == FIELD_HELPER_MODE) {
+            if (cfg->helper_mode >= HELPER_MODE_COUNT)
+                return orb_fail(ORB_ECONFIG,
+                                "config field 'helper_mode': %u is not an orb_helper_mode "
+                                "(0 auto, 1 required, 2 off)", (unsigned)cfg->helper_mode);
+            rc = 0;
         } else {
             rc = check_range(f, field_get(cfg, f), "field");
         }
         if (rc != 0)
             return rc;
     }
+    if (cfg->reserved32 != 0)
+        return orb_fail(ORB_ECONFIG, "config field 'reserved32': must be zero");
     for (size_t i = 0; i < sizeof cfg->reserved / sizeof cfg->reserved[0]; i++)
         if (cfg->reserved[i] != 0)
             return orb_fail(ORB_ECONFIG, "config field 'reserved[%zu]': must be zero", i);
@@ -341,6 +361,19 @@ static int apply_key(struct orb_engine_config *cfg, const char *key, json_t *val
         memset(cfg->endpoint, 0, sizeof cfg->endpoint);
         memcpy(cfg->endpoint, text, len);
         return 0;
+    }
+    case FIELD_HELPER_MODE: {
+        const char *text = json_is_string(value) ? json_string_value(value) : NULL;
+        for (size_t m = 0; text != NULL && m < HELPER_MODE_COUNT; m++) {
+            /* strcmp stops at an embedded NUL, so the length must match too. */
+            if (json_string_length(value) == strlen(helper_mode_names[m]) &&
+                strcmp(text, helper_mode_names[m]) == 0) {
+                cfg->helper_mode = (uint32_t)m;
+                return 0;
+            }
+        }
+        return orb_fail(ORB_ECONFIG, "config key '%s': must be \"auto\", \"required\" or \"off\"",
+                        key);
     }
     case FIELD_SWITCH:
         if (!json_is_boolean(value))

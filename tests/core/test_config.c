@@ -11,6 +11,18 @@
 
 #include "core/config.h"
 
+/* helper_mode and reserved32 replaced the first of eight reserved u64 words: same size, and the
+ * remaining reserved words where they were (ABI of 0.1.0). */
+_Static_assert(sizeof(struct orb_engine_config) == 248, "the configuration keeps its size");
+_Static_assert(offsetof(struct orb_engine_config, helper_mode) + 8 ==
+                   offsetof(struct orb_engine_config, reserved),
+               "helper_mode + reserved32 fill exactly one former reserved word");
+_Static_assert(offsetof(struct orb_engine_config, reserved) + 7 * sizeof(uint64_t) ==
+                   sizeof(struct orb_engine_config),
+               "reserved[] ends the structure");
+
+#define RESERVED_WORDS (sizeof ((struct orb_engine_config *)0)->reserved / sizeof(uint64_t))
+
 /* Integer keys with their accepted ranges (UINT64_MAX: no upper bound). */
 struct int_key {
     const char *name;
@@ -127,7 +139,10 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.max_registrations, 65536);
     assert_int_equal(cfg.max_connections, 256);
     assert_int_equal(cfg.max_notifications, 1024);
-    for (size_t i = 0; i < 8; i++)
+    assert_int_equal(cfg.helper_mode, ORB_HELPER_AUTO);
+    assert_int_equal(cfg.reserved32, 0);
+    assert_int_equal(RESERVED_WORDS, 7);
+    for (size_t i = 0; i < RESERVED_WORDS; i++)
         assert_int_equal(cfg.reserved[i], 0);
     assert_int_equal(orb_engine_config_validate(&cfg), 0);
 }
@@ -182,7 +197,8 @@ static void test_every_key_applies(void **state)
                         " \"tcp_stripe_threshold\": 9223372036854775807,"
                         " \"tcp_socket_buffer\": 262144, \"busy_poll_us\": 0, \"io_timeout_s\": 5,"
                         " \"max_batches\": 7, \"max_batch_requests\": 8, \"max_registrations\": 9,"
-                        " \"max_connections\": 10, \"max_notifications\": 11}");
+                        " \"max_connections\": 10, \"max_notifications\": 11,"
+                        " \"helper\": \"required\"}");
     assert_string_equal(cfg.endpoint, "[::1]:7000");
     assert_int_equal(cfg.enable_source, 0);
     assert_int_equal(cfg.tcp_stripes, 16);
@@ -196,6 +212,7 @@ static void test_every_key_applies(void **state)
     assert_int_equal(cfg.max_registrations, 9);
     assert_int_equal(cfg.max_connections, 10);
     assert_int_equal(cfg.max_notifications, 11);
+    assert_int_equal(cfg.helper_mode, ORB_HELPER_REQUIRED);
     assert_int_equal(orb_engine_config_validate(&cfg), 0);
 
     /* Keys not mentioned keep their values; true switches back on. */
@@ -419,7 +436,11 @@ static void test_validate_names_the_field(void **state)
     cfg.enable_source = 0;
     assert_int_equal(orb_engine_config_validate(&cfg), 0);
 
-    for (size_t i = 0; i < 8; i++) {
+    cfg = defaults();
+    cfg.reserved32 = 1;
+    assert_int_equal(orb_engine_config_validate(&cfg), ORB_ECONFIG);
+    assert_non_null(strstr(orb_last_error(), "'reserved32'"));
+    for (size_t i = 0; i < RESERVED_WORDS; i++) {
         cfg = defaults();
         cfg.reserved[i] = 1;
         assert_int_equal(orb_engine_config_validate(&cfg), ORB_ECONFIG);
@@ -435,6 +456,72 @@ static void test_validate_names_the_field(void **state)
     memset(cfg.endpoint, 'a', sizeof cfg.endpoint); /* no NUL at all */
     assert_int_equal(orb_engine_config_validate(&cfg), ORB_ECONFIG);
     assert_non_null(strstr(orb_last_error(), "'endpoint'"));
+}
+
+static void test_helper_mode_rejects(void **state)
+{
+    (void)state;
+    static const char *bad[] = {
+        "0", "1", "2", "true", "false", "null", "[]", "{}", "[\"auto\"]",       /* not strings */
+        "\"\"", "\"AUTO\"", "\"Auto\"", "\"on\"", "\"none\"", "\"require\"",  /* not a mode */
+        "\" auto\"", "\"auto \"", "\"offf\"", "\"of\"",
+    };
+    char json[128];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(json, sizeof json, "{\"helper\": %s}", bad[i]);
+        expect_rejected(json, "'helper'");
+        expect_rejected(json, "\"required\"");
+    }
+    /* An embedded NUL is refused (by the JSON parser already). */
+    expect_rejected("{\"helper\": \"auto\\u0000\"}", NULL);
+    expect_rejected("{\"helper\": \"off\\u0000x\"}", NULL);
+    /* The field's own name is not the JSON key. */
+    expect_rejected("{\"helper_mode\": \"off\"}", "'helper_mode'");
+    expect_rejected("{\"helper_mode\": 2}", "unknown");
+
+    /* Validation: values outside the enum name the field. */
+    struct orb_engine_config cfg = defaults();
+    static const uint32_t out_of_enum[] = { 3, 4, 255, UINT32_MAX };
+    for (size_t i = 0; i < sizeof out_of_enum / sizeof out_of_enum[0]; i++) {
+        cfg.helper_mode = out_of_enum[i];
+        assert_int_equal(orb_engine_config_validate(&cfg), ORB_ECONFIG);
+        assert_non_null(strstr(orb_last_error(), "'helper_mode'"));
+    }
+}
+
+static void test_helper_mode_accepts(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json;
+        uint32_t mode;
+    } good[] = {
+        { "{\"helper\": \"off\"}", ORB_HELPER_OFF },
+        { "{\"helper\": \"required\"}", ORB_HELPER_REQUIRED },
+        { "{\"helper\": \"auto\"}", ORB_HELPER_AUTO },
+        { "{\"helper\": \"o\\u0066f\"}", ORB_HELPER_OFF }, /* a JSON escape is the same text */
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        struct orb_engine_config cfg = defaults();
+        cfg.helper_mode = good[i].mode == ORB_HELPER_AUTO ? ORB_HELPER_OFF : ORB_HELPER_AUTO;
+        struct orb_engine_config expected = cfg;
+        expected.helper_mode = good[i].mode;
+        expect_loaded(&cfg, good[i].json);
+        /* Only helper_mode changed. */
+        assert_memory_equal(&cfg, &expected, sizeof cfg);
+        assert_int_equal(orb_engine_config_validate(&cfg), 0);
+    }
+
+    /* Every enum value validates; a key given twice is a JSON error, not "last one wins". */
+    struct orb_engine_config cfg = defaults();
+    for (uint32_t m = ORB_HELPER_AUTO; m <= ORB_HELPER_OFF; m++) {
+        cfg.helper_mode = m;
+        assert_int_equal(orb_engine_config_validate(&cfg), 0);
+    }
+    expect_rejected("{\"helper\": \"off\", \"helper\": \"auto\"}", "JSON"); /* duplicate */
+
+    /* A failure after the helper key leaves it unchanged too. */
+    expect_rejected("{\"helper\": \"off\", \"tcp_stripes\": 0}", "'tcp_stripes'");
 }
 
 static void test_unchanged_after_late_failure(void **state)
@@ -458,9 +545,11 @@ int main(void)
         cmocka_unit_test(test_endpoint_split_rejects),
         cmocka_unit_test(test_validate_names_the_field),
         cmocka_unit_test(test_unchanged_after_late_failure),
+        cmocka_unit_test(test_helper_mode_rejects),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_every_key_applies),
         cmocka_unit_test(test_endpoint_split_accepts),
+        cmocka_unit_test(test_helper_mode_accepts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
