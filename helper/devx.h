@@ -1,0 +1,80 @@
+/* DEVX_VERIFY: before the library publishes a grant key, the helper reads the key's device
+ * context back from the NIC and checks it grants exactly what the library says, nothing more.
+ *
+ * The device access is an operation table so that the checks run against a fake in tests; the
+ * real table issues the mlx5 QUERY_MKEY command with the uverbs ioctl on the uverbs fd the
+ * helper handed over (it keeps a dup of it: both share the tenant's device context, hence its
+ * DevX objects). No library is loaded for this: the ioctl works under the seccomp filter,
+ * which admits exactly that ioctl request, and a device context imported through libibverbs
+ * would rescan the devices over a netlink socket the filter forbids.
+ *
+ * A key passes only when all of these hold (QUERY_MKEY output, mlx5 PRM layout):
+ *  - the command succeeded, the key is in use (free = 0) and its variant byte matches;
+ *  - indirect KLM translation (access mode 2), no UMR re-programming (umr_en = 0), no
+ *    signature (bsf_en = 0), no 64-bit length, no atomics;
+ *  - bound to the requested QP (qpn, never the 0xFFFFFF wildcard);
+ *  - remote read iff READ was requested, remote write iff WRITE (never both);
+ *  - start_addr and len equal to the requested range;
+ *  - one or two KLM entries (what QUERY_MKEY returns), each non-empty, none pointing at the key
+ *    itself, contiguous from the requested address, byte counts summing to the length. */
+#ifndef ORB_HELPER_DEVX_H
+#define ORB_HELPER_DEVX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/helper_proto.h"
+
+/* QUERY_MKEY output: header (16) + key context (64) + reserved (192) + two KLM entries (32). */
+#define ORB_DEVX_MKC_OFFSET 16u
+#define ORB_DEVX_KLM_OFFSET 272u
+#define ORB_DEVX_KLM_SIZE 16u
+#define ORB_DEVX_KLM_MAX 2u
+#define ORB_DEVX_QUERY_OUT_LEN (ORB_DEVX_KLM_OFFSET + ORB_DEVX_KLM_MAX * ORB_DEVX_KLM_SIZE)
+#define ORB_DEVX_QUERY_IN_LEN 16u
+#define ORB_DEVX_OP_QUERY_MKEY 0x201u
+#define ORB_DEVX_ACCESS_MODE_KLMS 2u
+#define ORB_DEVX_QPN_WILDCARD 0xFFFFFFu
+
+enum orb_devx_access { ORB_DEVX_READ = 1, ORB_DEVX_WRITE = 2 };
+
+struct orb_devx_ops {
+    /* Run QUERY_MKEY for `key` on the device context behind `dev_fd` and copy the command's
+     * output (out_len == ORB_DEVX_QUERY_OUT_LEN bytes). Returns 0 when the device answered
+     * (even with a failed command status), ORB_EUNAVAILABLE when the kernel or the device
+     * refuses DevX for this context, or another negative status. */
+    int (*query_mkey)(void *impl, int dev_fd, uint32_t key, uint8_t *out, size_t out_len);
+};
+
+/* The real table: MLX5_IB_METHOD_DEVX_OTHER on the uverbs fd (impl unused, may be NULL). */
+extern const struct orb_devx_ops orb_devx_kernel_ops;
+
+/* The decoded fields the checks use (exposed for tests and messages). */
+struct orb_devx_mkey {
+    uint8_t status;
+    uint32_t syndrome;
+    uint8_t free, umr_en, atomic, rw, rr, access_mode, length64, bsf_en;
+    uint32_t qpn;
+    uint8_t variant;                /* mkey_7_0 */
+    uint64_t start_addr, len;
+    uint32_t translations;          /* translations_octword_size: KLM entries */
+    struct {
+        uint32_t byte_count, key;
+        uint64_t addr;
+    } klm[ORB_DEVX_KLM_MAX];
+};
+
+/* Decode a QUERY_MKEY output. Errors: ORB_EINVAL (NULL or short buffer). */
+int orb_devx_decode_mkey(const uint8_t *out, size_t len, struct orb_devx_mkey *m);
+
+/* Check a decoded key against the request: 0, or ORB_EPERM naming the first mismatch. */
+int orb_devx_check_mkey(const struct orb_devx_mkey *m, const struct orb_hp_devx_verify *req);
+
+/* Query `req->key` through `ops` and check it. Errors: ORB_EPERM (the key grants anything
+ * else, or the device does not know it), ORB_EUNAVAILABLE (no DevX), ORB_EINVAL. */
+int orb_devx_verify(const struct orb_devx_ops *ops, void *impl, int dev_fd, const struct orb_hp_devx_verify *req);
+
+/* The QUERY_MKEY input for `key` (for the real table and the fakes of the tests). */
+void orb_devx_encode_query(uint32_t key, uint8_t in[ORB_DEVX_QUERY_IN_LEN]);
+
+#endif
