@@ -3,8 +3,9 @@
 #
 #   ./build.sh bench   install missing build packages, build build/ (Release), run orbite-bench
 #                      with its default settings
-#   ./build.sh test    install missing build packages, then build and run the test suite three
-#                      times: default (build/), ASan+UBSan (build-asan/), TSan (build-tsan/)
+#   ./build.sh test    install missing build packages, then build and run the test suite four
+#                      times: default (build/), Release (build-release/), ASan+UBSan
+#                      (build-asan/), TSan (build-tsan/)
 #
 # Package installation uses apt-get and needs root (or sudo); a machine that already has every
 # package runs no apt command at all.
@@ -109,6 +110,8 @@ cmd_test() {
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
     run_variant default build
+    # The bench builds Release: -O3 inlining finds warnings -O2 does not, so it is tested too.
+    run_variant release build-release -DCMAKE_BUILD_TYPE=Release
     run_variant asan build-asan -DORBITE_SANITIZE=address
     run_variant tsan build-tsan -DORBITE_SANITIZE=thread
     log "all variants passed"

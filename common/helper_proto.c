@@ -625,8 +625,8 @@ int orb_hp_decode_hello_reply(const struct orb_hp_msg *m, int32_t *status, uint3
     int rc = dec_begin(m, ORB_HP_HELLO_REPLY, &c);
     if (rc != 0)
         return rc;
-    int32_t st;
-    bool more;
+    int32_t st = 0;
+    bool more = false;
     if ((rc = dec_status(m, &c, &st, &more)) != 0)
         return rc;
     uint32_t v = 0, u = 0, g = 0, caps = 0;
@@ -758,8 +758,8 @@ int orb_hp_decode_inventory_reply(const struct orb_hp_msg *m, uint8_t kind, int3
     int rc = dec_begin(m, ORB_HP_INVENTORY_REPLY, &c);
     if (rc != 0)
         return rc;
-    int32_t st;
-    bool more;
+    int32_t st = 0;
+    bool more = false;
     if ((rc = dec_status(m, &c, &st, &more)) != 0)
         return rc;
     /* Decoded into zeroed locals, so that fields past the counts are zero and nothing is written
@@ -929,8 +929,8 @@ int orb_hp_decode_policy_reply(const struct orb_hp_msg *m, int32_t *status, stru
     int rc = dec_begin(m, ORB_HP_POLICY_REPLY, &c);
     if (rc != 0)
         return rc;
-    int32_t st;
-    bool more;
+    int32_t st = 0;
+    bool more = false;
     if ((rc = dec_status(m, &c, &st, &more)) != 0)
         return rc;
     struct orb_hp_policy v;
@@ -1040,8 +1040,8 @@ int orb_hp_decode_fd_reply(const struct orb_hp_msg *m, int32_t *status, uint32_t
     int rc = dec_begin(m, m->hdr.type, &c);
     if (rc != 0)
         return rc;
-    int32_t st;
-    bool more;
+    int32_t st = 0;
+    bool more = false;
     if ((rc = dec_status(m, &c, &st, &more)) != 0)
         return rc;
     uint32_t n = 0;
@@ -1086,8 +1086,8 @@ int orb_hp_decode_peermem_reply(const struct orb_hp_msg *m, int32_t *status, uin
     int rc = dec_begin(m, ORB_HP_PEERMEM_REPLY, &c);
     if (rc != 0)
         return rc;
-    int32_t st;
-    bool more;
+    int32_t st = 0;
+    bool more = false;
     if ((rc = dec_status(m, &c, &st, &more)) != 0)
         return rc;
     uint32_t f = 0;
