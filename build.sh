@@ -3,9 +3,9 @@
 #
 #   ./build.sh bench   install missing build packages, build build/ (Release), run orbite-bench
 #                      with its default settings
-#   ./build.sh test    install missing build packages, then build and run the test suite four
-#                      times: default (build/), Release (build-release/), ASan+UBSan
-#                      (build-asan/), TSan (build-tsan/)
+#   ./build.sh test    install missing build packages, then build and run the test suite five
+#                      times: default (build/), Release (build-release/), Clang (build-clang/),
+#                      ASan+UBSan (build-asan/), TSan (build-tsan/)
 #
 # Package installation uses apt-get and needs root (or sudo); a machine that already has every
 # package runs no apt command at all.
@@ -14,7 +14,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$ROOT"
 
-PACKAGES=(cmake gcc g++ make pkg-config libjansson-dev libinih-dev libcmocka-dev libibverbs-dev
+PACKAGES=(cmake gcc g++ clang make pkg-config libjansson-dev libinih-dev libcmocka-dev libibverbs-dev
           libcap-dev libseccomp-dev selinux-policy-dev)
 JOBS=${ORBITE_JOBS:-$(nproc 2>/dev/null || echo 2)}
 CTEST_JOBS=${ORBITE_CTEST_JOBS:-2}
@@ -112,6 +112,8 @@ cmd_test() {
     run_variant default build
     # The bench builds Release: -O3 inlining finds warnings -O2 does not, so it is tested too.
     run_variant release build-release -DCMAKE_BUILD_TYPE=Release
+    # The second supported compiler.
+    CC=clang run_variant clang build-clang
     run_variant asan build-asan -DORBITE_SANITIZE=address
     run_variant tsan build-tsan -DORBITE_SANITIZE=thread
     log "all variants passed"
