@@ -28,6 +28,9 @@ struct orb_selector {
     struct orb_clock clock;             /* copied; its ctx is borrowed */
     struct orb_selector_config cfg;
     _Alignas(64) _Atomic uint64_t charged[ORB_TOPO_MAX_NICS];
+    /* Seconds per byte of each NIC's selection estimate (double bits), mirrored from est[] so
+     * that a scan over 16 NICs reads two cache lines instead of one estimator each. */
+    _Alignas(64) _Atomic uint64_t inverse[ORB_TOPO_MAX_NICS];
     _Atomic uint64_t allocated[ORB_TOPO_MAX_NICS];
     struct orb_nic_estimator est[ORB_TOPO_MAX_NICS];
 };
@@ -94,6 +97,8 @@ int orb_selector_create(const struct orb_selector_config *cfg, uint32_t nnics,
         atomic_init(&sel->allocated[i], 0);
         orb_estimator_init(&sel->est[i], &sel->cfg.estimator,
                            link_mbps != NULL && i < nnics ? link_mbps[i] : 0);
+        atomic_init(&sel->inverse[i],
+                    atomic_load_explicit(&sel->est[i].selection_inverse_bits, memory_order_relaxed));
     }
     *out = sel;
     return 0;
@@ -114,6 +119,19 @@ void orb_selector_free(struct orb_selector *sel)
 uint32_t orb_selector_nic_count(const struct orb_selector *sel)
 {
     return sel->nnics;
+}
+
+/* Copy NIC `nic`'s inverse estimate into the packed mirror; repeated if a concurrent learner
+ * moved it meanwhile, so that the last writer leaves the two equal. */
+static void mirror_inverse(struct orb_selector *sel, uint32_t nic)
+{
+    const struct orb_nic_estimator *e = &sel->est[nic];
+    for (;;) {
+        uint64_t bits = atomic_load_explicit(&e->selection_inverse_bits, memory_order_relaxed);
+        atomic_store_explicit(&sel->inverse[nic], bits, memory_order_relaxed);
+        if (atomic_load_explicit(&e->selection_inverse_bits, memory_order_relaxed) == bits)
+            return;
+    }
 }
 
 static int check_nic(const struct orb_selector *sel, uint32_t nic)
@@ -142,6 +160,7 @@ int orb_selector_set_link(struct orb_selector *sel, uint32_t nic, uint64_t link_
     if (rc != 0)
         return rc;
     orb_estimator_set_link(&sel->est[nic], &sel->cfg.estimator, link_mbps);
+    mirror_inverse(sel, nic);
     return 0;
 }
 
@@ -153,11 +172,11 @@ struct candidate {
     uint8_t tier;
 };
 
-/* Seconds per byte by the selection estimate, read inline: the hot loop runs once per eligible
- * NIC, and multiplying by the kept inverse spares it a division. */
-static inline double selection_inverse(const struct orb_nic_estimator *e)
+/* Seconds per byte by the selection estimate, read inline from the packed mirror: the hot loop
+ * runs once per eligible NIC, and multiplying by the kept inverse spares it a division. */
+static inline double selection_inverse(const struct orb_selector *sel, unsigned nic)
 {
-    uint64_t bits = atomic_load_explicit(&e->selection_inverse_bits, memory_order_relaxed);
+    uint64_t bits = atomic_load_explicit(&sel->inverse[nic], memory_order_relaxed);
     double v;
     memcpy(&v, &bits, sizeof v);
     return v;
@@ -179,7 +198,7 @@ static uint32_t gather(struct orb_selector *sel, const uint8_t *tier, uint64_t p
         if (t >= ORB_SELECT_TIERS)
             continue;
         uint64_t charged = atomic_load_explicit(&sel->charged[i], memory_order_relaxed);
-        double score = ((double)charged + slice) * selection_inverse(&sel->est[i]) *
+        double score = ((double)charged + slice) * selection_inverse(sel, i) *
                        sel->cfg.tier_weights[t];
         cand[n].score = score;
         cand[n].nic = (uint8_t)i;
@@ -395,6 +414,7 @@ int orb_selector_observe(struct orb_selector *sel, uint32_t nic, uint64_t bytes,
     if (rc != 0)
         return rc;
     orb_estimator_learn(&sel->est[nic], &sel->cfg.estimator, bytes, elapsed_ns);
+    mirror_inverse(sel, nic);
     return 0;
 }
 

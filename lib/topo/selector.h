@@ -145,8 +145,10 @@ struct orb_nic_load {
 int orb_selector_load_stats(const struct orb_selector *sel, struct orb_nic_load *out,
                             uint32_t cap, uint32_t *count);
 
-/* The estimator of one NIC, for callers that feed it directly (NULL for an unknown NIC), and
- * the configuration its functions take. */
+/* The estimator of one NIC, for callers that feed its transmit meter directly (NULL for an
+ * unknown NIC), and the configuration its functions take. Selection samples must go through
+ * orb_selector_observe() (and link changes through orb_selector_set_link()): the selector keeps
+ * a packed copy of the selection estimate for its scan and refreshes it only there. */
 struct orb_nic_estimator *orb_selector_estimator(struct orb_selector *sel, uint32_t nic);
 const struct orb_estimator_config *orb_selector_estimator_config(const struct orb_selector *sel);
 
