@@ -533,7 +533,9 @@ int orb_batch_submit(orb_batch *batch, const struct orb_request *reqs, size_t n)
 
 /**
  * Seal the batch: no more groups. If `notify_or_null` is given (copied), it is
- * sent once every request has completed, and skipped if one failed.
+ * sent once every request has completed, and skipped if one failed. It is sent
+ * from the caller's thread: by this call if the requests are already done,
+ * else by the orb_batch_poll()/orb_batch_wait() that first finds them done.
  * Errors: ORB_EINVAL (notification too large or empty), ORB_EBUSY (already sealed).
  */
 int orb_batch_seal(orb_batch *batch, const struct orb_notification *notify_or_null);
