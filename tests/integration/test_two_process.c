@@ -425,7 +425,7 @@ static void test_notification_after_data(void **state)
         assert_int_equal(rep.notification, ORB_NOTIFY_DELIVERED);
     }
     uint64_t ok = 0, bad = 0;
-    for (int i = 0; i < 100 && ok + bad < 10; i++) {
+    for (int i = 0; i < 500 && ok + bad < 10; i++) { /* up to 5 s */
         assert_int_equal(src_notes(&f->src, &ok, &bad), 0);
         usleep(10000);
     }
