@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <orbite/orbite.h>
+
 #include "topo/inventory.h"
 
 #define ORB_HP_MAGIC 0x4F524248u /* "HBRO" little-endian bytes 'H','B','R','O' */

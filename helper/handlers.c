@@ -433,7 +433,7 @@ int orb_helper_on_slot_attach(struct orb_helper_state *st, const struct orb_hp_m
     if (!slot_allowed(st, name))
         return send_fd_reply(st, ORB_HP_SLOT_REPLY, m->hdr.sequence, ORB_EPERM, -1);
     int fd = -1;
-    int status = orb_helper_slot_attach(st, name, interval_ns, &fd);
+    int status = orb_helper_slot_open_shared(st, name, interval_ns, &fd);
     return send_fd_reply(st, ORB_HP_SLOT_REPLY, m->hdr.sequence, status, fd);
 }
 

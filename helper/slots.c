@@ -257,7 +257,7 @@ static int open_for_library(const struct orb_helper_state *st, const struct orb_
     return 0;
 }
 
-int orb_helper_slot_attach(struct orb_helper_state *st, const char *name, uint64_t interval_ns, int *ro_fd)
+int orb_helper_slot_open_shared(struct orb_helper_state *st, const char *name, uint64_t interval_ns, int *ro_fd)
 {
     if (st == NULL || name == NULL || ro_fd == NULL || !orb_hp_name_valid(name, strlen(name)))
         return orb_fail(ORB_EINVAL, "slot: bad arguments");

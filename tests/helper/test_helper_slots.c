@@ -87,16 +87,16 @@ static void test_bad_arguments(void **state)
 {
     struct fixture *f = *state;
     int fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, "../x", INTERVAL, &fd), ORB_EINVAL);
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, ORB_SLOTS_MIN_INTERVAL_NS - 1, &fd), ORB_EINVAL);
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, ORB_SLOTS_MAX_INTERVAL_NS + 1, &fd), ORB_EINVAL);
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, NULL), ORB_EINVAL);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, "../x", INTERVAL, &fd), ORB_EINVAL);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, ORB_SLOTS_MIN_INTERVAL_NS - 1, &fd), ORB_EINVAL);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, ORB_SLOTS_MAX_INTERVAL_NS + 1, &fd), ORB_EINVAL);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, NULL), ORB_EINVAL);
     f->a.domain_ok = false;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EUNAVAILABLE);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EUNAVAILABLE);
     f->a.domain_ok = true;
     close(f->a.shm_fd);
     f->a.shm_fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EUNAVAILABLE);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EUNAVAILABLE);
     assert_int_equal(fd, -1);
 }
 
@@ -109,7 +109,7 @@ static void test_symlink_is_refused(void **state)
     path_in(f, NAME, path, sizeof path);
     assert_int_equal(symlink("/etc/passwd", path), 0);
     int fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
     assert_int_equal(fd, -1);
 }
 
@@ -118,7 +118,7 @@ static void test_squatted_private_file_is_refused(void **state)
     struct fixture *f = *state;
     plant(f, 0600, ORB_HELPER_SLOT_SIZE, 0);
     int fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
 }
 
 static void test_wrong_mode_size_links_type_are_refused(void **state)
@@ -128,21 +128,21 @@ static void test_wrong_mode_size_links_type_are_refused(void **state)
     path_in(f, NAME, path, sizeof path);
     int fd = -1;
     plant(f, 0666, ORB_HELPER_SLOT_SIZE, 0);
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
     assert_int_equal(unlink(path), 0);
     plant(f, 0644, ORB_HELPER_SLOT_SIZE / 2, 0);
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
     assert_int_equal(unlink(path), 0);
     /* A second name for a valid object: another helper's, hard-linked by someone. */
-    assert_int_equal(orb_helper_slot_attach(&f->b, "original", INTERVAL, &fd), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->b, "original", INTERVAL, &fd), 0);
     close(fd);
     path_in(f, "original", original, sizeof original);
     assert_int_equal(link(original, path), 0);
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(mkdir(path, 0755), 0);
     fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
     assert_int_equal(fd, -1); /* written only on success */
 }
 
@@ -153,10 +153,10 @@ static void test_foreign_and_damaged_headers_are_refused(void **state)
     path_in(f, NAME, path, sizeof path);
     int fd = -1;
     plant(f, 0644, ORB_HELPER_SLOT_SIZE, 0xA5); /* right owner, mode and size: someone else's data */
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
     assert_int_equal(unlink(path), 0);
 
-    assert_int_equal(orb_helper_slot_attach(&f->b, NAME, INTERVAL, &fd), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->b, NAME, INTERVAL, &fd), 0);
     close(fd);
     int raw = open(path, O_WRONLY | O_CLOEXEC);
     assert_true(raw >= 0);
@@ -164,7 +164,7 @@ static void test_foreign_and_damaged_headers_are_refused(void **state)
     assert_int_equal(pwrite(raw, &junk, 1, 20), 1); /* inside interval_ns: the checksum breaks */
     close(raw);
     fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), ORB_EPROTO);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPROTO);
     assert_int_equal(fd, -1);
 }
 
@@ -172,11 +172,11 @@ static void test_interval_must_match(void **state)
 {
     struct fixture *f = *state;
     int fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), 0);
     close(fd);
     fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->b, NAME, INTERVAL * 2, &fd), ORB_ECONFIG);
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL * 2, &fd), ORB_ECONFIG);
+    assert_int_equal(orb_helper_slot_open_shared(&f->b, NAME, INTERVAL * 2, &fd), ORB_ECONFIG);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL * 2, &fd), ORB_ECONFIG);
     assert_int_equal(fd, -1);
 }
 
@@ -187,13 +187,13 @@ static void test_slot_table_is_bounded(void **state)
         char name[32];
         snprintf(name, sizeof name, "slot-%u", i);
         int fd = -1;
-        assert_int_equal(orb_helper_slot_attach(&f->a, name, INTERVAL, &fd), 0);
+        assert_int_equal(orb_helper_slot_open_shared(&f->a, name, INTERVAL, &fd), 0);
         close(fd);
     }
     int fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, "one-too-many", INTERVAL, &fd), ORB_ERESOURCE);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, "one-too-many", INTERVAL, &fd), ORB_ERESOURCE);
     /* Already attached names still work. */
-    assert_int_equal(orb_helper_slot_attach(&f->a, "slot-3", INTERVAL, &fd), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, "slot-3", INTERVAL, &fd), 0);
     close(fd);
 }
 
@@ -203,7 +203,7 @@ static void test_create_gives_a_read_only_valid_object(void **state)
 {
     struct fixture *f = *state;
     int fd = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fd), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), 0);
     struct stat st;
     assert_int_equal(fstat(fd, &st), 0);
     assert_true(S_ISREG(st.st_mode));
@@ -233,7 +233,7 @@ static void test_create_gives_a_read_only_valid_object(void **state)
 
     /* The same session asking again gets another descriptor of the same object. */
     int again = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &again), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &again), 0);
     struct stat st2;
     assert_int_equal(fstat(again, &st2), 0);
     assert_int_equal(st2.st_ino, st.st_ino);
@@ -244,8 +244,8 @@ static void test_one_publisher_and_takeover_when_it_goes(void **state)
 {
     struct fixture *f = *state;
     int fa = -1, fb = -1;
-    assert_int_equal(orb_helper_slot_attach(&f->a, NAME, INTERVAL, &fa), 0);
-    assert_int_equal(orb_helper_slot_attach(&f->b, NAME, INTERVAL, &fb), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fa), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->b, NAME, INTERVAL, &fb), 0);
     assert_true(f->a.slots[0].publisher);
     assert_false(f->b.slots[0].publisher); /* the lock is taken */
     assert_true(f->b.slots[0].writable);
