@@ -32,7 +32,7 @@
 #define HP_NUMA_MAX (4u + 1u + ORB_TOPO_MAX_NUMA)
 #define HP_ITEM_MAX HP_NIC_MAX /* the largest of the three */
 #define HP_POLICY_FIXED (8u + 8u + 4u + 4u + 8u + 4u + 4u + 4u)
-#define HP_DEVX_FIXED (4u + 4u + 8u + 8u + 4u)
+#define HP_DEVX_FIXED (4u + 4u + 4u + 8u + 8u + 4u) /* obj_handle key qpn addr length access */
 
 /* A NIC with every port and every GID kept still fits one datagram: no item is ever split. */
 _Static_assert(HP_NIC_MAX >= HP_GPU_MAX && HP_NIC_MAX >= HP_NUMA_MAX, "HP_ITEM_MAX is the NIC");
@@ -1172,6 +1172,7 @@ int orb_hp_encode_devx_verify(uint32_t seq, const struct orb_hp_devx_verify *v, 
     struct orb_writer w;
     msg_begin(&w, buf, ORB_HP_DEVX_VERIFY, seq);
     put_str(&w, v->nic, field_len(v->nic, sizeof v->nic));
+    orb_writer_u32(&w, v->obj_handle);
     orb_writer_u32(&w, v->key);
     orb_writer_u32(&w, v->qpn);
     orb_writer_u64(&w, v->addr);
@@ -1192,6 +1193,7 @@ int orb_hp_decode_devx_verify(const struct orb_hp_msg *m, struct orb_hp_devx_ver
     memset(&d, 0, sizeof d);
     size_t len = 0;
     (void)get_str(&c, ORB_HP_NAME_MAX, d.nic, &len);
+    d.obj_handle = orb_cursor_u32(&c);
     d.key = orb_cursor_u32(&c);
     d.qpn = orb_cursor_u32(&c);
     d.addr = orb_cursor_u64(&c);

@@ -68,6 +68,7 @@ struct orb_hp_policy {
 
 struct orb_hp_devx_verify {
     char nic[ORB_HP_NAME_MAX + 1];
+    uint32_t obj_handle;           /* the key's DevX object handle in the tenant's device context */
     uint32_t key;                  /* the memory key about to be published */
     uint32_t qpn;                  /* the QP it must be bound to */
     uint64_t addr;                 /* exact range and direction it must grant */

@@ -135,7 +135,7 @@ int orb_devx_verify(const struct orb_devx_ops *ops, void *impl, int dev_fd, cons
         return orb_fail(ORB_EINVAL, "devx: no device operations or request");
     uint8_t out[ORB_DEVX_QUERY_OUT_LEN];
     memset(out, 0, sizeof out);
-    int rc = ops->query_mkey(impl, dev_fd, req->key, out, sizeof out);
+    int rc = ops->query_mkey(impl, dev_fd, req->obj_handle, req->key, out, sizeof out);
     if (rc != 0)
         return rc;
     struct orb_devx_mkey m;
@@ -147,8 +147,32 @@ int orb_devx_verify(const struct orb_devx_ops *ops, void *impl, int dev_fd, cons
 
 /* ---- the real device access ------------------------------------------------------------------ */
 
-/* MLX5_IB_METHOD_DEVX_OTHER with the command in and out buffers, as rdma-core builds it. */
-static int kernel_query_mkey(void *impl, int dev_fd, uint32_t key, uint8_t *out, size_t out_len)
+int orb_devx_query_errno_status(int err, uint32_t obj_handle, uint32_t key)
+{
+    switch (err) {
+    case ENOTTY:          /* no uverbs ioctl on this file */
+    case EOPNOTSUPP:      /* the driver has no such object or method */
+    case EPROTONOSUPPORT: /* the uverbs core knows no such object or method */
+    case ENOSYS:
+        return orb_fail(ORB_EUNAVAILABLE, "devx: no DevX object query on this device: %s", strerror(err));
+    case ENOENT:
+        return orb_fail(ORB_EPERM, "devx: key 0x%08x: no object with handle %u in this device context", key,
+                        obj_handle);
+    case EINVAL:
+        return orb_fail(ORB_EPERM, "devx: key 0x%08x: object %u is not this key (or the context has no DevX)",
+                        key, obj_handle);
+    case EREMOTEIO:
+        return orb_fail(ORB_EPERM, "devx: key 0x%08x: the device failed QUERY_MKEY on object %u", key, obj_handle);
+    default:
+        /* Fail closed: whatever else the kernel says, the key is not shown to be what was asked. */
+        return orb_fail(ORB_EPERM, "devx: key 0x%08x: QUERY_MKEY on object %u refused: %s", key, obj_handle,
+                        strerror(err));
+    }
+}
+
+/* MLX5_IB_METHOD_DEVX_OBJ_QUERY: the object handle (an IDR attribute: the handle is the data,
+ * the length 0) and the command in and out buffers, as rdma-core builds it. */
+static int kernel_query_mkey(void *impl, int dev_fd, uint32_t obj_handle, uint32_t key, uint8_t *out, size_t out_len)
 {
     (void)impl;
     if (dev_fd < 0 || out == NULL || out_len != ORB_DEVX_QUERY_OUT_LEN)
@@ -157,29 +181,30 @@ static int kernel_query_mkey(void *impl, int dev_fd, uint32_t key, uint8_t *out,
     orb_devx_encode_query(key, in);
     union {
         uint64_t align;
-        uint8_t bytes[sizeof(struct ib_uverbs_ioctl_hdr) + 2 * sizeof(struct ib_uverbs_attr)];
+        uint8_t bytes[sizeof(struct ib_uverbs_ioctl_hdr) + 3 * sizeof(struct ib_uverbs_attr)];
     } cmd;
     memset(&cmd, 0, sizeof cmd);
     struct ib_uverbs_ioctl_hdr *hdr = (struct ib_uverbs_ioctl_hdr *)(void *)cmd.bytes;
     hdr->length = sizeof cmd.bytes;
-    hdr->object_id = MLX5_IB_OBJECT_DEVX;
-    hdr->method_id = MLX5_IB_METHOD_DEVX_OTHER;
-    hdr->num_attrs = 2;
+    hdr->object_id = MLX5_IB_OBJECT_DEVX_OBJ;
+    hdr->method_id = MLX5_IB_METHOD_DEVX_OBJ_QUERY;
+    hdr->num_attrs = 3;
     hdr->driver_id = RDMA_DRIVER_MLX5;
-    hdr->attrs[0].attr_id = MLX5_IB_ATTR_DEVX_OTHER_CMD_IN;
-    hdr->attrs[0].len = sizeof in;
+    hdr->attrs[0].attr_id = MLX5_IB_ATTR_DEVX_OBJ_QUERY_HANDLE;
+    hdr->attrs[0].len = 0;
     hdr->attrs[0].flags = UVERBS_ATTR_F_MANDATORY;
-    hdr->attrs[0].data = (uint64_t)(uintptr_t)in;
-    hdr->attrs[1].attr_id = MLX5_IB_ATTR_DEVX_OTHER_CMD_OUT;
-    hdr->attrs[1].len = (uint16_t)out_len;
+    hdr->attrs[0].data = obj_handle;
+    hdr->attrs[1].attr_id = MLX5_IB_ATTR_DEVX_OBJ_QUERY_CMD_IN;
+    hdr->attrs[1].len = sizeof in;
     hdr->attrs[1].flags = UVERBS_ATTR_F_MANDATORY;
-    hdr->attrs[1].data = (uint64_t)(uintptr_t)out;
+    hdr->attrs[1].data = (uint64_t)(uintptr_t)in;
+    hdr->attrs[2].attr_id = MLX5_IB_ATTR_DEVX_OBJ_QUERY_CMD_OUT;
+    hdr->attrs[2].len = (uint16_t)out_len;
+    hdr->attrs[2].flags = UVERBS_ATTR_F_MANDATORY;
+    hdr->attrs[2].data = (uint64_t)(uintptr_t)out;
     if (ioctl(dev_fd, RDMA_VERBS_IOCTL, cmd.bytes) == 0)
         return 0;
-    int err = errno;
-    /* EINVAL: no DevX in this context or the kernel does not take QUERY_MKEY as a general
-     * command; EOPNOTSUPP/ENOTTY/EPROTONOSUPPORT: not an mlx5 device or no ioctl support. */
-    return orb_fail(ORB_EUNAVAILABLE, "devx: QUERY_MKEY refused by the kernel: %s", strerror(err));
+    return orb_devx_query_errno_status(errno, obj_handle, key);
 }
 
 const struct orb_devx_ops orb_devx_kernel_ops = {.query_mkey = kernel_query_mkey};

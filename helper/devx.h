@@ -4,11 +4,15 @@
  * The device access is an operation table so that the checks run against a fake in tests; the
  * real table issues the mlx5 QUERY_MKEY command with the uverbs ioctl on the uverbs fd the
  * helper handed over (it keeps a dup of it: both share the tenant's device context, hence its
- * DevX objects). No library is loaded for this: the ioctl works under the seccomp filter,
- * which admits exactly that ioctl request, and a device context imported through libibverbs
- * would rescan the devices over a netlink socket the filter forbids.
+ * object handles). The kernel takes QUERY_MKEY only as an object query
+ * (MLX5_IB_METHOD_DEVX_OBJ_QUERY) on the handle of the DevX object that created the key, and
+ * refuses the query unless that object is the key named in the command (same mkey index); the
+ * general DevX command path refuses QUERY_MKEY. No library is loaded for this: the ioctl works
+ * under the seccomp filter, which admits exactly that ioctl request, and a device context
+ * imported through libibverbs would rescan the devices over a netlink socket the filter forbids.
  *
  * A key passes only when all of these hold (QUERY_MKEY output, mlx5 PRM layout):
+ *  - the kernel accepted the handle as the DevX object of this key in this context;
  *  - the command succeeded, the key is in use (free = 0) and its variant byte matches;
  *  - indirect KLM translation (access mode 2), no UMR re-programming (umr_en = 0), no
  *    signature (bsf_en = 0), no 64-bit length, no atomics;
@@ -39,15 +43,24 @@
 enum orb_devx_access { ORB_DEVX_READ = 1, ORB_DEVX_WRITE = 2 };
 
 struct orb_devx_ops {
-    /* Run QUERY_MKEY for `key` on the device context behind `dev_fd` and copy the command's
-     * output (out_len == ORB_DEVX_QUERY_OUT_LEN bytes). Returns 0 when the device answered
-     * (even with a failed command status), ORB_EUNAVAILABLE when the kernel or the device
-     * refuses DevX for this context, or another negative status. */
-    int (*query_mkey)(void *impl, int dev_fd, uint32_t key, uint8_t *out, size_t out_len);
+    /* Run QUERY_MKEY for `key` through the DevX object `obj_handle` of the device context
+     * behind `dev_fd` and copy the command's output (out_len == ORB_DEVX_QUERY_OUT_LEN bytes).
+     * Returns 0 when the device answered (even with a failed command status), ORB_EPERM when
+     * the kernel refuses the handle for this key (no such object in the context, or an object
+     * that is not this key), ORB_EUNAVAILABLE when there is no DevX object query (not an mlx5
+     * device, no ioctl support), or another negative status. */
+    int (*query_mkey)(void *impl, int dev_fd, uint32_t obj_handle, uint32_t key, uint8_t *out, size_t out_len);
 };
 
-/* The real table: MLX5_IB_METHOD_DEVX_OTHER on the uverbs fd (impl unused, may be NULL). */
+/* The real table: MLX5_IB_METHOD_DEVX_OBJ_QUERY on the uverbs fd (impl unused, may be NULL). */
 extern const struct orb_devx_ops orb_devx_kernel_ops;
+
+/* The status query_mkey reports for an errno of the object query ioctl (err > 0; exposed so
+ * that fakes answer as the real table does): ORB_EUNAVAILABLE for ENOTTY, EOPNOTSUPP,
+ * EPROTONOSUPPORT and ENOSYS (no such method here); ORB_EPERM for every other errno, among
+ * them ENOENT (no object of that handle), EINVAL (the object is not this key, or the context
+ * has no DevX) and EREMOTEIO (the device failed the command). Sets the detail message. */
+int orb_devx_query_errno_status(int err, uint32_t obj_handle, uint32_t key);
 
 /* The decoded fields the checks use (exposed for tests and messages). */
 struct orb_devx_mkey {
@@ -70,8 +83,9 @@ int orb_devx_decode_mkey(const uint8_t *out, size_t len, struct orb_devx_mkey *m
 /* Check a decoded key against the request: 0, or ORB_EPERM naming the first mismatch. */
 int orb_devx_check_mkey(const struct orb_devx_mkey *m, const struct orb_hp_devx_verify *req);
 
-/* Query `req->key` through `ops` and check it. Errors: ORB_EPERM (the key grants anything
- * else, or the device does not know it), ORB_EUNAVAILABLE (no DevX), ORB_EINVAL. */
+/* Query `req->key` through its object `req->obj_handle` with `ops` and check it. Errors:
+ * ORB_EPERM (the key grants anything else, the handle is not this key's object, or the device
+ * does not know it), ORB_EUNAVAILABLE (no DevX), ORB_EINVAL. */
 int orb_devx_verify(const struct orb_devx_ops *ops, void *impl, int dev_fd, const struct orb_hp_devx_verify *req);
 
 /* The QUERY_MKEY input for `key` (for the real table and the fakes of the tests). */

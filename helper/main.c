@@ -293,7 +293,7 @@ static const struct dispatch_entry dispatch_table[] = {
     {ORB_HP_OPEN_DEVICE, 0, STR_MIN, STR_MAX, orb_helper_on_open_device},
     {ORB_HP_PEERMEM_PROBE, 0, 0, 0, orb_helper_on_peermem},
     {ORB_HP_SLOT_ATTACH, 0, STR_MIN + 8, STR_MAX + 8, orb_helper_on_slot_attach},
-    {ORB_HP_DEVX_VERIFY, 0, STR_MIN + 28, STR_MAX + 28, orb_helper_on_devx_verify},
+    {ORB_HP_DEVX_VERIFY, 0, STR_MIN + 32, STR_MAX + 32, orb_helper_on_devx_verify},
 };
 
 /* Handle one datagram. Negative: the session ends (the reason is the detail message). */

@@ -84,8 +84,11 @@ int orb_helper_slot_attach(struct orb_helper *h, const char *slot, uint64_t inte
                            int *fd_out);
 
 /* Ask the helper to check a memory key's device context before it is published: 0 when the key
- * grants exactly what `v` says. Errors: ORB_EUNAVAILABLE (no mlx5 device), ORB_EPERM (the key
- * grants something else), ORB_EINVAL, the session errors. */
+ * grants exactly what `v` says. `v->obj_handle` is the handle of the DevX object that created
+ * `v->key`, in the device context of the fd OPEN_DEVICE returned for `v->nic` (the helper queries
+ * the key through that object). Errors: ORB_EUNAVAILABLE (no mlx5 device), ORB_EPERM (the key
+ * grants something else, or the handle is not this key's object), ORB_EINVAL, the session
+ * errors. */
 int orb_helper_devx_verify(struct orb_helper *h, const struct orb_hp_devx_verify *v);
 
 /* End the session: close the socket (the helper exits on EOF), wait up to the session's

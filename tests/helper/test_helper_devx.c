@@ -1,5 +1,7 @@
 /* DEVX_VERIFY's key-context checks against a fake device that answers QUERY_MKEY with a key
- * context built here in the PRM layout, field by field. */
+ * context built here in the PRM layout, field by field, and that refuses an object handle the
+ * way the kernel does: no such object, or an object whose mkey index is not the command's. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -63,19 +65,30 @@ static void encode_key(const struct fake_key *k, uint8_t *out)
 
 struct fake_device {
     struct fake_key key;
-    int answer;            /* what query_mkey returns */
-    uint32_t asked_key;
+    uint32_t obj_handle;   /* the one DevX object of the context ... */
+    uint32_t obj_index;    /* ... and the mkey index it created */
+    int answer;            /* what query_mkey returns once the handle is accepted */
+    uint32_t asked_key, asked_handle;
     int asked_fd;
     int calls;
 };
 
-static int fake_query(void *impl, int dev_fd, uint32_t key, uint8_t *out, size_t out_len)
+static int fake_query(void *impl, int dev_fd, uint32_t obj_handle, uint32_t key, uint8_t *out, size_t out_len)
 {
     struct fake_device *d = impl;
     d->calls++;
     d->asked_key = key;
+    d->asked_handle = obj_handle;
     d->asked_fd = dev_fd;
     assert_int_equal(out_len, ORB_DEVX_QUERY_OUT_LEN);
+    if (obj_handle != d->obj_handle)
+        return orb_devx_query_errno_status(ENOENT, obj_handle, key);
+    /* The kernel compares the object's mkey index with the one in the command input. */
+    uint8_t in[ORB_DEVX_QUERY_IN_LEN];
+    orb_devx_encode_query(key, in);
+    uint32_t index = (uint32_t)in[9] << 16 | (uint32_t)in[10] << 8 | in[11];
+    if (index != d->obj_index)
+        return orb_devx_query_errno_status(EINVAL, obj_handle, key);
     if (d->answer != 0)
         return d->answer;
     encode_key(&d->key, out);
@@ -85,6 +98,7 @@ static int fake_query(void *impl, int dev_fd, uint32_t key, uint8_t *out, size_t
 static const struct orb_devx_ops fake_ops = {.query_mkey = fake_query};
 
 #define KEY 0x00ABCD42u
+#define HANDLE 5u
 #define PARENT 0x00001100u
 #define ADDR 0x7f0000001000ull
 #define LEN 0x200000ull
@@ -94,6 +108,7 @@ static struct orb_hp_devx_verify request(uint32_t access)
     struct orb_hp_devx_verify r;
     memset(&r, 0, sizeof r);
     strcpy(r.nic, "mlx5_0");
+    r.obj_handle = HANDLE;
     r.key = KEY;
     r.qpn = 0x1c2;
     r.addr = ADDR;
@@ -107,6 +122,8 @@ static struct fake_device good_device(void)
 {
     struct fake_device d;
     memset(&d, 0, sizeof d);
+    d.obj_handle = HANDLE;
+    d.obj_index = KEY >> 8;
     d.key.access_mode = ORB_DEVX_ACCESS_MODE_KLMS;
     d.key.rr = 1;
     d.key.lr = 1;
@@ -149,6 +166,47 @@ static void test_device_refusal_is_passed_through(void **state)
     d.answer = ORB_EUNAVAILABLE;
     assert_int_equal(verify(&d, 1), ORB_EUNAVAILABLE);
     assert_int_equal(d.calls, 1);
+}
+
+static void test_unknown_handle_is_refused(void **state)
+{
+    (void)state;
+    struct fake_device d = good_device();
+    struct orb_hp_devx_verify r = request(1);
+    r.obj_handle = HANDLE + 1;
+    assert_int_equal(orb_devx_verify(&fake_ops, &d, 17, &r), ORB_EPERM);
+    assert_int_equal(d.asked_handle, HANDLE + 1);
+    assert_non_null(strstr(orb_last_error(), "no object with handle 6"));
+}
+
+static void test_handle_of_another_key_is_refused(void **state)
+{
+    (void)state;
+    /* The handle names a key object, but not this key: the kernel refuses the query. */
+    struct fake_device d = good_device();
+    d.obj_index = (KEY >> 8) + 1;
+    assert_int_equal(verify(&d, 1), ORB_EPERM);
+    assert_int_equal(d.calls, 1);
+    /* Same mkey index, another variant: the kernel accepts, the variant check refuses. */
+    d = good_device();
+    struct orb_hp_devx_verify r = request(1);
+    r.key = (KEY & ~0xFFu) | 0x07u;
+    assert_int_equal(orb_devx_verify(&fake_ops, &d, 17, &r), ORB_EPERM);
+    assert_non_null(strstr(orb_last_error(), "variant"));
+}
+
+static void test_kernel_errno_mapping(void **state)
+{
+    (void)state;
+    /* No object query on this device: DevX verification is unavailable here. */
+    static const int unavailable[] = {ENOTTY, EOPNOTSUPP, EPROTONOSUPPORT, ENOSYS};
+    for (size_t i = 0; i < sizeof unavailable / sizeof unavailable[0]; i++)
+        assert_int_equal(orb_devx_query_errno_status(unavailable[i], 1, KEY), ORB_EUNAVAILABLE);
+    /* Anything else refuses the key: unknown handle, another object, a failed command, and
+     * errors that prove nothing. */
+    static const int refused[] = {ENOENT, EINVAL, EREMOTEIO, EACCES, EPERM, EFAULT, ENOMEM, EIO};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        assert_int_equal(orb_devx_query_errno_status(refused[i], 1, KEY), ORB_EPERM);
 }
 
 static void test_failed_command_is_refused(void **state)
@@ -217,6 +275,7 @@ static void test_exact_read_key_passes_and_query_names_the_key(void **state)
     struct fake_device d = good_device();
     assert_int_equal(verify(&d, 1), 0);
     assert_int_equal(d.asked_key, KEY);
+    assert_int_equal(d.asked_handle, HANDLE);
     assert_int_equal(d.asked_fd, 17);
 }
 
@@ -299,6 +358,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_device_refusal_is_passed_through),
+        cmocka_unit_test(test_unknown_handle_is_refused),
+        cmocka_unit_test(test_handle_of_another_key_is_refused),
+        cmocka_unit_test(test_kernel_errno_mapping),
         cmocka_unit_test(test_failed_command_is_refused),
         cmocka_unit_test(test_bad_access_value),
         cmocka_unit_test(test_each_mismatch_is_refused),

@@ -120,7 +120,8 @@ static int32_t open_device(struct fixture *f, const char *nic, int *fd_out)
 
 static int32_t devx_verify(struct fixture *f, const char *nic)
 {
-    struct orb_hp_devx_verify v = {.key = 0x4242, .qpn = 9, .addr = 0x1000, .length = 0x1000, .access = 1};
+    struct orb_hp_devx_verify v = {.obj_handle = 3, .key = 0x4242, .qpn = 9, .addr = 0x1000, .length = 0x1000,
+                                   .access = 1};
     snprintf(v.nic, sizeof v.nic, "%s", nic);
     uint8_t req[ORB_HP_MAX_MSG], rep[ORB_HP_MAX_MSG];
     size_t len = 0;
@@ -381,23 +382,25 @@ static void test_slot_attach_follows_policy(void **state)
 struct fake_devx {
     int calls;
     int answer;
+    uint32_t asked_handle, asked_key;
 };
 
-static int fake_query(void *impl, int dev_fd, uint32_t key, uint8_t *out, size_t out_len)
+static int fake_query(void *impl, int dev_fd, uint32_t obj_handle, uint32_t key, uint8_t *out, size_t out_len)
 {
     struct fake_devx *d = impl;
-    (void)key;
     (void)out;
     (void)out_len;
     assert_true(dev_fd >= 0);
     d->calls++;
+    d->asked_handle = obj_handle;
+    d->asked_key = key;
     return d->answer;
 }
 
 static void test_devx_verify_routing(void **state)
 {
     struct fixture *f = *state;
-    struct fake_devx dev = {0, ORB_EUNAVAILABLE};
+    struct fake_devx dev = {0, ORB_EUNAVAILABLE, 0, 0};
     const struct orb_devx_ops ops = {.query_mkey = fake_query};
     f->st.devx_ops = &ops;
     f->st.devx_impl = &dev;
@@ -410,6 +413,8 @@ static void test_devx_verify_routing(void **state)
     f->st.dev_fds[0] = open("/dev/null", O_RDWR | O_CLOEXEC);
     assert_int_equal(devx_verify(f, "mlx5_0"), ORB_EUNAVAILABLE);
     assert_int_equal(dev.calls, 1);
+    assert_int_equal(dev.asked_handle, 3); /* the request's object handle reaches the device */
+    assert_int_equal(dev.asked_key, 0x4242);
     dev.answer = 0; /* an all-zero key context: refused */
     assert_int_equal(devx_verify(f, "mlx5_0"), ORB_EPERM);
     assert_int_equal(dev.calls, 2);

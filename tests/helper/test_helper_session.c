@@ -380,7 +380,8 @@ static void test_full_session_every_request(void **state)
     close(slot_fd);
 
     /* DEVX_VERIFY: not an mlx5-driven device in the fixture */
-    struct orb_hp_devx_verify v = {.key = 0x1234, .qpn = 7, .addr = 4096, .length = 4096, .access = 1};
+    struct orb_hp_devx_verify v = {.obj_handle = 1, .key = 0x1234, .qpn = 7, .addr = 4096, .length = 4096,
+                                   .access = 1};
     snprintf(v.nic, sizeof v.nic, "mlx5_0");
     assert_int_equal(orb_hp_encode_devx_verify(s->p.seq++, &v, req, &len), 0);
     assert_int_equal(status_of(s, req, len, NULL), ORB_EUNAVAILABLE);

@@ -13,7 +13,8 @@
 #define FAKE_NIC_DENIED "mlx5_1"    /* OPEN_DEVICE answers ORB_EPERM */
 #define FAKE_SLOT "kvcache"         /* SLOT_ATTACH answers with a read-only fd */
 #define FAKE_PEERMEM_FOUND 0x5u     /* nv_mem and nvidia_peermem version files */
-#define FAKE_DEVX_KEY_OK 0x1234u    /* DEVX_VERIFY: 0 for this key, ORB_EPERM for others */
+#define FAKE_DEVX_KEY_OK 0x1234u    /* DEVX_VERIFY: 0 for this key through ... */
+#define FAKE_DEVX_HANDLE_OK 9u      /* ... this object handle, ORB_EPERM for anything else */
 
 static inline void fake_inventory(struct orb_topo_inventory *inv)
 {

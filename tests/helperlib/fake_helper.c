@@ -363,9 +363,9 @@ static void serve_devx(const struct orb_hp_msg *m)
     size_t len = 0;
     if (orb_hp_decode_devx_verify(m, &v) != 0)
         die("bad DEVX_VERIFY");
-    int32_t status = strcmp(v.nic, FAKE_NIC_OK) != 0 ? ORB_EUNAVAILABLE
-                     : v.key == FAKE_DEVX_KEY_OK     ? 0
-                                                     : ORB_EPERM;
+    int32_t status = strcmp(v.nic, FAKE_NIC_OK) != 0                                 ? ORB_EUNAVAILABLE
+                     : v.key == FAKE_DEVX_KEY_OK && v.obj_handle == FAKE_DEVX_HANDLE_OK ? 0
+                                                                                      : ORB_EPERM;
     if (orb_hp_encode_status(ORB_HP_DEVX_REPLY, m->hdr.sequence, status, out, &len) != 0)
         die("encode DEVX_REPLY");
     if (fault == F_TRAILING) {

@@ -340,9 +340,13 @@ static void test_good_session(void **state)
     assert_int_equal(orb_helper_peermem_probe(h, &found), 0);
     assert_int_equal(found, FAKE_PEERMEM_FOUND);
 
-    struct orb_hp_devx_verify v = { .nic = FAKE_NIC_OK, .key = FAKE_DEVX_KEY_OK, .qpn = 7,
-                                     .addr = 4096, .length = 4096, .access = 1 };
+    struct orb_hp_devx_verify v = { .nic = FAKE_NIC_OK, .obj_handle = FAKE_DEVX_HANDLE_OK,
+                                     .key = FAKE_DEVX_KEY_OK, .qpn = 7, .addr = 4096, .length = 4096,
+                                     .access = 1 };
     assert_int_equal(orb_helper_devx_verify(h, &v), 0);
+    v.obj_handle = FAKE_DEVX_HANDLE_OK + 1; /* the handle travels: another object is refused */
+    assert_int_equal(orb_helper_devx_verify(h, &v), ORB_EPERM);
+    v.obj_handle = FAKE_DEVX_HANDLE_OK;
     v.key = FAKE_DEVX_KEY_OK + 1;
     assert_int_equal(orb_helper_devx_verify(h, &v), ORB_EPERM);
     snprintf(v.nic, sizeof v.nic, "%s", FAKE_NIC_DENIED);
@@ -383,8 +387,9 @@ static int make_call(struct orb_helper *h, enum call call)
     struct orb_hp_policy policy;
     uint32_t found = 0xdead;
     int fd = -7, rc;
-    struct orb_hp_devx_verify v = { .nic = FAKE_NIC_OK, .key = FAKE_DEVX_KEY_OK, .qpn = 7,
-                                     .addr = 4096, .length = 4096, .access = 1 };
+    struct orb_hp_devx_verify v = { .nic = FAKE_NIC_OK, .obj_handle = FAKE_DEVX_HANDLE_OK,
+                                     .key = FAKE_DEVX_KEY_OK, .qpn = 7, .addr = 4096, .length = 4096,
+                                     .access = 1 };
     memset(&inv, 0x5a, sizeof inv);
     memset(&policy, 0x5a, sizeof policy);
     switch (call) {

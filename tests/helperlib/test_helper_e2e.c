@@ -150,8 +150,8 @@ static void test_session_against_the_real_helper(void **state)
         close(fd);
     }
 
-    struct orb_hp_devx_verify v = { .nic = GRANTED_NIC, .key = 0x100, .qpn = 7, .addr = 4096,
-                                     .length = 4096, .access = 1 };
+    struct orb_hp_devx_verify v = { .nic = GRANTED_NIC, .obj_handle = 1, .key = 0x100, .qpn = 7,
+                                     .addr = 4096, .length = 4096, .access = 1 };
     rc = orb_helper_devx_verify(h, &v);
     assert_true(rc != 0); /* no device: never a pass */
     expect_answer(rc, "DEVX_VERIFY");

@@ -70,8 +70,9 @@ def policy(slots=(b"kv", b"rank.0-a"), transports=3, routes=1, nslots=None):
             b"".join(s(x) for x in slots))
 
 
-def devx(name=b"mlx5_0", key=0x1234ABCD, qpn=0x101, addr=0x7F0000001000, length=0x10000, access=1):
-    return s(name) + struct.pack("<IIQQI", key, qpn, addr, length, access)
+def devx(name=b"mlx5_0", obj_handle=0x12345, key=0x1234ABCD, qpn=0x101, addr=0x7F0000001000, length=0x10000,
+         access=1):
+    return s(name) + struct.pack("<IIIQQI", obj_handle, key, qpn, addr, length, access)
 
 
 def full_nic():
@@ -125,6 +126,8 @@ def corpus():
         "bad-nic-ports-5": datagram(INVENTORY_REPLY, inv_reply(nic(ports=[port(1, 4, 1, 0, [])] * 5))),
         "bad-policy-nslots": datagram(POLICY_REPLY, policy(nslots=3)),
         "bad-devx-access": datagram(DEVX_VERIFY, devx(access=3)),
+        "bad-devx-no-handle": datagram(DEVX_VERIFY, s(b"mlx5_0") + struct.pack("<IIQQI", 0x1234ABCD, 0x101,
+                                                                               0x7F0000001000, 0x10000, 1)),
     }
 
 

@@ -159,8 +159,9 @@ static const uint8_t golden_slot_reply[] = {
 };
 
 static const uint8_t golden_devx_verify[] = {
-    HDR(0x0e, 0x34, 0x00, 0x04, 0x03, 0x02, 0x01), /* sequence 0x01020304 */
+    HDR(0x0e, 0x38, 0x00, 0x04, 0x03, 0x02, 0x01), /* sequence 0x01020304 */
     0x06, 0x00, 'm', 'l', 'x', '5', '_', '0',
+    0x45, 0x23, 0x01, 0x00,                         /* obj_handle 0x12345 */
     0xcd, 0xab, 0x34, 0x12,                         /* key 0x1234abcd */
     0x01, 0x01, 0x00, 0x00,                         /* qpn 0x101 */
     0x00, 0x10, 0x00, 0x00, 0x00, 0x7f, 0x00, 0x00, /* addr 0x7f0000001000 */
@@ -241,6 +242,7 @@ static void golden_devx(struct orb_hp_devx_verify *v)
 {
     memset(v, 0, sizeof *v);
     strcpy(v->nic, "mlx5_0");
+    v->obj_handle = 0x12345;
     v->key = 0x1234abcd;
     v->qpn = 0x101;
     v->addr = 0x7f0000001000ull;
@@ -1056,6 +1058,7 @@ static void test_name_requests(void **state)
             } else {
                 b_begin(&b, ORB_HP_DEVX_VERIFY);
                 b_str(&b, s, cases[i].len);
+                b_u32(&b, 7);
                 b_u32(&b, 1);
                 b_u32(&b, 1);
                 b_u64(&b, 0x1000);
@@ -1090,27 +1093,35 @@ static void test_fd_peermem_devx_fields(void **state)
     patched_rejected(golden_slot_reply, sizeof golden_slot_reply, B + 7, 0x80);
     patched_rejected(golden_peermem_reply, sizeof golden_peermem_reply, B + 4, 0x08);
     patched_rejected(golden_peermem_reply, sizeof golden_peermem_reply, B + 7, 0x01);
-    /* DEVX_VERIFY: key, qpn, addr, length, access at body offsets 8, 12, 16, 24, 32. */
-    patched_rejected(golden_devx_verify, sizeof golden_devx_verify, B + 15, 0x01); /* qpn over 24 bits */
-    patched_rejected(golden_devx_verify, sizeof golden_devx_verify, B + 32, 0);    /* access 0 */
-    patched_rejected(golden_devx_verify, sizeof golden_devx_verify, B + 32, 3);
-    patched_rejected(golden_devx_verify, sizeof golden_devx_verify, B + 35, 0x01);
+    /* DEVX_VERIFY: obj_handle, key, qpn, addr, length, access at body offsets 8, 12, 16, 20,
+     * 28, 36. */
+    patched_rejected(golden_devx_verify, sizeof golden_devx_verify, B + 19, 0x01); /* qpn over 24 bits */
+    patched_rejected(golden_devx_verify, sizeof golden_devx_verify, B + 36, 0);    /* access 0 */
+    patched_rejected(golden_devx_verify, sizeof golden_devx_verify, B + 36, 3);
+    patched_rejected(golden_devx_verify, sizeof golden_devx_verify, B + 39, 0x01);
     uint8_t buf[sizeof golden_devx_verify];
     memcpy(buf, golden_devx_verify, sizeof buf);
-    memset(buf + B + 24, 0, 8); /* empty range */
+    memset(buf + B + 28, 0, 8); /* empty range */
     assert_rejected(buf, sizeof buf);
     memcpy(buf, golden_devx_verify, sizeof buf);
-    memset(buf + B + 16, 0xff, 8); /* addr + length wraps */
+    memset(buf + B + 20, 0xff, 8); /* addr + length wraps */
     assert_rejected(buf, sizeof buf);
     memcpy(buf, golden_devx_verify, sizeof buf);
-    memset(buf + B + 16, 0, 8);
-    memset(buf + B + 24, 0xff, 8); /* 0 + UINT64_MAX does not wrap */
+    memset(buf + B + 20, 0, 8);
+    memset(buf + B + 28, 0xff, 8); /* 0 + UINT64_MAX does not wrap */
     assert_accepted(buf, sizeof buf);
     memcpy(buf, golden_devx_verify, sizeof buf);
-    buf[B + 8] = 0xff; /* any key value */
-    buf[B + 14] = 0xff; /* qpn 0xff0101 */
-    buf[B + 32] = 2;    /* WRITE */
+    memset(buf + B + 8, 0xff, 4); /* any handle value */
+    buf[B + 12] = 0xff; /* any key value */
+    buf[B + 18] = 0xff; /* qpn 0xff0101 */
+    buf[B + 36] = 2;    /* WRITE */
     assert_accepted(buf, sizeof buf);
+    /* The layout without the object handle: four bytes short of what its name length implies. */
+    uint8_t old[sizeof golden_devx_verify - 4];
+    memcpy(old, golden_devx_verify, B + 8);
+    memcpy(old + B + 8, golden_devx_verify + B + 12, sizeof old - B - 8);
+    old[8] = (uint8_t)sizeof old; /* header length field, low byte */
+    assert_rejected(old, sizeof old);
 }
 
 /* ---- golden vectors -------------------------------------------------------------------------------- */
@@ -1272,6 +1283,7 @@ static void test_golden_decode(void **state)
     assert_int_equal(m.hdr.sequence, 0x01020304);
     assert_int_equal(orb_hp_decode_devx_verify(&m, &v), 0);
     assert_string_equal(v.nic, "mlx5_0");
+    assert_int_equal(v.obj_handle, 0x12345);
     assert_int_equal(v.key, 0x1234abcd);
     assert_int_equal(v.qpn, 0x101);
     assert_int_equal(v.addr, 0x7f0000001000ull);
