@@ -316,7 +316,7 @@ static void decide_slots(struct decider *d, struct orb_hp_policy *out)
         decide_item(d, POLICY_KEY_SLOTS, allows_slot, out->slots[m], false, item);
     }
     if (dropped) {
-        char src[SOURCE_MAX];
+        char src[SOURCE_MAX + 64]; /* room for the prefix: emit() keeps what fits */
         snprintf(src, sizeof src, "more than %u names; first dropped at %s", ORB_HP_MAX_SLOTS, dropped_src);
         emit(d, "slots", src, "%u dropped", dropped);
     }

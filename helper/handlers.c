@@ -199,12 +199,12 @@ void orb_helper_map_devices(struct orb_helper_state *st)
         if (!uverbs_name_valid(e->d_name))
             continue;
         char path[128], ibdev[ATTR_MAX];
-        snprintf(path, sizeof path, VERBS_DIR "/%s/ibdev", e->d_name);
+        snprintf(path, sizeof path, VERBS_DIR "/%.*s/ibdev", ORB_HELPER_UVERBS_MAX, e->d_name);
         if (!read_attr(st->sysfs_fd, path, ibdev, sizeof ibdev))
             continue;
         int id = orb_helper_find_nic(st, ibdev);
         if (id >= 0 && st->uverbs[id][0] == '\0')
-            snprintf(st->uverbs[id], ORB_HELPER_UVERBS_MAX, "%s", e->d_name);
+            memcpy(st->uverbs[id], e->d_name, strlen(e->d_name) + 1); /* valid: shorter than the field */
     }
     closedir(d);
 }

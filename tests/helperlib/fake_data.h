@@ -31,7 +31,8 @@ static inline void fake_inventory(struct orb_topo_inventory *inv)
         n->numa_node = (int32_t)i;
         n->path.depth = 2;
         snprintf(n->path.hops[0], sizeof n->path.hops[0], "pci0000:%02x", 0x16u + 0x20u * i);
-        snprintf(n->path.hops[1], sizeof n->path.hops[1], "%s", n->pci);
+        _Static_assert(sizeof n->path.hops[1] >= sizeof n->pci, "a PCI address fits a hop");
+        memcpy(n->path.hops[1], n->pci, sizeof n->pci);
         struct orb_topo_port *p = &n->ports[0];
         p->num = 1;
         p->state = ORB_PORT_ACTIVE;
