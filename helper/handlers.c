@@ -378,11 +378,23 @@ int orb_helper_on_open_device(struct orb_helper_state *st, const struct orb_hp_m
     const struct orb_topo_nic *n = nic_by_id(st, id);
     if (n == NULL || !n->usable || st->devib_fd < 0 || st->uverbs[id][0] == '\0')
         return send_fd_reply(st, type, m->hdr.sequence, ORB_EUNAVAILABLE, -1);
+    /* ibv_import_device() adopts a context only through a provider import step, which rdma-core
+     * has for mlx5 alone; the context request is mlx5's too (uctx.h). */
+    if (!st->mlx5[id] || st->uctx_ops == NULL) {
+        orb_fail(ORB_EUNAVAILABLE, "open device %s: not an mlx5 device; no importable context", nic);
+        return send_fd_reply(st, type, m->hdr.sequence, ORB_EUNAVAILABLE, -1);
+    }
     int fd = -1;
     int status = open_uverbs(st, id, nic, &fd);
     if (status != 0)
         return send_fd_reply(st, type, m->hdr.sequence, status, -1);
-    /* Keep our own reference to the tenant's device file: DEVX_VERIFY queries its objects. */
+    bool devx = false;
+    status = orb_uctx_create(st->uctx_ops, st->uctx_impl, fd, nic, &devx);
+    if (status != 0) {
+        close(fd);
+        return send_fd_reply(st, type, m->hdr.sequence, status, -1);
+    }
+    /* Keep our own reference to the tenant's device context: DEVX_VERIFY queries its objects. */
     int keep = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (keep < 0) {
         close(fd);
@@ -390,6 +402,7 @@ int orb_helper_on_open_device(struct orb_helper_state *st, const struct orb_hp_m
     }
     close_fd(&st->dev_fds[id]);
     st->dev_fds[id] = keep;
+    st->devx[id] = devx;
     return send_fd_reply(st, type, m->hdr.sequence, 0, fd);
 }
 
@@ -455,6 +468,8 @@ int orb_helper_on_devx_verify(struct orb_helper_state *st, const struct orb_hp_m
         status = ORB_EUNAVAILABLE;
     else if (st->dev_fds[id] < 0)
         status = ORB_EINVAL; /* OPEN_DEVICE first: the key lives in that device context */
+    else if (!st->devx[id])
+        status = ORB_EUNAVAILABLE; /* the kernel refused DevX for that context */
     else
         status = orb_devx_verify(st->devx_ops, st->devx_impl, st->dev_fds[id], &v);
     if (status < ORB_EAGAIN || status > 0)

@@ -14,6 +14,7 @@
 
 #include "common/helper_proto.h"
 #include "helper/devx.h"
+#include "helper/uctx.h"
 #include "topo/inventory.h"
 #include "topo/slots.h"
 
@@ -66,8 +67,11 @@ struct orb_helper_state {
     bool domain_ok;                 /* clock domain known (slots need it) */
     struct orb_clock_domain domain;
     int dev_fds[ORB_TOPO_MAX_NICS]; /* dup of the last uverbs fd handed over, -1 none */
+    bool devx[ORB_TOPO_MAX_NICS];   /* that fd's device context was created with DevX */
     struct orb_helper_slot slots[ORB_HP_MAX_SLOTS];
-    const struct orb_devx_ops *devx_ops;
+    const struct orb_uctx_ops *uctx_ops; /* device context creation (OPEN_DEVICE) */
+    void *uctx_impl;
+    const struct orb_devx_ops *devx_ops;  /* key queries (DEVX_VERIFY) */
     void *devx_impl;
     bool hello_done;
     uint64_t next_takeover_ns;      /* next attempt to take over an idle publisher */

@@ -42,6 +42,7 @@ struct helper_paths {
     const char *shm;
     uid_t admin_uid;
     bool admin_uid_given;
+    bool fake_device_context; /* test build only: OPEN_DEVICE creates no kernel context */
 };
 
 /* ---- start-up log (syslog, only before the filter: its reconnects would need socket()) -------- */
@@ -58,8 +59,10 @@ static void startup_log(int priority, const char *fmt, ...)
 /* ---- options ---------------------------------------------------------------------------------- */
 
 /* The test build's options: --sysfs-root, --policy-dir, --dev-dir (for /dev/infiniband),
- * --shm-dir DIR, and --policy-owner UID, the administrator the policy files and slot objects
- * must belong to (new slot objects then keep their group). */
+ * --shm-dir DIR, --policy-owner UID, the administrator the policy files and slot objects
+ * must belong to (new slot objects then keep their group), and --device-context kernel|fake
+ * (fake: OPEN_DEVICE hands over the verified node without creating a device context, so that
+ * fixture nodes that are no uverbs files can stand in for one). */
 static int parse_options(int argc, char **argv, struct helper_paths *p)
 {
     p->sysfs = "/sys";
@@ -68,6 +71,7 @@ static int parse_options(int argc, char **argv, struct helper_paths *p)
     p->shm = "/dev/shm";
     p->admin_uid = 0;
     p->admin_uid_given = false;
+    p->fake_device_context = false;
 #ifdef ORB_HELPER_TESTING
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc)
@@ -81,6 +85,10 @@ static int parse_options(int argc, char **argv, struct helper_paths *p)
             p->dev_ib = val;
         } else if (strcmp(opt, "--shm-dir") == 0) {
             p->shm = val;
+        } else if (strcmp(opt, "--device-context") == 0) {
+            if (strcmp(val, "fake") != 0 && strcmp(val, "kernel") != 0)
+                return -1;
+            p->fake_device_context = strcmp(val, "fake") == 0;
         } else if (strcmp(opt, "--policy-owner") == 0) {
             char *end = NULL;
             errno = 0;
@@ -249,6 +257,11 @@ static int prepare(struct orb_helper_state *st, const struct helper_paths *paths
     }
     orb_helper_map_devices(st);
     st->domain_ok = orb_clock_domain_current(&st->domain) == 0;
+    st->uctx_ops = &orb_uctx_kernel_ops;
+#ifdef ORB_HELPER_TESTING
+    if (paths->fake_device_context)
+        st->uctx_ops = &orb_helper_testing_uctx_ops;
+#endif
     st->devx_ops = &orb_devx_kernel_ops;
 
     struct identity id;

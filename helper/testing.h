@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 struct orb_helper_state;
+struct orb_uctx_ops;
 
 enum orb_helper_test_type {
     /* req: empty. rep: u32 non-NUL bytes left in the initial environment block | u32 nfds |
@@ -21,6 +22,9 @@ enum orb_helper_test_type {
 };
 
 #define ORB_HELPER_TEST_MAX_FDS 64u
+
+/* --device-context fake: context creation that succeeds, with DevX, without touching the fd. */
+extern const struct orb_uctx_ops orb_helper_testing_uctx_ops;
 
 /* 1: a test request, answered; 0: not one (normal dispatch); negative: end the session. */
 int orb_helper_testing_request(struct orb_helper_state *st, const uint8_t *buf, size_t len);

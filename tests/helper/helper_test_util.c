@@ -172,6 +172,13 @@ fail:
     return -1;
 }
 
+int hp_fixture_mark_mlx5(struct hp_fixture *f, const char *nic)
+{
+    char link[700];
+    snprintf(link, sizeof link, "%s/class/infiniband/%s/device/driver", f->sysfs, nic);
+    return symlink("../../../../bus/pci/drivers/mlx5_core", link) == 0 ? 0 : -1;
+}
+
 void hp_fixture_destroy(struct hp_fixture *f)
 {
     hp_remove_tree(f->root);

@@ -27,6 +27,9 @@ int hp_fixture_create(struct hp_fixture *f, const char *fixture);
 /* Remove the whole tree. */
 void hp_fixture_destroy(struct hp_fixture *f);
 
+/* Make NIC `nic` of the fixture driven by mlx5_core (its device/driver link). 0 or -1. */
+int hp_fixture_mark_mlx5(struct hp_fixture *f, const char *nic);
+
 /* Write `text` to dir/name with `mode` (exactly, regardless of umask). 0 or -1. */
 int hp_write_file(const char *dir, const char *name, const char *text, mode_t mode);
 /* mkdir -p of dir/rel. 0 or -1. */

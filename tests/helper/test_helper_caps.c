@@ -64,7 +64,10 @@ static int setup(void **state)
     assert_non_null(f);
     f->p.sock = -1;
     assert_int_equal(hp_fixture_create(&f->fx, "two-socket"), 0);
-    /* Root's policy, a node only root can open (uverbs0 = 1:3 in the fixture's sysfs). */
+    /* Root's policy, a node only root can open (uverbs0 = 1:3 in the fixture's sysfs), an
+     * mlx5 driver for it, and (the helper's --device-context fake) no kernel device context on
+     * the stand-in node: this test is about capabilities. */
+    assert_int_equal(hp_fixture_mark_mlx5(&f->fx, "mlx5_0"), 0);
     assert_int_equal(hp_write_file(f->fx.policy, "10-test.ini",
                                    "[defaults]\ntransports = tcp, rdma\nnics = mlx5_0\nslots = caps-slot\n", 0644),
                      0);
@@ -91,7 +94,7 @@ static void run_as_nobody(struct fixture *f)
 {
     const char *argv[] = {SETPRIV, "--reuid=65534", "--regid=65534", "--clear-groups", "--", f->exe,
                           "--sysfs-root", f->fx.sysfs, "--policy-dir", f->fx.policy, "--dev-dir", f->fx.dev,
-                          "--shm-dir", f->fx.shm, "--policy-owner", "0", NULL};
+                          "--shm-dir", f->fx.shm, "--policy-owner", "0", "--device-context", "fake", NULL};
     struct hp_spawn_opts o = {.argv = argv};
     assert_int_equal(hp_spawn(&f->p, &o), 0);
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@ static int setup(void **state)
     st->admin_uid = getuid();
     st->admin_gid = (gid_t)-1;
     st->caps_kept = 0x3;
+    st->uctx_ops = &orb_uctx_kernel_ops; /* as the helper starts; tests swap in scripted tables */
     assert_int_equal(orb_clock_domain_current(&st->domain), 0);
     st->domain_ok = true;
     /* mlx5_0 (id 0) over RDMA, GPUs 0 and 5, one slot name. */
@@ -259,12 +261,18 @@ static void test_open_device_refusals(void **state)
     f->st.allowed.transports = ORB_HP_T_TCP;
     assert_int_equal(open_device(f, "mlx5_0", NULL), ORB_EPERM); /* no RDMA at all */
     f->st.allowed.transports |= ORB_HP_T_RDMA;
+    /* Not driven by mlx5_core: no context the library could import, nothing opened. */
+    char path[600];
+    snprintf(path, sizeof path, "%s/uverbs0", f->fx.dev);
+    assert_int_equal(symlink("/dev/null", path), 0); /* would be refused if it were opened */
+    assert_int_equal(open_device(f, "mlx5_0", NULL), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "not an mlx5 device"));
+    assert_int_equal(unlink(path), 0);
+    f->st.mlx5[0] = true;
     assert_int_equal(open_device(f, "mlx5_0", NULL), ORB_EUNAVAILABLE); /* no node yet */
     /* A regular file and a symlink where the node should be. */
     assert_int_equal(hp_write_file(f->fx.dev, "uverbs0", "", 0666), 0);
     assert_int_equal(open_device(f, "mlx5_0", NULL), ORB_EPERM);
-    char path[600];
-    snprintf(path, sizeof path, "%s/uverbs0", f->fx.dev);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(symlink("/dev/null", path), 0);
     assert_int_equal(open_device(f, "mlx5_0", NULL), ORB_EPERM);
@@ -280,17 +288,54 @@ static void test_open_device_refusals(void **state)
     assert_int_equal(f->st.dev_fds[0], -1);
 }
 
+/* A device context table that answers from a script (one errno per call) and records the
+ * descriptors it was given. */
+struct fake_uctx {
+    int answers[8];
+    int calls;
+    bool asked_devx[8];
+    dev_t asked_rdev;
+};
+
+static int fake_create(void *impl, int dev_fd, bool devx)
+{
+    struct fake_uctx *u = impl;
+    assert_true(u->calls < 8);
+    struct stat s;
+    assert_int_equal(fstat(dev_fd, &s), 0);
+    u->asked_rdev = s.st_rdev;
+    u->asked_devx[u->calls] = devx;
+    return u->answers[u->calls++];
+}
+
+static const struct orb_uctx_ops fake_uctx_ops = {.create = fake_create};
+
+/* As root, a character device with mlx5_0's numbers (1:3) stands in for uverbs0. */
+static bool make_stand_in_node(struct fixture *f)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/uverbs0", f->fx.dev);
+    return getuid() == 0 && mknod(path, S_IFCHR | 0600, makedev(1, 3)) == 0;
+}
+
 static void test_open_device_success_keeps_a_dup(void **state)
 {
     struct fixture *f = *state;
-    char path[600];
-    snprintf(path, sizeof path, "%s/uverbs0", f->fx.dev);
-    if (getuid() != 0 || mknod(path, S_IFCHR | 0600, makedev(1, 3)) != 0) {
+    if (!make_stand_in_node(f)) {
         skip(); /* a character device needs root */
         return;
     }
+    struct fake_uctx u = {{0}, 0, {false}, 0};
+    f->st.mlx5[0] = true;
+    f->st.uctx_ops = &fake_uctx_ops;
+    f->st.uctx_impl = &u;
     int fd = -1;
     assert_int_equal(open_device(f, "mlx5_0", &fd), 0);
+    /* The context was created on the verified node, with DevX, before the hand-over. */
+    assert_int_equal(u.calls, 1);
+    assert_true(u.asked_devx[0]);
+    assert_int_equal(u.asked_rdev, makedev(1, 3));
+    assert_true(f->st.devx[0]);
     struct stat a, b;
     assert_int_equal(fstat(fd, &a), 0);
     assert_true(S_ISCHR(a.st_mode));
@@ -310,6 +355,44 @@ static void test_open_device_success_keeps_a_dup(void **state)
     assert_int_equal(open_device(f, "mlx5_0", NULL), ORB_EPERM);
     assert_int_equal(hp_write_file(verbs, "dev", "1:3:0\n", 0644), 0);
     assert_int_equal(open_device(f, "mlx5_0", NULL), ORB_EUNAVAILABLE);
+    assert_int_equal(u.calls, 2); /* no context creation for a node that failed its checks */
+}
+
+static void test_open_device_context_refusals(void **state)
+{
+    struct fixture *f = *state;
+    if (!make_stand_in_node(f)) {
+        skip();
+        return;
+    }
+    f->st.mlx5[0] = true;
+    /* No table at all: refused before anything is opened. */
+    f->st.uctx_ops = NULL;
+    assert_int_equal(open_device(f, "mlx5_0", NULL), ORB_EUNAVAILABLE);
+    /* Both attempts refused: no fd handed over, none kept. */
+    struct fake_uctx u = {{EINVAL, EACCES}, 0, {false}, 0};
+    f->st.uctx_ops = &fake_uctx_ops;
+    f->st.uctx_impl = &u;
+    int fd = 7;
+    assert_int_equal(open_device(f, "mlx5_0", &fd), ORB_EPERM);
+    assert_int_equal(fd, -1);
+    assert_int_equal(u.calls, 2);
+    assert_int_equal(f->st.dev_fds[0], -1);
+    /* DevX refused, plain verbs granted: the device is handed over, DEVX_VERIFY is unavailable. */
+    u = (struct fake_uctx){{EOPNOTSUPP, 0}, 0, {false}, 0};
+    assert_int_equal(open_device(f, "mlx5_0", &fd), 0);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_true(u.asked_devx[0]);
+    assert_false(u.asked_devx[1]);
+    assert_true(f->st.dev_fds[0] >= 0);
+    assert_false(f->st.devx[0]);
+    /* The real table on the stand-in (no uverbs ioctl there): unavailable, the kept dup stays. */
+    int kept = f->st.dev_fds[0];
+    f->st.uctx_ops = &orb_uctx_kernel_ops;
+    assert_int_equal(open_device(f, "mlx5_0", &fd), ORB_EUNAVAILABLE);
+    assert_int_equal(fd, -1);
+    assert_int_equal(f->st.dev_fds[0], kept);
 }
 
 /* ---- PEERMEM_PROBE --------------------------------------------------------------------------- */
@@ -411,6 +494,9 @@ static void test_devx_verify_routing(void **state)
     assert_int_equal(devx_verify(f, "mlx5_0"), ORB_EINVAL); /* no device opened yet */
     assert_int_equal(dev.calls, 0);
     f->st.dev_fds[0] = open("/dev/null", O_RDWR | O_CLOEXEC);
+    assert_int_equal(devx_verify(f, "mlx5_0"), ORB_EUNAVAILABLE); /* its context has no DevX */
+    assert_int_equal(dev.calls, 0);
+    f->st.devx[0] = true;
     assert_int_equal(devx_verify(f, "mlx5_0"), ORB_EUNAVAILABLE);
     assert_int_equal(dev.calls, 1);
     assert_int_equal(dev.asked_handle, 3); /* the request's object handle reaches the device */
@@ -446,6 +532,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_policy_reply_is_the_decision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_device_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_device_success_keeps_a_dup, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_device_context_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peermem_needs_the_version_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_attach_follows_policy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_devx_verify_routing, setup, teardown),

@@ -51,16 +51,23 @@ struct session {
     char owner[16];
 };
 
-/* Start orbite-helper-test on the fixture tree with `policy` (NULL: no policy file). */
-static void start(struct session *s, const char *policy)
+/* Start orbite-helper-test on the fixture tree with `policy` (NULL: no policy file) and device
+ * context creation `context` ("kernel", as installed, or "fake" for stand-in nodes). */
+static void start_with(struct session *s, const char *policy, const char *context)
 {
     if (policy)
         assert_int_equal(hp_write_file(s->fx.policy, "10-test.ini", policy, 0644), 0);
     snprintf(s->owner, sizeof s->owner, "%u", (unsigned)getuid());
     const char *argv[] = {ORB_HELPER_TEST_EXE, "--sysfs-root", s->fx.sysfs, "--policy-dir", s->fx.policy,
-                          "--dev-dir", s->fx.dev, "--shm-dir", s->fx.shm, "--policy-owner", s->owner, NULL};
+                          "--dev-dir", s->fx.dev, "--shm-dir", s->fx.shm, "--policy-owner", s->owner,
+                          "--device-context", context, NULL};
     struct hp_spawn_opts o = {.argv = argv, .leak_fd = true};
     assert_int_equal(hp_spawn(&s->p, &o), 0);
+}
+
+static void start(struct session *s, const char *policy)
+{
+    start_with(s, policy, "kernel");
 }
 
 static int setup(void **state)
@@ -69,6 +76,8 @@ static int setup(void **state)
     assert_non_null(s);
     s->p.sock = -1;
     assert_int_equal(hp_fixture_create(&s->fx, "two-socket"), 0);
+    assert_int_equal(hp_fixture_mark_mlx5(&s->fx, "mlx5_0"), 0);
+    assert_int_equal(hp_fixture_mark_mlx5(&s->fx, "mlx5_1"), 0);
     *state = s;
     return 0;
 }
@@ -287,7 +296,9 @@ static void test_full_session_every_request(void **state)
     close(sysfd);
     assert_true(inv.nnics >= 2);
 
-    start(s, policy_mlx5_0);
+    /* The stand-in node has no uverbs ioctl: the full session fakes the device context
+     * (test_open_device_real_context_under_the_filter runs the real one). */
+    start_with(s, policy_mlx5_0, "fake");
     assert_int_equal(hp_hello(&s->p), 0);
 
     /* POLICY */
@@ -379,12 +390,13 @@ static void test_full_session_every_request(void **state)
     munmap(map, (size_t)st.st_size);
     close(slot_fd);
 
-    /* DEVX_VERIFY: not an mlx5-driven device in the fixture */
+    /* DEVX_VERIFY: with the device open, the real object query reaches the stand-in node
+     * through the filter and finds no uverbs ioctl there; without it, OPEN_DEVICE comes first. */
     struct orb_hp_devx_verify v = {.obj_handle = 1, .key = 0x1234, .qpn = 7, .addr = 4096, .length = 4096,
                                    .access = 1};
     snprintf(v.nic, sizeof v.nic, "mlx5_0");
     assert_int_equal(orb_hp_encode_devx_verify(s->p.seq++, &v, req, &len), 0);
-    assert_int_equal(status_of(s, req, len, NULL), ORB_EUNAVAILABLE);
+    assert_int_equal(status_of(s, req, len, NULL), have_node ? ORB_EUNAVAILABLE : ORB_EINVAL);
     snprintf(v.nic, sizeof v.nic, "mlx5_1");
     assert_int_equal(orb_hp_encode_devx_verify(s->p.seq++, &v, req, &len), 0);
     assert_int_equal(status_of(s, req, len, NULL), ORB_EPERM);
@@ -393,6 +405,28 @@ static void test_full_session_every_request(void **state)
     struct hp_self_report r;
     assert_int_equal(hp_self_report(&s->p, &r), 0);
     assert_int_equal(r.nfds, 7u + (have_node ? 1u : 0u) + 1u);
+    expect_exit(s, EXIT_EOF);
+}
+
+/* The real device context creation under the real filter: the uverbs ioctl is admitted (no
+ * SIGSYS), the stand-in node refuses it, nothing is handed over or kept. */
+static void test_open_device_real_context_under_the_filter(void **state)
+{
+    struct session *s = *state;
+    char node[600];
+    snprintf(node, sizeof node, "%s/uverbs0", s->fx.dev);
+    if (getuid() != 0 || mknod(node, S_IFCHR | 0600, makedev(1, 3)) != 0) {
+        skip(); /* a character device needs root */
+        return;
+    }
+    start(s, policy_mlx5_0);
+    assert_int_equal(hp_hello(&s->p), 0);
+    int fd = 5;
+    assert_int_equal(open_device(s, "mlx5_0", &fd), ORB_EUNAVAILABLE);
+    assert_int_equal(fd, -1);
+    struct hp_self_report r;
+    assert_int_equal(hp_self_report(&s->p, &r), 0);
+    assert_int_equal(r.nfds, 7u); /* the held fds as in the full session, no device dup */
     expect_exit(s, EXIT_EOF);
 }
 
@@ -586,6 +620,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_datagrams_end_session, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_policy_file_denies_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_device_checks_the_node, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_device_real_context_under_the_filter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_session_every_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mutated_requests_never_crash, setup, teardown),
     };

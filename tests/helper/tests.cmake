@@ -14,8 +14,10 @@ set(ORB_HELPER_TEST_UTIL ${ORB_HELPER_TEST_DIR}/helper_test_util.c)
 set(ORB_HELPER_TEST_OBJECTS orb_base orb_wire orb_hproto orb_policy orb_topo orb_helper_core)
 set(ORB_HELPER_TEST_LIBS PkgConfig::INIH PkgConfig::LIBCAP PkgConfig::LIBSECCOMP)
 
-# In-process: key-context checks, slot objects, request handlers.
+# In-process: key-context checks, device context creation, slot objects, request handlers.
 orb_unit_test(test_helper_devx SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_devx.c
+              OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS})
+orb_unit_test(test_helper_uctx SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_uctx.c
               OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS})
 orb_unit_test(test_helper_slots SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_slots.c ${ORB_HELPER_TEST_UTIL}
               OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS})
@@ -32,7 +34,7 @@ add_dependencies(test_helper_session orbite-helper orbite-helper-test)
 add_dependencies(test_helper_caps orbite-helper-test)
 set_tests_properties(test_helper_caps PROPERTIES SKIP_RETURN_CODE 77)
 
-foreach(t test_helper_devx test_helper_slots test_helper_handlers test_helper_session test_helper_caps)
+foreach(t test_helper_devx test_helper_uctx test_helper_slots test_helper_handlers test_helper_session test_helper_caps)
   target_compile_definitions(${t} PRIVATE FIXTURE_DIR="${PROJECT_SOURCE_DIR}/tests/data/sysfs"
                              ORB_HELPER_EXE="$<TARGET_FILE:orbite-helper>"
                              ORB_HELPER_TEST_EXE="$<TARGET_FILE:orbite-helper-test>")

@@ -1,0 +1,131 @@
+/* OPEN_DEVICE's device context (see uctx.h). */
+#include "helper/uctx.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include <rdma/ib_user_ioctl_cmds.h>
+#include <rdma/ib_user_ioctl_verbs.h>
+#include <rdma/mlx5-abi.h>
+#include <rdma/rdma_user_ioctl_cmds.h>
+
+#include "core/error.h"
+
+_Static_assert(sizeof(struct mlx5_ib_alloc_ucontext_req_v2) == ORB_UCTX_REQ_LEN,
+               "mlx5 context request layout changed");
+
+void orb_uctx_encode_request(bool devx, uint8_t out[ORB_UCTX_REQ_LEN])
+{
+    struct mlx5_ib_alloc_ucontext_req_v2 req;
+    memset(&req, 0, sizeof req);
+    req.total_num_bfregs = ORB_UCTX_TOTAL_BFREGS;
+    req.num_low_latency_bfregs = ORB_UCTX_LOW_LATENCY_BFREGS;
+    req.flags = devx ? MLX5_IB_ALLOC_UCTX_DEVX : 0;
+    req.max_cqe_version = ORB_UCTX_MAX_CQE_VERSION;
+    req.lib_caps = MLX5_LIB_CAP_4K_UAR | MLX5_LIB_CAP_DYN_UAR;
+    memcpy(out, &req, sizeof req);
+}
+
+/* UVERBS_METHOD_GET_CONTEXT with the two core outputs and the driver's request and response, as
+ * rdma-core's ioctl path builds it. */
+static int kernel_create(void *impl, int dev_fd, bool devx)
+{
+    (void)impl;
+    if (dev_fd < 0)
+        return EBADF;
+    uint8_t req[ORB_UCTX_REQ_LEN];
+    orb_uctx_encode_request(devx, req);
+    struct mlx5_ib_alloc_ucontext_resp resp;
+    memset(&resp, 0, sizeof resp);
+    uint32_t num_comp_vectors = 0;
+    uint64_t core_support = 0;
+    union {
+        uint64_t align;
+        uint8_t bytes[sizeof(struct ib_uverbs_ioctl_hdr) + 4 * sizeof(struct ib_uverbs_attr)];
+    } cmd;
+    memset(&cmd, 0, sizeof cmd);
+    struct ib_uverbs_ioctl_hdr *hdr = (struct ib_uverbs_ioctl_hdr *)(void *)cmd.bytes;
+    hdr->length = sizeof cmd.bytes;
+    hdr->object_id = UVERBS_OBJECT_DEVICE;
+    hdr->method_id = UVERBS_METHOD_GET_CONTEXT;
+    hdr->num_attrs = 4;
+    hdr->driver_id = RDMA_DRIVER_MLX5;
+    const struct {
+        uint16_t id;
+        uint16_t len;
+        void *ptr;
+    } attrs[4] = {
+        {UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, sizeof num_comp_vectors, &num_comp_vectors},
+        {UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, sizeof core_support, &core_support},
+        {UVERBS_ATTR_UHW_IN, sizeof req, req}, /* over 8 bytes: passed by pointer */
+        {UVERBS_ATTR_UHW_OUT, sizeof resp, &resp},
+    };
+    for (unsigned i = 0; i < 4; i++) {
+        hdr->attrs[i].attr_id = attrs[i].id;
+        hdr->attrs[i].len = attrs[i].len;
+        hdr->attrs[i].flags = UVERBS_ATTR_F_MANDATORY;
+        hdr->attrs[i].data = (uint64_t)(uintptr_t)attrs[i].ptr;
+    }
+    return ioctl(dev_fd, RDMA_VERBS_IOCTL, cmd.bytes) == 0 ? 0 : errno;
+}
+
+const struct orb_uctx_ops orb_uctx_kernel_ops = {.create = kernel_create};
+
+/* Errors that say the ioctl or the device is not there: asking again without DevX is useless. */
+static bool absent(int err)
+{
+    return err == ENOTTY || err == EPROTONOSUPPORT || err == ENOSYS || err == EIO || err == ENODEV ||
+           err == EBADF;
+}
+
+static int status_of(int err, const char *nic)
+{
+    switch (err) {
+    case ENOTTY:
+    case EPROTONOSUPPORT:
+    case ENOSYS:
+    case EOPNOTSUPP:
+        return orb_fail(ORB_EUNAVAILABLE, "open device %s: no uverbs context creation on this file: %s", nic,
+                        strerror(err));
+    case EIO:
+    case ENODEV:
+        return orb_fail(ORB_EUNAVAILABLE, "open device %s: the device is gone: %s", nic, strerror(err));
+    case EAGAIN:
+        return orb_fail(ORB_EAGAIN, "open device %s: device not active or context limit reached: %s", nic,
+                        strerror(err));
+    case ENOMEM:
+        return orb_fail(ORB_ENOMEM, "open device %s: out of memory creating its context", nic);
+    case ENOSPC:
+    case EMFILE:
+    case EDQUOT:
+        return orb_fail(ORB_ERESOURCE, "open device %s: no room for another context: %s", nic, strerror(err));
+    default:
+        return orb_fail(ORB_EPERM, "open device %s: the kernel refused the device context: %s", nic,
+                        strerror(err));
+    }
+}
+
+int orb_uctx_create(const struct orb_uctx_ops *ops, void *impl, int dev_fd, const char *nic, bool *devx_out)
+{
+    if (ops == NULL || ops->create == NULL || dev_fd < 0 || nic == NULL || devx_out == NULL)
+        return orb_fail(ORB_EINVAL, "open device: no context operations or descriptor");
+    int err = ops->create(impl, dev_fd, true);
+    if (err == 0) {
+        *devx_out = true;
+        return 0;
+    }
+    if (err < 0) /* an errno is positive; anything else is a broken table: fail closed */
+        return orb_fail(ORB_EPERM, "open device %s: context creation answered %d", nic, err);
+    if (absent(err))
+        return status_of(err, nic);
+    /* DevX refused (no uctx support, firmware, limits): plain verbs still work, as with libmlx5. */
+    err = ops->create(impl, dev_fd, false);
+    if (err == 0) {
+        *devx_out = false;
+        return 0;
+    }
+    if (err < 0)
+        return orb_fail(ORB_EPERM, "open device %s: context creation answered %d", nic, err);
+    return status_of(err, nic);
+}
