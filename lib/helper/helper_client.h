@@ -68,10 +68,13 @@ int orb_helper_inventory(struct orb_helper *h, struct orb_topo_inventory *out);
 /* What this tenant may use. Errors: as orb_helper_inventory(). */
 int orb_helper_policy(struct orb_helper *h, struct orb_hp_policy *out);
 
-/* A uverbs command fd for NIC `nic` (for ibv_import_device), opened by the helper after its
- * policy check. The caller owns `*fd_out` (O_CLOEXEC). Errors: ORB_EINVAL (NULL or a name
- * that is not one path component of [A-Za-z0-9_.-]{1,64}), the helper's refusal (ORB_EPERM
- * denied by policy, ORB_ENOENT no such NIC, ...), the session errors. */
+/* A uverbs command fd for mlx5 NIC `nic`, opened and checked by the helper after its policy
+ * check, with a device context already created on it: adopt it with ibv_import_device(). The
+ * caller owns `*fd_out` (O_CLOEXEC). Errors: ORB_EINVAL (NULL or a name that is not one path
+ * component of [A-Za-z0-9_.-]{1,64}), the helper's refusal (ORB_EPERM denied by policy or a
+ * node that failed its checks, ORB_ENOENT no such NIC, ORB_EUNAVAILABLE not an mlx5 device or
+ * no node, ORB_EAGAIN, ORB_ENOMEM, ORB_ERESOURCE from the kernel; docs/helper-protocol.md), the
+ * session errors. */
 int orb_helper_open_device(struct orb_helper *h, const char *nic, int *fd_out);
 
 /* Which of the GPU peer-memory module's version files exist (bit i: candidate i, in the order
