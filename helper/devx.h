@@ -7,9 +7,12 @@
  * object handles). The kernel takes QUERY_MKEY only as an object query
  * (MLX5_IB_METHOD_DEVX_OBJ_QUERY) on the handle of the DevX object that created the key, and
  * refuses the query unless that object is the key named in the command (same mkey index); the
- * general DevX command path refuses QUERY_MKEY. No library is loaded for this: the ioctl works
- * under the seccomp filter, which admits exactly that ioctl request, and a device context
- * imported through libibverbs would rescan the devices over a netlink socket the filter forbids.
+ * general DevX command path refuses QUERY_MKEY. This is the ioctl mlx5dv_devx_obj_query() sends
+ * for an object that mlx5dv_devx_obj_import() (rdma-core 63 and later; Debian 12 ships 44) built
+ * from a handle without any kernel call. The helper sends it itself rather than loading mlx5dv:
+ * the ioctl is the one request number its seccomp filter admits, while the ibv_context that
+ * mlx5dv needs would come from ibv_import_device(), which rescans the devices over a netlink
+ * socket and maps provider libraries executable, both of which the filter forbids.
  *
  * A key passes only when all of these hold (QUERY_MKEY output, mlx5 PRM layout):
  *  - the kernel accepted the handle as the DevX object of this key in this context;
