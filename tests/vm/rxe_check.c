@@ -1,0 +1,83 @@
+/* Device context creation against a real kernel's uverbs ioctl layer, with a soft-RoCE (rxe)
+ * device inside a throw-away VM (run-rxe-check.sh). Built with ORB_UCTX_DRIVER_ID set to rxe's
+ * driver id: the kernel refuses a header that names another driver than the device's. rxe
+ * ignores mlx5's driver data, so this checks everything of the request but the mlx5 part, and
+ * the premise of OPEN_DEVICE: a fresh uverbs file has no context until one is created. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <rdma/ib_user_ioctl_cmds.h>
+#include <rdma/ib_user_ioctl_verbs.h>
+#include <rdma/rdma_user_ioctl_cmds.h>
+
+#include "core/error.h"
+#include "helper/uctx.h"
+
+static int failures;
+
+static void expect(bool ok, const char *what, int err)
+{
+    printf("%s %s: %s\n", ok ? "ok  " : "FAIL", what, err ? strerror(err) : "success");
+    failures += !ok;
+}
+
+/* UVERBS_METHOD_QUERY_CONTEXT: what the provider's import step asks first. */
+static int query_context(int fd)
+{
+    uint32_t comp_vectors = 0;
+    uint64_t core_support = 0;
+    union {
+        uint64_t align;
+        uint8_t bytes[sizeof(struct ib_uverbs_ioctl_hdr) + 2 * sizeof(struct ib_uverbs_attr)];
+    } cmd;
+    memset(&cmd, 0, sizeof cmd);
+    struct ib_uverbs_ioctl_hdr *hdr = (struct ib_uverbs_ioctl_hdr *)(void *)cmd.bytes;
+    hdr->length = sizeof cmd.bytes;
+    hdr->object_id = UVERBS_OBJECT_DEVICE;
+    hdr->method_id = UVERBS_METHOD_QUERY_CONTEXT;
+    hdr->num_attrs = 2;
+    hdr->driver_id = ORB_UCTX_DRIVER_ID;
+    hdr->attrs[0].attr_id = UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS;
+    hdr->attrs[0].len = sizeof comp_vectors;
+    hdr->attrs[0].data = (uint64_t)(uintptr_t)&comp_vectors;
+    hdr->attrs[1].attr_id = UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT;
+    hdr->attrs[1].len = sizeof core_support;
+    hdr->attrs[1].data = (uint64_t)(uintptr_t)&core_support;
+    return ioctl(fd, RDMA_VERBS_IOCTL, cmd.bytes) == 0 ? 0 : errno;
+}
+
+int main(int argc, char **argv)
+{
+    const char *node = argc > 1 ? argv[1] : "/dev/infiniband/uverbs0";
+    int fd = open(node, O_RDWR | O_CLOEXEC);
+    expect(fd >= 0, "open the uverbs node", fd >= 0 ? 0 : errno);
+    if (fd < 0)
+        return 1;
+    int err = query_context(fd);
+    expect(err == EINVAL, "a fresh file has no context (QUERY_CONTEXT refused with EINVAL)", err);
+    err = orb_uctx_kernel_ops.create(NULL, fd, true);
+    expect(err == 0, "GET_CONTEXT as OPEN_DEVICE sends it", err);
+    /* Now the core finds the context and asks the driver, which answers (mlx5) or says it has
+     * no query (rxe: EOPNOTSUPP); EINVAL would mean no context. */
+    err = query_context(fd);
+    expect(err == 0 || err == EOPNOTSUPP, "the context is there (QUERY_CONTEXT reaches the driver)", err);
+    err = orb_uctx_kernel_ops.create(NULL, fd, false);
+    expect(err == EINVAL, "a second GET_CONTEXT on the file is refused with EINVAL", err);
+
+    int fresh = open(node, O_RDWR | O_CLOEXEC);
+    bool devx = false;
+    int status = orb_uctx_create(&orb_uctx_kernel_ops, NULL, fresh, "rxe0", &devx);
+    expect(status == 0 && devx, "orb_uctx_create on a fresh file", status == 0 ? 0 : EPROTO);
+    if (status != 0)
+        printf("     %s\n", orb_last_error());
+
+    close(fresh);
+    close(fd);
+    printf("%s\n", failures ? "RXE-CHECK-FAILED" : "RXE-CHECK-PASSED");
+    return failures ? 1 : 0;
+}
