@@ -41,3 +41,21 @@ foreach(w ${ORB_TOPO_BENCH_WRAPS})
 endforeach()
 add_test(NAME topo_bench_smoke COMMAND topo_bench --iterations 2000 --repeat 1)
 set_tests_properties(topo_bench_smoke PROPERTIES TIMEOUT 60)
+
+# Helper round trips (tests/bench/helper_bench.c): session start and end, and one exchange of
+# each request kind, through the library's client against the helper's test build. An
+# executable to run by hand, `helper_bench [--sessions N] [--iterations N]`, and a smoke run
+# that fails on any unexpected answer.
+if(TARGET orbite-helper-test)
+  add_executable(helper_bench ${CMAKE_CURRENT_LIST_DIR}/helper_bench.c $<TARGET_OBJECTS:orb_base>
+                 $<TARGET_OBJECTS:orb_wire> $<TARGET_OBJECTS:orb_hproto> $<TARGET_OBJECTS:orb_helperlib>
+                 $<TARGET_OBJECTS:orb_topo>)
+  target_include_directories(helper_bench PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include
+                             ${PROJECT_SOURCE_DIR}/lib)
+  target_link_libraries(helper_bench PRIVATE PkgConfig::JANSSON Threads::Threads)
+  target_compile_definitions(helper_bench PRIVATE HELPER_TEST_PATH="$<TARGET_FILE:orbite-helper-test>"
+                             FIXTURE_DIR="${PROJECT_SOURCE_DIR}/tests/data/sysfs")
+  add_dependencies(helper_bench orbite-helper-test)
+  add_test(NAME helper_bench_smoke COMMAND helper_bench --sessions 3 --iterations 200)
+  set_tests_properties(helper_bench_smoke PROPERTIES TIMEOUT 60)
+endif()
