@@ -78,11 +78,12 @@ static int kernel_create(void *impl, int dev_fd, bool devx)
 
 const struct orb_uctx_ops orb_uctx_kernel_ops = {.create = kernel_create};
 
-/* Errors that say the ioctl or the device is not there: asking again without DevX is useless. */
+/* Errors that say the ioctl is not there: asking again without DevX is useless. EIO is not one
+ * of them: the firmware's refusal of the DevX user context comes back as EIO too, and a device
+ * that is really gone answers the second attempt with EIO again. */
 static bool absent(int err)
 {
-    return err == ENOTTY || err == EPROTONOSUPPORT || err == ENOSYS || err == EIO || err == ENODEV ||
-           err == EBADF;
+    return err == ENOTTY || err == EPROTONOSUPPORT || err == ENOSYS || err == EBADF;
 }
 
 static int status_of(int err, const char *nic)
@@ -91,21 +92,21 @@ static int status_of(int err, const char *nic)
     case ENOTTY:
     case EPROTONOSUPPORT:
     case ENOSYS:
-    case EOPNOTSUPP:
         return orb_fail(ORB_EUNAVAILABLE, "open device %s: no uverbs context creation on this file: %s", nic,
                         strerror(err));
-    case EIO:
-    case ENODEV:
-        return orb_fail(ORB_EUNAVAILABLE, "open device %s: the device is gone: %s", nic, strerror(err));
-    case EAGAIN:
-        return orb_fail(ORB_EAGAIN, "open device %s: device not active or context limit reached: %s", nic,
+    case EOPNOTSUPP: /* mlx5 refuses a flag or field of the request it does not know */
+        return orb_fail(ORB_EUNAVAILABLE, "open device %s: the driver refuses this context request: %s", nic,
                         strerror(err));
+    case EIO:
+        return orb_fail(ORB_EUNAVAILABLE, "open device %s: the device is gone or its firmware failed: %s", nic,
+                        strerror(err));
+    case EAGAIN:
+        return orb_fail(ORB_EAGAIN,
+                        "open device %s: device not active, out of device resources, or the rdma cgroup's "
+                        "hca_handle limit reached: %s",
+                        nic, strerror(err));
     case ENOMEM:
-        return orb_fail(ORB_ENOMEM, "open device %s: out of memory creating its context", nic);
-    case ENOSPC:
-    case EMFILE:
-    case EDQUOT:
-        return orb_fail(ORB_ERESOURCE, "open device %s: no room for another context: %s", nic, strerror(err));
+        return orb_fail(ORB_ENOMEM, "open device %s: out of memory or device resources creating its context", nic);
     default:
         return orb_fail(ORB_EPERM, "open device %s: the kernel refused the device context: %s", nic,
                         strerror(err));

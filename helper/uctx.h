@@ -49,14 +49,14 @@ struct orb_uctx_ops {
 extern const struct orb_uctx_ops orb_uctx_kernel_ops;
 
 /* Create the context of NIC `nic`'s file `dev_fd` with DevX, or without it when the kernel
- * refuses DevX for any reason but the absence of the ioctl or of the device; *devx_out says
+ * refuses DevX for any reason but the absence of the ioctl; *devx_out says
  * which (written only on success). Errors, with the detail message set:
  *  ORB_EUNAVAILABLE  no uverbs ioctl on this file (not a uverbs node, or a kernel without the
- *                    method), or the device is gone (EIO, ENODEV);
- *  ORB_EAGAIN        the device is not active yet, or the rdma cgroup's hca_handle limit is
- *                    reached (the kernel says EAGAIN for both);
- *  ORB_ENOMEM        the kernel is out of memory;
- *  ORB_ERESOURCE     the device has no room for another context (ENOSPC, EMFILE, EDQUOT);
+ *                    method), a driver that refuses the request's layout (EOPNOTSUPP), or a
+ *                    device that is gone or whose firmware fails (EIO on both attempts);
+ *  ORB_EAGAIN        the device is not active yet, out of resources (firmware NO_RES), or the
+ *                    rdma cgroup's hca_handle limit is reached (the kernel says EAGAIN for all);
+ *  ORB_ENOMEM        the kernel or the device (firmware LIM_ERR) is out of memory;
  *  ORB_EPERM         every other refusal (fail closed: no fd is handed over);
  *  ORB_EINVAL        no operation table or a negative fd. */
 int orb_uctx_create(const struct orb_uctx_ops *ops, void *impl, int dev_fd, const char *nic, bool *devx_out);
