@@ -204,7 +204,11 @@ static int kernel_query_mkey(void *impl, int dev_fd, uint32_t obj_handle, uint32
     hdr->attrs[2].data = (uint64_t)(uintptr_t)out;
     if (ioctl(dev_fd, RDMA_VERBS_IOCTL, cmd.bytes) == 0)
         return 0;
-    return orb_devx_query_errno_status(errno, obj_handle, key);
+    int err = errno;
+    if (err == EREMOTEIO) /* the kernel copied the failed command's output: name the failure */
+        return orb_fail(ORB_EPERM, "devx: key 0x%08x: the device failed QUERY_MKEY on object %u (status 0x%02x, "
+                        "syndrome 0x%08x)", key, obj_handle, out[0], be32_at(out + 4));
+    return orb_devx_query_errno_status(err, obj_handle, key);
 }
 
 const struct orb_devx_ops orb_devx_kernel_ops = {.query_mkey = kernel_query_mkey};

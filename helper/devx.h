@@ -22,8 +22,9 @@
  *  - bound to the requested QP (qpn, never the 0xFFFFFF wildcard);
  *  - remote read iff READ was requested, remote write iff WRITE (never both);
  *  - start_addr and len equal to the requested range;
- *  - one or two KLM entries (what QUERY_MKEY returns), each non-empty, none pointing at the key
- *    itself, contiguous from the requested address, byte counts summing to the length. */
+ *  - one or two KLM entries (the output buffer holds two; the device returns as many as fit, so
+ *    a key with more fails closed), each non-empty, none pointing at the key itself, contiguous
+ *    from the requested address, byte counts summing to the length. */
 #ifndef ORB_HELPER_DEVX_H
 #define ORB_HELPER_DEVX_H
 
@@ -48,10 +49,11 @@ enum orb_devx_access { ORB_DEVX_READ = 1, ORB_DEVX_WRITE = 2 };
 struct orb_devx_ops {
     /* Run QUERY_MKEY for `key` through the DevX object `obj_handle` of the device context
      * behind `dev_fd` and copy the command's output (out_len == ORB_DEVX_QUERY_OUT_LEN bytes).
-     * Returns 0 when the device answered (even with a failed command status), ORB_EPERM when
-     * the kernel refuses the handle for this key (no such object in the context, or an object
-     * that is not this key), ORB_EUNAVAILABLE when there is no DevX object query (not an mlx5
-     * device, no ioctl support), or another negative status. */
+     * Returns 0 when the command succeeded (its status byte is then 0), ORB_EPERM when the
+     * kernel refuses the handle for this key (no such object in the context, or an object that
+     * is not this key) or the device fails the command (EREMOTEIO since Linux 5.18, with the
+     * command's status and syndrome in the message), ORB_EUNAVAILABLE when there is no DevX
+     * object query (not an mlx5 device, no ioctl support), or another negative status. */
     int (*query_mkey)(void *impl, int dev_fd, uint32_t obj_handle, uint32_t key, uint8_t *out, size_t out_len);
 };
 
