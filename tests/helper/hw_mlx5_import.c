@@ -4,8 +4,10 @@
  *  2. a DevX indirect KLM key created by this process in that adopted context, bound to one QP,
  *     granting READ over an exact range, passes DEVX_VERIFY;
  *  3. the same key fails DEVX_VERIFY for another direction, length, QP, object handle or variant.
- * libibverbs and libmlx5 are loaded at run time, as the library loads them; the key is created
- * with the DevX object ioctl, whose handle DEVX_VERIFY names. */
+ * libibverbs and libmlx5 are loaded at run time (the library links neither); the key is created
+ * with the DevX object ioctl, whose handle DEVX_VERIFY names. When the helper refuses the key as
+ * created, the check queries it itself and prints what the device says it is: firmware that
+ * rewrites the QP binding, or wants KLM lists padded to a multiple of four entries, shows there. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -30,6 +32,7 @@
 #include <orbite/orbite.h>
 
 #include "common/helper_proto.h"
+#include "helper/devx.h"
 #include "helper_test_util.h"
 
 #define SKIP 77
@@ -269,14 +272,35 @@ static int32_t verify(struct hp_proc *p, const struct orb_hp_devx_verify *v)
     return status;
 }
 
-static void check_key(struct hp_proc *p, const char *nic, uint32_t handle, uint32_t key, uint32_t qpn, uint64_t addr,
-                      uint64_t len)
+/* What the device says the key is, for a refusal's diagnosis. */
+static void print_key(int fd, uint32_t handle, uint32_t key)
+{
+    uint8_t out[ORB_DEVX_QUERY_OUT_LEN];
+    struct orb_devx_mkey m;
+    int rc = orb_devx_kernel_ops.query_mkey(NULL, fd, handle, key, out, sizeof out);
+    if (rc != 0 || orb_devx_decode_mkey(out, sizeof out, &m) != 0) {
+        fprintf(stderr, "  QUERY_MKEY: %s: %s\n", orb_strerror(rc), orb_last_error());
+        return;
+    }
+    fprintf(stderr,
+            "  device's view: status %u free %u umr_en %u a %u rw %u rr %u access_mode %u qpn 0x%x variant 0x%02x\n"
+            "  start 0x%llx len %llu translations %u; klm0 {%u, 0x%x, 0x%llx} klm1 {%u, 0x%x, 0x%llx}\n",
+            m.status, m.free, m.umr_en, m.atomic, m.rw, m.rr, m.access_mode, m.qpn, m.variant,
+            (unsigned long long)m.start_addr, (unsigned long long)m.len, m.translations, m.klm[0].byte_count,
+            m.klm[0].key, (unsigned long long)m.klm[0].addr, m.klm[1].byte_count, m.klm[1].key,
+            (unsigned long long)m.klm[1].addr);
+}
+
+static void check_key(struct hp_proc *p, int fd, const char *nic, uint32_t handle, uint32_t key, uint32_t qpn,
+                      uint64_t addr, uint64_t len)
 {
     struct orb_hp_devx_verify good = {.obj_handle = handle, .key = key, .qpn = qpn, .addr = addr, .length = len,
                                       .access = 1};
     snprintf(good.nic, sizeof good.nic, "%s", nic);
     int32_t st = verify(p, &good);
     CHECK(st == 0, "the key as created: %s", orb_strerror(st));
+    if (st != 0)
+        print_key(fd, handle, key);
     struct orb_hp_devx_verify v = good;
     v.access = 2;
     CHECK(verify(p, &v) == ORB_EPERM, "WRITE asked of a READ key");
@@ -359,7 +383,7 @@ int main(void)
                   qp->qp_num);
             if (err == 0) {
                 printf("key 0x%08x, DevX object %u, QP 0x%x\n", key, handle, qp->qp_num);
-                check_key(&p, nic, handle, key, qp->qp_num, addr, len);
+                check_key(&p, ctx->cmd_fd, nic, handle, key, qp->qp_num, addr, len);
                 destroy_obj(ctx->cmd_fd, handle);
             }
         }

@@ -31,7 +31,7 @@ orb_unit_test(test_helper_session SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_ses
 orb_unit_test(test_helper_caps SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_caps.c ${ORB_HELPER_TEST_UTIL}
               OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS})
 # Hardware check: the real device context and DevX key verification on an mlx5 NIC (exits 77
-# without one). libibverbs and libmlx5 are loaded at run time, as the library loads them.
+# without one). libibverbs and libmlx5 are loaded at run time; the library links neither.
 orb_unit_test(hw_helper_mlx5_import SOURCES ${ORB_HELPER_TEST_DIR}/hw_mlx5_import.c ${ORB_HELPER_TEST_UTIL}
               OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS} ${CMAKE_DL_LIBS})
 add_dependencies(hw_helper_mlx5_import orbite-helper-test)
