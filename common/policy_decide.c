@@ -421,6 +421,9 @@ int orb_policy_decide(const struct orb_policy *p, const struct orb_policy_subjec
         if (decide_item(&d, POLICY_KEY_NICS, allows_nic, nic, false, item) && nic->id < 64)
             result.nic_mask |= 1ull << nic->id;
     }
+    /* The helper opens a NIC only for RDMA: say so where the NICs alone would mislead. */
+    if (result.nic_mask != 0 && !(result.transports & ORB_HP_T_RDMA))
+        emit(&d, "nics", "transports: rdma denied", "listed in the inventory, never opened (needs transport rdma)");
     for (uint32_t i = 0; i < inv->ngpus; i++) {
         uint32_t ordinal = inv->gpus[i].ordinal;
         char item[96];

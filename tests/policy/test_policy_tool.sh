@@ -101,6 +101,19 @@ chmod 0644 "$tmp/site/10-site.ini"
 expect_status "check other owner" 1 "directory owned by uid $uid, expected uid $((uid + 1))" \
     "$tool" check --dir "$tmp/site" --owner $((uid + 1))
 
+# A symbolic link to the directory: the helper refuses it (O_NOFOLLOW), so the tool does too.
+ln -s "$tmp/site" "$tmp/site-link"
+expect_status "check symlinked directory" 1 "cannot open: " "$tool" check --dir "$tmp/site-link" --owner "$uid"
+expect_status "explain symlinked directory" 2 "site-link: " \
+    "$tool" explain --user "$user" --dir "$tmp/site-link" --sysfs "$sysfs" --owner "$uid"
+
+# NICs granted without the rdma transport are listed but never opened: explain says so.
+mkdir -m 0755 "$tmp/nics-only"
+printf '[defaults]\nnics = *\n' > "$tmp/nics-only/10-nics.ini"
+chmod 0644 "$tmp/nics-only/10-nics.ini"
+expect_status "explain NICs without rdma" 0 "never opened (needs transport rdma)" \
+    "$tool" explain --user "$user" --dir "$tmp/nics-only" --sysfs "$sysfs" --owner "$uid"
+
 # Every example policy is valid on its own.
 [ -f "$examples/single-tenant.ini" ] || fail "no example policies in $examples"
 for f in "$examples"/*.ini; do

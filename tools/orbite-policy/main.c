@@ -140,7 +140,7 @@ static void print_check(void *ctx, const char *file, const char *error)
 
 static int run_check(const struct options *o)
 {
-    int dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW); /* as the helper */
     if (dirfd < 0) {
         printf("%s: cannot open: %s\n", o->dir, strerror(errno));
         return EXIT_PROBLEM;
@@ -260,7 +260,7 @@ static int load_inventory(const char *sysfs, struct orb_topo_inventory *inv)
 static int load_policy(const struct options *o, struct orb_policy **p, bool *missing)
 {
     *missing = false;
-    int dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW); /* as the helper */
     if (dirfd < 0 && errno == ENOENT) {
         *missing = true;
         return orb_policy_load_string("", o->dir, p);
