@@ -109,7 +109,7 @@ int orb_helper_find_nic(const struct orb_helper_state *st, const char *name);
  * ORB_EUNAVAILABLE (no /dev/shm, no clock domain, a capability the creation needs is missing),
  * ORB_EPERM (squatted or symlinked name, wrong owner, mode, link count, size or type; another
  * boot or time namespace; a foreign object), ORB_EPROTO (damaged header), ORB_ECONFIG (a valid
- * object with another interval), ORB_ERESOURCE (ORB_HP_MAX_SLOTS attached), ORB_ENOMEM. */
+ * object with another interval), ORB_ERESOURCE (ORB_HP_MAX_SLOTS attached). */
 int orb_helper_slot_open_shared(struct orb_helper_state *st, const char *name, uint64_t interval_ns, int *ro_fd);
 
 /* Publish every slot this helper holds the lock of, at now_ns; every `takeover` call also try

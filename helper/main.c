@@ -8,8 +8,8 @@
  *      socket checks                 10. serve until EOF (exit 0) or a violation (exit 2)
  *
  * The installed helper takes no arguments. The test build (ORB_HELPER_TESTING, installed
- * nowhere) also accepts directory overrides for fixture trees and answers two test-only
- * requests (testing.c). */
+ * nowhere) also accepts directory overrides for fixture trees, the policy owner, and a fake
+ * device context creation (parse_options), and answers two test-only requests (testing.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>

@@ -10,8 +10,8 @@
  * malformed body, an oversized or truncated datagram is ORB_EPROTO; a helper that hangs up or
  * dies is ORB_EPEER; a reply that does not arrive in time is ORB_ETIMEDOUT. Each of these ends
  * the session: the socket is closed at once and every later call returns the same status. A
- * reply that carries a refusal (for instance ORB_EPERM from the policy) is returned as that
- * status and the session stays usable.
+ * reply that carries a refusal (for instance ORB_EPERM from the policy, or ORB_EPROTO for a
+ * damaged slot object) is returned as that status and the session stays usable.
  *
  * Thread-safe: calls on one session may come from any thread; they are serialised (one
  * request in flight at a time). orb_helper_close() must not race with other calls on the same
@@ -73,8 +73,8 @@ int orb_helper_policy(struct orb_helper *h, struct orb_hp_policy *out);
  * caller owns `*fd_out` (O_CLOEXEC). Errors: ORB_EINVAL (NULL or a name that is not one path
  * component of [A-Za-z0-9_.-]{1,64}), the helper's refusal (ORB_EPERM denied by policy or a
  * node that failed its checks, ORB_ENOENT no such NIC, ORB_EUNAVAILABLE not an mlx5 device or
- * no node, ORB_EAGAIN, ORB_ENOMEM, ORB_ERESOURCE from the kernel; docs/helper-protocol.md), the
- * session errors. */
+ * no node, ORB_EAGAIN, ORB_ENOMEM from the kernel; docs/helper-protocol.md), the session
+ * errors. */
 int orb_helper_open_device(struct orb_helper *h, const char *nic, int *fd_out);
 
 /* Which of the GPU peer-memory module's version files exist (bit i: candidate i, in the order
@@ -82,16 +82,24 @@ int orb_helper_open_device(struct orb_helper *h, const char *nic, int *fd_out);
 int orb_helper_peermem_probe(struct orb_helper *h, uint32_t *found_out);
 
 /* Attach to (or create) the shared slot object `slot`, published every `interval_ns`; returns a
- * read-only fd the caller owns (O_CLOEXEC). Errors: as orb_helper_open_device(). */
+ * read-only fd the caller owns (O_CLOEXEC). Errors: ORB_EINVAL (NULL or a bad name here, or an
+ * interval the helper does not accept), the helper's refusal (ORB_EPERM a name the policy does
+ * not grant, or an object that fails its checks: squatted or symlinked name, wrong owner, mode,
+ * link count, size or type, another boot or time namespace; ORB_EPROTO a damaged header;
+ * ORB_ECONFIG an object of another interval; ORB_ERESOURCE 16 objects already attached;
+ * ORB_EUNAVAILABLE no /dev/shm, no clock domain, or a capability the creation needs is
+ * missing), the session errors. */
 int orb_helper_slot_attach(struct orb_helper *h, const char *slot, uint64_t interval_ns,
                            int *fd_out);
 
 /* Ask the helper to check a memory key's device context before it is published: 0 when the key
  * grants exactly what `v` says. `v->obj_handle` is the handle of the DevX object that created
  * `v->key`, in the device context of the fd OPEN_DEVICE returned for `v->nic` (the helper queries
- * the key through that object). Errors: ORB_EUNAVAILABLE (no mlx5 device), ORB_EPERM (the key
- * grants something else, or the handle is not this key's object), ORB_EINVAL, the session
- * errors. */
+ * the key through that object). Errors: ORB_ENOENT (no such NIC), ORB_EPERM (the policy does
+ * not grant the NIC or the rdma transport, the key grants something else, or the handle is not
+ * this key's object), ORB_EINVAL (bad arguments, or no OPEN_DEVICE of that NIC yet),
+ * ORB_EUNAVAILABLE (not an mlx5 device, a context created without DevX, no DevX object query),
+ * the session errors. */
 int orb_helper_devx_verify(struct orb_helper *h, const struct orb_hp_devx_verify *v);
 
 /* End the session: close the socket (the helper exits on EOF), wait up to the session's

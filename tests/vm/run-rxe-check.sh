@@ -4,14 +4,15 @@
 # OPEN_DEVICE's device context creation, which no unit test can: the hosts that run CI have no
 # RDMA device. Not part of ctest: it downloads the distribution's kernel package.
 #
-# Needs: qemu-system-x86_64, busybox (static), cpio, gzip, gcc, ip and rdma (iproute2), apt-get
-# with a reachable mirror. Exits 77 when one is missing, 0 when every check passed.
+# Needs: qemu-system-x86_64, busybox (static), cpio, gzip, gcc, ip and rdma (iproute2), apt-get,
+# apt-cache and dpkg-deb with a reachable mirror, and xz or zstd when the kernel's modules are
+# compressed. Exits 77 when one is missing, 0 when every check passed, 1 when a check failed.
 # Usage: tests/vm/run-rxe-check.sh [KERNEL_PACKAGE]   (default: what linux-image-amd64 depends on)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
-for tool in qemu-system-x86_64 busybox cpio gzip gcc ip rdma apt-get ldd; do
+for tool in qemu-system-x86_64 busybox cpio gzip gcc ip rdma apt-get apt-cache dpkg-deb ldd; do
     command -v "$tool" >/dev/null || skip "$tool is not installed"
 done
 busybox --list >/dev/null 2>&1 || skip "busybox does not run"
@@ -48,8 +49,8 @@ for m in "${MODULES[@]}"; do
     [ -n "$ko" ] || skip "module $m is not in $PKG"
     case $ko in
         *.ko) cp "$ko" "$R/mods/$m.ko" ;;
-        *.ko.xz) xz -dc "$ko" >"$R/mods/$m.ko" ;;
-        *.ko.zst) zstd -qdc "$ko" >"$R/mods/$m.ko" ;;
+        *.ko.xz) command -v xz >/dev/null || skip "xz is not installed"; xz -dc "$ko" >"$R/mods/$m.ko" ;;
+        *.ko.zst) command -v zstd >/dev/null || skip "zstd is not installed"; zstd -qdc "$ko" >"$R/mods/$m.ko" ;;
         *) skip "module $ko: unknown compression" ;;
     esac
 done
