@@ -3,7 +3,8 @@
  *     OPEN_DEVICE with a descriptor that libibverbs adopts with ibv_import_device();
  *  2. a DevX indirect KLM key created by this process in that adopted context, bound to one QP,
  *     granting READ over an exact range, passes DEVX_VERIFY;
- *  3. the same key fails DEVX_VERIFY for another direction, length, QP, object handle or variant.
+ *  3. the same key fails DEVX_VERIFY for another direction, length, QP, object handle or variant,
+ *     and a key any QP may use (the wildcard QPN) fails it too.
  * libibverbs and libmlx5 are loaded at run time (the library links neither); the key is created
  * with the DevX object ioctl, whose handle DEVX_VERIFY names. When the helper refuses the key as
  * created, the check queries it itself and prints what the device says it is: firmware that
@@ -385,6 +386,17 @@ int main(void)
                 printf("key 0x%08x, DevX object %u, QP 0x%x\n", key, handle, qp->qp_num);
                 check_key(&p, ctx->cmd_fd, nic, handle, key, qp->qp_num, addr, len);
                 destroy_obj(ctx->cmd_fd, handle);
+            }
+            /* A key any QP may use: the helper must refuse it whatever QP the request names. */
+            uint32_t any_handle = 0, any_key = 0;
+            err = create_klm_key(ctx->cmd_fd, dvpd.pdn, 0xFFFFFFu, mr->lkey, addr, len, &any_handle, &any_key);
+            CHECK(err == 0, "a DevX KLM key for any QP");
+            if (err == 0) {
+                struct orb_hp_devx_verify w = {.obj_handle = any_handle, .key = any_key, .qpn = qp->qp_num,
+                                               .addr = addr, .length = len, .access = 1};
+                snprintf(w.nic, sizeof w.nic, "%s", nic);
+                CHECK(verify(&p, &w) == ORB_EPERM, "a key not bound to one QP");
+                destroy_obj(ctx->cmd_fd, any_handle);
             }
         }
         if (qp)
