@@ -104,7 +104,7 @@ expect_status "check other owner" 1 "directory owned by uid $uid, expected uid $
 # A symbolic link to the directory: the helper refuses it (O_NOFOLLOW), so the tool does too.
 ln -s "$tmp/site" "$tmp/site-link"
 expect_status "check symlinked directory" 1 "cannot open: " "$tool" check --dir "$tmp/site-link" --owner "$uid"
-expect_status "explain symlinked directory" 2 "site-link: " \
+expect_status "explain symlinked directory" 1 "DENIES EVERYTHING: .*policy_directory_unreadable" \
     "$tool" explain --user "$user" --dir "$tmp/site-link" --sysfs "$sysfs" --owner "$uid"
 
 # NICs granted without the rdma transport are listed but never opened: explain says so.

@@ -266,8 +266,9 @@ static int load_policy(const struct options *o, struct orb_policy **p, bool *mis
         return orb_policy_load_string("", o->dir, p);
     }
     if (dirfd < 0) {
-        fprintf(stderr, "orbite-policy: %s: %s\n", o->dir, strerror(errno));
-        return ORB_EINVAL;
+        /* The helper denies everything then, with this reason: show the same decision. */
+        fprintf(stderr, "orbite-policy: %s: %s: the helper would deny everything\n", o->dir, strerror(errno));
+        return orb_policy_load_string("[defaults]\npolicy_directory_unreadable = yes\n", o->dir, p);
     }
     int rc = orb_policy_load_dir(dirfd, o->dir, o->owner, p);
     close(dirfd);
