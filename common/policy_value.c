@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/ascii.h"
 #include "core/error.h"
 
 const char *const policy_key_names[POLICY_KEY_COUNT] = {
@@ -71,25 +72,9 @@ static const char *quote_piece(const char *p, size_t n, char buf[80])
     return buf;
 }
 
-static bool is_digit(char c)
-{
-    return c >= '0' && c <= '9';
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static bool is_name_char(char c)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || is_digit(c) || c == '_' || c == '.' ||
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || orb_ascii_is_digit(c) || c == '_' || c == '.' ||
            c == '-';
 }
 
@@ -114,7 +99,7 @@ static bool parse_decimal(const char *p, size_t n, uint64_t *out)
         return false;
     uint64_t v = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!is_digit(p[i]))
+        if (!orb_ascii_is_digit(p[i]))
             return false;
         if (__builtin_mul_overflow(v, 10u, &v) || __builtin_add_overflow(v, (uint64_t)(p[i] - '0'), &v))
             return false;
@@ -265,7 +250,7 @@ static int parse_guid(const char *p, size_t n, uint64_t *out)
         if (n - 2 > 16)
             return -1;
         for (size_t i = 2; i < n; i++) {
-            int h = hex_value(p[i]);
+            int h = orb_ascii_hex_value(p[i]);
             if (h < 0)
                 return -1;
             v = (v << 4) | (uint64_t)h;
@@ -277,7 +262,7 @@ static int parse_guid(const char *p, size_t n, uint64_t *out)
                     return -1;
                 continue;
             }
-            int h = hex_value(p[i]);
+            int h = orb_ascii_hex_value(p[i]);
             if (h < 0)
                 return -1;
             v = (v << 4) | (uint64_t)h;
@@ -300,7 +285,7 @@ static int parse_pci(const char *p, size_t n, char out[ORB_TOPO_PCI_MAX])
     for (size_t i = 0; i < n; i++) {
         char c = p[i];
         if (shape[i] == 'h') {
-            if (hex_value(c) < 0)
+            if (orb_ascii_hex_value(c) < 0)
                 return -1;
             out[i] = (c >= 'A' && c <= 'F') ? (char)(c - 'A' + 'a') : c;
         } else if (shape[i] == 'f') {
@@ -314,7 +299,7 @@ static int parse_pci(const char *p, size_t n, char out[ORB_TOPO_PCI_MAX])
         }
     }
     out[n] = '\0';
-    if (hex_value(out[8]) * 16 + hex_value(out[9]) > 0x1f)
+    if (orb_ascii_hex_value(out[8]) * 16 + orb_ascii_hex_value(out[9]) > 0x1f)
         return -1;
     return 0;
 }

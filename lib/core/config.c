@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/ascii.h"
 #include "error.h"
 
 /* A JSON configuration is a handful of keys; anything this large is not one. */
@@ -127,14 +128,9 @@ ORB_EXPORT int orb_engine_config_init(struct orb_engine_config *cfg)
 /* Endpoints                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static int is_digit(char c)
-{
-    return c >= '0' && c <= '9';
-}
-
 static int is_alnum(char c)
 {
-    return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    return orb_ascii_is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
 /* A DNS name: dot-separated labels of letters, digits and inner hyphens. */
@@ -190,7 +186,7 @@ static int check_host(const char *host, size_t len, int bracketed, const char *e
 
     int numeric = 1;
     for (size_t i = 0; i < len; i++)
-        if (!is_digit(buf[i]) && buf[i] != '.')
+        if (!orb_ascii_is_digit(buf[i]) && buf[i] != '.')
             numeric = 0;
     if (numeric) {
         struct in_addr a4;
@@ -242,7 +238,7 @@ int orb_endpoint_split(const char *endpoint, char *host, size_t host_cap, uint16
         return orb_fail(ORB_ECONFIG, "endpoint '%s': port must be 1 to 5 digits", endpoint);
     uint32_t port_value = 0;
     for (size_t i = 0; i < port_len; i++) {
-        if (!is_digit(port_text[i]))
+        if (!orb_ascii_is_digit(port_text[i]))
             return orb_fail(ORB_ECONFIG, "endpoint '%s': port is not a decimal number", endpoint);
         port_value = port_value * 10 + (uint32_t)(port_text[i] - '0');
     }

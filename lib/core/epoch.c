@@ -1,6 +1,7 @@
 /* The text form of source epochs: 32 lowercase hex digits. */
 #include <string.h>
 
+#include "core/ascii.h"
 #include "error.h"
 
 ORB_EXPORT int orb_epoch_format(const struct orb_epoch *epoch, char *buf, size_t len)
@@ -17,17 +18,6 @@ ORB_EXPORT int orb_epoch_format(const struct orb_epoch *epoch, char *buf, size_t
     return 0;
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 ORB_EXPORT int orb_epoch_parse(const char *text, struct orb_epoch *out)
 {
     if (text == NULL || out == NULL)
@@ -38,7 +28,7 @@ ORB_EXPORT int orb_epoch_parse(const char *text, struct orb_epoch *out)
                         n > ORB_EPOCH_HEX_LEN ? "more than " : "", n > ORB_EPOCH_HEX_LEN ? n - 1 : n);
     struct orb_epoch e;
     for (size_t i = 0; i < sizeof e.bytes; i++) {
-        int hi = hex_value(text[2 * i]), lo = hex_value(text[2 * i + 1]);
+        int hi = orb_ascii_hex_value(text[2 * i]), lo = orb_ascii_hex_value(text[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return orb_fail(ORB_EINVAL, "epoch text has a non-hex character at offset %zu",
                             hi < 0 ? 2 * i : 2 * i + 1);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/ascii.h"
 #include "core/error.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -75,17 +76,6 @@ static uint64_t fnv1a64(const uint8_t *p, size_t n)
 
 /* ---- clock domain --------------------------------------------------------------------------- */
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int orb_clock_domain_parse_boot_id(const char *text, size_t len, uint8_t out[16])
 {
     if (!text || !out)
@@ -103,7 +93,7 @@ int orb_clock_domain_parse_boot_id(const char *text, size_t len, uint8_t out[16]
             i++;
             continue;
         }
-        int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
+        int hi = orb_ascii_hex_value(text[i]), lo = orb_ascii_hex_value(text[i + 1]);
         if (hi < 0 || lo < 0)
             return orb_fail(ORB_EPROTO, "boot id: non-hex character near offset %zu", i);
         bytes[nb++] = (uint8_t)(hi << 4 | lo);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/ascii.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -145,30 +146,14 @@ static int for_each_entry(int dirfd, const char *path, entry_visitor visit, void
 /* ---------------------------------------------------------------------------------------------
  * Strict parsers */
 
-static bool is_digit(char c)
-{
-    return c >= '0' && c <= '9';
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* A decimal number with no sign, no leading zero (except "0"), nothing after it, at most `max`. */
 static bool parse_decimal(const char *s, uint32_t max, uint32_t *out)
 {
-    if (!is_digit(s[0]) || (s[0] == '0' && s[1] != '\0'))
+    if (!orb_ascii_is_digit(s[0]) || (s[0] == '0' && s[1] != '\0'))
         return false;
     uint64_t v = 0;
     for (size_t i = 0; s[i] != '\0'; i++) {
-        if (!is_digit(s[i]) || i >= 10)
+        if (!orb_ascii_is_digit(s[i]) || i >= 10)
             return false;
         v = v * 10 + (uint64_t)(s[i] - '0');
     }
@@ -183,7 +168,7 @@ static bool parse_hex_run(const char *s, size_t ndigits, uint64_t *out)
 {
     uint64_t v = 0;
     for (size_t i = 0; i < ndigits; i++) {
-        int d = hex_value(s[i]);
+        int d = orb_ascii_hex_value(s[i]);
         if (d < 0)
             return false;
         v = (v << 4) | (uint64_t)d;
@@ -251,7 +236,7 @@ static bool parse_prefixed_hex(const char *s, size_t ndigits, uint32_t *out)
 static bool parse_port_state(const char *s, uint8_t *out)
 {
     static const char *const names[] = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"};
-    if (!is_digit(s[0]) || s[1] != ':' || s[2] != ' ')
+    if (!orb_ascii_is_digit(s[0]) || s[1] != ':' || s[2] != ' ')
         return false;
     unsigned n = (unsigned)(s[0] - '0');
     if (n >= sizeof names / sizeof names[0] || strcmp(s + 3, names[n]) != 0)
@@ -279,9 +264,9 @@ static bool parse_rate_mbps(const char *s, uint32_t *out)
 {
     size_t i = 0;
     uint64_t whole = 0;
-    if (!is_digit(s[0]) || (s[0] == '0' && is_digit(s[1])))
+    if (!orb_ascii_is_digit(s[0]) || (s[0] == '0' && orb_ascii_is_digit(s[1])))
         return false;
-    for (; is_digit(s[i]); i++) {
+    for (; orb_ascii_is_digit(s[i]); i++) {
         if (i >= 6)
             return false;
         whole = whole * 10 + (uint64_t)(s[i] - '0');
@@ -290,7 +275,7 @@ static bool parse_rate_mbps(const char *s, uint32_t *out)
     if (s[i] == '.') {
         i++;
         size_t digits = 0;
-        for (; is_digit(s[i]); i++, digits++) {
+        for (; orb_ascii_is_digit(s[i]); i++, digits++) {
             if (digits >= 3)
                 return false;
             thousandths = thousandths * 10 + (uint64_t)(s[i] - '0');
@@ -306,11 +291,11 @@ static bool parse_rate_mbps(const char *s, uint32_t *out)
     i += sizeof unit - 1;
     if (s[i] != '\0') {
         /* " (4X EDR)": a width, 'X', an optional speed name in capitals and digits. */
-        if (s[i] != ' ' || s[i + 1] != '(' || !is_digit(s[i + 2]))
+        if (s[i] != ' ' || s[i + 1] != '(' || !orb_ascii_is_digit(s[i + 2]))
             return false;
         i += 2;
         size_t wdigits = 0;
-        for (; is_digit(s[i]); i++)
+        for (; orb_ascii_is_digit(s[i]); i++)
             if (++wdigits > 2)
                 return false;
         if (s[i++] != 'X')
@@ -318,7 +303,7 @@ static bool parse_rate_mbps(const char *s, uint32_t *out)
         if (s[i] == ' ') {
             i++;
             size_t letters = 0;
-            for (; (s[i] >= 'A' && s[i] <= 'Z') || is_digit(s[i]); i++)
+            for (; (s[i] >= 'A' && s[i] <= 'Z') || orb_ascii_is_digit(s[i]); i++)
                 if (++letters > 8)
                     return false;
             if (letters == 0)
@@ -348,7 +333,7 @@ static bool parse_bus_id(const char *s, uint64_t *key)
     uint64_t domain, bus, dev, fn;
     if (!parse_hex_run(s, dlen, &domain) || s[dlen] != ':' || !parse_hex_run(s + dlen + 1, 2, &bus) ||
         s[dlen + 3] != ':' || !parse_hex_run(s + dlen + 4, 2, &dev) || s[dlen + 6] != '.' ||
-        !is_digit(s[dlen + 7]) || s[dlen + 7] > '7' || dev > 0x1f)
+        !orb_ascii_is_digit(s[dlen + 7]) || s[dlen + 7] > '7' || dev > 0x1f)
         return false;
     fn = (uint64_t)(s[dlen + 7] - '0');
     if (key != NULL)
@@ -367,7 +352,7 @@ static bool is_pci_root(const char *s, size_t len)
     for (size_t i = 3; i < len; i++) {
         if (i == 3 + dlen)
             continue;
-        if (!is_digit(s[i]) && !(s[i] >= 'a' && s[i] <= 'f'))
+        if (!orb_ascii_is_digit(s[i]) && !(s[i] >= 'a' && s[i] <= 'f'))
             return false;
     }
     return true;
@@ -427,7 +412,7 @@ bool orb_topo_name_valid(const char *name)
         return false;
     for (size_t i = 0; i < len; i++) {
         char c = name[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || is_digit(c) || c == '_' || c == '.' ||
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || orb_ascii_is_digit(c) || c == '_' || c == '.' ||
               c == '-'))
             return false;
     }
@@ -440,15 +425,15 @@ static int natural_cmp(const char *a, const char *b)
 {
     const char *pa = a, *pb = b;
     while (*pa != '\0' && *pb != '\0') {
-        if (is_digit(*pa) && is_digit(*pb)) {
+        if (orb_ascii_is_digit(*pa) && orb_ascii_is_digit(*pb)) {
             while (*pa == '0')
                 pa++;
             while (*pb == '0')
                 pb++;
             size_t la = 0, lb = 0;
-            while (is_digit(pa[la]))
+            while (orb_ascii_is_digit(pa[la]))
                 la++;
-            while (is_digit(pb[lb]))
+            while (orb_ascii_is_digit(pb[lb]))
                 lb++;
             if (la != lb)
                 return la < lb ? -1 : 1;
@@ -881,7 +866,7 @@ static bool parse_distance_row(const char *row, uint32_t count, uint8_t *out)
          * bound so that the compiler can see every read stays inside it. */
         char token[12];
         size_t len = 0;
-        while (is_digit(p[len]))
+        while (orb_ascii_is_digit(p[len]))
             if (++len > 3)
                 return false;
         if (len == 0)
