@@ -4,13 +4,12 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>
-#include <sys/ioctl.h>
 
 #include <rdma/ib_user_ioctl_verbs.h>
 #include <rdma/mlx5_user_ioctl_cmds.h>
-#include <rdma/rdma_user_ioctl_cmds.h>
 
 #include "core/error.h"
+#include "helper/uverbs.h"
 
 /* ---- big-endian fields of the PRM layout ----------------------------------------------------- */
 
@@ -179,32 +178,15 @@ static int kernel_query_mkey(void *impl, int dev_fd, uint32_t obj_handle, uint32
         return orb_fail(ORB_EINVAL, "devx: bad query arguments");
     uint8_t in[ORB_DEVX_QUERY_IN_LEN];
     orb_devx_encode_query(key, in);
-    union {
-        uint64_t align;
-        uint8_t bytes[sizeof(struct ib_uverbs_ioctl_hdr) + 3 * sizeof(struct ib_uverbs_attr)];
-    } cmd;
-    memset(&cmd, 0, sizeof cmd);
-    struct ib_uverbs_ioctl_hdr *hdr = (struct ib_uverbs_ioctl_hdr *)(void *)cmd.bytes;
-    hdr->length = sizeof cmd.bytes;
-    hdr->object_id = MLX5_IB_OBJECT_DEVX_OBJ;
-    hdr->method_id = MLX5_IB_METHOD_DEVX_OBJ_QUERY;
-    hdr->num_attrs = 3;
-    hdr->driver_id = RDMA_DRIVER_MLX5;
-    hdr->attrs[0].attr_id = MLX5_IB_ATTR_DEVX_OBJ_QUERY_HANDLE;
-    hdr->attrs[0].len = 0;
-    hdr->attrs[0].flags = UVERBS_ATTR_F_MANDATORY;
-    hdr->attrs[0].data = obj_handle;
-    hdr->attrs[1].attr_id = MLX5_IB_ATTR_DEVX_OBJ_QUERY_CMD_IN;
-    hdr->attrs[1].len = sizeof in;
-    hdr->attrs[1].flags = UVERBS_ATTR_F_MANDATORY;
-    hdr->attrs[1].data = (uint64_t)(uintptr_t)in;
-    hdr->attrs[2].attr_id = MLX5_IB_ATTR_DEVX_OBJ_QUERY_CMD_OUT;
-    hdr->attrs[2].len = (uint16_t)out_len;
-    hdr->attrs[2].flags = UVERBS_ATTR_F_MANDATORY;
-    hdr->attrs[2].data = (uint64_t)(uintptr_t)out;
-    if (ioctl(dev_fd, RDMA_VERBS_IOCTL, cmd.bytes) == 0)
+    struct orb_uverbs_attr attrs[] = {
+        {MLX5_IB_ATTR_DEVX_OBJ_QUERY_HANDLE, 0, obj_handle},
+        {MLX5_IB_ATTR_DEVX_OBJ_QUERY_CMD_IN, sizeof in, orb_uverbs_ptr(in)},
+        {MLX5_IB_ATTR_DEVX_OBJ_QUERY_CMD_OUT, (uint16_t)out_len, orb_uverbs_ptr(out)},
+    };
+    int err = orb_uverbs_call(dev_fd, RDMA_DRIVER_MLX5, MLX5_IB_OBJECT_DEVX_OBJ, MLX5_IB_METHOD_DEVX_OBJ_QUERY,
+                              attrs, sizeof attrs / sizeof attrs[0]);
+    if (err == 0)
         return 0;
-    int err = errno;
     if (err == EREMOTEIO) /* the kernel copied the failed command's output: name the failure */
         return orb_fail(ORB_EPERM, "devx: key 0x%08x: the device failed QUERY_MKEY on object %u (status 0x%02x, "
                         "syndrome 0x%08x)", key, obj_handle, out[0], be32_at(out + 4));

@@ -28,7 +28,7 @@
 extern char **environ;
 
 const unsigned long orb_sandbox_ioctls[] = {
-    RDMA_VERBS_IOCTL, /* uverbs methods: device context creation (uctx.c), DevX key queries (devx.c) */
+    RDMA_VERBS_IOCTL, /* uverbs methods (uverbs.c): device contexts, DevX key queries */
 };
 const unsigned orb_sandbox_nioctls = sizeof orb_sandbox_ioctls / sizeof orb_sandbox_ioctls[0];
 

@@ -3,14 +3,13 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/ioctl.h>
 
 #include <rdma/ib_user_ioctl_cmds.h>
 #include <rdma/ib_user_ioctl_verbs.h>
 #include <rdma/mlx5-abi.h>
-#include <rdma/rdma_user_ioctl_cmds.h>
 
 #include "core/error.h"
+#include "helper/uverbs.h"
 
 /* The kernel refuses a uverbs ioctl whose header names another driver than the device's. Only
  * the soft-RoCE kernel check (tests/vm) builds this file for another driver. */
@@ -38,42 +37,20 @@ void orb_uctx_encode_request(bool devx, uint8_t out[ORB_UCTX_REQ_LEN])
 static int kernel_create(void *impl, int dev_fd, bool devx)
 {
     (void)impl;
-    if (dev_fd < 0)
-        return EBADF;
     uint8_t req[ORB_UCTX_REQ_LEN];
     orb_uctx_encode_request(devx, req);
     struct mlx5_ib_alloc_ucontext_resp resp;
     memset(&resp, 0, sizeof resp);
     uint32_t num_comp_vectors = 0;
     uint64_t core_support = 0;
-    union {
-        uint64_t align;
-        uint8_t bytes[sizeof(struct ib_uverbs_ioctl_hdr) + 4 * sizeof(struct ib_uverbs_attr)];
-    } cmd;
-    memset(&cmd, 0, sizeof cmd);
-    struct ib_uverbs_ioctl_hdr *hdr = (struct ib_uverbs_ioctl_hdr *)(void *)cmd.bytes;
-    hdr->length = sizeof cmd.bytes;
-    hdr->object_id = UVERBS_OBJECT_DEVICE;
-    hdr->method_id = UVERBS_METHOD_GET_CONTEXT;
-    hdr->num_attrs = 4;
-    hdr->driver_id = ORB_UCTX_DRIVER_ID;
-    const struct {
-        uint16_t id;
-        uint16_t len;
-        void *ptr;
-    } attrs[4] = {
-        {UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, sizeof num_comp_vectors, &num_comp_vectors},
-        {UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, sizeof core_support, &core_support},
-        {UVERBS_ATTR_UHW_IN, sizeof req, req}, /* over 8 bytes: passed by pointer */
-        {UVERBS_ATTR_UHW_OUT, sizeof resp, &resp},
+    struct orb_uverbs_attr attrs[] = {
+        {UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, sizeof num_comp_vectors, orb_uverbs_ptr(&num_comp_vectors)},
+        {UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, sizeof core_support, orb_uverbs_ptr(&core_support)},
+        {UVERBS_ATTR_UHW_IN, sizeof req, orb_uverbs_ptr(req)}, /* over 8 bytes: passed by pointer */
+        {UVERBS_ATTR_UHW_OUT, sizeof resp, orb_uverbs_ptr(&resp)},
     };
-    for (unsigned i = 0; i < 4; i++) {
-        hdr->attrs[i].attr_id = attrs[i].id;
-        hdr->attrs[i].len = attrs[i].len;
-        hdr->attrs[i].flags = UVERBS_ATTR_F_MANDATORY;
-        hdr->attrs[i].data = (uint64_t)(uintptr_t)attrs[i].ptr;
-    }
-    return ioctl(dev_fd, RDMA_VERBS_IOCTL, cmd.bytes) == 0 ? 0 : errno;
+    return orb_uverbs_call(dev_fd, ORB_UCTX_DRIVER_ID, UVERBS_OBJECT_DEVICE, UVERBS_METHOD_GET_CONTEXT, attrs,
+                           sizeof attrs / sizeof attrs[0]);
 }
 
 const struct orb_uctx_ops orb_uctx_kernel_ops = {.create = kernel_create};

@@ -18,22 +18,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
-#include <rdma/ib_user_ioctl_cmds.h>
 #include <rdma/ib_user_ioctl_verbs.h>
 #include <rdma/mlx5_user_ioctl_cmds.h>
-#include <rdma/rdma_user_ioctl_cmds.h>
 
 #include <orbite/orbite.h>
 
 #include "common/helper_proto.h"
 #include "helper/devx.h"
+#include "helper/uverbs.h"
 #include "helper_test_util.h"
 
 #define SKIP 77
@@ -168,39 +166,6 @@ static uint32_t get_be32(const uint8_t *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-struct attr {
-    uint16_t id;
-    uint16_t len;
-    uint64_t data;
-};
-
-/* One uverbs ioctl with up to 4 attributes; attrs[i].data is updated from the kernel's copy. */
-static int uverbs_ioctl(int fd, uint16_t object, uint16_t method, struct attr *attrs, unsigned n)
-{
-    union {
-        uint64_t align;
-        uint8_t bytes[sizeof(struct ib_uverbs_ioctl_hdr) + 4 * sizeof(struct ib_uverbs_attr)];
-    } cmd;
-    memset(&cmd, 0, sizeof cmd);
-    struct ib_uverbs_ioctl_hdr *hdr = (struct ib_uverbs_ioctl_hdr *)(void *)cmd.bytes;
-    hdr->length = (uint16_t)(sizeof *hdr + n * sizeof(struct ib_uverbs_attr));
-    hdr->object_id = object;
-    hdr->method_id = method;
-    hdr->num_attrs = (uint16_t)n;
-    hdr->driver_id = RDMA_DRIVER_MLX5;
-    for (unsigned i = 0; i < n; i++) {
-        hdr->attrs[i].attr_id = attrs[i].id;
-        hdr->attrs[i].len = attrs[i].len;
-        hdr->attrs[i].flags = UVERBS_ATTR_F_MANDATORY;
-        hdr->attrs[i].data = attrs[i].data;
-    }
-    if (ioctl(fd, RDMA_VERBS_IOCTL, cmd.bytes) != 0)
-        return errno;
-    for (unsigned i = 0; i < n; i++)
-        attrs[i].data = hdr->attrs[i].data;
-    return 0;
-}
-
 /* CREATE_MKEY (mlx5 PRM): an indirect KLM key over [addr, addr + len) of `lkey`, READ only,
  * bound to `qpn`, in protection domain `pdn`. */
 #define CREATE_MKEY_IN_LEN (272u + 16u)
@@ -222,12 +187,12 @@ static int create_klm_key(int fd, uint32_t pdn, uint32_t qpn, uint32_t lkey, uin
     put_be32(in + 272, (uint32_t)len);
     put_be32(in + 276, lkey);
     put_be64(in + 280, addr);
-    struct attr a[3] = {
+    struct orb_uverbs_attr a[3] = {
         {MLX5_IB_ATTR_DEVX_OBJ_CREATE_HANDLE, 0, 0},
-        {MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_IN, sizeof in, (uint64_t)(uintptr_t)in},
-        {MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_OUT, sizeof out, (uint64_t)(uintptr_t)out},
+        {MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_IN, sizeof in, orb_uverbs_ptr(in)},
+        {MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_OUT, sizeof out, orb_uverbs_ptr(out)},
     };
-    int err = uverbs_ioctl(fd, MLX5_IB_OBJECT_DEVX_OBJ, MLX5_IB_METHOD_DEVX_OBJ_CREATE, a, 3);
+    int err = orb_uverbs_call(fd, RDMA_DRIVER_MLX5, MLX5_IB_OBJECT_DEVX_OBJ, MLX5_IB_METHOD_DEVX_OBJ_CREATE, a, 3);
     if (err != 0) {
         fprintf(stderr, "CREATE_MKEY: %s (status 0x%02x, syndrome 0x%08x)\n", strerror(err), out[0],
                 get_be32(out + 4));
@@ -240,8 +205,8 @@ static int create_klm_key(int fd, uint32_t pdn, uint32_t qpn, uint32_t lkey, uin
 
 static void destroy_obj(int fd, uint32_t handle)
 {
-    struct attr a[1] = {{MLX5_IB_ATTR_DEVX_OBJ_DESTROY_HANDLE, 0, handle}};
-    int err = uverbs_ioctl(fd, MLX5_IB_OBJECT_DEVX_OBJ, MLX5_IB_METHOD_DEVX_OBJ_DESTROY, a, 1);
+    struct orb_uverbs_attr a[1] = {{MLX5_IB_ATTR_DEVX_OBJ_DESTROY_HANDLE, 0, handle}};
+    int err = orb_uverbs_call(fd, RDMA_DRIVER_MLX5, MLX5_IB_OBJECT_DEVX_OBJ, MLX5_IB_METHOD_DEVX_OBJ_DESTROY, a, 1);
     CHECK(err == 0, "DEVX_OBJ_DESTROY: %s", strerror(err));
 }
 

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "helper/uctx.h"
+#include "helper/uverbs.h"
 
 /* A table that answers from a script, one errno per call, and records what it was asked. */
 struct script {
@@ -187,6 +188,23 @@ static void test_kernel_table_on_files_that_are_no_uverbs_nodes(void **state)
     assert_int_equal(orb_uctx_kernel_ops.create(NULL, -1, true), EBADF);
 }
 
+/* The shared call refuses what it cannot send and reports the kernel's errno. */
+static void test_uverbs_call_arguments(void **state)
+{
+    (void)state;
+    struct orb_uverbs_attr attrs[ORB_UVERBS_MAX_ATTRS + 1];
+    memset(attrs, 0, sizeof attrs);
+    int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(orb_uverbs_call(fd, 0, 0, 0, attrs, ORB_UVERBS_MAX_ATTRS + 1), EINVAL);
+    assert_int_equal(orb_uverbs_call(fd, 0, 0, 0, NULL, 1), EINVAL);
+    assert_int_equal(orb_uverbs_call(-1, 0, 0, 0, attrs, 1), EBADF);
+    attrs[0].data = 77;
+    assert_int_equal(orb_uverbs_call(fd, 0, 0, 0, attrs, ORB_UVERBS_MAX_ATTRS), ENOTTY);
+    assert_int_equal(attrs[0].data, 77); /* left alone on failure */
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -198,6 +216,7 @@ int main(void)
         cmocka_unit_test(test_devx_first),
         cmocka_unit_test(test_request_bytes_are_libmlx5s),
         cmocka_unit_test(test_kernel_table_on_files_that_are_no_uverbs_nodes),
+        cmocka_unit_test(test_uverbs_call_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

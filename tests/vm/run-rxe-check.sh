@@ -36,7 +36,8 @@ cp "$(command -v busybox)" "$R/bin/"
 for applet in sh mount insmod sleep poweroff; do ln -s busybox "$R/bin/$applet"; done
 gcc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -Werror -DORB_UCTX_DRIVER_ID=RDMA_DRIVER_RXE \
     -I"$ROOT" -I"$ROOT/lib" -I"$ROOT/include" -o "$R/bin/rxe_check" \
-    "$ROOT/tests/vm/rxe_check.c" "$ROOT/helper/uctx.c" "$ROOT/lib/core/error.c"
+    "$ROOT/tests/vm/rxe_check.c" "$ROOT/helper/uctx.c" "$ROOT/helper/uverbs.c" \
+    "$ROOT/lib/core/error.c"
 cp "$(command -v ip)" "$(command -v rdma)" "$R/bin/"
 binaries=("$R/bin/rxe_check" "$R/bin/ip" "$R/bin/rdma")
 for lib in $(ldd "${binaries[@]}" 2>/dev/null | awk '/=> \// {print $3} /^\s*\/.*ld-linux/ {print $1}' | sort -u); do

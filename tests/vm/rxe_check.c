@@ -8,15 +8,14 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <rdma/ib_user_ioctl_cmds.h>
 #include <rdma/ib_user_ioctl_verbs.h>
-#include <rdma/rdma_user_ioctl_cmds.h>
 
 #include "core/error.h"
 #include "helper/uctx.h"
+#include "helper/uverbs.h"
 
 static int failures;
 
@@ -31,24 +30,11 @@ static int query_context(int fd)
 {
     uint32_t comp_vectors = 0;
     uint64_t core_support = 0;
-    union {
-        uint64_t align;
-        uint8_t bytes[sizeof(struct ib_uverbs_ioctl_hdr) + 2 * sizeof(struct ib_uverbs_attr)];
-    } cmd;
-    memset(&cmd, 0, sizeof cmd);
-    struct ib_uverbs_ioctl_hdr *hdr = (struct ib_uverbs_ioctl_hdr *)(void *)cmd.bytes;
-    hdr->length = sizeof cmd.bytes;
-    hdr->object_id = UVERBS_OBJECT_DEVICE;
-    hdr->method_id = UVERBS_METHOD_QUERY_CONTEXT;
-    hdr->num_attrs = 2;
-    hdr->driver_id = ORB_UCTX_DRIVER_ID;
-    hdr->attrs[0].attr_id = UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS;
-    hdr->attrs[0].len = sizeof comp_vectors;
-    hdr->attrs[0].data = (uint64_t)(uintptr_t)&comp_vectors;
-    hdr->attrs[1].attr_id = UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT;
-    hdr->attrs[1].len = sizeof core_support;
-    hdr->attrs[1].data = (uint64_t)(uintptr_t)&core_support;
-    return ioctl(fd, RDMA_VERBS_IOCTL, cmd.bytes) == 0 ? 0 : errno;
+    struct orb_uverbs_attr attrs[] = {
+        {UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS, sizeof comp_vectors, orb_uverbs_ptr(&comp_vectors)},
+        {UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT, sizeof core_support, orb_uverbs_ptr(&core_support)},
+    };
+    return orb_uverbs_call(fd, ORB_UCTX_DRIVER_ID, UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_CONTEXT, attrs, 2);
 }
 
 int main(int argc, char **argv)
