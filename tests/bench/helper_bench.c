@@ -20,6 +20,7 @@
 #include <orbite/orbite.h>
 
 #include "helper/helper_client.h"
+#include "helperlib/common.h"
 
 #ifndef HELPER_TEST_PATH
 #error "HELPER_TEST_PATH must name the orbite-helper test build"
@@ -83,13 +84,7 @@ static int write_policy(const char *dir)
     char path[600], text[400];
     snprintf(path, sizeof path, "%s/bench.ini", dir);
     snprintf(text, sizeof text, "[user:#%u]\nnics = " GRANTED_NIC "\ntransports = tcp, rdma\n", (unsigned)getuid());
-    FILE *f = fopen(path, "we");
-    if (f == NULL)
-        return -1;
-    int rc = fputs(text, f) < 0 ? -1 : 0;
-    if (fclose(f) != 0)
-        rc = -1;
-    return rc != 0 ? rc : chmod(path, 0644);
+    return write_file(path, text, 0644);
 }
 
 int main(int argc, char **argv)

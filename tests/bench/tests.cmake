@@ -51,7 +51,7 @@ if(TARGET orbite-helper-test)
                  $<TARGET_OBJECTS:orb_wire> $<TARGET_OBJECTS:orb_hproto> $<TARGET_OBJECTS:orb_helperlib>
                  $<TARGET_OBJECTS:orb_topo>)
   target_include_directories(helper_bench PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include
-                             ${PROJECT_SOURCE_DIR}/lib)
+                             ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(helper_bench PRIVATE PkgConfig::JANSSON Threads::Threads)
   target_compile_definitions(helper_bench PRIVATE HELPER_TEST_PATH="$<TARGET_FILE:orbite-helper-test>"
                              FIXTURE_DIR="${PROJECT_SOURCE_DIR}/tests/data/sysfs")
