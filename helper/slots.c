@@ -110,6 +110,21 @@ static void unlink_ours(const struct orb_helper_state *st, const char *name, int
 
 /* Create the object. 1: it already exists (nothing done); 0: created, locked and published by
  * us, `slot` filled; negative: failed (nothing left behind). */
+/* Record an attached object in `slot` (a free entry); `s` is the object's checked identity. */
+static void slot_set(struct orb_helper_slot *slot, const char *name, int fd, bool writable, bool publisher,
+                     void *map, uint64_t interval_ns, const struct stat *s)
+{
+    memset(slot, 0, sizeof *slot);
+    memcpy(slot->name, name, strlen(name) + 1);
+    slot->fd = fd;
+    slot->writable = writable;
+    slot->publisher = publisher;
+    slot->map = map;
+    slot->interval_ns = interval_ns;
+    slot->dev = s->st_dev;
+    slot->ino = s->st_ino;
+}
+
 static int create_object(struct orb_helper_state *st, const char *name, uint64_t interval_ns,
                          struct orb_helper_slot *slot)
 {
@@ -159,15 +174,7 @@ static int create_object(struct orb_helper_state *st, const char *name, uint64_t
     struct stat s;
     if ((rc = check_object(st, fd, name, &s)) != 0)
         goto unmap;
-    memset(slot, 0, sizeof *slot);
-    memcpy(slot->name, name, strlen(name) + 1);
-    slot->fd = fd;
-    slot->writable = true;
-    slot->publisher = true;
-    slot->map = map;
-    slot->interval_ns = interval_ns;
-    slot->dev = s.st_dev;
-    slot->ino = s.st_ino;
+    slot_set(slot, name, fd, true, true, map, interval_ns, &s);
     return 0;
 unmap:
     munmap(map, ORB_HELPER_SLOT_SIZE);
@@ -225,15 +232,7 @@ static int attach_existing(struct orb_helper_state *st, const char *name, uint64
         close(fd); /* also drops the lock if we took it */
         return rc;
     }
-    memset(slot, 0, sizeof *slot);
-    memcpy(slot->name, name, strlen(name) + 1);
-    slot->fd = fd;
-    slot->writable = writable;
-    slot->publisher = publisher;
-    slot->map = map;
-    slot->interval_ns = interval_ns;
-    slot->dev = s.st_dev;
-    slot->ino = s.st_ino;
+    slot_set(slot, name, fd, writable, publisher, map, interval_ns, &s);
     if (publisher)
         orb_slots_publish(map, orb_helper_now_ns());
     return 0;
