@@ -68,6 +68,50 @@ static void expect(int got, int want, const char *what)
     }
 }
 
+/* The timed exchanges, each with the answer it must get. */
+enum exchange_kind { EX_POLICY, EX_PEERMEM, EX_OPEN_DENIED, EX_DEVX, EX_INVENTORY };
+
+struct exchange {
+    struct orb_helper *h;
+    struct orb_topo_inventory *inv;
+};
+
+static void time_exchanges(struct exchange *ex, enum exchange_kind kind, size_t count, uint64_t *ns)
+{
+    static const struct {
+        const char *label;
+        int want;
+    } kinds[] = {
+        [EX_POLICY] = {"POLICY", 0},
+        [EX_PEERMEM] = {"PEERMEM_PROBE (three fstatat)", 0},
+        [EX_OPEN_DENIED] = {"OPEN_DEVICE refused by policy", ORB_EPERM},
+        [EX_DEVX] = {"DEVX_VERIFY refused (no mlx5 device)", ORB_EUNAVAILABLE},
+        [EX_INVENTORY] = {"INVENTORY", 0},
+    };
+    struct orb_hp_policy pol;
+    uint32_t found = 0;
+    int fd = -1;
+    const struct orb_hp_devx_verify v = {.nic = GRANTED_NIC, .obj_handle = 1, .key = 0x100, .qpn = 7,
+                                         .addr = 4096, .length = 4096, .access = 1};
+    for (size_t i = 0; i < count; i++) {
+        uint64_t t0 = now_ns();
+        int rc = kind == EX_POLICY        ? orb_helper_policy(ex->h, &pol)
+                 : kind == EX_PEERMEM     ? orb_helper_peermem_probe(ex->h, &found)
+                 : kind == EX_OPEN_DENIED ? orb_helper_open_device(ex->h, DENIED_NIC, &fd)
+                 : kind == EX_DEVX        ? orb_helper_devx_verify(ex->h, &v)
+                                          : orb_helper_inventory(ex->h, ex->inv);
+        ns[i] = now_ns() - t0;
+        expect(rc, kinds[kind].want, kinds[kind].label);
+    }
+    char label[64];
+    if (kind == EX_INVENTORY)
+        snprintf(label, sizeof label, "INVENTORY (%u NIC, %u GPU, %u NUMA items)", ex->inv->nnics,
+                 ex->inv->ngpus, ex->inv->nnuma);
+    else
+        snprintf(label, sizeof label, "%s", kinds[kind].label);
+    report(label, ns, count);
+}
+
 static bool parse_count(const char *s, size_t *out)
 {
     char *end = NULL;
@@ -144,49 +188,13 @@ int main(int argc, char **argv)
     expect(orb_helper_open(ORB_HELPER_REQUIRED, TIMEOUT_NS, &h), 0, "open");
     if (h == NULL)
         return 1;
-    struct orb_hp_policy pol;
-    for (size_t i = 0; i < iterations; i++) {
-        uint64_t t0 = now_ns();
-        int rc = orb_helper_policy(h, &pol);
-        a[i] = now_ns() - t0;
-        expect(rc, 0, "POLICY");
-    }
-    report("POLICY", a, iterations);
-    uint32_t found = 0;
-    for (size_t i = 0; i < iterations; i++) {
-        uint64_t t0 = now_ns();
-        int rc = orb_helper_peermem_probe(h, &found);
-        a[i] = now_ns() - t0;
-        expect(rc, 0, "PEERMEM_PROBE");
-    }
-    report("PEERMEM_PROBE (three fstatat)", a, iterations);
-    int fd = -1;
-    for (size_t i = 0; i < iterations; i++) {
-        uint64_t t0 = now_ns();
-        int rc = orb_helper_open_device(h, DENIED_NIC, &fd);
-        a[i] = now_ns() - t0;
-        expect(rc, ORB_EPERM, "OPEN_DEVICE of a denied NIC");
-    }
-    report("OPEN_DEVICE refused by policy", a, iterations);
-    struct orb_hp_devx_verify v = {.nic = GRANTED_NIC, .obj_handle = 1, .key = 0x100, .qpn = 7, .addr = 4096,
-                                   .length = 4096, .access = 1};
-    for (size_t i = 0; i < iterations; i++) {
-        uint64_t t0 = now_ns();
-        int rc = orb_helper_devx_verify(h, &v);
-        a[i] = now_ns() - t0;
-        expect(rc, ORB_EUNAVAILABLE, "DEVX_VERIFY without an mlx5 device");
-    }
-    report("DEVX_VERIFY refused (no mlx5 device)", a, iterations);
+    struct exchange ex = {.h = h, .inv = inv};
+    time_exchanges(&ex, EX_POLICY, iterations, a);
+    time_exchanges(&ex, EX_PEERMEM, iterations, a);
+    time_exchanges(&ex, EX_OPEN_DENIED, iterations, a);
+    time_exchanges(&ex, EX_DEVX, iterations, a);
     size_t inv_rounds = iterations / 10 ? iterations / 10 : 1;
-    for (size_t i = 0; i < inv_rounds; i++) {
-        uint64_t t0 = now_ns();
-        int rc = orb_helper_inventory(h, inv);
-        a[i] = now_ns() - t0;
-        expect(rc, 0, "INVENTORY");
-    }
-    char label[64];
-    snprintf(label, sizeof label, "INVENTORY (%u NIC, %u GPU, %u NUMA items)", inv->nnics, inv->ngpus, inv->nnuma);
-    report(label, a, inv_rounds);
+    time_exchanges(&ex, EX_INVENTORY, inv_rounds, a);
     orb_helper_close(h);
 
     orb_helper_test_set_command(NULL, NULL);
