@@ -332,6 +332,8 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
             s->x.local = local + off;
             s->x.remote_addr = r->remote_addr + off;
             s->x.length = r->length - off < slice_len ? r->length - off : slice_len;
+            s->x.request_remote_addr = r->remote_addr;
+            s->x.request_length = r->length;
             g->xfer_ptrs[k] = &s->x;
             k++;
         }

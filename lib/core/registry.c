@@ -126,7 +126,9 @@ static void compact_ids(struct orb_registry *reg)
 /* Walk the published registrations that contain [addr, addr + len) (len > 0, no overflow), from the
  * highest base down. The scan stops once a base is further below `addr` than the longest
  * registration, since no earlier one can reach `addr`. Returns the first that allows `need`, or
- * NULL with *contained saying whether any contained the range. Caller holds the lock. */
+ * NULL with *contained saying whether any contained the range. For a peer's need, local-only
+ * registrations are skipped entirely, so they count as not containing it. Caller holds the
+ * lock. */
 static struct orb_reg *lookup(const struct orb_registry *reg, uint64_t addr, uint64_t len,
                               enum orb_perm need, int *contained)
 {
@@ -138,6 +140,8 @@ static struct orb_reg *lookup(const struct orb_registry *reg, uint64_t addr, uin
             break;
         if (r->base + r->len < end)
             continue;
+        if (need != ORB_PERM_LOCAL && r->perm == ORB_PERM_LOCAL)
+            continue; /* local-only ranges do not exist for peers, not even as "forbidden" */
         *contained = 1;
         if (perm_allows(r->perm, need))
             return r;
@@ -568,7 +572,8 @@ int orb_registry_acquire(struct orb_registry *reg, uint64_t addr, uint64_t len, 
         return orb_fail(ORB_EPERM, "acquire: no registration containing 0x%llx + %llu allows %s",
                         (unsigned long long)addr, (unsigned long long)len,
                         need == ORB_PERM_REMOTE_WRITE ? "remote WRITE" : "remote READ");
-    return orb_fail(ORB_ENOENT, "acquire: no registration contains 0x%llx + %llu",
+    return orb_fail(ORB_ENOENT, "acquire: no registration %scontains 0x%llx + %llu",
+                    need == ORB_PERM_LOCAL ? "" : "open to peers ",
                     (unsigned long long)addr, (unsigned long long)len);
 }
 

@@ -66,8 +66,9 @@ int orb_registry_resolve(struct orb_registry *reg, uint64_t addr, uint64_t len,
 /* Admission: find a published registration containing [addr, addr+len) whose permission
  * includes `need` (ORB_PERM_LOCAL for the engine's own side, ORB_PERM_REMOTE_READ or
  * ORB_PERM_REMOTE_WRITE for a peer's request) and pin it.
- * Errors: ORB_EINVAL (len 0 or overflow), ORB_ENOENT (no registration contains the range),
- * ORB_EPERM (some do, none allows `need`). */
+ * Errors: ORB_EINVAL (len 0 or overflow), ORB_ENOENT (no registration contains the range; for a
+ * peer's need, local-only registrations are invisible and never contain it), ORB_EPERM (some
+ * peer-visible registration does, none allows `need`: a WRITE into a REMOTE_READ range). */
 int orb_registry_acquire(struct orb_registry *reg, uint64_t addr, uint64_t len, enum orb_perm need,
                          struct orb_reg **out);
 

@@ -27,6 +27,11 @@ struct orb_xfer {
     uint8_t *local;             /* CPU view of the local bytes (pinned by the batch) */
     uint64_t remote_addr;       /* unused for NOTIFY */
     uint64_t length;            /* > 0 */
+    /* The whole request this slice belongs to, on the remote side: the source authorises that
+     * range (one registration, the operation's permission) before it applies any slice of it.
+     * Equal to remote_addr/length for a request of one slice; unused for NOTIFY. */
+    uint64_t request_remote_addr;
+    uint64_t request_length;
     uint64_t tag;               /* free for the transport */
 };
 

@@ -19,7 +19,7 @@
 #define TCP_MAX_STRIPES 16u
 #define TCP_MAX_WORKERS 16u
 #define TCP_TX_BATCH 16u          /* requester frames gathered into one sendmsg() */
-#define TCP_PREFIX_MAX 40u        /* header + fixed body of a requester frame */
+#define TCP_PREFIX_MAX 56u        /* header + fixed body of a requester frame */
 #define TCP_SCRATCH_LEN (64u << 10) /* per-worker sink for refused WRITE payloads */
 #define TCP_SCAN_NS (250ull * 1000 * 1000) /* timeout / fence checks */
 #define TCP_TURN_BYTES (2ull << 20)  /* a worker's budget for one connection before the next */

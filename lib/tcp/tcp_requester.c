@@ -105,7 +105,7 @@ static size_t frame_prefix_len(const struct orb_xfer *x)
 {
     switch (x->op) {
     case ORB_XFER_READ:
-    case ORB_XFER_WRITE: return ORB_WIRE_HEADER_LEN + 16u;
+    case ORB_XFER_WRITE: return ORB_WIRE_HEADER_LEN + 32u;
     case ORB_XFER_NOTIFY: return ORB_WIRE_HEADER_LEN + 4u;
     default: return ORB_WIRE_HEADER_LEN; /* DESCRIBE_REQ */
     }
@@ -127,7 +127,9 @@ static void frame_prefix(const struct orb_xfer *x, uint8_t out[TCP_PREFIX_MAX])
 {
     size_t len = 0;
     if (x->op == ORB_XFER_READ || x->op == ORB_XFER_WRITE) {
-        struct orb_wire_xfer m = {.addr = x->remote_addr, .length = x->length};
+        struct orb_wire_xfer m = {.addr = x->remote_addr, .length = x->length,
+                                  .request_addr = x->request_remote_addr,
+                                  .request_length = x->request_length};
         (void)orb_wire_xfer_encode(x->op == ORB_XFER_READ ? ORB_WIRE_READ_REQ : ORB_WIRE_WRITE_REQ,
                                    wire_tag(x), &m, out, TCP_PREFIX_MAX, &len);
     } else if (x->op == ORB_XFER_NOTIFY) {
@@ -560,7 +562,7 @@ static int req_on_response(struct tcp_req_conn *c, const uint8_t *body, size_t l
     switch (h->type) {
     case ORB_WIRE_READ_RESP: {
         struct orb_wire_xfer m;
-        if (orb_wire_xfer_decode(body, len, &m) != 0)
+        if (orb_wire_xfer_decode(ORB_WIRE_READ_RESP, body, len, &m) != 0)
             return req_violation(c, "malformed READ_RESP", orb_last_error());
         if (m.addr != x->remote_addr || m.length != x->length)
             return req_violation(c, "READ_RESP for another range", "");
@@ -886,6 +888,11 @@ static int xfer_check(const struct tcp_peer *p, const struct orb_xfer *x, size_t
                         (unsigned long long)x->length, (unsigned long long)p->max_payload);
     if (x->remote_addr > UINT64_MAX - x->length)
         return orb_fail(ORB_EINVAL, "xfer %zu: remote range wraps around", i);
+    /* The frame names the whole request; it must be a range that contains this slice. */
+    if (x->request_length == 0 || x->request_remote_addr > UINT64_MAX - x->request_length ||
+        x->remote_addr < x->request_remote_addr ||
+        x->remote_addr + x->length > x->request_remote_addr + x->request_length)
+        return orb_fail(ORB_EINVAL, "xfer %zu: slice lies outside its request's range", i);
     return 0;
 }
 

@@ -58,24 +58,28 @@ struct tcp_source_conn {
 
 /* ---- pins ------------------------------------------------------------------------------------ */
 
-/* Pin [addr, addr+len) for `need` and find its CPU view. Counted in inflight() while held. */
-static int src_pin(struct tcp_source_conn *s, uint64_t addr, uint64_t len, enum orb_perm need,
+/* Pin the registration that contains the whole request [req_addr, +req_len) with permission
+ * `need`, and find the CPU view of this frame's piece at `addr`. Counted in inflight() while
+ * held. Authorising the whole request, not just the piece, is what keeps a request that is cut
+ * into several frames from applying its in-range pieces when the rest is out of range. */
+static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, enum orb_perm need,
                    struct orb_reg **pin_out, uint8_t **mem_out)
 {
     struct tcp_transport *tp = s->tp;
     struct orb_reg *pin;
     atomic_fetch_add(&tp->source_pins, 1);
-    int rc = orb_registry_acquire(orb_engine_registry(tp->engine), addr, len, need, &pin);
+    int rc = orb_registry_acquire(orb_engine_registry(tp->engine), req->request_addr,
+                                  req->request_length, need, &pin);
     if (rc != 0) {
         atomic_fetch_sub(&tp->source_pins, 1);
         return rc;
     }
-    uint8_t *mem = pin->kind->cpu_view(pin, addr);
+    uint8_t *mem = pin->kind->cpu_view(pin, req->addr);
     if (mem == NULL) {
         orb_registry_release(pin);
         atomic_fetch_sub(&tp->source_pins, 1);
         return orb_fail(ORB_EUNAVAILABLE, "the %s registration at 0x%llx has no CPU view",
-                        pin->kind->name, (unsigned long long)addr);
+                        pin->kind->name, (unsigned long long)req->addr);
     }
     *pin_out = pin;
     *mem_out = mem;
@@ -264,11 +268,11 @@ static int src_describe(struct tcp_source_conn *s, uint64_t tag)
 static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
 {
     struct orb_wire_xfer req;
-    if (orb_wire_xfer_decode(body, len, &req) != 0)
+    if (orb_wire_xfer_decode(ORB_WIRE_READ_REQ, body, len, &req) != 0)
         return src_violation(s, "malformed READ_REQ", orb_last_error());
     struct orb_reg *pin;
     uint8_t *mem;
-    int rc = src_pin(s, req.addr, req.length, ORB_PERM_REMOTE_READ, &pin, &mem);
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &pin, &mem);
     if (rc != 0)
         return src_tx_failure(s, s->hdr.tag, rc);
     size_t head_len;
@@ -285,11 +289,11 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
 static int src_write(struct tcp_source_conn *s, const uint8_t *body, size_t len)
 {
     struct orb_wire_xfer req;
-    if (orb_wire_xfer_decode(body, len, &req) != 0)
+    if (orb_wire_xfer_decode(ORB_WIRE_WRITE_REQ, body, len, &req) != 0)
         return src_violation(s, "malformed WRITE_REQ", orb_last_error());
     s->rx_len = req.length;
     s->rx_off = 0;
-    int rc = src_pin(s, req.addr, req.length, ORB_PERM_REMOTE_WRITE, &s->rx_pin, &s->rx_mem);
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_pin, &s->rx_mem);
     if (rc != 0) {
         /* Drain the payload without touching registered memory, then answer. */
         s->refused_status = rc;

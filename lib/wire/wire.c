@@ -14,7 +14,8 @@
 /* Fixed body sizes. */
 #define ORB_WIRE_HELLO_LEN 40u
 #define ORB_WIRE_HELLO_OK_LEN 20u
-#define ORB_WIRE_XFER_LEN 16u
+#define ORB_WIRE_XFER_LEN 16u     /* READ_RESP */
+#define ORB_WIRE_XFER_REQ_LEN 32u /* READ_REQ, WRITE_REQ: with the whole request's range */
 #define ORB_WIRE_ERROR_FIXED 6u  /* i32 status + u16 text_len */
 #define ORB_WIRE_NOTIFY_FIXED 4u /* u32 length */
 #define ORB_WIRE_DESCRIBE_FIXED 8u /* u32 count + u32 reserved */
@@ -196,8 +197,8 @@ void orb_wire_body_limits(uint8_t type, uint32_t *min_len, uint32_t *max_len)
         hi = ORB_WIRE_MAX_BODY;
         break;
     case ORB_WIRE_READ_REQ:
-    case ORB_WIRE_READ_RESP:
-    case ORB_WIRE_WRITE_REQ: lo = hi = ORB_WIRE_XFER_LEN; break;
+    case ORB_WIRE_WRITE_REQ: lo = hi = ORB_WIRE_XFER_REQ_LEN; break;
+    case ORB_WIRE_READ_RESP: lo = hi = ORB_WIRE_XFER_LEN; break;
     case ORB_WIRE_WRITE_RESP:
     case ORB_WIRE_NOTIFY_RESP: lo = hi = 0; break;
     case ORB_WIRE_NOTIFY:
@@ -633,45 +634,91 @@ static int xfer_ok(int status, const char *what, uint64_t addr, uint64_t length)
     return 0;
 }
 
+/* The whole request's range must be a valid range that contains the frame's piece. */
+static int request_range_ok(int status, const char *what, const struct orb_wire_xfer *m)
+{
+    if (m->request_length == 0)
+        return orb_fail(status, "%s: request_length is zero", what);
+    if (m->request_addr > UINT64_MAX - m->request_length)
+        return orb_fail(status, "%s: request_addr 0x%llx + request_length %llu overflows", what,
+                        (unsigned long long)m->request_addr,
+                        (unsigned long long)m->request_length);
+    if (m->addr < m->request_addr ||
+        m->addr + m->length > m->request_addr + m->request_length)
+        return orb_fail(status, "%s: [0x%llx, +%llu) lies outside its request [0x%llx, +%llu)",
+                        what, (unsigned long long)m->addr, (unsigned long long)m->length,
+                        (unsigned long long)m->request_addr,
+                        (unsigned long long)m->request_length);
+    return 0;
+}
+
+static int is_xfer_request(uint8_t type)
+{
+    return type == ORB_WIRE_READ_REQ || type == ORB_WIRE_WRITE_REQ;
+}
+
 int orb_wire_xfer_encode(uint8_t type, uint64_t tag, const struct orb_wire_xfer *m, uint8_t *out,
                          size_t cap, size_t *len_out)
 {
-    if (type != ORB_WIRE_READ_REQ && type != ORB_WIRE_WRITE_REQ && type != ORB_WIRE_READ_RESP)
+    if (!is_xfer_request(type) && type != ORB_WIRE_READ_RESP)
         return orb_fail(ORB_EINVAL, "xfer encode: type %u (%s) has no addr/length body", (unsigned)type,
                         orb_wire_type_name(type));
     const char *what = orb_wire_type_name(type);
     if (!m)
         return orb_fail(ORB_EINVAL, "%s encode: NULL message", what);
     int rc = xfer_ok(ORB_EINVAL, what, m->addr, m->length);
+    if (rc == 0 && is_xfer_request(type))
+        rc = request_range_ok(ORB_EINVAL, what, m);
     if (rc != 0)
         return rc;
     struct orb_writer w;
-    rc = encode_begin(what, type, tag, ORB_WIRE_XFER_LEN, out, cap, len_out, &w);
+    size_t body_len = is_xfer_request(type) ? ORB_WIRE_XFER_REQ_LEN : ORB_WIRE_XFER_LEN;
+    rc = encode_begin(what, type, tag, body_len, out, cap, len_out, &w);
     if (rc != 0)
         return rc;
     orb_writer_u64(&w, m->addr);
     orb_writer_u64(&w, m->length);
+    if (is_xfer_request(type)) {
+        orb_writer_u64(&w, m->request_addr);
+        orb_writer_u64(&w, m->request_length);
+    }
     return encode_end(what, &w, len_out);
 }
 
-int orb_wire_xfer_decode(const uint8_t *body, size_t len, struct orb_wire_xfer *m)
+int orb_wire_xfer_decode(uint8_t type, const uint8_t *body, size_t len, struct orb_wire_xfer *m)
 {
-    int rc = body_args_ok("xfer", body, len, m);
+    if (!is_xfer_request(type) && type != ORB_WIRE_READ_RESP)
+        return orb_fail(ORB_EINVAL, "xfer decode: type %u (%s) has no addr/length body",
+                        (unsigned)type, orb_wire_type_name(type));
+    const char *what = orb_wire_type_name(type);
+    int rc = body_args_ok(what, body, len, m);
     if (rc == 0)
-        rc = expect_len("xfer", len, ORB_WIRE_XFER_LEN);
+        rc = expect_len(what, len, is_xfer_request(type) ? ORB_WIRE_XFER_REQ_LEN : ORB_WIRE_XFER_LEN);
     if (rc != 0)
         return rc;
     struct orb_cursor c;
     orb_cursor_init(&c, body, len);
-    uint64_t addr = orb_cursor_u64(&c);
-    uint64_t length = orb_cursor_u64(&c);
+    struct orb_wire_xfer v;
+    v.addr = orb_cursor_u64(&c);
+    v.length = orb_cursor_u64(&c);
+    if (is_xfer_request(type)) {
+        v.request_addr = orb_cursor_u64(&c);
+        v.request_length = orb_cursor_u64(&c);
+    }
     if (orb_cursor_finish(&c) != 0)
-        return orb_fail(ORB_EPROTO, "xfer: malformed body");
-    rc = xfer_ok(ORB_EPROTO, "xfer", addr, length);
+        return orb_fail(ORB_EPROTO, "%s: malformed body", what);
+    rc = xfer_ok(ORB_EPROTO, what, v.addr, v.length);
     if (rc != 0)
         return rc;
-    m->addr = addr;
-    m->length = length;
+    if (is_xfer_request(type)) {
+        rc = request_range_ok(ORB_EPROTO, what, &v);
+        if (rc != 0)
+            return rc;
+    } else {
+        v.request_addr = v.addr;
+        v.request_length = v.length;
+    }
+    *m = v;
     return 0;
 }
 

@@ -12,7 +12,7 @@
 #include <orbite/orbite.h>
 
 #define ORB_WIRE_MAGIC 0x5442524Fu /* "ORBT" as little-endian bytes 'O' 'R' 'B' 'T' */
-#define ORB_WIRE_VERSION 1u
+#define ORB_WIRE_VERSION 2u
 #define ORB_WIRE_HEADER_LEN 24u
 #define ORB_WIRE_MAX_PAYLOAD (64u << 20)    /* payload bytes after one frame */
 #define ORB_WIRE_MAX_REGIONS 65536u         /* entries in one DESCRIBE_RESP */
@@ -107,13 +107,24 @@ int orb_wire_describe_resp_encode(uint64_t tag, const struct orb_region_desc *re
 int orb_wire_describe_resp_decode(const uint8_t *body, size_t len, struct orb_region_desc **regions_out,
                                   size_t *count_out);
 
-struct orb_wire_xfer {           /* READ_REQ / WRITE_REQ / READ_RESP body: u64 addr | u64 length = 16 */
-    uint64_t addr;               /* remote address (READ_RESP: echoes the request's) */
+/* READ_REQ / WRITE_REQ body (32 bytes): u64 addr | u64 length | u64 request_addr |
+ * u64 request_length. READ_RESP body (16 bytes): u64 addr | u64 length.
+ *
+ * A requester may cut one request into several frames (slices over several connections); every
+ * frame names the whole request's remote range as well as its own piece, so that the source
+ * authorises the whole request (one registration contains all of it, with the permission the
+ * operation needs) before it applies any piece, and an out-of-range request changes nothing. */
+struct orb_wire_xfer {
+    uint64_t addr;               /* this frame's remote address (READ_RESP: echoes the request's) */
     uint64_t length;             /* 1..ORB_WIRE_MAX_PAYLOAD; addr + length must not overflow */
+    uint64_t request_addr;       /* requests: the whole request's remote range, which contains */
+    uint64_t request_length;     /* [addr, +length); >= 1, no overflow. READ_RESP: not on the wire
+                                  * (decode sets addr and length here, encode ignores them) */
 };
+/* `type` is READ_REQ, WRITE_REQ or READ_RESP; it selects the layout. */
 int orb_wire_xfer_encode(uint8_t type, uint64_t tag, const struct orb_wire_xfer *m, uint8_t *out,
                          size_t cap, size_t *len_out);
-int orb_wire_xfer_decode(const uint8_t *body, size_t len, struct orb_wire_xfer *m);
+int orb_wire_xfer_decode(uint8_t type, const uint8_t *body, size_t len, struct orb_wire_xfer *m);
 
 /* WRITE_RESP and NOTIFY_RESP have an empty body. */
 int orb_wire_empty_encode(uint8_t type, uint64_t tag, uint8_t *out, size_t cap, size_t *len_out);

@@ -183,6 +183,8 @@ void th_xfer_init(struct th_xfer *t, enum orb_xfer_op op, void *local, const voi
     t->x.local = local;
     t->x.remote_addr = (uint64_t)(uintptr_t)remote;
     t->x.length = length;
+    t->x.request_remote_addr = t->x.remote_addr; /* a request of one slice */
+    t->x.request_length = length;
     t->x.batch = batch;
     t->status = 1; /* not a status: "not completed" */
 }

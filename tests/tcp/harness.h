@@ -58,6 +58,7 @@ void th_fill(uint8_t *p, size_t len, uint8_t seed);
 /* Open a peer of `req` to `src` (the right epoch), asserting success. */
 void *th_open(orb_engine *req, orb_engine *src);
 
+/* An xfer that is a whole request of one slice (its request range is its own range). */
 void th_xfer_init(struct th_xfer *t, enum orb_xfer_op op, void *local, const void *remote,
                   uint64_t length, struct orb_batch *batch);
 /* Wait until every xfer of `t[0..n)` has been completed; 0, or -1 at the timeout. */

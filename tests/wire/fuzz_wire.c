@@ -88,8 +88,12 @@ static void decode_as(uint8_t type, const uint8_t *frame_bytes, const struct orb
     case ORB_WIRE_READ_RESP:
     case ORB_WIRE_WRITE_REQ: {
         struct orb_wire_xfer m;
-        rc = orb_wire_xfer_decode(body, len, &m);
+        rc = orb_wire_xfer_decode(type, body, len, &m);
         check_rc(rc, "xfer_decode");
+        if (rc == 0)
+            check(m.request_addr <= m.addr && m.addr - m.request_addr <= m.request_length &&
+                      m.length <= m.request_length - (m.addr - m.request_addr),
+                  "xfer piece inside its request");
         if (rc == 0 && h)
             enc = orb_wire_xfer_encode(type, h->tag, &m, out, sizeof out, &out_len);
         break;

@@ -10,7 +10,7 @@ import os
 import struct
 
 MAGIC = b"ORBT"
-VERSION = 1
+VERSION = 2
 HELLO, HELLO_OK, ERROR, DESCRIBE_REQ, DESCRIBE_RESP = 1, 2, 3, 4, 5
 READ_REQ, READ_RESP, WRITE_REQ, WRITE_RESP, NOTIFY, NOTIFY_RESP = 6, 7, 8, 9, 10, 11
 PERM_READ, PERM_WRITE = 1, 3
@@ -48,7 +48,14 @@ def regions(items, count=None, reserved=0):
 
 
 def xfer(addr, length):
+    """A READ_RESP body."""
     return struct.pack("<QQ", addr, length)
+
+
+def xreq(addr, length, req_addr=None, req_length=None):
+    """A READ_REQ / WRITE_REQ body: the piece, then the whole request (by default the piece)."""
+    return struct.pack("<QQQQ", addr, length, addr if req_addr is None else req_addr,
+                       length if req_length is None else req_length)
 
 
 def notify(data, length=None):
@@ -56,7 +63,7 @@ def notify(data, length=None):
 
 
 def corpus():
-    read = frame(READ_REQ, xfer(0x1000, 4096), 7)
+    read = frame(READ_REQ, xreq(0x1000, 4096), 7)
     two_regions = [(0x7F0000001000, 0x2000, PERM_READ), (0x7F0000100000, 0x10000, PERM_WRITE)]
     return {
         # well-formed frames of every type
@@ -70,26 +77,29 @@ def corpus():
         "valid-describe-resp-empty": frame(DESCRIBE_RESP, regions([]), 2),
         "valid-read-req": read,
         "valid-read-resp": frame(READ_RESP, xfer(0x1000, 4096), 7),
-        "valid-write-req": frame(WRITE_REQ, xfer(0x2000, MAX_PAYLOAD), 8),
+        "valid-write-req": frame(WRITE_REQ, xreq(0x2000, MAX_PAYLOAD), 8),
+        "valid-write-req-slice": frame(WRITE_REQ, xreq(0x12000, 0x10000, 0x2000, 0x40001), 8),
+        "valid-read-req-slice": frame(READ_REQ, xreq(0x2000, 0x10000, 0x2000, 2**64 - 0x2000), 8),
         "valid-write-resp": frame(WRITE_RESP, b"", 8),
         "valid-notify": frame(NOTIFY, notify(b"layer 12 ready"), 9),
         "valid-notify-resp": frame(NOTIFY_RESP, b"", 9),
         # boundaries that are still valid
         "edge-error-text-256": frame(ERROR, error(-1, b"e" * 256), 4),
-        "edge-xfer-ends-at-max": frame(READ_REQ, xfer(2**64 - 1 - 4096, 4096), 5),
+        "edge-xfer-ends-at-max": frame(READ_REQ, xreq(2**64 - 1 - 4096, 4096), 5),
         "edge-notify-4096": frame(NOTIFY, notify(b"n" * 4096), 6),
         # header faults
         "bad-empty": b"",
         "bad-short-header": read[:10],
-        "bad-magic": frame(READ_REQ, xfer(0x1000, 1), 7, magic=b"TBRO"),
-        "bad-version": frame(READ_REQ, xfer(0x1000, 1), 7, version=2),
+        "bad-magic": frame(READ_REQ, xreq(0x1000, 1), 7, magic=b"TBRO"),
+        "bad-version": frame(READ_REQ, xreq(0x1000, 1), 7, version=1),
+        "bad-version-1-layout": frame(READ_REQ, xfer(0x1000, 1), 7, version=1),
         "bad-type-0": header(0, 0, 1),
         "bad-type-12": header(12, 0, 1),
         "bad-type-255": header(255, 16, 1) + bytes(16),
-        "bad-flags": frame(READ_REQ, xfer(0x1000, 1), 7, flags=0x8000),
-        "bad-reserved": frame(READ_REQ, xfer(0x1000, 1), 7, reserved=1),
+        "bad-flags": frame(READ_REQ, xreq(0x1000, 1), 7, flags=0x8000),
+        "bad-reserved": frame(READ_REQ, xreq(0x1000, 1), 7, reserved=1),
         "bad-hello-tag": frame(HELLO, hello(), 1),
-        "bad-request-tag-0": frame(READ_REQ, xfer(0x1000, 1), 0),
+        "bad-request-tag-0": frame(READ_REQ, xreq(0x1000, 1), 0),
         "bad-hello-body-len": header(HELLO, 39, 0) + hello()[:39],
         "bad-describe-len-step": header(DESCRIBE_RESP, 9, 1) + regions([]) + b"\0",
         "bad-describe-len-huge": header(DESCRIBE_RESP, 0xFFFFFFFF, 1) + regions([]),
@@ -109,9 +119,15 @@ def corpus():
         "bad-describe-reserved": frame(DESCRIBE_RESP, regions(two_regions, reserved=1), 1),
         "bad-describe-perm": frame(DESCRIBE_RESP, regions([(0x1000, 1, 0)]), 1),
         "bad-describe-overflow": frame(DESCRIBE_RESP, regions([(2**64 - 1, 1, PERM_READ)]), 1),
-        "bad-xfer-length-0": frame(WRITE_REQ, xfer(0x1000, 0), 7),
-        "bad-xfer-length-max": frame(WRITE_REQ, xfer(0x1000, MAX_PAYLOAD + 1), 7),
-        "bad-xfer-overflow": frame(READ_REQ, xfer(2**64 - 4096, 4097), 7),
+        "bad-xfer-length-0": frame(WRITE_REQ, xreq(0x1000, 0, 0x1000, 1), 7),
+        "bad-xfer-length-max": frame(WRITE_REQ, xreq(0x1000, MAX_PAYLOAD + 1), 7),
+        "bad-xfer-16-byte-request": frame(READ_REQ, xfer(0x1000, 4096), 7),
+        "bad-xfer-before-request": frame(READ_REQ, xreq(0x1000, 16, 0x1001, 4096), 7),
+        "bad-xfer-past-request": frame(WRITE_REQ, xreq(0x1ff1, 16, 0x1000, 4096), 7),
+        "bad-xfer-request-empty": frame(WRITE_REQ, xreq(0x1000, 16, 0x1000, 0), 7),
+        "bad-xfer-request-overflow": frame(READ_REQ, xreq(2**64 - 17, 16, 2**64 - 17, 17), 7),
+        "bad-xfer-overflow": frame(READ_REQ, xreq(2**64 - 4096, 4097, 0, 2**64 - 1), 7),
+        "bad-read-resp-32": frame(READ_RESP, xreq(0x1000, 4096), 7),
         "bad-notify-length-0": frame(NOTIFY, notify(b"", length=0), 9),
         "bad-notify-length": frame(NOTIFY, notify(b"abc", length=4), 9),
     }

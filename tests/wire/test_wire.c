@@ -16,7 +16,7 @@
 /* ---- golden frames: written out by hand from the layout in docs/wire-protocol.md ------------ */
 
 #define HDR(type, len0, len1, tag0, tag1, tag2, tag3, tag4, tag5, tag6, tag7)                       \
-    0x4f, 0x52, 0x42, 0x54, 0x01, (type), 0x00, 0x00, (len0), (len1), 0x00, 0x00, 0x00, 0x00, 0x00,  \
+    0x4f, 0x52, 0x42, 0x54, 0x02, (type), 0x00, 0x00, (len0), (len1), 0x00, 0x00, 0x00, 0x00, 0x00,  \
         0x00, (tag0), (tag1), (tag2), (tag3), (tag4), (tag5), (tag6), (tag7)
 
 static const uint8_t golden_hello[] = {
@@ -59,9 +59,11 @@ static const uint8_t golden_describe_resp[] = {
 };
 
 static const uint8_t golden_read_req[] = {
-    HDR(0x06, 0x10, 0x00, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11),
+    HDR(0x06, 0x20, 0x00, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11),
     0xbc, 0x9a, 0x78, 0x56, 0x34, 0x12, 0x00, 0x00, /* addr 0x123456789abc */
     0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, /* length 0x10000 */
+    0xbc, 0x9a, 0x77, 0x56, 0x34, 0x12, 0x00, 0x00, /* request_addr 0x123456779abc */
+    0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, /* request_length 0x30000 */
 };
 
 static const uint8_t golden_read_resp[] = {
@@ -71,9 +73,11 @@ static const uint8_t golden_read_resp[] = {
 };
 
 static const uint8_t golden_write_req[] = {
-    HDR(0x08, 0x10, 0x00, 0x99, 0, 0, 0, 0, 0, 0, 0),
+    HDR(0x08, 0x20, 0x00, 0x99, 0, 0, 0, 0, 0, 0, 0),
     0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* addr 0x1000 */
     0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, /* length 64 MiB (the maximum) */
+    0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* request_addr 0x1000: a request of one frame */
+    0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, /* request_length 64 MiB */
 };
 
 static const uint8_t golden_write_resp[] = {
@@ -114,8 +118,12 @@ static const struct golden goldens[] = {
 #define N_GOLDEN (sizeof goldens / sizeof goldens[0])
 
 /* The messages the golden frames hold. */
-static const struct orb_wire_xfer read_xfer = {.addr = 0x123456789abcull, .length = 0x10000};
-static const struct orb_wire_xfer write_xfer = {.addr = 0x1000, .length = ORB_WIRE_MAX_PAYLOAD};
+static const struct orb_wire_xfer read_xfer = {.addr = 0x123456789abcull, .length = 0x10000,
+                                               .request_addr = 0x123456779abcull,
+                                               .request_length = 0x30000};
+static const struct orb_wire_xfer write_xfer = {.addr = 0x1000, .length = ORB_WIRE_MAX_PAYLOAD,
+                                                .request_addr = 0x1000,
+                                                .request_length = ORB_WIRE_MAX_PAYLOAD};
 static const struct orb_region_desc golden_regions[2] = {
     {.addr = 0x7f0000001000ull, .length = 0x2000, .perm = ORB_PERM_REMOTE_READ},
     {.addr = 0xffffffffffffefffull, .length = 0x1000, .perm = ORB_PERM_REMOTE_WRITE},
@@ -208,7 +216,7 @@ static int decode_body_as(uint8_t type, const uint8_t *body, size_t len)
     case ORB_WIRE_READ_RESP:
     case ORB_WIRE_WRITE_REQ: {
         struct orb_wire_xfer m;
-        return orb_wire_xfer_decode(body, len, &m);
+        return orb_wire_xfer_decode(type, body, len, &m);
     }
     case ORB_WIRE_NOTIFY: {
         struct orb_wire_notify m;
@@ -377,7 +385,7 @@ static void test_header_bad_magic(void **state)
 static void test_header_bad_version(void **state)
 {
     (void)state;
-    const uint8_t versions[] = {0, 2, 0x81, 0xff};
+    const uint8_t versions[] = {0, 1, 3, 0x81, 0xff};
     for (size_t i = 0; i < sizeof versions; i++) {
         load(ORB_WIRE_READ_REQ);
         frame[4] = versions[i];
@@ -453,9 +461,9 @@ static void test_header_body_limits_table(void **state)
         {ORB_WIRE_ERROR, 6, 6 + ORB_WIRE_MAX_ERROR_TEXT},
         {ORB_WIRE_DESCRIBE_REQ, 0, 0},
         {ORB_WIRE_DESCRIBE_RESP, 8, ORB_WIRE_MAX_BODY},
-        {ORB_WIRE_READ_REQ, 16, 16},
+        {ORB_WIRE_READ_REQ, 32, 32},
         {ORB_WIRE_READ_RESP, 16, 16},
-        {ORB_WIRE_WRITE_REQ, 16, 16},
+        {ORB_WIRE_WRITE_REQ, 32, 32},
         {ORB_WIRE_WRITE_RESP, 0, 0},
         {ORB_WIRE_NOTIFY, 5, 4 + ORB_NOTIFY_MAX},
         {ORB_WIRE_NOTIFY_RESP, 0, 0},
@@ -744,31 +752,96 @@ static void test_describe_resp_bad_regions(void **state)
     assert_null(regions);
 }
 
+/* A READ_REQ / WRITE_REQ body: the piece and the whole request it belongs to. */
+static void put_xfer_req(uint8_t body[32], uint64_t addr, uint64_t length, uint64_t req_addr,
+                         uint64_t req_length)
+{
+    put_u64(body, addr);
+    put_u64(body + 8, length);
+    put_u64(body + 16, req_addr);
+    put_u64(body + 24, req_length);
+}
+
 static void test_xfer_bad_length_and_overflow(void **state)
 {
     (void)state;
     struct orb_wire_xfer m = {.addr = 5, .length = 6};
-    uint8_t body[16];
+    uint8_t body[32];
     const uint64_t bad_len[] = {0, ORB_WIRE_MAX_PAYLOAD + 1ull, 1ull << 32, UINT64_MAX};
     for (size_t i = 0; i < sizeof bad_len / sizeof bad_len[0]; i++) {
         put_u64(body, 0x1000);
         put_u64(body + 8, bad_len[i]);
-        assert_int_equal(orb_wire_xfer_decode(body, 16, &m), ORB_EPROTO);
+        assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_RESP, body, 16, &m), ORB_EPROTO);
+        assert_error_mentions("length");
+        put_xfer_req(body, 0x1000, bad_len[i], 0x1000, UINT64_MAX - 0x1000);
+        assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_REQ, body, 32, &m), ORB_EPROTO);
         assert_error_mentions("length");
     }
     put_u64(body, UINT64_MAX - 4095);
     put_u64(body + 8, 4097);
-    assert_int_equal(orb_wire_xfer_decode(body, 16, &m), ORB_EPROTO);
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_RESP, body, 16, &m), ORB_EPROTO);
     assert_error_mentions("overflow");
     put_u64(body, UINT64_MAX);
     put_u64(body + 8, 1);
-    assert_int_equal(orb_wire_xfer_decode(body, 16, &m), ORB_EPROTO);
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_RESP, body, 16, &m), ORB_EPROTO);
     assert_true(m.addr == 5 && m.length == 6);
-    /* Ending exactly at UINT64_MAX is allowed. */
+    /* Ending exactly at UINT64_MAX is allowed; a READ_RESP's request range is its own. */
     put_u64(body, UINT64_MAX - 4096);
     put_u64(body + 8, 4096);
-    assert_int_equal(orb_wire_xfer_decode(body, 16, &m), 0);
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_RESP, body, 16, &m), 0);
     assert_true(m.addr == UINT64_MAX - 4096 && m.length == 4096);
+    assert_true(m.request_addr == m.addr && m.request_length == m.length);
+    /* Each layout has exactly its own length. */
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_RESP, body, 32, &m), ORB_EPROTO);
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_REQ, body, 16, &m), ORB_EPROTO);
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_WRITE_RESP, body, 16, &m), ORB_EINVAL);
+}
+
+static void test_xfer_request_range(void **state)
+{
+    (void)state;
+    uint8_t body[32];
+    const uint8_t types[2] = {ORB_WIRE_READ_REQ, ORB_WIRE_WRITE_REQ};
+    for (size_t t = 0; t < 2; t++) {
+        struct orb_wire_xfer m = {.addr = 5, .length = 6, .request_addr = 7, .request_length = 8};
+        /* The piece must lie inside the request: below its start, past its end, or a request
+         * range that is empty or wraps are all refused, and `m` stays as it was. */
+        put_xfer_req(body, 0x1000, 0x100, 0x1001, 0x1000);
+        assert_int_equal(orb_wire_xfer_decode(types[t], body, 32, &m), ORB_EPROTO);
+        assert_error_mentions("outside its request");
+        put_xfer_req(body, 0x1f01, 0x100, 0x1000, 0x1000);
+        assert_int_equal(orb_wire_xfer_decode(types[t], body, 32, &m), ORB_EPROTO);
+        assert_error_mentions("outside its request");
+        put_xfer_req(body, 0x1000, 0x100, 0x1000, 0);
+        assert_int_equal(orb_wire_xfer_decode(types[t], body, 32, &m), ORB_EPROTO);
+        assert_error_mentions("request_length");
+        put_xfer_req(body, UINT64_MAX - 0x100, 0x100, UINT64_MAX - 0x100, 0x102);
+        assert_int_equal(orb_wire_xfer_decode(types[t], body, 32, &m), ORB_EPROTO);
+        assert_error_mentions("overflows");
+        assert_true(m.addr == 5 && m.length == 6 && m.request_addr == 7 && m.request_length == 8);
+        /* The last piece of a request that ends at UINT64_MAX; a request far larger than one
+         * frame may carry. */
+        put_xfer_req(body, UINT64_MAX - 0x100, 0x100, 0, UINT64_MAX);
+        assert_int_equal(orb_wire_xfer_decode(types[t], body, 32, &m), 0);
+        assert_true(m.addr == UINT64_MAX - 0x100 && m.length == 0x100);
+        assert_true(m.request_addr == 0 && m.request_length == UINT64_MAX);
+    }
+    /* Encoders refuse what decoders refuse. */
+    struct orb_wire_xfer x = {.addr = 0x1000, .length = 0x100, .request_addr = 0x1001,
+                              .request_length = 0x1000};
+    uint8_t out[ORB_WIRE_HEADER_LEN + 32];
+    size_t len = 77;
+    assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_WRITE_REQ, 1, &x, out, sizeof out, &len),
+                     ORB_EINVAL);
+    assert_int_equal(len, 77);
+    x.request_addr = 0x1000;
+    assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_WRITE_REQ, 1, &x, out, sizeof out, &len), 0);
+    assert_int_equal(len, ORB_WIRE_HEADER_LEN + 32);
+    /* A READ_RESP carries no request range, whatever the message says. */
+    x.request_addr = 0x5000;
+    x.request_length = 0;
+    assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_READ_RESP, 1, &x, out, sizeof out, &len), 0);
+    assert_int_equal(len, ORB_WIRE_HEADER_LEN + 16);
 }
 
 static void test_notify_bad_length(void **state)
@@ -799,7 +872,8 @@ static void test_decoders_reject_null_arguments(void **state)
     uint8_t hdr[ORB_WIRE_HEADER_LEN] = {0};
     assert_int_equal(orb_wire_header_decode(hdr, NULL), ORB_EINVAL);
     assert_int_equal(orb_wire_hello_decode(NULL, 40, &(struct orb_wire_hello){0}), ORB_EINVAL);
-    assert_int_equal(orb_wire_xfer_decode(golden_read_req + 24, 16, NULL), ORB_EINVAL);
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_REQ, golden_read_req + 24, 32, NULL),
+                     ORB_EINVAL);
     size_t count;
     assert_int_equal(orb_wire_describe_resp_decode(golden_describe_resp + 24, 48, NULL, &count),
                      ORB_EINVAL);
@@ -890,7 +964,7 @@ static void test_encode_rejects_bad_fields(void **state)
     ASSERT_ENCODE_REJECTED(orb_wire_describe_resp_encode(1, golden_regions, ORB_WIRE_MAX_REGIONS + 1,
                                                          enc, sizeof enc, len_out));
 
-    struct orb_wire_xfer x = {.addr = 0, .length = 0};
+    struct orb_wire_xfer x = {.addr = 0, .length = 0, .request_addr = 0, .request_length = 1};
     ASSERT_ENCODE_REJECTED(orb_wire_xfer_encode(ORB_WIRE_READ_REQ, 1, &x, enc, sizeof enc, len_out));
     x.length = ORB_WIRE_MAX_PAYLOAD + 1ull;
     ASSERT_ENCODE_REJECTED(orb_wire_xfer_encode(ORB_WIRE_WRITE_REQ, 1, &x, enc, sizeof enc, len_out));
@@ -919,7 +993,7 @@ static void test_encode_rejects_bad_fields(void **state)
 static void test_encode_enforces_tag_rules(void **state)
 {
     (void)state;
-    struct orb_wire_xfer x = {.addr = 0, .length = 1};
+    struct orb_wire_xfer x = {.addr = 0, .length = 1, .request_addr = 0, .request_length = 1};
     ASSERT_ENCODE_REJECTED(orb_wire_xfer_encode(ORB_WIRE_READ_REQ, 0, &x, enc, sizeof enc, len_out));
     ASSERT_ENCODE_REJECTED(orb_wire_describe_req_encode(0, enc, sizeof enc, len_out));
     ASSERT_ENCODE_REJECTED(orb_wire_describe_resp_encode(0, NULL, 0, enc, sizeof enc, len_out));
@@ -1083,13 +1157,18 @@ static void test_golden_body_decode(void **state)
     free(regions);
 
     struct orb_wire_xfer x;
-    const uint8_t *xfers[] = {golden_read_req, golden_read_resp};
-    for (size_t i = 0; i < 2; i++) {
-        assert_int_equal(orb_wire_xfer_decode(xfers[i] + ORB_WIRE_HEADER_LEN, 16, &x), 0);
-        assert_true(x.addr == read_xfer.addr && x.length == read_xfer.length);
-    }
-    assert_int_equal(orb_wire_xfer_decode(golden_write_req + ORB_WIRE_HEADER_LEN, 16, &x), 0);
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_REQ, golden_read_req + ORB_WIRE_HEADER_LEN,
+                                          32, &x), 0);
+    assert_true(x.addr == read_xfer.addr && x.length == read_xfer.length);
+    assert_true(x.request_addr == read_xfer.request_addr &&
+                x.request_length == read_xfer.request_length);
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_RESP,
+                                          golden_read_resp + ORB_WIRE_HEADER_LEN, 16, &x), 0);
+    assert_true(x.addr == read_xfer.addr && x.length == read_xfer.length);
+    assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_WRITE_REQ,
+                                          golden_write_req + ORB_WIRE_HEADER_LEN, 32, &x), 0);
     assert_true(x.addr == 0x1000 && x.length == ORB_WIRE_MAX_PAYLOAD);
+    assert_true(x.request_addr == 0x1000 && x.request_length == ORB_WIRE_MAX_PAYLOAD);
 
     struct orb_wire_notify n;
     b = golden_notify + ORB_WIRE_HEADER_LEN;
@@ -1155,7 +1234,7 @@ static void assert_reencodes(const struct orb_wire_header *h, const uint8_t *buf
     case ORB_WIRE_READ_RESP:
     case ORB_WIRE_WRITE_REQ: {
         struct orb_wire_xfer m;
-        assert_int_equal(orb_wire_xfer_decode(body, body_len, &m), 0);
+        assert_int_equal(orb_wire_xfer_decode(h->type, body, body_len, &m), 0);
         rc = orb_wire_xfer_encode(h->type, h->tag, &m, out, sizeof out, &out_len);
         break;
     }
@@ -1276,6 +1355,7 @@ int main(void)
         cmocka_unit_test(test_describe_resp_bad_count_and_reserved),
         cmocka_unit_test(test_describe_resp_bad_regions),
         cmocka_unit_test(test_xfer_bad_length_and_overflow),
+        cmocka_unit_test(test_xfer_request_range),
         cmocka_unit_test(test_notify_bad_length),
         cmocka_unit_test(test_decoders_reject_null_arguments),
         cmocka_unit_test(test_encode_into_too_small_buffers),

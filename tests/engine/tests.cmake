@@ -1,0 +1,12 @@
+# Engines in one process over loopback, through the public API of the shared library: request
+# authority, batch reports under pipelining, admission and contracts.
+set(ORB_ENGINE_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
+function(orb_engine_test name)
+  add_executable(${name} ${ORB_ENGINE_TEST_DIR}/${name}.c ${ORB_ENGINE_TEST_DIR}/util.c)
+  target_include_directories(${name} PRIVATE ${ORB_ENGINE_TEST_DIR})
+  target_link_libraries(${name} PRIVATE orbite PkgConfig::CMOCKA Threads::Threads)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 300)
+endfunction()
+
+orb_engine_test(test_authority)
