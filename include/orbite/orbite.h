@@ -392,9 +392,10 @@ struct orb_region_desc {
 /**
  * Ask the peer for its remotely accessible registrations. On success
  * `*regions_out` is a new array of `*count_out` entries (NULL when 0) that the
- * caller frees with orb_region_descs_free().
- * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_ESTALE, ORB_EPEER, ORB_EPROTO,
- * ORB_ETIMEDOUT, ORB_ENOMEM.
+ * caller frees with orb_region_descs_free(). The list is a snapshot for
+ * information, not a permission: the source checks every request again.
+ * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_ESTALE (the endpoint now runs another
+ * epoch), ORB_EPEER, ORB_EPROTO, ORB_ETIMEDOUT, ORB_ENOMEM.
  */
 int orb_segment_describe(orb_segment *segment, uint64_t timeout_ns,
                          struct orb_region_desc **regions_out, size_t *count_out);
@@ -431,9 +432,11 @@ enum orb_priority {
 };
 
 /**
- * One transfer. [local_addr, +length) must lie in one local registration and
- * [remote_addr, +length) in one peer registration that allows `op`. A
- * zero-initialised request is a HIGH-priority READ on the best transport.
+ * One transfer. [local_addr, +length) must lie in one local registration
+ * (checked at submission) and [remote_addr, +length) in one peer registration
+ * that allows `op` (checked by the source for the whole request before any of
+ * its bytes move). A zero-initialised request is a HIGH-priority READ on the
+ * best transport.
  */
 struct orb_request {
     enum orb_transport transport;
@@ -466,24 +469,28 @@ enum orb_notify_state {
     ORB_NOTIFY_SKIPPED = 4    /* not sent because a request failed */
 };
 
-/** The first failure of a batch. */
+/** The first failure of a batch and the span of requests it covers. */
 struct orb_transfer_failure {
-    size_t request_index;     /* index across all submitted groups */
-    size_t affected_requests; /* consecutive requests from request_index sharing it */
-    int status;               /* negative ORB_E* */
+    size_t request_index;     /* the first request that did not complete, across all groups */
+    size_t affected_requests; /* the span: request_index through the last attempted request */
+    int status;               /* negative ORB_E* of request_index (ORB_ETIMEDOUT: deadline) */
     enum orb_remote_effect remote_effect;
 };
 
 /**
  * The state of a batch. completed_* count the prefix of requests that
  * finished successfully before the first failure: a prefix, not a
- * transaction. Requests after a failure's span were never attempted. Nothing
- * is ever replayed automatically.
+ * transaction. A failure's span runs from the first request that did not
+ * complete through the last request that was attempted (sent in whole or in
+ * part), whatever each one's own outcome: a request in the span may have
+ * succeeded, and a READ in it may have filled local bytes. Requests after the
+ * span were never attempted. remote_effect is UNKNOWN when a WRITE in the span
+ * may have changed peer bytes. Nothing is ever replayed automatically.
  */
 struct orb_batch_report {
     int done;                  /* 1: every request finished or failed */
     int status;                /* 0, or the failure's status once done */
-    size_t submitted_requests;
+    size_t submitted_requests; /* accepted; a group rejected at submission adds nothing */
     size_t completed_requests;
     uint64_t completed_bytes;
     int has_failure;
@@ -500,8 +507,10 @@ struct orb_batch_report {
  * ORB_ETIMEDOUT), and `*report` says what happened. On timeout, unstarted
  * requests are withdrawn and started ones run to completion in the background
  * with their backing retained (local_drained tells whether any remain).
- * Errors before any work: ORB_EINVAL, ORB_ECLOSED, ORB_ERESOURCE, ORB_ENOMEM
- * (report written, nothing attempted).
+ * Errors before any work (report written, submitted_requests 0, nothing
+ * attempted; the failure names the rejected request): ORB_EINVAL,
+ * ORB_EUNAVAILABLE, ORB_ENOENT (local range), ORB_ECLOSED, ORB_ERESOURCE,
+ * ORB_ENOMEM, ORB_EPEER or ORB_ESTALE (the peer is known to be lost).
  */
 int orb_submit_and_wait(orb_engine *engine, orb_segment *segment, const struct orb_request *reqs,
                         size_t n, const struct orb_notification *notify_or_null,
@@ -521,13 +530,20 @@ typedef struct orb_batch orb_batch;
 int orb_batch_open(orb_engine *engine, orb_segment *segment, orb_batch **out);
 
 /**
- * Submit a group of `n` requests; they start at once. Every request of the
- * group is checked (registrations, containment, permission) before any of
- * them starts; a check failure rejects the whole group (nothing attempted) and
- * returns its status. May be called any number of times before sealing.
- * Errors: ORB_EINVAL (bad request, message names the index), ORB_ENOENT,
- * ORB_EPERM, ORB_EBUSY (sealed), ORB_ECLOSED, ORB_ERESOURCE, ORB_ENOMEM,
- * or the batch's failure status if it already failed.
+ * Submit a group of `n` requests; they start at once. Every request's fields
+ * and its local side (one local registration contains its local range) are
+ * checked before any request of the group starts; a failing check rejects the
+ * whole group, which adds nothing to the batch (nothing attempted or counted),
+ * and returns its status. The remote side is checked by the source, which
+ * authorises each whole request before any of its bytes move: a request it
+ * refuses fails in the batch report, while later requests of the group may
+ * already be under way (see struct orb_batch_report). May be called any
+ * number of times before sealing.
+ * Errors: ORB_EINVAL (bad request, message names the index), ORB_EUNAVAILABLE
+ * (transport not available), ORB_ENOENT (local range not registered),
+ * ORB_EBUSY (sealed), ORB_ECLOSED, ORB_ERESOURCE, ORB_ENOMEM, ORB_EPEER or
+ * ORB_ESTALE (the peer is known to be lost; the group is rejected), or the
+ * batch's failure status if it already failed.
  */
 int orb_batch_submit(orb_batch *batch, const struct orb_request *reqs, size_t n);
 

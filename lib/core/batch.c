@@ -10,16 +10,18 @@
 #include "engine_internal.h"
 #include "error.h"
 #include "log.h"
+#include "spin.h"
 
 struct orb_req {
     uint64_t length;
     uint8_t op;
+    atomic_uchar attempted;      /* a slice got past orb_xfer_may_start(): bytes may have moved */
+    uint8_t effect_unknown;      /* a started WRITE slice may have changed peer bytes; lock */
     struct orb_reg *local_pin;   /* released when the last slice ends */
     uint32_t remaining;          /* slices not yet ended; batch lock */
     uint32_t withdrawn;          /* slices the batch withdrew before they started */
     uint32_t started;            /* slices that went to the wire */
     int status;                  /* first slice failure, 0 if none */
-    uint8_t effect_unknown;
 };
 
 struct orb_slice {
@@ -39,15 +41,34 @@ struct orb_group {
     struct orb_req reqs[];
 };
 
+/* Reports are built from counters that completions keep current, so that neither a poll nor a
+ * wait walks the requests under the lock; only a failure's span (which ends at the last attempted
+ * request) is walked, and only while the report is built.
+ *
+ * Report rules (struct orb_batch_report):
+ *  - the completed prefix: requests 0..prefix-1 all succeeded (prefix_reqs, prefix_bytes);
+ *  - the failure starts at the first request that did not succeed and runs through the last
+ *    request that was attempted (attempted_end - 1), whatever each one's own outcome; a request
+ *    is attempted once one of its slices got past orb_xfer_may_start(), so every request after
+ *    the span was, by construction, never attempted;
+ *  - the remote effect is UNKNOWN when any WRITE of the span may have changed peer bytes. */
 struct orb_batch {
     orb_engine *engine;          /* referenced */
     orb_segment *segment;        /* referenced */
     pthread_mutex_t lock;
     pthread_cond_t cond;         /* CLOCK_MONOTONIC */
     struct orb_group *groups, *groups_tail;
-    size_t n_reqs;
+    size_t n_reqs;               /* accepted requests */
     size_t rejected_index;       /* request named by the last rejected submission */
+    size_t rejected_count;       /* requests that share that rejection */
     size_t first_failed;         /* lowest failed request index, SIZE_MAX if none; lock */
+    size_t prefix_reqs;          /* leading requests that succeeded; lock */
+    uint64_t prefix_bytes;       /* their bytes; lock */
+    const struct orb_group *prefix_group; /* the group holding request prefix_reqs; lock */
+    atomic_size_t attempted_end; /* 1 + the highest request index that may have started; a
+                                  * slice raises it before its last withdrawal check, so it
+                                  * never misses a start (and rarely counts one that lost) */
+    size_t started_end;          /* 1 + the highest index with a started slice, once ended; lock */
     atomic_size_t withdraw_above;/* requests with a larger index may not start */
     atomic_int withdraw_all;     /* deadline passed: nothing new may start */
     atomic_uint_fast64_t live;   /* slices + notification accepted by a transport, not ended */
@@ -73,17 +94,67 @@ static struct orb_slice *slice_of(struct orb_xfer *x)
 
 /* ---- transport callbacks ----------------------------------------------------------------- */
 
+static int xfer_withdrawn(const struct orb_batch *b, const struct orb_xfer *x)
+{
+    return atomic_load(&b->withdraw_all) || x->request_index > atomic_load(&b->withdraw_above);
+}
+
 int orb_xfer_may_start(struct orb_xfer *x)
 {
     struct orb_slice *s = slice_of(x);
     struct orb_batch *b = x->batch;
-    if (x->op != ORB_XFER_NOTIFY &&
-        (atomic_load(&b->withdraw_all) || x->request_index > atomic_load(&b->withdraw_above))) {
+    if (x->op == ORB_XFER_NOTIFY) {
+        s->started = 1;
+        return 1;
+    }
+    if (xfer_withdrawn(b, x)) {
+        s->withdrawn = 1;
+        return 0;
+    }
+    /* Record the attempt before the final check: a report that withdraws everything (the
+     * deadline) and then reads attempted_end cannot miss a slice that passes the check (both
+     * sides store, then load, sequentially consistent). */
+    atomic_store(&s->req->attempted, 1);
+    size_t end = (size_t)x->request_index + 1;
+    size_t seen = atomic_load(&b->attempted_end);
+    while (seen < end && !atomic_compare_exchange_weak(&b->attempted_end, &seen, end)) {
+    }
+    if (xfer_withdrawn(b, x)) {
         s->withdrawn = 1;
         return 0;
     }
     s->started = 1;
     return 1;
+}
+
+/* The request at `index`, searching forward from *gp (callers walk indices in order). */
+static struct orb_req *req_at(size_t index, const struct orb_group **gp)
+{
+    const struct orb_group *g = *gp;
+    while (g != NULL && index >= g->first_index + g->n)
+        g = g->next;
+    *gp = g;
+    return g != NULL ? (struct orb_req *)&g->reqs[index - g->first_index] : NULL;
+}
+
+static int req_succeeded(const struct orb_req *r)
+{
+    return r->remaining == 0 && r->status == 0 && r->withdrawn == 0;
+}
+
+/* Move the completed-prefix cursor over requests that ended successfully (lock held). Each
+ * request is passed once, so completions cost O(1) amortised. */
+static void advance_prefix(struct orb_batch *b)
+{
+    const struct orb_group *g = b->prefix_group != NULL ? b->prefix_group : b->groups;
+    while (b->prefix_reqs < b->n_reqs) {
+        const struct orb_req *r = req_at(b->prefix_reqs, &g);
+        if (r == NULL || !req_succeeded(r))
+            break;
+        b->prefix_reqs++;
+        b->prefix_bytes += r->length;
+    }
+    b->prefix_group = g;
 }
 
 static void batch_live_drop(struct orb_batch *b)
@@ -108,8 +179,11 @@ void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect
         if (s->withdrawn && !s->started) {
             r->withdrawn++;
         } else {
-            if (s->started)
+            if (s->started) {
                 r->started++;
+                if (x->request_index >= b->started_end)
+                    b->started_end = (size_t)x->request_index + 1;
+            }
             if (status != 0 && r->status == 0)
                 r->status = status;
             if (r->op == ORB_OP_WRITE && s->started &&
@@ -123,6 +197,8 @@ void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect
                 b->first_failed = x->request_index;
                 atomic_store(&b->withdraw_above, x->request_index);
             }
+            if (x->request_index == b->prefix_reqs)
+                advance_prefix(b);
         }
         b->slices_live--;
     }
@@ -174,6 +250,7 @@ static int batch_new(orb_engine *engine, orb_segment *segment, struct orb_batch 
     b->first_failed = SIZE_MAX;
     atomic_init(&b->withdraw_above, SIZE_MAX);
     atomic_init(&b->withdraw_all, 0);
+    atomic_init(&b->attempted_end, 0);
     atomic_init(&b->live, 0);
     b->notify_state = ORB_NOTIFY_NONE;
     orb_engine_ref(engine);
@@ -303,6 +380,7 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
         uint64_t count = (r->length + slice_len - 1) / slice_len;
         g->reqs[i].length = r->length;
         g->reqs[i].op = (uint8_t)r->op;
+        atomic_init(&g->reqs[i].attempted, 0);
         g->reqs[i].remaining = (uint32_t)count;
         nslices += count;
     }
@@ -355,10 +433,35 @@ static int batch_failed_status(struct orb_batch *b)
 {
     if (b->first_failed == SIZE_MAX)
         return 0;
-    for (struct orb_group *g = b->groups; g != NULL; g = g->next)
-        if (b->first_failed < g->first_index + g->n)
-            return g->reqs[b->first_failed - g->first_index].status;
-    return 0;
+    const struct orb_group *g = b->groups;
+    const struct orb_req *r = req_at(b->first_failed, &g);
+    return r != NULL ? r->status : 0;
+}
+
+/* Take back the group just appended, of which the transport accepted nothing: a group rejected
+ * at submission adds nothing to the batch. Only the submitting thread touches the group list
+ * outside the lock, and no completion can name this group's slices. */
+static void withdraw_group(struct orb_batch *b, struct orb_group *g)
+{
+    pthread_mutex_lock(&b->lock);
+    struct orb_group *prev = NULL;
+    for (struct orb_group *it = b->groups; it != g; it = it->next)
+        prev = it;
+    if (prev != NULL)
+        prev->next = NULL;
+    else
+        b->groups = NULL;
+    b->groups_tail = prev;
+    if (b->prefix_group == g)
+        b->prefix_group = prev;
+    b->n_reqs -= g->n;
+    b->slices_live -= g->nslices;
+    atomic_fetch_sub(&b->live, g->nslices);
+    pthread_mutex_unlock(&b->lock);
+    release_group_pins(g, g->n);
+    free(g->slices);
+    free(g->xfer_ptrs);
+    free(g);
 }
 
 ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, size_t n)
@@ -384,6 +487,7 @@ ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, si
                         first_index + n, engine->cfg.max_batch_requests);
 
     struct orb_group *g = NULL;
+    b->rejected_count = 1;
     int rc = build_group(b, reqs, n, first_index, &g, &b->rejected_index);
     if (rc != 0)
         return rc;
@@ -402,12 +506,13 @@ ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, si
     struct orb_segment *seg = b->segment;
     rc = seg->tp->peer_submit(seg->peer, g->xfer_ptrs, g->nslices);
     if (rc != 0) {
-        /* Nothing was accepted: end every slice here, with the transport's verdict. */
+        /* Nothing was accepted, so nothing was attempted: the whole group is rejected. */
         rc = orb_segment_classify_failure(seg, rc);
         char why[256];
         snprintf(why, sizeof why, "%s", orb_last_error());
-        for (size_t k = 0; k < g->nslices; k++)
-            orb_xfer_done(&g->slices[k].x, rc, ORB_REMOTE_EFFECT_NONE);
+        withdraw_group(b, g);
+        b->rejected_index = first_index;
+        b->rejected_count = n;
         return orb_fail(rc, "orb_batch_submit: %s", why);
     }
     return 0;
@@ -437,10 +542,8 @@ static void maybe_send_notification(struct orb_batch *b)
     int ready = b->sealed && b->notify_state == ORB_NOTIFY_PENDING && !b->notify_sent &&
                 b->slices_live == 0;
     if (ready) {
-        int clean = b->first_failed == SIZE_MAX && !b->timed_out;
-        for (struct orb_group *g = b->groups; clean && g != NULL; g = g->next)
-            for (size_t i = 0; i < g->n && clean; i++)
-                clean = g->reqs[i].status == 0 && g->reqs[i].withdrawn == 0;
+        /* Every request ended; they all succeeded exactly when the prefix covers them. */
+        int clean = b->first_failed == SIZE_MAX && !b->timed_out && b->prefix_reqs == b->n_reqs;
         if (!clean) {
             b->notify_state = ORB_NOTIFY_SKIPPED;
             ready = 0;
@@ -484,77 +587,40 @@ ORB_EXPORT int orb_batch_seal(orb_batch *b, const struct orb_notification *notif
 
 /* ---- reports ----------------------------------------------------------------------------- */
 
-/* The request at `index`, searching forward from *gp (callers walk indices in order). */
-static const struct orb_req *req_at(size_t index, const struct orb_group **gp)
-{
-    const struct orb_group *g = *gp;
-    while (g != NULL && index >= g->first_index + g->n)
-        g = g->next;
-    *gp = g;
-    return g != NULL ? &g->reqs[index - g->first_index] : NULL;
-}
-
-static int req_succeeded(const struct orb_req *r)
-{
-    return r->remaining == 0 && r->status == 0 && r->withdrawn == 0;
-}
-
-/* Never attempted: every slice was withdrawn before it started. */
-static int req_untouched(const struct orb_req *r)
-{
-    return r->started == 0 && r->status == 0 && r->remaining == 0;
-}
-
-/* Fill `rep` (lock held) and return the batch's status for it (ORB_EAGAIN while running). */
+/* Fill `rep` (lock held) and return the batch's status for it (ORB_EAGAIN while running). Costs
+ * O(1) without a failure and O(span) with one; never a walk over every request. */
 static int fill_report(struct orb_batch *b, struct orb_batch_report *rep)
 {
     memset(rep, 0, sizeof *rep);
     rep->submitted_requests = b->n_reqs;
     rep->local_drained = b->slices_live == 0;
-    const struct orb_group *g = b->groups;
-    size_t i = 0;
-    for (; i < b->n_reqs; i++) {
-        const struct orb_req *r = req_at(i, &g);
-        if (!req_succeeded(r))
-            break;
-        rep->completed_requests++;
-        rep->completed_bytes += r->length;
-    }
+    rep->completed_requests = b->prefix_reqs;
+    rep->completed_bytes = b->prefix_bytes;
 
-    if (b->first_failed != SIZE_MAX) {
-        size_t f = b->first_failed;
-        g = b->groups;
+    int failed = b->first_failed != SIZE_MAX;
+    if (failed || (b->timed_out && b->prefix_reqs < b->n_reqs)) {
+        /* Without a deadline the first request that did not succeed is the first failed one
+         * (nothing before it is withdrawn); after one it may be a request the deadline withdrew
+         * or left running. */
+        size_t f = b->timed_out ? b->prefix_reqs : b->first_failed;
+        /* Settled, the started slices are exact; while slices are live, count every request
+         * that may have started (attempted_end over-approximates, never under). */
+        size_t end = b->slices_live == 0 ? b->started_end : atomic_load(&b->attempted_end);
+        size_t last = end > f + 1 ? end - 1 : f;
+        if (last >= b->n_reqs)
+            last = b->n_reqs - 1;
+        const struct orb_group *g = b->prefix_group != NULL ? b->prefix_group : b->groups;
         const struct orb_req *fr = req_at(f, &g);
+        int unknown = 0;
+        for (size_t j = f; j <= last && !unknown; j++) {
+            const struct orb_req *r = req_at(j, &g);
+            unknown = r->op == ORB_OP_WRITE &&
+                      (r->effect_unknown || (r->remaining > 0 && atomic_load(&r->attempted)));
+        }
         rep->has_failure = 1;
         rep->failure.request_index = f;
-        rep->failure.status = fr->status;
-        size_t span = 0;
-        int unknown = 0;
-        for (size_t j = f; j < b->n_reqs; j++) {
-            const struct orb_req *r = req_at(j, &g);
-            if (r->remaining != 0 || r->status != fr->status)
-                break;
-            unknown |= r->effect_unknown;
-            span++;
-        }
-        rep->failure.affected_requests = span;
-        rep->failure.remote_effect = unknown ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE;
-    } else if (b->timed_out && i < b->n_reqs) {
-        /* Deadline: the first request that did not complete, and the attempted ones after it. */
-        rep->has_failure = 1;
-        rep->failure.request_index = i;
-        rep->failure.status = ORB_ETIMEDOUT;
-        size_t span = 0;
-        int unknown = 0;
-        g = b->groups;
-        for (size_t j = i; j < b->n_reqs; j++) {
-            const struct orb_req *r = req_at(j, &g);
-            if (req_succeeded(r) || (req_untouched(r) && span > 0))
-                break;
-            unknown |= r->op == ORB_OP_WRITE && (r->started > 0 || r->remaining > 0);
-            span++;
-        }
-        rep->failure.affected_requests = span;
+        rep->failure.status = fr->status != 0 ? fr->status : ORB_ETIMEDOUT;
+        rep->failure.affected_requests = last - f + 1;
         rep->failure.remote_effect = unknown ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE;
     }
 
@@ -579,7 +645,8 @@ static void report_failure_message(int status, const struct orb_batch_report *re
     if (status == 0 || status == ORB_EAGAIN)
         return;
     if (rep->has_failure)
-        orb_fail(status, "request %zu failed (%s); %zu request(s) share the failure, remote effect %s",
+        orb_fail(status, "request %zu failed (%s); %zu request(s) from there were attempted or "
+                 "share the failure, remote effect %s",
                  rep->failure.request_index, orb_strerror(rep->failure.status),
                  rep->failure.affected_requests,
                  rep->failure.remote_effect == ORB_REMOTE_EFFECT_UNKNOWN ? "unknown" : "none");
@@ -593,7 +660,8 @@ ORB_EXPORT int orb_batch_poll(orb_batch *b, struct orb_batch_report *report)
 {
     if (b == NULL || report == NULL)
         return orb_fail(ORB_EINVAL, "orb_batch_poll: NULL argument");
-    maybe_send_notification(b);
+    if (atomic_load_explicit(&b->live, memory_order_acquire) == 0)
+        maybe_send_notification(b);
     pthread_mutex_lock(&b->lock);
     int rc = fill_report(b, report);
     pthread_mutex_unlock(&b->lock);
@@ -601,30 +669,46 @@ ORB_EXPORT int orb_batch_poll(orb_batch *b, struct orb_batch_report *report)
     return rc;
 }
 
-/* Wait until nothing is live or the deadline passes; returns 0 or ORB_ETIMEDOUT. */
+/* 1 once nothing of the batch is live and no notification is waiting to be sent (lock held). */
+static int batch_settled(const struct orb_batch *b)
+{
+    return atomic_load(&b->live) == 0 &&
+           !(b->notify_state == ORB_NOTIFY_PENDING && !b->notify_sent && b->slices_live == 0 &&
+             b->sealed);
+}
+
+/* Wait until nothing is live or the deadline passes; returns 0 or ORB_ETIMEDOUT. While the
+ * engine may spin (its threads fit the CPUs), the caller first spins on the live counter for up
+ * to busy_poll_us, without the lock and without yielding, so that a completion arriving within
+ * that time costs no wake-up; then it sleeps on the condition variable. */
 static int wait_settled(struct orb_batch *b, uint64_t deadline)
 {
-    uint64_t spin_ns = (uint64_t)b->engine->cfg.busy_poll_us * 1000u;
+    uint64_t spin_ns = b->engine->spin_allowed ? (uint64_t)b->engine->cfg.busy_poll_us * 1000u : 0;
     uint64_t spin_end = spin_ns ? orb_now_ns() + spin_ns : 0;
+    if (spin_end > deadline)
+        spin_end = deadline;
     for (;;) {
-        maybe_send_notification(b);
-        if (atomic_load(&b->live) == 0) {
+        if (atomic_load_explicit(&b->live, memory_order_acquire) == 0) {
+            maybe_send_notification(b);
             pthread_mutex_lock(&b->lock);
-            int settled = atomic_load(&b->live) == 0 &&
-                          !(b->notify_state == ORB_NOTIFY_PENDING && !b->notify_sent &&
-                            b->slices_live == 0 && b->sealed);
+            int settled = batch_settled(b);
             pthread_mutex_unlock(&b->lock);
             if (settled)
                 return 0;
             continue;
         }
-        uint64_t now = orb_now_ns();
-        if (now >= deadline)
-            return ORB_ETIMEDOUT;
-        if (now < spin_end) {
-            sched_yield();
+        if (spin_end != 0) {
+            for (unsigned k = 1; atomic_load_explicit(&b->live, memory_order_acquire) > 0; k++) {
+                orb_cpu_relax();
+                if ((k & 63) == 0 && orb_now_ns() >= spin_end) {
+                    spin_end = 0;
+                    break;
+                }
+            }
             continue;
         }
+        if (orb_now_ns() >= deadline)
+            return ORB_ETIMEDOUT;
         pthread_mutex_lock(&b->lock);
         if (atomic_load(&b->live) > 0) {
             b->waiters++;
@@ -660,6 +744,25 @@ ORB_EXPORT int orb_batch_wait(orb_batch *b, uint64_t timeout_ns, struct orb_batc
     return rc;
 }
 
+/* The report of a batch whose only group was rejected at submission: nothing was accepted or
+ * attempted; the failure names the rejected request (or the first of a group the transport
+ * refused as a whole). */
+static void report_rejected(struct orb_batch_report *report, int rc, size_t index, size_t count,
+                            const struct orb_notification *notify_or_null)
+{
+    memset(report, 0, sizeof *report);
+    report->done = 1;
+    report->status = rc;
+    report->submitted_requests = 0;
+    report->has_failure = 1;
+    report->failure.request_index = index;
+    report->failure.affected_requests = count;
+    report->failure.status = rc;
+    report->failure.remote_effect = ORB_REMOTE_EFFECT_NONE;
+    report->local_drained = 1;
+    report->notification = notify_or_null ? ORB_NOTIFY_SKIPPED : ORB_NOTIFY_NONE;
+}
+
 ORB_EXPORT int orb_submit_and_wait(orb_engine *engine, orb_segment *segment,
                                    const struct orb_request *reqs, size_t n,
                                    const struct orb_notification *notify_or_null,
@@ -682,24 +785,14 @@ ORB_EXPORT int orb_submit_and_wait(orb_engine *engine, orb_segment *segment,
         goto report_nothing;
     }
     rc = orb_batch_submit(b, reqs, n);
-    if (rc != 0 && atomic_load(&b->live) == 0 && b->n_reqs == 0) {
-        /* Rejected by the checks before anything was attempted. */
-        size_t bad = b->rejected_index;
+    if (rc != 0) {
+        /* The only group was rejected: the batch holds nothing. */
+        size_t bad = b->rejected_index, count = b->rejected_count;
         char why[512];
         snprintf(why, sizeof why, "%s", orb_last_error());
         orb_batch_destroy(b);
         orb_fail(rc, "%s", why);
-        memset(report, 0, sizeof *report);
-        report->done = 1;
-        report->status = rc;
-        report->submitted_requests = n;
-        report->has_failure = 1;
-        report->failure.request_index = bad;
-        report->failure.affected_requests = 1;
-        report->failure.status = rc;
-        report->failure.remote_effect = ORB_REMOTE_EFFECT_NONE;
-        report->local_drained = 1;
-        report->notification = notify_or_null ? ORB_NOTIFY_SKIPPED : ORB_NOTIFY_NONE;
+        report_rejected(report, rc, bad, count, notify_or_null);
         return rc;
     }
     pthread_mutex_lock(&b->lock);

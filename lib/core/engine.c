@@ -2,6 +2,7 @@
 #include "engine_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -15,6 +16,16 @@
 
 /* Default deadline orb_engine_free() gives a close the caller did not make. */
 #define ORB_FREE_CLOSE_TIMEOUT_NS (10ull * ORB_NS_PER_SEC)
+
+/* CPUs this process may run on (at least 1). */
+static unsigned usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return (unsigned)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
 
 static int draw_epoch(struct orb_epoch *epoch)
 {
@@ -53,6 +64,7 @@ int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb
     atomic_init(&engine->source_open, cfg->enable_source ? 1 : 0);
     atomic_init(&engine->requester_open, 1);
     atomic_init(&engine->live_batches, 0);
+    engine->spin_allowed = cfg->busy_poll_us > 0 && cfg->tcp_workers + 1 <= usable_cpus();
     if (pthread_mutex_init(&engine->lock, NULL) != 0) {
         rc = orb_fail(ORB_ENOMEM, "cannot initialise the engine lock");
         goto free_engine;

@@ -28,6 +28,10 @@ struct orb_engine {
     atomic_int source_open;
     atomic_int requester_open;
     atomic_uint live_batches;
+    /* Waiters may spin (busy_poll_us) only when the engine's threads and the waiter fit the
+     * CPUs this process may run on: a spinning caller must never take the CPU from the worker
+     * whose completion it waits for. */
+    int spin_allowed;
 
     pthread_mutex_t lock;     /* guards the fields below */
     int stopped;              /* the transport was stopped: no more I/O */

@@ -46,8 +46,10 @@ ORB_EXPORT int orb_segment_describe(orb_segment *segment, uint64_t timeout_ns,
         return orb_fail(ORB_EINVAL, "orb_segment_describe: NULL argument");
     if (!atomic_load(&segment->engine->requester_open))
         return orb_fail(ORB_ECLOSED, "orb_segment_describe: the requester side is closed");
-    return segment->tp->peer_describe(segment->peer, orb_deadline_after(timeout_ns), regions_out,
-                                      count_out);
+    int rc = segment->tp->peer_describe(segment->peer, orb_deadline_after(timeout_ns), regions_out,
+                                        count_out);
+    /* A dead peer may have been restarted: then the answer is ESTALE, as for transfers. */
+    return rc == ORB_EPEER ? orb_segment_classify_failure(segment, rc) : rc;
 }
 
 ORB_EXPORT void orb_region_descs_free(struct orb_region_desc *regions)

@@ -260,9 +260,29 @@ static void test_rejections_attempt_nothing(void **state)
     struct orb_request pair[2] = {good, bad[3]};
     assert_int_equal(orb_submit_and_wait(f->engine, f->seg, pair, 2, NULL, 1000000, &rep), ORB_ENOENT);
     assert_true(rep.has_failure);
+    assert_true(rep.done);
     assert_int_equal(rep.failure.request_index, 1);
+    assert_int_equal(rep.failure.affected_requests, 1);
     assert_int_equal(rep.completed_requests, 0);
+    assert_int_equal(rep.submitted_requests, 0); /* a rejected group adds nothing */
     assert_int_equal(npending, 0);
+
+    /* A rejected group after an accepted one leaves the count at the accepted requests. */
+    assert_int_equal(orb_batch_open(f->engine, f->seg, &b), 0);
+    assert_int_equal(orb_batch_submit(b, &good, 1), 0);
+    assert_int_equal(orb_batch_submit(b, pair, 2), ORB_ENOENT);
+    fake_submit_status = ORB_EPEER; /* the transport refuses a whole group */
+    assert_int_equal(orb_batch_submit(b, &good, 1), ORB_EPEER);
+    fake_submit_status = 0;
+    assert_int_equal(orb_batch_seal(b, NULL), 0);
+    assert_int_equal(orb_batch_poll(b, &rep), ORB_EAGAIN);
+    assert_int_equal(rep.submitted_requests, 1);
+    complete(0, 0, ORB_REMOTE_EFFECT_NONE);
+    assert_int_equal(orb_batch_wait(b, 1000000000ull, &rep), 0);
+    assert_int_equal(rep.submitted_requests, 1);
+    assert_int_equal(rep.completed_requests, 1);
+    assert_false(rep.has_failure);
+    assert_int_equal(orb_batch_free(b), 0);
 }
 
 static void test_slicing(void **state)
@@ -364,6 +384,7 @@ static void test_peer_refuses_submission(void **state)
     struct orb_batch_report rep;
     int rc = orb_submit_and_wait(f->engine, f->seg, r, 3, NULL, 1000000000ull, &rep);
     assert_int_equal(rc, ORB_EPEER);
+    assert_int_equal(rep.submitted_requests, 0);
     assert_int_equal(rep.failure.request_index, 0);
     assert_int_equal(rep.failure.affected_requests, 3);
     assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
@@ -567,6 +588,174 @@ static void test_segment_outlives_handle(void **state)
     assert_int_equal(peers_released, before + 1);
 }
 
+/* ---- failure spans under pipelining ------------------------------------------------------ */
+
+/* The pending slice of request `index` (slices of one request each here). */
+static size_t pending_of(uint32_t index)
+{
+    pthread_mutex_lock(&fake_lock);
+    for (size_t i = 0; i < npending; i++) {
+        if (pending[i]->request_index == index && pending[i]->op != ORB_XFER_NOTIFY) {
+            pthread_mutex_unlock(&fake_lock);
+            return i;
+        }
+    }
+    pthread_mutex_unlock(&fake_lock);
+    fail_msg("request %u has no pending slice", (unsigned)index);
+    return 0;
+}
+
+/* A script for SPAN_N one-slice requests: which requests reach the wire before the failure of
+ * request `fail` is known (`early[i]`), then the failure, then the rest (which the batch
+ * withdraws). Returns the number of requests that were started. */
+#define SPAN_N 8
+struct span_script {
+    size_t fail;
+    int early[SPAN_N];
+    int started[SPAN_N];
+};
+
+static void run_span_script(struct span_script *sc)
+{
+    struct orb_xfer *x[SPAN_N];
+    for (uint32_t i = 0; i < SPAN_N; i++)
+        x[i] = pending[pending_of(i)];
+    /* Requests before the failure and the early ones start now, as a pipelining transport
+     * would put them on the wire back to back. */
+    for (size_t i = 0; i < SPAN_N; i++)
+        if (i < sc->fail || sc->early[i] || i == sc->fail)
+            sc->started[i] = orb_xfer_may_start(x[i]);
+    /* Early requests after the failure complete first, then the failure itself. */
+    for (size_t i = sc->fail + 1; i < SPAN_N; i++) {
+        if (sc->early[i]) {
+            (void)take(pending_of((uint32_t)i));
+            orb_xfer_done(x[i], 0, ORB_REMOTE_EFFECT_NONE);
+        }
+    }
+    (void)take(pending_of((uint32_t)sc->fail));
+    orb_xfer_done(x[sc->fail], ORB_EPERM, ORB_REMOTE_EFFECT_NONE);
+    for (size_t i = 0; i < SPAN_N; i++) {
+        if (i == sc->fail || (i > sc->fail && sc->early[i]))
+            continue;
+        (void)take(pending_of((uint32_t)i));
+        if (i > sc->fail) {
+            sc->started[i] = orb_xfer_may_start(x[i]);
+            orb_xfer_done(x[i], sc->started[i] ? 0 : ORB_ETIMEDOUT, ORB_REMOTE_EFFECT_NONE);
+        } else {
+            orb_xfer_done(x[i], 0, ORB_REMOTE_EFFECT_NONE);
+        }
+    }
+}
+
+/* The report the rules require for a script. */
+static void assert_span_report(const struct span_script *sc, enum orb_op op, int rc,
+                               const struct orb_batch_report *rep)
+{
+    size_t last = sc->fail;
+    for (size_t i = sc->fail + 1; i < SPAN_N; i++)
+        if (sc->early[i])
+            last = i;
+    /* Nothing after the span started, everything up to its end did. */
+    for (size_t i = 0; i < SPAN_N; i++)
+        assert_int_equal(sc->started[i], i <= last && (i <= sc->fail || sc->early[i]));
+    assert_int_equal(rc, ORB_EPERM);
+    assert_true(rep->done);
+    assert_int_equal(rep->submitted_requests, SPAN_N);
+    assert_int_equal(rep->completed_requests, sc->fail);
+    assert_int_equal(rep->completed_bytes, 100 * sc->fail);
+    assert_true(rep->has_failure);
+    assert_int_equal(rep->failure.request_index, sc->fail);
+    assert_int_equal(rep->failure.affected_requests, last - sc->fail + 1);
+    assert_int_equal(rep->failure.status, ORB_EPERM);
+    /* The failed WRITE itself was refused (effect none); a later WRITE in the span landed. */
+    int unknown = op == ORB_OP_WRITE && last > sc->fail;
+    assert_int_equal(rep->failure.remote_effect,
+                     unknown ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE);
+    assert_true(rep->local_drained);
+}
+
+struct sync_run {
+    struct fx *f;
+    struct orb_request reqs[SPAN_N];
+    struct orb_batch_report rep;
+    int rc;
+};
+
+static void *sync_submitter(void *arg)
+{
+    struct sync_run *run = arg;
+    run->rc = orb_submit_and_wait(run->f->engine, run->f->seg, run->reqs, SPAN_N, NULL,
+                                  10000000000ull, &run->rep);
+    return NULL;
+}
+
+static void wait_pending(size_t n)
+{
+    for (int i = 0; i < 10000; i++) {
+        pthread_mutex_lock(&fake_lock);
+        size_t have = npending;
+        pthread_mutex_unlock(&fake_lock);
+        if (have >= n)
+            return;
+        usleep(1000);
+    }
+    fail_msg("%zu slices never arrived", n);
+}
+
+static void check_span(struct fx *f, enum orb_op op, size_t fail, const int early_mask, int sync,
+                       int groups)
+{
+    struct span_script sc;
+    memset(&sc, 0, sizeof sc);
+    sc.fail = fail;
+    for (size_t i = 0; i < SPAN_N; i++)
+        sc.early[i] = i > fail && (early_mask >> i & 1);
+    struct orb_request reqs[SPAN_N];
+    for (size_t i = 0; i < SPAN_N; i++)
+        reqs[i] = rq(f, op, (uint64_t)i * 100, 100);
+    struct orb_batch_report rep;
+    int rc;
+    if (sync) {
+        struct sync_run run = {.f = f};
+        memcpy(run.reqs, reqs, sizeof reqs);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, sync_submitter, &run), 0);
+        wait_pending(SPAN_N);
+        run_span_script(&sc);
+        pthread_join(t, NULL);
+        rc = run.rc;
+        rep = run.rep;
+    } else {
+        orb_batch *b;
+        assert_int_equal(orb_batch_open(f->engine, f->seg, &b), 0);
+        /* `groups` groups of equal size: the span crosses group boundaries. */
+        size_t per = SPAN_N / (size_t)groups;
+        for (size_t g = 0; g < (size_t)groups; g++)
+            assert_int_equal(orb_batch_submit(b, reqs + g * per, per), 0);
+        assert_int_equal(orb_batch_seal(b, NULL), 0);
+        run_span_script(&sc);
+        rc = orb_batch_wait(b, 1000000000ull, &rep);
+        assert_int_equal(orb_batch_free(b), 0);
+    }
+    assert_span_report(&sc, op, rc, &rep);
+    assert_int_equal(npending, 0);
+}
+
+static void test_span_runs_through_last_attempted(void **state)
+{
+    struct fx *f = *state;
+    const enum orb_op ops[2] = {ORB_OP_WRITE, ORB_OP_READ};
+    const size_t positions[3] = {0, 3, SPAN_N - 1};
+    /* Which later requests were already on the wire when the failure became known: all of
+     * them, none, the next one only, and a gap (5 withdrawn, 6 started). */
+    const int masks[4] = {0xff, 0x00, 0x10, 0x50};
+    for (int o = 0; o < 2; o++)
+        for (int p = 0; p < 3; p++)
+            for (int m = 0; m < 4; m++)
+                for (int mode = 0; mode < 3; mode++) /* sync, async one group, async 4 groups */
+                    check_span(f, ops[o], positions[p], masks[m], mode == 0, mode == 2 ? 4 : 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -576,6 +765,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_slicing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prefix_and_failure_span, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_effect_unknown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_span_runs_through_last_attempted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_refuses_submission, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notification_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_withdraws_and_orphans, setup, teardown),

@@ -10,3 +10,4 @@ function(orb_engine_test name)
 endfunction()
 
 orb_engine_test(test_authority)
+orb_engine_test(test_reports)
