@@ -7,7 +7,7 @@
  *    calls that fill a struct orb_batch_report: the report *is* the result, so
  *    it is written whenever the call got past argument checking.
  *  - On failure a thread-local message naming the cause is available from
- *    orb_last_error() until the next failing call on the same thread.
+ *    orb_last_error() until the same thread's next OrbiTE call (see there).
  *  - Ownership is stated on each prototype. Every *_free / *_unref / *_close
  *    accepts NULL and then does nothing.
  *  - Timeouts are relative, in nanoseconds. ORB_TIMEOUT_INFINITE waits forever;
@@ -62,8 +62,10 @@ const char *orb_strerror(int status);
 
 /**
  * The calling thread's detail message for its most recent failure. Never NULL
- * (empty string when there is none). The text stays valid until the next OrbiTE
- * call on this thread.
+ * (empty string when there is none). Read it right after a call returned a
+ * negative status: the text stays valid and unchanged until the same thread's
+ * next OrbiTE call other than orb_last_error() and orb_strerror(), which may
+ * replace it even when it succeeds.
  */
 const char *orb_last_error(void);
 
@@ -260,7 +262,12 @@ void orb_engine_free(orb_engine *engine);
 /** A reference-counted owner of a host allocation. */
 typedef struct orb_host_memory orb_host_memory;
 
-/** Called exactly once when the last reference to wrapped bytes is dropped. */
+/**
+ * Called exactly once when the last reference to wrapped bytes is dropped: in
+ * the thread of the orb_host_memory_unref() that drops it, or, when the last
+ * reference is a registration's, on the engine's release thread (see
+ * orb_register_memory()).
+ */
 typedef void (*orb_release_fn)(void *ptr, size_t len, void *ctx);
 
 /**
@@ -305,12 +312,16 @@ typedef uint64_t orb_reg_id;
  * Register `len` bytes at `ptr`, taking ownership: on success the engine owns
  * the bytes and calls `release(ptr, len, ctx)` (if not NULL) once the
  * registration is retired and no admitted work uses it. On failure the caller
- * still owns the bytes and `release` is not called. `release` runs on
- * whichever thread drops the last use (possibly an OrbiTE worker) and must not
- * call into OrbiTE.
+ * still owns the bytes and `release` is not called. `release` runs on the
+ * engine's release thread, with no OrbiTE lock held, never on the caller's
+ * thread or a transport worker. It may block and may call OrbiTE functions,
+ * on this engine too (which may be closing by then, so that such calls fail
+ * with ORB_ECLOSED), but not orb_engine_close() or orb_engine_free() of this
+ * engine. Every release of an engine's registrations has run by the time the
+ * engine's last handle (engine, segment or batch) is freed.
  * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_EEXIST (exactly this range is already
- * registered: its ownership was handed over before), ORB_ERESOURCE
- * (max_registrations), ORB_ENOMEM.
+ * registered: its ownership was handed over before; nothing changed),
+ * ORB_ERESOURCE (max_registrations), ORB_ENOMEM.
  */
 int orb_register_memory(orb_engine *engine, void *ptr, size_t len, enum orb_perm perm,
                         orb_release_fn release, void *ctx, orb_reg_id *id_out);

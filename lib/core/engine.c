@@ -72,9 +72,12 @@ int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb
     rc = draw_epoch(&engine->epoch);
     if (rc != 0)
         goto destroy_lock;
-    rc = orb_registry_new(cfg->max_registrations, &engine->registry);
+    rc = orb_reaper_new(&engine->reaper);
     if (rc != 0)
         goto destroy_lock;
+    rc = orb_registry_new(cfg->max_registrations, engine->reaper, &engine->registry);
+    if (rc != 0)
+        goto free_reaper;
     engine->tcp = tcp;
     rc = engine->tcp->start(engine, &engine->tcp_state);
     if (rc != 0) {
@@ -86,6 +89,8 @@ int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb
 
 free_registry:
     orb_registry_free(engine->registry);
+free_reaper:
+    orb_reaper_free(engine->reaper);
 destroy_lock:
     pthread_mutex_destroy(&engine->lock);
 free_engine:
@@ -251,6 +256,11 @@ static void engine_destroy(orb_engine *engine)
 {
     orb_engine_reap(engine);
     engine->tcp->destroy(engine->tcp_state);
+    /* Every owner release (the registry's last ones included) runs before this returns, while
+     * the engine and its empty table are still valid objects that a callback may call into;
+     * from the release thread itself, the thread finishes the queue on its own. */
+    orb_registry_retire_all(engine->registry);
+    orb_reaper_free(engine->reaper);
     orb_registry_free(engine->registry);
     struct orb_notification_node *node = engine->notes_head;
     while (node != NULL) {
@@ -342,15 +352,12 @@ ORB_EXPORT int orb_register_memory(orb_engine *engine, void *ptr, size_t len, en
     if (rc != 0)
         return rc;
     orb_reg_id id;
-    rc = orb_registry_add(engine->registry, owner, 0, len, perm, &id);
-    if (rc == 0 && atomic_load(&owner->refs) == 1) {
-        /* An identical range was already registered and kept its own owner: the same bytes
-         * cannot be handed over twice. Undo the extra reference; the caller keeps the bytes. */
-        orb_registry_remove(engine->registry, id);
-        rc = orb_fail(ORB_EEXIST, "orb_register_memory: [%p, +%zu) is already registered as "
-                                  "id %llu; its ownership was transferred before",
-                      ptr, len, (unsigned long long)id);
-    }
+    /* The same bytes cannot be handed over twice: the registry refuses an identical range that
+     * is published, deciding under its own lock. */
+    rc = orb_registry_adopt(engine->registry, owner, 0, len, perm, &id);
+    if (rc == ORB_EEXIST)
+        rc = orb_fail_wrap(ORB_EEXIST, "orb_register_memory: [%p, +%zu): its ownership was "
+                                       "transferred before", ptr, len);
     if (rc != 0) {
         /* Nothing adopted: the release callback must not run. */
         owner->release = NULL;

@@ -19,6 +19,7 @@ struct orb_engine {
     struct orb_engine_config cfg;
     struct orb_epoch epoch;
     struct orb_registry *registry;
+    struct orb_reaper *reaper;   /* the release thread: owners' callbacks run there */
     const struct orb_transport_ops *tcp;
     void *tcp_state;
 

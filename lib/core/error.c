@@ -80,22 +80,68 @@ int orb_status_from_errno(int err)
 {
     switch (err) {
     case 0: return ORB_OK;
-    case ENOMEM: return ORB_ENOMEM;
+    /* The other end, or the network to it, failed. */
+    case ECONNRESET:
+    case ECONNREFUSED:
+    case ECONNABORTED:
+    case EPIPE:
+    case ENOTCONN:
+    case ESHUTDOWN:
+    case ENETRESET:
+    case ENETDOWN:
+    case ENETUNREACH:
+    case EHOSTDOWN:
+    case EHOSTUNREACH: return ORB_EPEER;
+    case EPROTO:
+    case EBADMSG: return ORB_EPROTO;
     case ETIMEDOUT: return ORB_ETIMEDOUT;
-    case EAGAIN: return ORB_EAGAIN;
-    case EINVAL: return ORB_EINVAL;
-    case EACCES:
-    case EPERM: return ORB_EPERM;
-    case ENOENT: return ORB_ENOENT;
-    case EEXIST: return ORB_EEXIST;
-    case EBUSY: return ORB_EBUSY;
+    /* This process or this host ran short. */
+    case ENOMEM:
+    case ENOBUFS: return ORB_ENOMEM;
     case EMFILE:
     case ENFILE:
-    case ENOBUFS: return ORB_ERESOURCE;
+    case EMLINK:
+    case ENOSPC:
+    case EDQUOT: return ORB_ERESOURCE;
+    case EAGAIN: return ORB_EAGAIN;
+    case EINTR: return ORB_EAGAIN;
+    /* A call the library made was malformed: a bug here, never the peer's doing. */
+    case EINVAL:
+    case EFAULT:
+    case EBADF:
+    case ENOTSOCK:
+    case EDESTADDRREQ:
+    case EMSGSIZE:
+    case EISCONN:
+    case EALREADY:
+    case EINPROGRESS:
+    case ERANGE:
+    case E2BIG: return ORB_EINVAL;
+    case ENOENT: return ORB_ENOENT;
+    case EEXIST: return ORB_EEXIST;
+    case EBUSY:
+    case ETXTBSY: return ORB_EBUSY;
+    /* The system does not offer or allow what was asked. EPERM and EACCES here are the
+     * operating system's refusals (a firewall rule, a security module, a missing capability),
+     * not a registration's permission. */
+    case EPERM:
+    case EACCES:
     case EADDRINUSE:
     case EADDRNOTAVAIL:
     case EAFNOSUPPORT:
-    case ENOSYS: return ORB_EUNAVAILABLE;
-    default: return ORB_EPEER; /* connection errors: ECONNRESET, EPIPE, ECONNREFUSED, ... */
+    case EPFNOSUPPORT:
+    case EPROTONOSUPPORT:
+    case ESOCKTNOSUPPORT:
+    case EPROTOTYPE:
+    case EOPNOTSUPP:
+    case ENOPROTOOPT:
+    case ENOSYS:
+    case ENODEV:
+    case ENXIO:
+    case ENOEXEC:
+    case ELIBBAD:
+    case EIO:
+    case EROFS:
+    default: return ORB_EUNAVAILABLE;
     }
 }

@@ -18,8 +18,12 @@ int orb_fail_wrap(int status, const char *fmt, ...) __attribute__((format(printf
 /* Clear the calling thread's detail message. */
 void orb_clear_error(void);
 
-/* Map an errno value to the nearest ORB_E* status (ENOMEM -> ORB_ENOMEM, ETIMEDOUT ->
- * ORB_ETIMEDOUT, ECONNRESET/EPIPE/ECONNREFUSED -> ORB_EPEER, ...). */
+/* Map an errno value to the ORB_E* status of its meaning: ORB_EPEER only for a peer or network
+ * that failed (ECONNRESET, EPIPE, ECONNREFUSED, EHOSTUNREACH, ...), ORB_ENOMEM / ORB_ERESOURCE for
+ * local shortages, ORB_EINVAL for a malformed call, ORB_EPROTO for EPROTO, ORB_ETIMEDOUT for
+ * ETIMEDOUT, ORB_EAGAIN for EAGAIN and EINTR, and ORB_EUNAVAILABLE for the system refusing or
+ * lacking something, which includes every errno not listed. An unknown errno is never taken for
+ * a failed peer, which would send the caller probing the peer for a restart. */
 int orb_status_from_errno(int err);
 
 #endif

@@ -9,6 +9,7 @@
 #include "registry.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@ struct orb_registry {
     uint64_t max_len;         /* >= the length of every published registration */
     orb_reg_id next_id;       /* never 0, never reused */
     uint32_t max_registrations;
+    struct orb_reaper *reaper;
 };
 
 /* Small batches (single registrations above all) keep their scratch arrays on the stack. */
@@ -149,16 +151,25 @@ static struct orb_reg *lookup(const struct orb_registry *reg, uint64_t addr, uin
     return NULL;
 }
 
+static void reg_finish(struct orb_reap_node *node)
+{
+    free((struct orb_reg *)(void *)((char *)node - offsetof(struct orb_reg, reap)));
+}
+
 static void reg_put(struct orb_reg *r)
 {
-    /* acq_rel: every pinned user's accesses happen before the owner is released. */
+    /* acq_rel: every pinned user's accesses happen before the owner is released. The release
+     * itself (a user callback, perhaps) runs on the reaper's thread, never under the caller's
+     * locks. */
     if (atomic_fetch_sub_explicit(&r->pins, 1, memory_order_acq_rel) == 1) {
-        orb_host_memory_unref(r->owner);
-        free(r);
+        r->reap.owner = r->owner;
+        r->reap.finish = reg_finish;
+        orb_reaper_defer(r->reaper, &r->reap);
     }
 }
 
-int orb_registry_new(uint32_t max_registrations, struct orb_registry **out)
+int orb_registry_new(uint32_t max_registrations, struct orb_reaper *reaper,
+                     struct orb_registry **out)
 {
     if (out == NULL)
         return orb_fail(ORB_EINVAL, "registry: out is NULL");
@@ -183,8 +194,31 @@ int orb_registry_new(uint32_t max_registrations, struct orb_registry **out)
     }
     reg->next_id = 1;
     reg->max_registrations = max_registrations;
+    reg->reaper = reaper;
     *out = reg;
     return 0;
+}
+
+void orb_registry_retire_all(struct orb_registry *reg)
+{
+    if (reg == NULL)
+        return;
+    pthread_rwlock_wrlock(&reg->lock);
+    struct orb_reg **list = reg->by_addr;
+    size_t n = reg->count;
+    reg->by_addr = NULL;
+    reg->count = 0;
+    reg->addr_cap = 0;
+    reg->max_len = 0;
+    for (size_t i = 0; i < reg->id_len; i++)
+        reg->by_id[i].reg = NULL;
+    reg->id_len = 0;
+    reg->id_holes = 0;
+    pthread_rwlock_unlock(&reg->lock);
+    /* Outside the lock: the releases may call back into the (now empty) table. */
+    for (size_t i = 0; i < n; i++)
+        reg_put(list[i]);
+    free(list);
 }
 
 void orb_registry_free(struct orb_registry *reg)
@@ -311,9 +345,15 @@ static void merge_new(struct orb_registry *reg, struct add_group *groups, size_t
     }
 }
 
-/* The shared body of add and add_batch. `batch` selects indexed messages. */
+/* How add_ranges treats a range that is already published. */
+enum add_mode {
+    ADD_SHARE,   /* gain a user reference on it */
+    ADD_ADOPT    /* refuse with ORB_EEXIST and change nothing: the caller hands over new bytes */
+};
+
+/* The shared body of add, adopt and add_batch. `batch` selects indexed messages. */
 static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ranges, size_t n,
-                      orb_reg_id *ids_out, int batch)
+                      orb_reg_id *ids_out, int batch, enum add_mode mode)
 {
     struct add_item items_inline[REG_SCRATCH_INLINE];
     struct add_group groups_inline[REG_SCRATCH_INLINE];
@@ -376,6 +416,13 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
             rc = range_fail(ORB_ERESOURCE, batch, bad, "too many references to one registration");
             goto unlock;
         }
+        if (found && mode == ADD_ADOPT) {
+            char detail[96];
+            snprintf(detail, sizeof detail, "exactly this range is already registered as id %llu",
+                     (unsigned long long)reg->by_addr[pos]->id);
+            rc = range_fail(ORB_EEXIST, batch, items[g->first].index, detail);
+            goto unlock;
+        }
         if (found) {
             g->target = reg->by_addr[pos];
         } else {
@@ -422,6 +469,7 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
         r->owner = orb_host_memory_ref(ranges[i].owner);
         atomic_init(&r->pins, 1);
         r->user_refs = 0;
+        r->reaper = reg->reaper;
         reg->by_id[reg->id_len].id = r->id;
         reg->by_id[reg->id_len].reg = r;
         reg->id_len++;
@@ -459,7 +507,20 @@ int orb_registry_add(struct orb_registry *reg, orb_host_memory *owner, size_t of
         return orb_fail(ORB_EINVAL, "registration: NULL argument");
     struct orb_host_range range = { .owner = owner, .offset = offset, .length = len, .perm = perm };
     orb_reg_id id;
-    int rc = add_ranges(reg, &range, 1, &id, 0);
+    int rc = add_ranges(reg, &range, 1, &id, 0, ADD_SHARE);
+    if (rc == 0)
+        *id_out = id;
+    return rc;
+}
+
+int orb_registry_adopt(struct orb_registry *reg, orb_host_memory *owner, size_t offset, size_t len,
+                       enum orb_perm perm, orb_reg_id *id_out)
+{
+    if (reg == NULL || id_out == NULL)
+        return orb_fail(ORB_EINVAL, "registration: NULL argument");
+    struct orb_host_range range = { .owner = owner, .offset = offset, .length = len, .perm = perm };
+    orb_reg_id id;
+    int rc = add_ranges(reg, &range, 1, &id, 0, ADD_ADOPT);
     if (rc == 0)
         *id_out = id;
     return rc;
@@ -474,7 +535,7 @@ int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range
         return 0;
     if (ranges == NULL || ids_out == NULL)
         return orb_fail(ORB_EINVAL, "registration batch: NULL ranges or ids");
-    return add_ranges(reg, ranges, n, ids_out, 1);
+    return add_ranges(reg, ranges, n, ids_out, 1, ADD_SHARE);
 }
 
 int orb_registry_remove(struct orb_registry *reg, orb_reg_id id)

@@ -11,6 +11,7 @@
 #include <orbite/orbite.h>
 
 #include "memory.h"
+#include "reaper.h"
 
 /* Memory kinds: each is a small operation table, chosen per registration. */
 struct orb_reg;
@@ -36,12 +37,20 @@ struct orb_reg {
     orb_host_memory *owner;      /* retained until the struct is freed */
     atomic_uint_fast64_t pins;   /* 1 for table membership + 1 per admitted user */
     uint32_t user_refs;          /* register/unregister count; guarded by the table lock */
+    struct orb_reaper *reaper;   /* where the owner reference is dropped after the last pin */
+    struct orb_reap_node reap;
 };
 
 struct orb_registry;
 
-/* A table allowing at most `max_registrations` live registrations. */
-int orb_registry_new(uint32_t max_registrations, struct orb_registry **out);
+/* A table allowing at most `max_registrations` live registrations. Owners whose last pin drops
+ * are released on `reaper`'s thread (NULL: in the thread that drops the pin). */
+int orb_registry_new(uint32_t max_registrations, struct orb_reaper *reaper,
+                     struct orb_registry **out);
+
+/* Unpublish every registration at once, as if each had been unregistered to the last user
+ * reference. The table stays usable (and empty). */
+void orb_registry_retire_all(struct orb_registry *reg);
 
 /* Free the table. Registrations still pinned by admitted work stay alive until released. */
 void orb_registry_free(struct orb_registry *reg);
@@ -51,6 +60,13 @@ void orb_registry_free(struct orb_registry *reg);
  * Errors: ORB_EINVAL, ORB_ERESOURCE, ORB_ENOMEM. */
 int orb_registry_add(struct orb_registry *reg, orb_host_memory *owner, size_t offset, size_t len,
                      enum orb_perm perm, orb_reg_id *id_out);
+
+/* Register [offset, offset+len) of `owner` only if no identical range is published: the table
+ * decides under its lock, so the answer cannot race with a concurrent add or remove. For bytes
+ * whose ownership is handed over (orb_register_memory()), which cannot be handed over twice.
+ * Errors: as orb_registry_add(), and ORB_EEXIST (the range is published; nothing changed). */
+int orb_registry_adopt(struct orb_registry *reg, orb_host_memory *owner, size_t offset, size_t len,
+                       enum orb_perm perm, orb_reg_id *id_out);
 
 /* All or nothing; see orb_register_host_memory_batch(). */
 int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range *ranges, size_t n,
@@ -72,7 +88,9 @@ int orb_registry_resolve(struct orb_registry *reg, uint64_t addr, uint64_t len,
 int orb_registry_acquire(struct orb_registry *reg, uint64_t addr, uint64_t len, enum orb_perm need,
                          struct orb_reg **out);
 
-/* Unpin. The last pin of an unpublished registration releases its owner. NULL is a no-op. */
+/* Unpin. The last pin of an unpublished registration releases its owner, on the reaper's thread
+ * when the owner has a release callback. Takes no lock but the reaper's queue lock, so it may be
+ * called with any other lock held. NULL is a no-op. */
 void orb_registry_release(struct orb_reg *r);
 
 /* A new array (free with free()) of every published registration allowing remote READ. */

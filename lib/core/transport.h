@@ -10,6 +10,18 @@
 #include <stdint.h>
 #include <orbite/orbite.h>
 
+/* Lock order, outermost first. A thread holding one of these may take only those below it:
+ *
+ *   1. a transport's own locks (a TCP connection's lock, then its worker's inbox lock)
+ *   2. a batch's lock                     (orb_xfer_done(), reports)
+ *   3. the engine's lock                  (parking orphaned batches, notifications)
+ *   4. the registry's table lock          (lookups and pins; pins are dropped without it)
+ *   5. the release thread's queue lock    (handing over a retired registration's owner)
+ *
+ * Nothing calls outward: the core never calls a transport with a batch or engine lock held,
+ * orb_xfer_done() never calls the transport, and no user code (release callbacks, log sinks
+ * aside) runs under any of these locks. */
+
 struct orb_batch;
 
 enum orb_xfer_op {
@@ -44,8 +56,9 @@ int orb_xfer_may_start(struct orb_xfer *x);
 /* Report the end of `x`, exactly once, from any thread. `status` is 0 or negative ORB_E*.
  * `effect` is ORB_REMOTE_EFFECT_UNKNOWN when a failed WRITE may have changed peer bytes (any of
  * its payload reached the socket and the source did not answer with an error). After this call
- * the transport must not touch x or x->local. It may run user release callbacks (unpinning) but
- * never calls back into the transport, so transports may call it with their own locks held. */
+ * the transport must not touch x or x->local. It never calls back into the transport and never
+ * runs user code (owners' release callbacks run on the engine's release thread), so transports
+ * may call it with their own locks held. */
 void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect);
 
 struct orb_transport_ops {

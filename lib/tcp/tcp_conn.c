@@ -18,6 +18,12 @@
 
 #define TCP_LISTEN_BACKLOG 128
 
+int tcp_status_from_errno(int err)
+{
+    /* On an established connection, ETIMEDOUT is TCP giving up on an unresponsive peer. */
+    return err == ETIMEDOUT ? ORB_EPEER : orb_status_from_errno(err);
+}
+
 void tcp_conn_init(struct tcp_conn *c, enum tcp_kind kind, int fd, const char *name)
 {
     c->kind = kind;
@@ -55,7 +61,7 @@ static int rx_failed(struct tcp_conn *c, ssize_t n, int err)
 {
     if (n == 0)
         return orb_fail(ORB_EPEER, "connection %s closed by the other end", c->name);
-    return orb_fail(orb_status_from_errno(err), "recv from %s failed: %s", c->name, strerror(err));
+    return orb_fail(tcp_status_from_errno(err), "recv from %s failed: %s", c->name, strerror(err));
 }
 
 int tcp_rx_need(struct tcp_conn *c, size_t need)
@@ -160,7 +166,7 @@ ssize_t tcp_send_iov(int fd, struct iovec *iov, int iovcnt)
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return 0;
         int err = errno;
-        return orb_fail(orb_status_from_errno(err), "send failed: %s", strerror(err));
+        return orb_fail(tcp_status_from_errno(err), "send failed: %s", strerror(err));
     }
 }
 
@@ -387,7 +393,7 @@ int tcp_recv_all(int fd, uint8_t *buf, size_t len, uint64_t deadline)
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return orb_fail(orb_status_from_errno(errno), "recv failed: %s", strerror(errno));
+            return orb_fail(tcp_status_from_errno(errno), "recv failed: %s", strerror(errno));
         int ready = wait_fd(fd, POLLIN, deadline);
         if (ready == 0)
             return orb_fail(ORB_ETIMEDOUT, "recv: deadline passed");

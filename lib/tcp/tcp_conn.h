@@ -46,6 +46,10 @@ struct tcp_conn {
     uint8_t rx_stage[TCP_RX_STAGE];
 };
 
+/* The status of a failed socket call on a connection: orb_status_from_errno(), except that
+ * ETIMEDOUT (TCP gave up retransmitting) means the peer failed: ORB_EPEER. */
+int tcp_status_from_errno(int err);
+
 /* Initialise the shared part (fd adopted by the connection). */
 void tcp_conn_init(struct tcp_conn *c, enum tcp_kind kind, int fd, const char *name);
 

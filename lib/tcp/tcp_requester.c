@@ -67,7 +67,8 @@ struct tcp_req_conn {
 struct tcp_peer {
     struct tcp_transport *tp;         /* referenced */
     atomic_uint_fast64_t refs;        /* the core + one per connection a worker owns */
-    atomic_int dead;                  /* a connection died: no more submissions */
+    atomic_int dead;                  /* 0, or the status that killed a connection: no more
+                                       * submissions (ORB_EPEER only when the peer failed) */
     atomic_int released;              /* the core let go */
     uint32_t nstripes;
     uint64_t stripe_threshold;
@@ -371,7 +372,7 @@ static int req_enqueue(struct tcp_req_conn *c, struct orb_xfer *first, struct or
         int rc = c->closed ? c->close_status : ORB_EPEER;
         pthread_mutex_unlock(&c->lock);
         return orb_fail(rc, "the connection to %s is %s", c->peer->endpoint,
-                        rc == ORB_ECLOSED ? "closed" : "lost");
+                        rc == ORB_ECLOSED ? "closed" : rc == ORB_EPEER ? "lost" : "broken");
     }
     for (struct orb_xfer *x = first; x != NULL; x = x->next)
         x->tag = c->next_tag++;
@@ -422,14 +423,16 @@ void tcp_req_conn_kill(struct tcp_req_conn *c, int status)
 {
     struct tcp_peer *p = c->peer;
     struct tcp_transport *tp = p->tp;
-    if (status == 0)
+    if (status == 0) {
         status = ORB_ECLOSED; /* an orderly close has nothing left to fail */
-    else if (status != ORB_ECLOSED)
-        atomic_store(&p->dead, 1); /* before anyone hears of the failure */
+    } else if (status != ORB_ECLOSED) {
+        int none = 0; /* before anyone hears of the failure; the first cause stays */
+        atomic_compare_exchange_strong(&p->dead, &none, status);
+    }
 
     pthread_mutex_lock(&c->lock);
     c->closed = 1;
-    c->close_status = status == ORB_ECLOSED ? ORB_ECLOSED : ORB_EPEER;
+    c->close_status = status;
     while (c->tx_busy)
         pthread_cond_wait(&c->cond, &c->lock);
     /* A WRITE whose payload reached the socket without an answer may have changed peer bytes. */
@@ -466,10 +469,12 @@ void tcp_req_conn_kill(struct tcp_req_conn *c, int status)
     peer_unref(p); /* may free `c` */
 }
 
-/* Log and tear down after a failure. */
+/* Log and tear down after a failure. The status keeps its meaning: ORB_EPEER when the peer (or
+ * the network) failed, ORB_EPROTO when it broke the protocol, ORB_ENOMEM or ORB_EUNAVAILABLE when
+ * this side could not go on; only ORB_EPEER makes the engine ask whether the peer restarted. */
 static void req_conn_fail(struct tcp_req_conn *c, int status)
 {
-    if (status != ORB_EPROTO)
+    if (status >= 0 || status == ORB_EAGAIN || status == ORB_ECLOSED)
         status = ORB_EPEER;
     if (!atomic_load(&c->peer->released))
         ORB_LOGW("tcp: connection to %s lost: %s", c->base.name, orb_last_error());
@@ -669,13 +674,14 @@ static int req_conn_check(struct tcp_req_conn *c)
     int idle = c->head == NULL && !c->tx_busy;
     pthread_mutex_unlock(&c->lock);
     if (send_error != 0) {
-        orb_fail(ORB_EPEER, "a send to %s failed (%s)", c->base.name, orb_strerror(send_error));
+        orb_fail(send_error, "a send to %s failed (%s)", c->base.name, orb_strerror(send_error));
         req_conn_fail(c, send_error);
         return 1;
     }
     if (atomic_load(&c->peer->released)) {
-        if (atomic_load(&c->peer->dead)) {
-            tcp_req_conn_kill(c, ORB_EPEER);
+        int dead = atomic_load(&c->peer->dead);
+        if (dead != 0) {
+            tcp_req_conn_kill(c, dead);
             return 1;
         }
         if (idle && c->rx_xfer == NULL && c->rx_state == RRX_HEADER) {
@@ -911,8 +917,10 @@ int tcp_peer_submit(void *peer_, struct orb_xfer *const *xfers, size_t n)
     }
     if (atomic_load(&tp->stopping))
         return orb_fail(ORB_ECLOSED, "the TCP transport is stopped");
-    if (atomic_load(&p->dead))
-        return orb_fail(ORB_EPEER, "the connection to %s was lost", p->endpoint);
+    int dead = atomic_load(&p->dead);
+    if (dead != 0)
+        return orb_fail(dead, "the connection to %s was %s (%s)", p->endpoint,
+                        dead == ORB_EPEER ? "lost" : "broken", orb_strerror(dead));
 
     /* One chain per connection: notifications on CONTROL, data on the least loaded stripe. */
     struct orb_xfer *first[1 + TCP_MAX_STRIPES] = {0}, *last[1 + TCP_MAX_STRIPES] = {0};
@@ -979,8 +987,10 @@ int tcp_peer_describe(void *peer_, uint64_t deadline, struct orb_region_desc **r
         return orb_fail(ORB_EINVAL, "peer_describe: NULL argument");
     if (atomic_load(&p->tp->stopping))
         return orb_fail(ORB_ECLOSED, "the TCP transport is stopped");
-    if (atomic_load(&p->dead))
-        return orb_fail(ORB_EPEER, "the connection to %s was lost", p->endpoint);
+    int dead = atomic_load(&p->dead);
+    if (dead != 0)
+        return orb_fail(dead, "the connection to %s was %s", p->endpoint,
+                        dead == ORB_EPEER ? "lost" : "broken");
     struct tcp_describe_op *op = calloc(1, sizeof *op);
     if (op == NULL)
         return orb_fail(ORB_ENOMEM, "cannot allocate a DESCRIBE");

@@ -2,6 +2,7 @@
  * slice by slice: prefixes, failure spans, remote effects, withdrawal, notifications, deadlines,
  * budgets and pins. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -153,7 +154,8 @@ struct fx {
     uint8_t *mem;
     uint64_t base;
     orb_reg_id id;
-    int released;
+    atomic_int released;           /* callbacks run on the engine's release thread */
+    pthread_t release_thread;
 };
 
 #define MEM_LEN 65536
@@ -162,7 +164,17 @@ static void count_release(void *ptr, size_t len, void *ctx)
 {
     (void)len;
     free(ptr);
-    ((struct fx *)ctx)->released++;
+    struct fx *f = ctx;
+    f->release_thread = pthread_self();
+    atomic_fetch_add(&f->released, 1);
+}
+
+/* Releases run on the release thread, soon after the last pin drops: wait for `n` of them. */
+static void wait_released(struct fx *f, int n)
+{
+    for (int i = 0; i < 5000 && atomic_load(&f->released) < n; i++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&f->released), n);
 }
 
 static int setup_cfg(void **state, const struct orb_engine_config *cfg)
@@ -200,7 +212,8 @@ static int teardown(void **state)
     orb_segment_close(f->seg);
     orb_unregister_memory(f->engine, f->id);
     orb_engine_free(f->engine);
-    assert_int_equal(f->released, 1);
+    /* Freeing the engine runs every release still queued. */
+    assert_int_equal(atomic_load(&f->released), 1);
     free(f);
     return 0;
 }
@@ -479,15 +492,20 @@ static void test_deadline_withdraws_and_orphans(void **state)
     assert_int_equal(npending, 2);
     /* The user region can be unregistered: the backing stays until the work drains. */
     assert_int_equal(orb_unregister_memory(f->engine, f->id), 0);
-    assert_int_equal(f->released, 0);
+    usleep(20000);
+    assert_int_equal(atomic_load(&f->released), 0);
     assert_int_equal(complete(0, 0, ORB_REMOTE_EFFECT_NONE), 0); /* withdrawn */
-    assert_int_equal(f->released, 0);
+    usleep(20000);
+    assert_int_equal(atomic_load(&f->released), 0);
     assert_int_equal(complete(0, 0, ORB_REMOTE_EFFECT_NONE), 0);
-    assert_int_equal(f->released, 1);
+    wait_released(f, 1);
+    /* The callback ran on the engine's release thread, not on the thread that dropped the
+     * last pin (here the test, standing in for a transport worker). */
+    assert_false(pthread_equal(f->release_thread, pthread_self()));
     /* Re-register for teardown's unregister (it expects one live id). */
     uint8_t *again = malloc(MEM_LEN);
     assert_non_null(again);
-    f->released = 0;
+    atomic_store(&f->released, 0);
     assert_int_equal(orb_register_memory(f->engine, again, MEM_LEN, ORB_PERM_LOCAL, count_release,
                                          f, &f->id), 0);
     f->mem = again;
@@ -546,7 +564,7 @@ static void test_register_memory_twice(void **state)
     orb_reg_id id;
     assert_int_equal(orb_register_memory(f->engine, f->mem, MEM_LEN, ORB_PERM_REMOTE_READ,
                                          count_release, f, &id), ORB_EEXIST);
-    assert_int_equal(f->released, 0);
+    assert_int_equal(atomic_load(&f->released), 0);
     struct orb_local_region region;
     assert_int_equal(orb_resolve_local_address(f->engine, f->base, MEM_LEN, &region), 0);
     assert_int_equal(region.id, f->id);

@@ -60,7 +60,7 @@ static uint64_t addr_of(orb_host_memory *mem, size_t offset)
 static struct orb_registry *new_registry(uint32_t max)
 {
     struct orb_registry *reg = NULL;
-    assert_int_equal(orb_registry_new(max, &reg), 0);
+    assert_int_equal(orb_registry_new(max, NULL, &reg), 0);
     assert_non_null(reg);
     return reg;
 }
@@ -99,9 +99,9 @@ static void test_new_and_free_arguments(void **state)
 {
     (void)state;
     struct orb_registry *reg = (struct orb_registry *)(uintptr_t)0x1;
-    assert_int_equal(orb_registry_new(0, &reg), ORB_EINVAL);
+    assert_int_equal(orb_registry_new(0, NULL, &reg), ORB_EINVAL);
     assert_ptr_equal(reg, (struct orb_registry *)(uintptr_t)0x1);
-    assert_int_equal(orb_registry_new(4, NULL), ORB_EINVAL);
+    assert_int_equal(orb_registry_new(4, NULL, NULL), ORB_EINVAL);
     orb_registry_free(NULL);
     orb_registry_release(NULL);
     assert_int_equal(orb_registry_count(NULL), 0);
@@ -362,6 +362,35 @@ static void test_repeated_registration_keeps_permission(void **state)
     assert_int_equal(orb_registry_count(reg), 0);
     assert_int_equal(orb_registry_remove(reg, first), ORB_ENOENT);
 
+    orb_registry_free(reg);
+    orb_host_memory_unref(mem);
+}
+
+/* Adopting bytes succeeds only for a range nobody registered: the table answers under its lock
+ * and, on refusal, changes nothing (no reference is added that would have to be undone). */
+static void test_adopt_refuses_published_range(void **state)
+{
+    (void)state;
+    struct orb_registry *reg = new_registry(16);
+    orb_host_memory *mem = plain_owner(4096);
+    orb_reg_id shared, adopted, again = 77;
+    assert_int_equal(orb_registry_add(reg, mem, 0, 512, ORB_PERM_REMOTE_READ, &shared), 0);
+    assert_int_equal(orb_registry_adopt(reg, mem, 0, 512, ORB_PERM_LOCAL, &again), ORB_EEXIST);
+    assert_int_equal(again, 77);
+    assert_non_null(strstr(orb_last_error(), "already registered"));
+    /* One unregister is enough: the refusal added no reference. */
+    assert_int_equal(orb_registry_remove(reg, shared), 0);
+    assert_int_equal(orb_registry_count(reg), 0);
+    /* Free again, the range can be adopted, and then neither adopted nor shared twice. */
+    assert_int_equal(orb_registry_adopt(reg, mem, 0, 512, ORB_PERM_LOCAL, &adopted), 0);
+    assert_int_not_equal(adopted, shared);
+    assert_int_equal(orb_registry_adopt(reg, mem, 0, 512, ORB_PERM_LOCAL, &again), ORB_EEXIST);
+    /* An overlapping but different range is another registration. */
+    assert_int_equal(orb_registry_adopt(reg, mem, 0, 511, ORB_PERM_LOCAL, &again), 0);
+    assert_int_equal(orb_registry_count(reg), 2);
+    assert_int_equal(orb_registry_remove(reg, adopted), 0);
+    assert_int_equal(orb_registry_remove(reg, again), 0);
+    assert_int_equal(orb_registry_count(reg), 0);
     orb_registry_free(reg);
     orb_host_memory_unref(mem);
 }
@@ -857,6 +886,7 @@ int main(void)
         cmocka_unit_test(test_long_registration_found_past_many_short_ones),
         cmocka_unit_test(test_disjoint_owners),
         cmocka_unit_test(test_repeated_registration_keeps_permission),
+        cmocka_unit_test(test_adopt_refuses_published_range),
         cmocka_unit_test(test_ids_never_reused),
         cmocka_unit_test(test_budget_for_single_registrations),
         cmocka_unit_test(test_owner_retained_until_last_unregister),

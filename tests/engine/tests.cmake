@@ -11,3 +11,4 @@ endfunction()
 
 orb_engine_test(test_authority)
 orb_engine_test(test_reports)
+orb_engine_test(test_contracts)

@@ -116,7 +116,7 @@ orb_engine *th_engine_new(const struct orb_engine_config *cfg)
     }
     assert_int_equal(getrandom(e->epoch.bytes, sizeof e->epoch.bytes, 0),
                      (ssize_t)sizeof e->epoch.bytes);
-    assert_int_equal(orb_registry_new(e->cfg.max_registrations, &e->registry), 0);
+    assert_int_equal(orb_registry_new(e->cfg.max_registrations, NULL, &e->registry), 0);
     atomic_init(&e->source_open, e->cfg.enable_source ? 1 : 0);
     assert_int_equal(orb_tcp_transport.start(e, &e->tp), 0);
     return e;

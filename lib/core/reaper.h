@@ -1,0 +1,43 @@
+/* Internal: the engine's release thread, the one context where owners' release callbacks run.
+ *
+ * The last pin of a retired registration can drop on any thread: a transport worker finishing a
+ * transfer (with its locks held), a submitter completing another batch's withdrawn slices, the
+ * source's worker. A user's release callback must run on none of them: it may block, take its own
+ * locks or call back into OrbiTE. So the registry hands each retired registration whose owner has
+ * a release callback to the reaper, whose thread drops the owner reference with no OrbiTE lock
+ * held. Owners without a callback (library-allocated or wrapped without one) are dropped in place:
+ * that only frees memory. Thread-safe. */
+#ifndef ORB_CORE_REAPER_H
+#define ORB_CORE_REAPER_H
+
+#include "memory.h"
+
+struct orb_reaper;
+
+/* One deferred reference drop, embedded in the object that hands it over (no allocation on the
+ * release path). `finish` runs on the release thread right after the owner reference is
+ * dropped; it typically frees the containing object. */
+struct orb_reap_node {
+    struct orb_reap_node *next;
+    orb_host_memory *owner;
+    void (*finish)(struct orb_reap_node *node);
+};
+
+/* Start the release thread. Errors: ORB_ENOMEM, ORB_EUNAVAILABLE (cannot start a thread). */
+int orb_reaper_new(struct orb_reaper **out);
+
+/* Drop `node->owner`'s reference, then run node->finish, on the release thread. Never blocks
+ * and never fails: with `r` NULL, or once the reaper is stopping, both happen in the caller's
+ * thread. Owners without a release callback are also handled in place, since dropping them only
+ * frees memory. */
+void orb_reaper_defer(struct orb_reaper *r, struct orb_reap_node *node);
+
+/* 1 when the calling thread is the release thread. */
+int orb_reaper_is_current(const struct orb_reaper *r);
+
+/* Run every queued release, stop the thread and free. Called from the release thread itself
+ * (a callback that drops the engine's last handle), it leaves the thread to finish the queue
+ * and free itself. NULL is a no-op. */
+void orb_reaper_free(struct orb_reaper *r);
+
+#endif
