@@ -29,7 +29,8 @@ void tcp_conn_init(struct tcp_conn *c, enum tcp_kind kind, int fd, const char *n
     c->kind = kind;
     c->fd = fd;
     c->worker = NULL;
-    c->prev = c->next = c->inbox_next = c->ready_next = NULL;
+    c->prev = c->next = c->inbox_next = c->ready_next = c->poke_next = NULL;
+    c->poked = 0;
     c->in_ready = 0;
     c->adopted = 0;
     c->turn_left = NULL;

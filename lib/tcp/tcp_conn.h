@@ -34,6 +34,8 @@ struct tcp_conn {
     struct tcp_worker *worker;       /* owns the connection's I/O */
     struct tcp_conn *prev, *next;    /* the worker's list (worker thread only) */
     struct tcp_conn *inbox_next;     /* handover list (guarded by the worker's lock) */
+    struct tcp_conn *poke_next;      /* the worker's poke list (guarded by the worker's lock) */
+    int poked;                       /* on the poke list (guarded by the worker's lock) */
     struct tcp_conn *ready_next;     /* the worker's ready list (worker thread only) */
     int in_ready;                    /* on the ready list: more to do after its turn */
     int adopted;                     /* registered with the worker's epoll */

@@ -44,8 +44,9 @@ struct tcp_worker {
     int thread_started;
     atomic_int scan_requested;    /* look at every connection (fence, release, send error) */
 
-    pthread_mutex_t lock;         /* guards inbox and exiting */
+    pthread_mutex_t lock;         /* guards inbox, pokes and exiting */
     struct tcp_conn *inbox;       /* handed over, not adopted yet */
+    struct tcp_conn *pokes;       /* adopted connections to serve again soon (any thread asks) */
     int exiting;                  /* no more handovers */
 
     /* Worker thread only: */
@@ -94,9 +95,14 @@ struct tcp_worker *tcp_next_worker(struct tcp_transport *tp);
 int tcp_worker_handover(struct tcp_worker *w, struct tcp_conn *c);
 /* Ask `w` to look at every connection soon (any thread). */
 void tcp_worker_kick(struct tcp_worker *w);
+/* Ask `w` to serve `c` again soon (any thread; `c` must be adopted by `w` and not yet
+ * forgotten). The cheap way for an application thread to hand work back to a worker: the worker
+ * never waits for an application thread, it defers and is poked. */
+void tcp_worker_poke(struct tcp_worker *w, struct tcp_conn *c);
 /* Serve `c` again after the other ready connections (worker thread). */
 void tcp_worker_defer(struct tcp_worker *w, struct tcp_conn *c);
-/* Unregister and unlink `c` from its worker (worker thread; does not close the fd). */
+/* Unregister and unlink `c` from its worker, poke list included (worker thread; does not close
+ * the fd). */
 void tcp_worker_forget(struct tcp_worker *w, struct tcp_conn *c);
 void tcp_transport_unref(struct tcp_transport *tp);
 /* 1 while the source admits connections and requests. */

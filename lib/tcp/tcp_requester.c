@@ -11,12 +11,18 @@
  * budget ran out first. The owner drops the lock around orb_xfer_may_start() and sendmsg(), so
  * submitters can append meanwhile. Receiving runs on the worker only: it takes the answered xfer
  * off the head under the lock, then moves a READ's payload straight into x->local without the
- * lock. Completions (orb_xfer_done) are always reported with no connection lock held. */
+ * lock. Completions (orb_xfer_done) are always reported with no connection lock held.
+ *
+ * A worker never waits for an application thread. When a response arrives for a frame that a
+ * submitting thread has sent but not yet accounted for, or a teardown finds a submitter inside
+ * sendmsg(), the worker leaves the work where it is and the submitter pokes it (tcp_worker_poke)
+ * as soon as it has accounted for its bytes or let go of the socket. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -46,7 +52,9 @@ struct tcp_req_conn {
     int can_send;                     /* cleared on EAGAIN, set by EPOLLOUT */
     int tx_busy;                      /* a thread is sending (lock dropped) */
     int tx_again;                     /* someone asked the busy sender to look again */
-    int rx_waiting;                   /* the worker waits for the sender to advance */
+    int rx_deferred;                  /* the worker left a response staged until the sender
+                                       * accounts for what it sent; the sender pokes it */
+    int kill_status;                  /* non-zero: tear down once the sender lets go */
     int closed;                       /* torn down: no more submissions */
     int close_status;                 /* what later submissions get */
     int send_error;                   /* a send failed; the worker tears down */
@@ -265,6 +273,14 @@ static void req_advance(struct tcp_req_conn *c, uint64_t n)
     }
 }
 
+/* Hand the connection back to its worker, which left something for this sender (lock held). */
+static void req_poke_worker(struct tcp_req_conn *c)
+{
+    c->rx_deferred = 0;
+    if (c->base.worker != NULL)
+        tcp_worker_poke(c->base.worker, &c->base);
+}
+
 /* Send queued frames until the socket is full, nothing is left or `*budget` bytes went out.
  * Called and returns with the lock held; withdrawn xfers are put on *withdrawn for the caller
  * to complete unlocked. Returns 1 when frames are left that the socket would take now. */
@@ -352,11 +368,13 @@ static int req_tx_locked(struct tcp_req_conn *c, struct orb_xfer **withdrawn, ui
         tcp_conn_touch(&c->base);
         *budget = (uint64_t)sent < *budget ? *budget - (uint64_t)sent : 0;
         req_advance(c, (uint64_t)sent);
-        if (c->rx_waiting)
-            pthread_cond_broadcast(&c->cond);
+        if (c->rx_deferred && c->last_sent != NULL)
+            req_poke_worker(c);
     }
     c->tx_busy = 0;
-    pthread_cond_broadcast(&c->cond);
+    pthread_cond_broadcast(&c->cond); /* a stopping worker may wait for this (only then) */
+    if (c->rx_deferred || c->kill_status != 0)
+        req_poke_worker(c);
     return *budget == 0 && c->can_send && c->send_next != NULL && !c->closed &&
            c->send_error == 0;
 }
@@ -433,8 +451,20 @@ void tcp_req_conn_kill(struct tcp_req_conn *c, int status)
     pthread_mutex_lock(&c->lock);
     c->closed = 1;
     c->close_status = status;
+    if (c->tx_busy && !atomic_load(&tp->stopping)) {
+        /* An application thread is inside sendmsg() on this socket: closing the descriptor now
+         * could give its number to another file under that call. The worker does not wait for
+         * it: shut the socket down (the send fails at once), and finish when the sender lets go
+         * and pokes this worker. */
+        c->kill_status = status;
+        (void)shutdown(c->base.fd, SHUT_RDWR);
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    /* Only while the transport stops: the sender's sendmsg() never blocks (MSG_DONTWAIT). */
     while (c->tx_busy)
         pthread_cond_wait(&c->cond, &c->lock);
+    c->kill_status = 0;
     /* A WRITE whose payload reached the socket without an answer may have changed peer bytes. */
     struct orb_xfer *list = c->head;
     int sent = c->last_sent != NULL;
@@ -489,16 +519,20 @@ static int req_violation(struct tcp_req_conn *c, const char *what, const char *d
 
 /* ---- receiving ------------------------------------------------------------------------------- */
 
-/* Take the oldest request off the queue if it carries `tag`. NULL on a mismatch. */
-static struct orb_xfer *req_pop(struct tcp_req_conn *c, uint64_t tag)
+/* Take the oldest request off the queue if it carries `tag`. NULL on a mismatch, or with
+ * *deferred set when the answer may be for a frame that a sending application thread has put on
+ * the wire but not accounted for yet: the worker never waits for that thread; it leaves the
+ * response staged, and the sender pokes it once it has accounted (or let go). */
+static struct orb_xfer *req_pop(struct tcp_req_conn *c, uint64_t tag, int *deferred)
 {
     pthread_mutex_lock(&c->lock);
-    /* The sender may have put the frame on the wire without having accounted for it yet. */
-    while (c->last_sent == NULL && c->tx_busy) {
-        c->rx_waiting = 1;
-        pthread_cond_wait(&c->cond, &c->lock);
+    *deferred = 0;
+    if (c->last_sent == NULL && c->tx_busy) {
+        c->rx_deferred = 1;
+        *deferred = 1;
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
     }
-    c->rx_waiting = 0;
     struct orb_xfer *x = NULL;
     if (c->last_sent != NULL && wire_tag(c->head) == tag) {
         x = c->head;
@@ -524,11 +558,13 @@ static uint8_t expected_response(const struct orb_xfer *x)
     }
 }
 
-/* Act on a complete response body. 0 or a negative status (the connection dies). */
+/* Act on a complete response body. 0, 1 when deferred (the body must stay where it is; the
+ * state is unchanged), or a negative status (the connection dies). */
 static int req_on_response(struct tcp_req_conn *c, const uint8_t *body, size_t len)
 {
     struct tcp_transport *tp = c->peer->tp;
     const struct orb_wire_header *h = &c->rx_hdr;
+    enum req_rx_state was = c->rx_state;
     c->rx_state = RRX_HEADER;
 
     if (h->type == ORB_WIRE_ERROR && h->tag == 0) {
@@ -538,7 +574,12 @@ static int req_on_response(struct tcp_req_conn *c, const uint8_t *body, size_t l
         return orb_fail(ORB_EPEER, "%s closed the connection: %s (%s)", c->base.name, e.text,
                         orb_strerror(e.status));
     }
-    struct orb_xfer *x = req_pop(c, h->tag);
+    int deferred;
+    struct orb_xfer *x = req_pop(c, h->tag, &deferred);
+    if (deferred) {
+        c->rx_state = was;
+        return 1;
+    }
     if (x == NULL) {
         char detail[96];
         snprintf(detail, sizeof detail, "%s with tag %llu", orb_wire_type_name(h->type),
@@ -628,10 +669,10 @@ static int req_rx(struct tcp_req_conn *c)
             rc = tcp_rx_need(&c->base, c->rx_hdr.body_len);
             if (rc <= 0)
                 return rc;
-            const uint8_t *body = tcp_rx_peek(&c->base);
-            /* Consuming only moves indices: `body` stays valid until the next receive. */
+            rc = req_on_response(c, tcp_rx_peek(&c->base), c->rx_hdr.body_len);
+            if (rc == 1)
+                return 0; /* deferred: the body stays staged until the sender pokes */
             tcp_rx_consume(&c->base, c->rx_hdr.body_len);
-            rc = req_on_response(c, body, c->rx_hdr.body_len);
             if (rc < 0)
                 return rc;
             break;
@@ -644,6 +685,8 @@ static int req_rx(struct tcp_req_conn *c)
                 c->rx_off += (uint64_t)n;
             }
             rc = req_on_response(c, c->rx_big, c->rx_hdr.body_len);
+            if (rc == 1)
+                return 0; /* deferred: rx_big stays whole until the sender pokes */
             free(c->rx_big);
             c->rx_big = NULL;
             if (rc < 0)
@@ -705,8 +748,25 @@ static int req_worker_tx(struct tcp_req_conn *c, int writable)
     return more;
 }
 
+/* A teardown left for the sender to let go of the socket: finish it once it has. Returns 1
+ * when the connection is being torn down (do not use it any more). */
+static int req_kill_pending(struct tcp_req_conn *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int status = c->kill_status;
+    int busy = c->tx_busy;
+    pthread_mutex_unlock(&c->lock);
+    if (status == 0)
+        return 0;
+    if (!busy)
+        tcp_req_conn_kill(c, status);
+    return 1;
+}
+
 void tcp_req_conn_on_event(struct tcp_req_conn *c, uint32_t events)
 {
+    if (req_kill_pending(c))
+        return;
     int more = req_worker_tx(c, (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0);
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
         c->base.can_recv = 1;
@@ -723,6 +783,8 @@ void tcp_req_conn_on_event(struct tcp_req_conn *c, uint32_t events)
 
 void tcp_req_conn_scan(struct tcp_req_conn *c, uint64_t now)
 {
+    if (req_kill_pending(c))
+        return;
     if (req_worker_tx(c, 0))
         tcp_worker_defer(c->base.worker, &c->base); /* a submitter handed the sending over */
     if (req_conn_check(c))

@@ -38,6 +38,34 @@ void tcp_worker_kick(struct tcp_worker *w)
     worker_wake(w);
 }
 
+void tcp_worker_poke(struct tcp_worker *w, struct tcp_conn *c)
+{
+    pthread_mutex_lock(&w->lock);
+    int wake = !c->poked;
+    if (wake) {
+        c->poked = 1;
+        c->poke_next = w->pokes;
+        w->pokes = c;
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (wake)
+        worker_wake(w);
+}
+
+/* The next poked connection, or NULL (worker thread). */
+static struct tcp_conn *worker_pop_poke(struct tcp_worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    struct tcp_conn *c = w->pokes;
+    if (c != NULL) {
+        w->pokes = c->poke_next;
+        c->poke_next = NULL;
+        c->poked = 0;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return c;
+}
+
 int tcp_worker_handover(struct tcp_worker *w, struct tcp_conn *c)
 {
     pthread_mutex_lock(&w->lock);
@@ -82,6 +110,17 @@ static struct tcp_conn *worker_pop_ready(struct tcp_worker *w)
 
 void tcp_worker_forget(struct tcp_worker *w, struct tcp_conn *c)
 {
+    pthread_mutex_lock(&w->lock);
+    if (c->poked) {
+        struct tcp_conn **pp = &w->pokes;
+        while (*pp != NULL && *pp != c)
+            pp = &(*pp)->poke_next;
+        if (*pp == c)
+            *pp = c->poke_next;
+        c->poke_next = NULL;
+        c->poked = 0;
+    }
+    pthread_mutex_unlock(&w->lock);
     if (c->in_ready) {
         struct tcp_conn *prev = NULL;
         for (struct tcp_conn *r = w->ready_head; r != NULL; prev = r, r = r->ready_next) {
@@ -214,6 +253,11 @@ static void *worker_main(void *arg)
         }
         for (int i = 0; i < n; i++)
             worker_dispatch(w, &events[i]);
+
+        /* Connections that application threads handed back (a deferred response, a deferred
+         * teardown). Popped one at a time: serving one may forget another. */
+        for (struct tcp_conn *p; (p = worker_pop_poke(w)) != NULL;)
+            worker_serve(w, p, 0);
 
         /* One more turn for each connection that had work left (they may queue again). */
         size_t ready = 0;

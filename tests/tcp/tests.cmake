@@ -2,3 +2,8 @@
 orb_unit_test(test_tcp
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tcp.c ${CMAKE_CURRENT_LIST_DIR}/harness.c
   OBJECTS orb_base orb_wire orb_mem orb_config orb_tcp)
+# A submitter stalled inside sendmsg() (interposed with --wrap) must never stall a worker.
+orb_unit_test(test_tcp_stall
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tcp_stall.c ${CMAKE_CURRENT_LIST_DIR}/harness.c
+  OBJECTS orb_base orb_wire orb_mem orb_config orb_tcp)
+target_link_options(test_tcp_stall PRIVATE -Wl,--wrap=sendmsg)
