@@ -165,7 +165,8 @@ struct orb_engine_config {
     uint32_t max_batch_requests;
     /** Budget: registrations per engine (default 65536). */
     uint32_t max_registrations;
-    /** Budget: accepted source connections (default 256). */
+    /** Budget: authenticated source connections, those that completed HELLO (default 256). A
+     *  connection beyond it is refused at HELLO with ORB_ERESOURCE. */
     uint32_t max_connections;
     /** Budget: notifications queued at the source before new ones are refused (default 1024). */
     uint32_t max_notifications;
@@ -174,17 +175,25 @@ struct orb_engine_config {
      * "helper": "auto", "required" or "off".
      */
     uint32_t helper_mode;
+    /** Milliseconds a new source connection has to complete HELLO before it is dropped
+     *  (default 5000, 1..3600000); separate from io_timeout_s, so that a peer trickling its
+     *  HELLO cannot hold a connection by making progress. */
+    uint32_t hello_timeout_ms;
+    /** Budget: source connections that have not completed HELLO yet (default 32, 1..65536).
+     *  They never take a slot of max_connections; when this budget is full, the oldest of
+     *  them is dropped to admit a new one. */
+    uint32_t max_unauthenticated;
     /*
-     * helper_mode and reserved32 took the place of the first of eight reserved words, so the
-     * structure keeps its size on every ABI (reserved32 is explicit so that no ABI, not even
-     * one that aligns uint64_t to 4 bytes, has a padding hole here). An older program's zeroed
-     * words read as ORB_HELPER_AUTO, the default; a non-zero helper_mode given to an older
-     * library is refused as a non-zero reserved word rather than silently ignored.
+     * helper_mode, hello_timeout_ms, max_unauthenticated and reserved32 took the place of the
+     * first two of eight reserved words, so the structure keeps its size on every ABI
+     * (reserved32 is explicit so that no ABI, not even one that aligns uint64_t to 4 bytes,
+     * has a padding hole here). A non-zero field given to an older library is refused as a
+     * non-zero reserved word rather than silently ignored.
      */
     /** Reserved for future fields; must stay zero. */
     uint32_t reserved32;
     /** Reserved for future fields; must stay zero. */
-    uint64_t reserved[7];
+    uint64_t reserved[6];
 };
 
 /** Fill `cfg` with the defaults documented above. Errors: ORB_EINVAL (NULL). */
@@ -388,6 +397,7 @@ typedef struct orb_segment orb_segment;
  * e.g. orb_engine_source_epoch()). The caller owns `*out`.
  * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_ESTALE (the endpoint runs another
  * epoch), ORB_EPEER (cannot connect or the peer hung up), ORB_EPROTO,
+ * ORB_ERESOURCE (the source serves max_connections peers already),
  * ORB_ETIMEDOUT, ORB_ENOMEM.
  */
 int orb_open_segment(orb_engine *engine, const char *endpoint, const struct orb_epoch *expected,

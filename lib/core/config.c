@@ -45,6 +45,8 @@ static const struct config_field config_fields[] = {
     FIELD(max_registrations, FIELD_U32, 1, 1u << 24),
     FIELD(max_connections, FIELD_U32, 1, 65536),
     FIELD(max_notifications, FIELD_U32, 1, 1u << 20),
+    FIELD(hello_timeout_ms, FIELD_U32, 1, 3600000),
+    FIELD(max_unauthenticated, FIELD_U32, 1, 65536),
     /* The one key that differs from its field's name: JSON says "helper": "auto". */
     { "helper", FIELD_HELPER_MODE, offsetof(struct orb_engine_config, helper_mode), 0, 0 },
 };
@@ -121,6 +123,8 @@ ORB_EXPORT int orb_engine_config_init(struct orb_engine_config *cfg)
     cfg->max_connections = 256;
     cfg->max_notifications = 1024;
     cfg->helper_mode = ORB_HELPER_AUTO;
+    cfg->hello_timeout_ms = 5000;
+    cfg->max_unauthenticated = 32;
     return 0;
 }
 

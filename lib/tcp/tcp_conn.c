@@ -16,7 +16,9 @@
 #include "core/config.h"
 #include "core/error.h"
 
-#define TCP_LISTEN_BACKLOG 128
+/* Deep enough that a burst of strangers does not make good peers' SYNs wait for a retransmit;
+ * the kernel caps it at net.core.somaxconn. */
+#define TCP_LISTEN_BACKLOG 4096
 
 int tcp_status_from_errno(int err)
 {
@@ -33,6 +35,7 @@ void tcp_conn_init(struct tcp_conn *c, enum tcp_kind kind, int fd, const char *n
     c->poked = 0;
     c->in_ready = 0;
     c->adopted = 0;
+    c->serve_on_adopt = 0;
     c->turn_left = NULL;
     atomic_init(&c->last_progress_ns, orb_now_ns());
     c->can_recv = 1;

@@ -39,6 +39,7 @@ struct tcp_conn {
     struct tcp_conn *ready_next;     /* the worker's ready list (worker thread only) */
     int in_ready;                    /* on the ready list: more to do after its turn */
     int adopted;                     /* registered with the worker's epoll */
+    int serve_on_adopt;              /* handed over with work staged: serve it once adopted */
     uint64_t *turn_left;             /* the worker's byte budget for the current turn */
     atomic_uint_fast64_t last_progress_ns;
     /* Worker thread only: */

@@ -25,6 +25,7 @@
 #define TCP_TURN_BYTES (2ull << 20)  /* a worker's budget for one connection before the next */
 #define TCP_DIRECT_SEND_BYTES (2ull << 20) /* a submitting thread sends at most this much itself */
 #define TCP_SLICE_ALIGN (64ull << 10)
+#define TCP_ACCEPT_BATCH 16u      /* connections accepted before other events get a turn */
 
 /* An internal op travelling in a requester connection's xfer queue. */
 #define TCP_OP_DESCRIBE 0x80u
@@ -65,7 +66,9 @@ struct tcp_transport {
     uint64_t stripe_threshold;
     uint32_t socket_buffer;
     uint64_t io_timeout_ns;           /* 0: never */
-    uint32_t max_connections;
+    uint64_t hello_timeout_ns;        /* a stranger's time to complete HELLO */
+    uint32_t max_connections;         /* authenticated source connections */
+    uint32_t max_strangers;           /* source connections that have not completed HELLO */
 
     uint32_t nworkers;
     struct tcp_worker *workers;
@@ -77,7 +80,14 @@ struct tcp_transport {
     int listen_fd;                    /* owned by worker 0; -1 once closed */
     char endpoint[TCP_NAME_MAX];
     atomic_int source_closed;
-    atomic_uint source_conns;
+    atomic_uint source_conns;         /* every live source connection */
+    atomic_uint authed_conns;         /* those that completed HELLO (max_connections) */
+    /* Strangers, source connections that have not completed HELLO, live on worker 0 (the
+     * listener's) in accept order, so that the oldest can be dropped for a new one. Worker 0
+     * only: */
+    struct tcp_source_conn *strangers_head, *strangers_tail;
+    uint32_t nstrangers;
+    int listen_more;                  /* the accept loop stopped at its batch, not at EAGAIN */
 
     atomic_int stopping;
     pthread_mutex_t stop_lock;        /* serialises stop() */
@@ -99,6 +109,9 @@ void tcp_worker_kick(struct tcp_worker *w);
  * forgotten). The cheap way for an application thread to hand work back to a worker: the worker
  * never waits for an application thread, it defers and is poked. */
 void tcp_worker_poke(struct tcp_worker *w, struct tcp_conn *c);
+/* Adopt `c` on `w` at once (its epoll set, its list) and serve it one turn (worker thread of
+ * `w`). Returns 0, or -1 when `c` was torn down (do not use it). */
+int tcp_worker_adopt_now(struct tcp_worker *w, struct tcp_conn *c);
 /* Serve `c` again after the other ready connections (worker thread). */
 void tcp_worker_defer(struct tcp_worker *w, struct tcp_conn *c);
 /* Unregister and unlink `c` from its worker, poke list included (worker thread; does not close
@@ -111,6 +124,7 @@ int tcp_source_admits(struct tcp_transport *tp);
 /* ---- tcp_source.c --------------------------------------------------------------------------- */
 
 int tcp_source_listen(struct tcp_transport *tp);
+/* Accept up to TCP_ACCEPT_BATCH connections; sets tp->listen_more when more may be waiting. */
 void tcp_listener_on_event(struct tcp_worker *w);
 void tcp_listener_close(struct tcp_transport *tp);
 struct tcp_source_conn;

@@ -33,8 +33,12 @@ struct tcp_source_conn {
     struct tcp_conn base;           /* first member */
     struct tcp_transport *tp;
     int can_send;                   /* cleared on EAGAIN, set by EPOLLOUT */
-    int authed;                     /* HELLO_OK sent */
+    int authed;                     /* HELLO accepted (counted in authed_conns) */
+    int stranger;                   /* on the strangers list (worker 0) */
+    int migrate;                    /* move to its own worker once HELLO_OK is out */
     int closing;                    /* close once the response being sent is out */
+    uint64_t accepted_ns;           /* when HELLO's deadline started */
+    struct tcp_source_conn *s_prev, *s_next; /* the strangers list, oldest first */
     struct orb_epoch sender;        /* the requester engine's epoch, from HELLO */
 
     enum src_rx_state rx_state;
@@ -97,12 +101,49 @@ static void src_unpin(struct tcp_source_conn *s, struct orb_reg **pin)
 
 /* ---- connection life ------------------------------------------------------------------------- */
 
+/* ---- strangers (worker 0 only) -------------------------------------------------------------- */
+
+static void stranger_add(struct tcp_source_conn *s)
+{
+    struct tcp_transport *tp = s->tp;
+    s->stranger = 1;
+    s->s_next = NULL;
+    s->s_prev = tp->strangers_tail;
+    if (tp->strangers_tail != NULL)
+        tp->strangers_tail->s_next = s;
+    else
+        tp->strangers_head = s;
+    tp->strangers_tail = s;
+    tp->nstrangers++;
+}
+
+static void stranger_remove(struct tcp_source_conn *s)
+{
+    struct tcp_transport *tp = s->tp;
+    if (!s->stranger)
+        return;
+    if (s->s_prev != NULL)
+        s->s_prev->s_next = s->s_next;
+    else
+        tp->strangers_head = s->s_next;
+    if (s->s_next != NULL)
+        s->s_next->s_prev = s->s_prev;
+    else
+        tp->strangers_tail = s->s_prev;
+    s->s_prev = s->s_next = NULL;
+    s->stranger = 0;
+    tp->nstrangers--;
+}
+
 void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
 {
     ORB_LOGD("tcp source: closing %s: %s", s->base.name, why);
     src_unpin(s, &s->rx_pin);
     src_unpin(s, &s->tx_pin);
     free(s->tx_heap);
+    stranger_remove(s);
+    if (s->authed)
+        atomic_fetch_sub(&s->tp->authed_conns, 1);
     if (s->base.worker != NULL)
         tcp_worker_forget(s->base.worker, &s->base);
     if (s->base.fd >= 0)
@@ -226,11 +267,23 @@ static int src_hello(struct tcp_source_conn *s, const uint8_t *body, size_t len)
         return src_tx_error(s, 0, ORB_ESTALE,
                             "this endpoint runs another source epoch than the one expected");
     }
+    struct tcp_transport *tp = s->tp;
+    /* Only worker 0 admits strangers, so the check and the count cannot race. */
+    if (atomic_load(&tp->authed_conns) >= tp->max_connections) {
+        ORB_LOGW("tcp source: refusing %s: max_connections (%u) authenticated connections",
+                 s->base.name, tp->max_connections);
+        s->closing = 1;
+        return src_tx_error(s, 0, ORB_ERESOURCE,
+                            "the source serves max_connections authenticated connections");
+    }
     struct orb_wire_hello_ok ok = {.epoch = *mine, .max_payload = ORB_WIRE_MAX_PAYLOAD};
     size_t out_len;
     if (orb_wire_hello_ok_encode(&ok, s->tx_small, sizeof s->tx_small, &out_len) != 0)
         return src_violation(s, "cannot encode HELLO_OK", orb_last_error());
+    atomic_fetch_add(&tp->authed_conns, 1);
     s->authed = 1;
+    stranger_remove(s);
+    s->migrate = 1;
     s->sender = hello.sender;
     src_tx_set(s, s->tx_small, out_len, NULL, 0, NULL);
     return 0;
@@ -434,6 +487,23 @@ static void src_fail(struct tcp_source_conn *s, int status)
     }
 }
 
+/* The connection completed HELLO on worker 0: give it to its own worker. Returns 1 when it
+ * left this worker (do not touch it any more). */
+static int src_migrate(struct tcp_source_conn *s)
+{
+    s->migrate = 0;
+    struct tcp_worker *to = tcp_next_worker(s->tp);
+    if (to == s->base.worker)
+        return 0;
+    tcp_worker_forget(s->base.worker, &s->base);
+    s->base.serve_on_adopt = 1; /* pipelined requests may be staged already */
+    if (tcp_worker_handover(to, &s->base) != 0) {
+        s->base.worker = NULL;
+        tcp_source_conn_kill(s, "the transport is stopping");
+    }
+    return 1;
+}
+
 static void src_progress(struct tcp_source_conn *s)
 {
     for (;;) {
@@ -449,6 +519,8 @@ static void src_progress(struct tcp_source_conn *s)
                 tcp_source_conn_kill(s, "refused HELLO");
                 return;
             }
+            if (s->migrate && src_migrate(s))
+                return;
             if (!tcp_source_admits(s->tp)) {
                 tcp_source_conn_kill(s, "the source is closed");
                 return;
@@ -481,9 +553,18 @@ void tcp_source_conn_scan(struct tcp_source_conn *s, uint64_t now)
         tcp_source_conn_kill(s, "the source is closed");
         return;
     }
+    if (s->stranger) {
+        /* A deadline, not a progress timer: trickling bytes does not extend it. */
+        if (now > s->accepted_ns && now - s->accepted_ns > s->tp->hello_timeout_ns) {
+            ORB_LOGI("tcp source: closing %s: no HELLO within %llu ms", s->base.name,
+                     (unsigned long long)(s->tp->hello_timeout_ns / 1000000u));
+            tcp_source_conn_kill(s, "HELLO deadline");
+        }
+        return;
+    }
     uint64_t timeout = s->tp->io_timeout_ns;
     uint64_t last = atomic_load_explicit(&s->base.last_progress_ns, memory_order_relaxed);
-    if (timeout != 0 && (!s->authed || !src_idle(s)) && now > last && now - last > timeout) {
+    if (timeout != 0 && !src_idle(s) && now > last && now - last > timeout) {
         ORB_LOGW("tcp source: closing %s: no progress for %llu s", s->base.name,
                  (unsigned long long)(timeout / ORB_NS_PER_SEC));
         tcp_source_conn_kill(s, "io timeout");
@@ -515,17 +596,21 @@ void tcp_listener_close(struct tcp_transport *tp)
     tp->listen_fd = -1;
 }
 
-static void src_accept_one(struct tcp_transport *tp, int fd, const char *name)
+/* A new connection is a stranger on worker 0 until it completes HELLO. Strangers draw from their
+ * own budget, never from max_connections: when it is full, the oldest stranger makes room. The
+ * connection is served at once, since a good peer's HELLO is usually waiting already. */
+static void src_accept_one(struct tcp_worker *w, int fd, const char *name)
 {
+    struct tcp_transport *tp = w->tp;
     if (!tcp_source_admits(tp)) {
         close(fd);
         return;
     }
-    if (atomic_load(&tp->source_conns) >= tp->max_connections) {
-        ORB_LOGW("tcp source: refusing %s: max_connections (%u) reached", name,
-                 tp->max_connections);
-        close(fd);
-        return;
+    if (tp->nstrangers >= tp->max_strangers && tp->strangers_head != NULL) {
+        struct tcp_source_conn *oldest = tp->strangers_head;
+        ORB_LOGD("tcp source: dropping %s, the oldest of %u connections without HELLO, for %s",
+                 oldest->base.name, tp->nstrangers, name);
+        tcp_source_conn_kill(oldest, "the unauthenticated budget is full");
     }
     struct tcp_source_conn *s = calloc(1, sizeof *s);
     if (s == NULL) {
@@ -537,16 +622,22 @@ static void src_accept_one(struct tcp_transport *tp, int fd, const char *name)
     s->tp = tp;
     s->can_send = 1;
     s->rx_state = SRX_HEADER;
+    s->accepted_ns = orb_now_ns();
     tcp_socket_tune(fd, tp->socket_buffer);
     atomic_fetch_add(&tp->source_conns, 1);
-    if (tcp_worker_handover(tcp_next_worker(tp), &s->base) != 0)
-        tcp_source_conn_kill(s, "the transport is stopping");
+    stranger_add(s);
+    (void)tcp_worker_adopt_now(w, &s->base);
 }
 
 void tcp_listener_on_event(struct tcp_worker *w)
 {
     struct tcp_transport *tp = w->tp;
-    while (tp->listen_fd >= 0) {
+    tp->listen_more = 0;
+    for (unsigned n = 0; tp->listen_fd >= 0; n++) {
+        if (n == TCP_ACCEPT_BATCH) {
+            tp->listen_more = 1; /* the other connections' events first */
+            return;
+        }
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
         int fd = accept4(tp->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -555,10 +646,11 @@ void tcp_listener_on_event(struct tcp_worker *w)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 ORB_LOGW("tcp source: accept failed: %s", strerror(errno));
+            /* EMFILE and friends: try again at the next event or scan rather than spin. */
             return;
         }
         char name[TCP_NAME_MAX];
         tcp_format_addr(&ss, name, sizeof name);
-        src_accept_one(tp, fd, name);
+        src_accept_one(w, fd, name);
     }
 }

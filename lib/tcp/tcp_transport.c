@@ -167,17 +167,34 @@ static void worker_link(struct tcp_worker *w, struct tcp_conn *c)
     w->conns = c;
 }
 
-static void worker_adopt(struct tcp_worker *w, struct tcp_conn *c)
+static void worker_serve(struct tcp_worker *w, struct tcp_conn *c, uint32_t events);
+
+/* Link and watch `c`. Returns 0, or -1 when it could not be watched and was torn down. */
+static int worker_adopt(struct tcp_worker *w, struct tcp_conn *c)
 {
     worker_link(w, c);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c};
     if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
         ORB_LOGE("tcp: cannot watch connection %s: %s", c->name, strerror(errno));
-        conn_kill(c, ORB_EPEER);
-        return;
+        conn_kill(c, ORB_EUNAVAILABLE);
+        return -1;
     }
     c->adopted = 1;
     tcp_conn_touch(c);
+    if (c->serve_on_adopt) {
+        /* Bytes may be staged already, with no new data to raise an event. */
+        c->serve_on_adopt = 0;
+        worker_serve(w, c, 0);
+    }
+    return 0;
+}
+
+int tcp_worker_adopt_now(struct tcp_worker *w, struct tcp_conn *c)
+{
+    c->worker = w;
+    c->turn_left = &w->turn_left;
+    c->serve_on_adopt = 1;
+    return worker_adopt(w, c);
 }
 
 static struct tcp_conn *worker_take_inbox(struct tcp_worker *w, int exiting)
@@ -195,6 +212,10 @@ static void worker_scan(struct tcp_worker *w, uint64_t now)
 {
     if (w->index == 0 && !tcp_source_admits(w->tp))
         tcp_listener_close(w->tp);
+    /* Also picks up connections an accept failure (EMFILE) left waiting without a new edge.
+     * Before the walk below: accepting may drop a stranger the walk would visit. */
+    if (w->index == 0 && w->tp->listen_fd >= 0)
+        tcp_listener_on_event(w);
     struct tcp_conn *c = w->conns;
     while (c != NULL) {
         struct tcp_conn *next = c->next; /* the scan may tear `c` down */
@@ -228,7 +249,9 @@ static void worker_dispatch(struct tcp_worker *w, const struct epoll_event *ev)
         break;
     }
     case TCP_KIND_LISTENER:
-        tcp_listener_on_event(w);
+        /* Accepted after the batch: accepting may drop the oldest stranger, whose own event may
+         * still be further down this batch. */
+        w->tp->listen_more = 1;
         break;
     case TCP_KIND_SOURCE:
     case TCP_KIND_REQUESTER:
@@ -245,7 +268,8 @@ static void *worker_main(void *arg)
     uint64_t next_scan = orb_now_ns() + TCP_SCAN_NS;
 
     while (!atomic_load(&tp->stopping)) {
-        int timeout = w->ready_head != NULL ? 0 : orb_deadline_poll_ms(next_scan);
+        int busy = w->ready_head != NULL || (w->index == 0 && tp->listen_more);
+        int timeout = busy ? 0 : orb_deadline_poll_ms(next_scan);
         int n = epoll_wait(w->epfd, events, TCP_EPOLL_BATCH, timeout);
         if (n < 0 && errno != EINTR) {
             ORB_LOGE("tcp: epoll_wait failed: %s", strerror(errno));
@@ -253,6 +277,10 @@ static void *worker_main(void *arg)
         }
         for (int i = 0; i < n; i++)
             worker_dispatch(w, &events[i]);
+        /* The listener is edge-triggered: its event, or a batch that stopped early, is served
+         * here, once no event of this batch can name a connection it drops. */
+        if (w->index == 0 && tp->listen_more)
+            tcp_listener_on_event(w);
 
         /* Connections that application threads handed back (a deferred response, a deferred
          * teardown). Popped one at a time: serving one may forget another. */
@@ -273,7 +301,7 @@ static void *worker_main(void *arg)
         struct tcp_conn *c = worker_take_inbox(w, 0);
         while (c != NULL) {
             struct tcp_conn *next = c->inbox_next;
-            worker_adopt(w, c);
+            (void)worker_adopt(w, c);
             c = next;
         }
         uint64_t now = orb_now_ns();
@@ -370,11 +398,14 @@ static int tcp_start(orb_engine *engine, void **tp_out)
     tp->socket_buffer = cfg->tcp_socket_buffer;
     tp->io_timeout_ns = (uint64_t)cfg->io_timeout_s * ORB_NS_PER_SEC;
     tp->max_connections = cfg->max_connections;
+    tp->max_strangers = cfg->max_unauthenticated;
+    tp->hello_timeout_ns = (uint64_t)cfg->hello_timeout_ms * 1000000ull;
     tp->listen_kind = TCP_KIND_LISTENER;
     tp->listen_fd = -1;
     atomic_init(&tp->next_worker, 0);
     atomic_init(&tp->source_closed, 0);
     atomic_init(&tp->source_conns, 0);
+    atomic_init(&tp->authed_conns, 0);
     atomic_init(&tp->stopping, 0);
     atomic_init(&tp->inflight_xfers, 0);
     atomic_init(&tp->source_pins, 0);

@@ -11,13 +11,14 @@
 
 #include "core/config.h"
 
-/* helper_mode and reserved32 replaced the first of eight reserved u64 words: same size, and the
- * remaining reserved words where they were (ABI of 0.1.0). */
+/* helper_mode, hello_timeout_ms, max_unauthenticated and reserved32 replaced the first two of
+ * eight reserved u64 words: same size, and the remaining reserved words where they were (ABI of
+ * 0.1.0). */
 _Static_assert(sizeof(struct orb_engine_config) == 248, "the configuration keeps its size");
-_Static_assert(offsetof(struct orb_engine_config, helper_mode) + 8 ==
+_Static_assert(offsetof(struct orb_engine_config, helper_mode) + 16 ==
                    offsetof(struct orb_engine_config, reserved),
-               "helper_mode + reserved32 fill exactly one former reserved word");
-_Static_assert(offsetof(struct orb_engine_config, reserved) + 7 * sizeof(uint64_t) ==
+               "the four 32-bit fields fill exactly two former reserved words");
+_Static_assert(offsetof(struct orb_engine_config, reserved) + 6 * sizeof(uint64_t) ==
                    sizeof(struct orb_engine_config),
                "reserved[] ends the structure");
 
@@ -42,6 +43,8 @@ static const struct int_key int_keys[] = {
     { "max_registrations", 1, 1u << 24 },
     { "max_connections", 1, 65536 },
     { "max_notifications", 1, 1u << 20 },
+    { "hello_timeout_ms", 1, 3600000 },
+    { "max_unauthenticated", 1, 65536 },
 };
 
 #define INT_KEY_COUNT (sizeof int_keys / sizeof int_keys[0])
@@ -59,6 +62,8 @@ static uint64_t get_int(const struct orb_engine_config *cfg, const char *name)
     if (strcmp(name, "max_registrations") == 0) return cfg->max_registrations;
     if (strcmp(name, "max_connections") == 0) return cfg->max_connections;
     if (strcmp(name, "max_notifications") == 0) return cfg->max_notifications;
+    if (strcmp(name, "hello_timeout_ms") == 0) return cfg->hello_timeout_ms;
+    if (strcmp(name, "max_unauthenticated") == 0) return cfg->max_unauthenticated;
     fail_msg("unknown key %s", name);
     return 0;
 }
@@ -76,6 +81,8 @@ static void set_int(struct orb_engine_config *cfg, const char *name, uint64_t v)
     else if (strcmp(name, "max_registrations") == 0) cfg->max_registrations = (uint32_t)v;
     else if (strcmp(name, "max_connections") == 0) cfg->max_connections = (uint32_t)v;
     else if (strcmp(name, "max_notifications") == 0) cfg->max_notifications = (uint32_t)v;
+    else if (strcmp(name, "hello_timeout_ms") == 0) cfg->hello_timeout_ms = (uint32_t)v;
+    else if (strcmp(name, "max_unauthenticated") == 0) cfg->max_unauthenticated = (uint32_t)v;
     else fail_msg("unknown key %s", name);
 }
 
@@ -140,8 +147,10 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.max_connections, 256);
     assert_int_equal(cfg.max_notifications, 1024);
     assert_int_equal(cfg.helper_mode, ORB_HELPER_AUTO);
+    assert_int_equal(cfg.hello_timeout_ms, 5000);
+    assert_int_equal(cfg.max_unauthenticated, 32);
     assert_int_equal(cfg.reserved32, 0);
-    assert_int_equal(RESERVED_WORDS, 7);
+    assert_int_equal(RESERVED_WORDS, 6);
     for (size_t i = 0; i < RESERVED_WORDS; i++)
         assert_int_equal(cfg.reserved[i], 0);
     assert_int_equal(orb_engine_config_validate(&cfg), 0);

@@ -1154,13 +1154,130 @@ static void test_max_connections(void **state)
     char ep[ORB_ENDPOINT_MAX];
     th_endpoint(src, ep, sizeof ep);
     void *peer = NULL;
+    /* The third connection is refused at HELLO with a reason, not dropped at accept. */
     assert_int_equal(T->peer_open(req->tp, ep, &src->epoch, orb_deadline_after(5 * TH_SEC), &peer),
-                     ORB_EPEER);
+                     ORB_ERESOURCE);
+    assert_non_null(strstr(orb_last_error(), "max_connections"));
     assert_true(th_log_contains("max_connections"));
     assert_true(wait_source_conns(src, 0));
     th_engine_free(req);
     th_engine_free(src);
     th_log_stop();
+}
+
+/* ---- admission of strangers ------------------------------------------------------------------ */
+
+static orb_engine *source_with(uint32_t hello_timeout_ms, uint32_t max_unauthenticated,
+                               uint32_t max_connections)
+{
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.hello_timeout_ms = hello_timeout_ms;
+    cfg.max_unauthenticated = max_unauthenticated;
+    cfg.max_connections = max_connections;
+    cfg.io_timeout_s = 30; /* longer than every HELLO deadline here: that one must act */
+    return th_engine_new(&cfg);
+}
+
+/* A connection that never completes HELLO is closed at its deadline, however it trickles. */
+static void test_hello_deadline(void **state)
+{
+    (void)state;
+    orb_engine *src = source_with(300, 32, 256);
+    int idle = th_raw_connect(src);
+    int trickle = th_raw_connect(src);
+    uint64_t start = orb_now_ns();
+    uint8_t hello[ORB_WIRE_HEADER_LEN + 40];
+    struct orb_wire_hello h = {.expected = src->epoch, .role = ORB_WIRE_ROLE_CONTROL};
+    size_t len;
+    assert_int_equal(orb_wire_hello_encode(&h, hello, sizeof hello, &len), 0);
+    /* One byte every 40 ms: always progressing, never done before the deadline. */
+    int closed = 0;
+    for (size_t i = 0; i < len - 1 && !closed; i++) {
+        if (send(trickle, hello + i, 1, MSG_NOSIGNAL) != 1)
+            closed = 1;
+        else
+            closed = th_raw_closed(trickle, 40ull * 1000 * 1000);
+    }
+    assert_true(closed || th_raw_closed(trickle, 2 * TH_SEC));
+    uint64_t took = orb_now_ns() - start;
+    assert_true(th_raw_closed(idle, 2 * TH_SEC));
+    /* The deadline (300 ms), give or take the 250 ms scan, never the 30 s io timeout. */
+    assert_true(took >= 250ull * 1000 * 1000 && took < 2 * TH_SEC);
+    assert_true(wait_source_conns(src, 0));
+    close(idle);
+    close(trickle);
+    th_engine_free(src);
+}
+
+/* Strangers have their own budget: the oldest makes room for a new one, and none of them takes
+ * a slot an authenticated peer needs. */
+static void test_strangers_budget(void **state)
+{
+    (void)state;
+    orb_engine *src = source_with(30000, 4, 3);
+    int fds[10];
+    for (int i = 0; i < 10; i++)
+        fds[i] = th_raw_connect(src);
+    /* The six oldest were dropped; the four newest wait. */
+    for (int i = 0; i < 6; i++)
+        assert_true(th_raw_closed(fds[i], 5 * TH_SEC));
+    assert_true(wait_source_conns(src, 4));
+    for (int i = 6; i < 10; i++)
+        assert_false(th_raw_closed(fds[i], 10ull * 1000 * 1000));
+    /* A peer needing all three authenticated slots still gets in. */
+    orb_engine *req = requester_engine();
+    void *peer = th_open(req, src);
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 4096, ORB_PERM_REMOTE_READ, 3, &owner);
+    uint8_t local[4096];
+    struct th_xfer t;
+    th_xfer_init(&t, ORB_XFER_READ, local, remote, sizeof local, NULL);
+    assert_int_equal(th_run(peer, &t, 10 * TH_SEC), 0);
+    assert_memory_equal(local, remote, sizeof local);
+    T->peer_release(peer);
+    th_engine_free(req);
+    for (int i = 0; i < 10; i++)
+        close(fds[i]);
+    assert_true(wait_source_conns(src, 0));
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+}
+
+/* HELLO and a request in one write: the request, staged while the connection authenticates on
+ * the listener's worker, is served after the connection moves to its own worker. */
+static void test_pipelined_hello_and_request(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, 4096, ORB_PERM_REMOTE_READ, 4, &owner);
+    for (int round = 0; round < 8; round++) { /* rounds land on either worker */
+        int fd = th_raw_connect(src);
+        uint8_t out[ORB_WIRE_HEADER_LEN * 2 + 40 + 32];
+        struct orb_wire_hello h = {.expected = src->epoch, .role = ORB_WIRE_ROLE_DATA};
+        size_t a, b;
+        assert_int_equal(orb_wire_hello_encode(&h, out, sizeof out, &a), 0);
+        struct orb_wire_xfer rx = {.addr = (uint64_t)(uintptr_t)remote + 100, .length = 64,
+                                   .request_addr = (uint64_t)(uintptr_t)remote + 100,
+                                   .request_length = 64};
+        assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_READ_REQ, 5, &rx, out + a, sizeof out - a,
+                                              &b), 0);
+        assert_int_equal(send(fd, out, a + b, MSG_NOSIGNAL), (ssize_t)(a + b));
+        uint8_t in[ORB_WIRE_HEADER_LEN + 20 + ORB_WIRE_HEADER_LEN + 16 + 64];
+        assert_int_equal(recv(fd, in, sizeof in, MSG_WAITALL), (ssize_t)sizeof in);
+        struct orb_wire_header hdr;
+        assert_int_equal(orb_wire_header_decode(in, &hdr), 0);
+        assert_int_equal(hdr.type, ORB_WIRE_HELLO_OK);
+        assert_int_equal(orb_wire_header_decode(in + ORB_WIRE_HEADER_LEN + 20, &hdr), 0);
+        assert_int_equal(hdr.type, ORB_WIRE_READ_RESP);
+        assert_int_equal(hdr.tag, 5);
+        assert_memory_equal(in + sizeof in - 64, remote + 100, 64);
+        close(fd);
+    }
+    assert_true(wait_source_conns(src, 0));
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
 }
 
 int main(void)
@@ -1183,6 +1300,9 @@ int main(void)
         cmocka_unit_test(test_withdrawn_xfers_are_not_sent),
         cmocka_unit_test(test_close_source),
         cmocka_unit_test(test_max_connections),
+        cmocka_unit_test(test_hello_deadline),
+        cmocka_unit_test(test_strangers_budget),
+        cmocka_unit_test(test_pipelined_hello_and_request),
         cmocka_unit_test(test_release_closes_connections),
         cmocka_unit_test(test_slice_len),
         cmocka_unit_test(test_describe),
