@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,8 +40,21 @@ void tcp_conn_init(struct tcp_conn *c, enum tcp_kind kind, int fd, const char *n
     c->turn_left = NULL;
     atomic_init(&c->last_progress_ns, orb_now_ns());
     c->can_recv = 1;
+    c->peer_closed = 0;
     c->rx_start = c->rx_end = 0;
+    c->rx_lookahead = TCP_RX_STAGE;
+    c->rx_lowat = 1;
     snprintf(c->name, sizeof c->name, "%s", name ? name : "?");
+}
+
+void tcp_conn_rx_event(struct tcp_conn *c, uint32_t events)
+{
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        c->can_recv = 1;
+    /* The end of the stream raises no edge of its own once its event is taken: after it, only
+     * recv() returning 0 (or an error) may say the socket is done. */
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        c->peer_closed = 1;
 }
 
 void tcp_conn_touch(struct tcp_conn *c)
@@ -68,26 +82,52 @@ static int rx_failed(struct tcp_conn *c, ssize_t n, int err)
     return orb_fail(tcp_status_from_errno(err), "recv from %s failed: %s", c->name, strerror(err));
 }
 
+void tcp_rx_note_payload(struct tcp_conn *c, uint64_t len)
+{
+    c->rx_lookahead = len > TCP_RX_DIRECT_MIN ? TCP_RX_LOOKAHEAD : TCP_RX_STAGE;
+}
+
+static void rx_set_lowat(struct tcp_conn *c, int want)
+{
+    if (want != c->rx_lowat &&
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0)
+        c->rx_lowat = want;
+}
+
+void tcp_rx_lowat(struct tcp_conn *c, uint64_t left)
+{
+    /* Two system calls per large payload at most: raise it while plenty is left, lower it only
+     * when it would wait for bytes past the payload's end (which may never come). */
+    if (left >= 2ull * TCP_RX_LOWAT_MAX)
+        rx_set_lowat(c, (int)TCP_RX_LOWAT_MAX);
+    else if ((uint64_t)c->rx_lowat > left)
+        rx_set_lowat(c, 1);
+}
+
 int tcp_rx_need(struct tcp_conn *c, size_t need)
 {
     while (c->rx_end - c->rx_start < need) {
-        if (!c->can_recv || tcp_turn_room(c) == 0)
+        if (!c->can_recv || tcp_turn_room(c) == 0) {
+            rx_set_lowat(c, 1); /* a frame header may be all that comes */
             return 0;
-        if (c->rx_start == c->rx_end) {
+        }
+        size_t staged = c->rx_end - c->rx_start;
+        size_t want = need - staged + c->rx_lookahead;
+        if (want > TCP_RX_STAGE - staged)
+            want = TCP_RX_STAGE - staged;
+        if (staged == 0) {
             c->rx_start = c->rx_end = 0;
-        } else if (TCP_RX_STAGE - c->rx_start < need) {
-            memmove(c->rx_stage, c->rx_stage + c->rx_start, c->rx_end - c->rx_start);
-            c->rx_end -= c->rx_start;
+        } else if (TCP_RX_STAGE - c->rx_end < want) {
+            memmove(c->rx_stage, c->rx_stage + c->rx_start, staged);
+            c->rx_end = staged;
             c->rx_start = 0;
         }
-        size_t want = need - (c->rx_end - c->rx_start) + TCP_RX_LOOKAHEAD;
-        if (want > TCP_RX_STAGE - c->rx_end)
-            want = TCP_RX_STAGE - c->rx_end;
         ssize_t n = recv(c->fd, c->rx_stage + c->rx_end, want, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             c->can_recv = 0;
+            rx_set_lowat(c, 1); /* a frame header may be all that comes */
             return 0;
         }
         if (n <= 0)
@@ -95,6 +135,11 @@ int tcp_rx_need(struct tcp_conn *c, size_t need)
         c->rx_end += (size_t)n;
         tcp_conn_touch(c);
         tcp_turn_spend(c, (uint64_t)n);
+        if ((size_t)n < want && !c->peer_closed) {
+            c->can_recv = 0; /* the socket is empty: no second recv() just to hear EAGAIN */
+            if (c->rx_end - c->rx_start < need)
+                rx_set_lowat(c, 1);
+        }
     }
     return 1;
 }
@@ -132,10 +177,10 @@ ssize_t tcp_rx_into(struct tcp_conn *c, uint8_t *dst, size_t len)
         return 0;
     if (len > room)
         len = (size_t)room;
-    /* The stage is empty: the bytes after this payload (the next frame's header) land there. */
+    /* The stage is empty: the bytes after this payload (the next frames) land there. */
     c->rx_start = c->rx_end = 0;
     struct iovec iov[2] = {{.iov_base = dst, .iov_len = len},
-                           {.iov_base = c->rx_stage, .iov_len = TCP_RX_LOOKAHEAD}};
+                           {.iov_base = c->rx_stage, .iov_len = c->rx_lookahead}};
     for (;;) {
         ssize_t n = readv(c->fd, iov, 2);
         if (n < 0 && errno == EINTR)
@@ -148,6 +193,8 @@ ssize_t tcp_rx_into(struct tcp_conn *c, uint8_t *dst, size_t len)
             return rx_failed(c, n, errno);
         tcp_conn_touch(c);
         tcp_turn_spend(c, (uint64_t)n);
+        if ((size_t)n < len + c->rx_lookahead && !c->peer_closed)
+            c->can_recv = 0; /* the socket is empty */
         if ((size_t)n > len) {
             c->rx_end = (size_t)n - len;
             return (ssize_t)len;

@@ -1,9 +1,13 @@
 /* Internal: socket helpers and the nonblocking receive/send primitives shared by the TCP
  * transport's source and requester connections.
  *
- * Receiving uses a small staging buffer for frame headers and bodies. Payload bytes are received
- * straight into their destination; only the few payload bytes that arrive in the same recv() as
- * the frame's header (at most TCP_RX_LOOKAHEAD) pass through the staging buffer. */
+ * Receiving goes through a staging buffer, with a read-ahead that follows the traffic. While the
+ * frames carry small payloads (up to TCP_RX_DIRECT_MIN), each recv() asks for as much as the
+ * stage holds, so one system call brings in many frames and their payloads are copied out of the
+ * stage. Once a frame carries a large payload, the read-ahead drops to TCP_RX_LOOKAHEAD, so that
+ * payload bytes go straight from the socket into their destination and only the few that share a
+ * recv() with the header are copied. A recv() that returns less than it asked for drained the
+ * socket: the connection waits for the next (edge-triggered) event instead of asking again. */
 #ifndef ORB_TCP_CONN_H
 #define ORB_TCP_CONN_H
 
@@ -15,10 +19,16 @@
 
 #include "wire/wire.h"
 
-/* Holds a header plus the largest body received through it (NOTIFY: 4 + ORB_NOTIFY_MAX). */
-#define TCP_RX_STAGE 8192u
-/* Bytes read beyond what the current frame needs, so that pipelined frames cost fewer recv()s. */
+/* The staging buffer: at least a header plus the largest body received through it (NOTIFY:
+ * 4 + ORB_NOTIFY_MAX), and room for many small frames per recv(). */
+#define TCP_RX_STAGE (64u << 10)
+/* The read-ahead beyond the current frame while payloads are large (they go direct). */
 #define TCP_RX_LOOKAHEAD 256u
+/* Payloads up to this size are received through the stage; larger ones straight into place. */
+#define TCP_RX_DIRECT_MIN (16u << 10)
+/* A receive of a large payload sets SO_RCVLOWAT to what is left of it, up to this much, so that
+ * the worker wakes once per this many bytes rather than once per segment. */
+#define TCP_RX_LOWAT_MAX (256u << 10)
 /* Longest "host:port" text, with brackets around an IPv6 address. */
 #define TCP_NAME_MAX 80u
 
@@ -43,8 +53,12 @@ struct tcp_conn {
     uint64_t *turn_left;             /* the worker's byte budget for the current turn */
     atomic_uint_fast64_t last_progress_ns;
     /* Worker thread only: */
-    int can_recv;                    /* cleared on EAGAIN, set by EPOLLIN */
+    int can_recv;                    /* cleared on EAGAIN or a short read, set by EPOLLIN */
+    int peer_closed;                 /* an event said the other end closed (EPOLLRDHUP, HUP,
+                                      * ERR): read on to the end, a short read proves nothing */
     size_t rx_start, rx_end;         /* unconsumed staged bytes */
+    size_t rx_lookahead;             /* bytes a recv() asks for beyond the current need */
+    int rx_lowat;                    /* SO_RCVLOWAT as last set (1: the kernel's default) */
     char name[TCP_NAME_MAX];         /* the other end, for logs */
     uint8_t rx_stage[TCP_RX_STAGE];
 };
@@ -52,6 +66,9 @@ struct tcp_conn {
 /* The status of a failed socket call on a connection: orb_status_from_errno(), except that
  * ETIMEDOUT (TCP gave up retransmitting) means the peer failed: ORB_EPEER. */
 int tcp_status_from_errno(int err);
+
+/* Record what an epoll event says about receiving. */
+void tcp_conn_rx_event(struct tcp_conn *c, uint32_t events);
 
 /* Initialise the shared part (fd adopted by the connection). */
 void tcp_conn_init(struct tcp_conn *c, enum tcp_kind kind, int fd, const char *name);
@@ -69,6 +86,17 @@ void tcp_turn_spend(struct tcp_conn *c, uint64_t n);
  * the socket has no more for now (or the turn is spent), or a negative status (ORB_EPEER on EOF
  * or reset). */
 int tcp_rx_need(struct tcp_conn *c, size_t need);
+
+/* Tell the receive side the payload size of the frame just decoded: it picks the read-ahead
+ * for the frames that follow (small payloads: batch them through the stage; large ones: let
+ * them go direct). */
+void tcp_rx_note_payload(struct tcp_conn *c, uint64_t len);
+
+/* Before receiving `left` more bytes of a payload straight into place: raise SO_RCVLOWAT while
+ * much is left, so that the socket wakes the worker in bigger steps, and lower it before it could
+ * wait for bytes beyond the payload. tcp_rx_need() puts the default back before it waits for a
+ * frame. Best effort, and no system call when nothing changes. */
+void tcp_rx_lowat(struct tcp_conn *c, uint64_t left);
 
 /* The unconsumed staged bytes, and consuming some of them. */
 const uint8_t *tcp_rx_peek(const struct tcp_conn *c);

@@ -612,6 +612,7 @@ static int req_on_response(struct tcp_req_conn *c, const uint8_t *body, size_t l
             return req_violation(c, "malformed READ_RESP", orb_last_error());
         if (m.addr != x->remote_addr || m.length != x->length)
             return req_violation(c, "READ_RESP for another range", "");
+        tcp_rx_note_payload(&c->base, m.length);
         c->rx_off = 0;
         c->rx_state = RRX_PAYLOAD;
         return 0;
@@ -626,6 +627,7 @@ static int req_on_response(struct tcp_req_conn *c, const uint8_t *body, size_t l
         return 0;
     }
     default: /* WRITE_RESP, NOTIFY_RESP */
+        tcp_rx_note_payload(&c->base, 0);
         c->rx_xfer = NULL;
         req_complete(tp, x, 0, ORB_REMOTE_EFFECT_NONE, NULL);
         return 0;
@@ -695,6 +697,8 @@ static int req_rx(struct tcp_req_conn *c)
         case RRX_PAYLOAD: {
             struct orb_xfer *x = c->rx_xfer;
             while (c->rx_off < x->length) {
+                if (tcp_rx_empty(&c->base))
+                    tcp_rx_lowat(&c->base, x->length - c->rx_off);
                 n = tcp_rx_into(&c->base, x->local + c->rx_off, x->length - c->rx_off);
                 if (n <= 0)
                     return (int)n;
@@ -768,8 +772,7 @@ void tcp_req_conn_on_event(struct tcp_req_conn *c, uint32_t events)
     if (req_kill_pending(c))
         return;
     int more = req_worker_tx(c, (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0);
-    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-        c->base.can_recv = 1;
+    tcp_conn_rx_event(&c->base, events);
     int rc = req_rx(c);
     if (rc < 0) {
         req_conn_fail(c, rc);

@@ -1,9 +1,12 @@
 /* The TCP source service: the listener and one state machine per accepted connection.
  *
  * A connection must open with HELLO naming this engine's epoch; nothing touches registered
- * memory before HELLO_OK. Requests are served strictly one at a time, in order: receive the
- * request (and a WRITE's payload), act, send the whole response, then read the next. Payloads
- * move straight between the socket and the pinned registered range. Any malformed or
+ * memory before HELLO_OK. Requests are served in order, one after the other: receive the request
+ * (and a WRITE's payload), act, and queue its response. Responses wait in a small queue, so that
+ * every response that is ready (and the acknowledgements of a run of WRITEs) leaves in one
+ * sendmsg(); when the queue is full the connection stops reading until it drains, which is its
+ * back-pressure. READ payloads leave straight from the pinned registered range; WRITE payloads
+ * land straight in it (or, while they are small, through the receive stage). Any malformed or
  * out-of-place frame closes only its connection, with a logged reason. */
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +24,19 @@
 
 /* An ERROR frame with the longest text. */
 #define SRC_TX_SMALL (ORB_WIRE_HEADER_LEN + 6u + ORB_WIRE_MAX_ERROR_TEXT + 32u)
+/* Responses queued for one sendmsg() (two iovecs each, well below IOV_MAX). */
+#define SRC_TX_SLOTS 32u
+
+/* A queued response: its header and body, then (READ_RESP) the payload from registered memory. */
+struct src_resp {
+    const uint8_t *head;            /* head_buf, or heap */
+    size_t head_len;
+    const uint8_t *payload;
+    uint64_t payload_len;
+    struct orb_reg *pin;            /* READ_RESP: released once the payload is out */
+    uint8_t *heap;                  /* DESCRIBE_RESP (owned) */
+    uint8_t head_buf[SRC_TX_SMALL];
+};
 
 enum src_rx_state {
     SRX_HEADER,  /* waiting for a frame header */
@@ -49,15 +65,11 @@ struct tcp_source_conn {
     int refused_status;             /* SRX_DISCARD: the answer once drained */
     char refused_text[ORB_WIRE_MAX_ERROR_TEXT + 1];
 
-    int tx_active;                  /* a response is being sent */
-    const uint8_t *tx_head;         /* header + body: tx_small or tx_heap */
-    size_t tx_head_len;
-    const uint8_t *tx_payload;      /* READ_RESP: straight from registered memory */
-    uint64_t tx_payload_len;
-    uint64_t tx_off;                /* bytes of head + payload sent */
-    struct orb_reg *tx_pin;         /* READ_RESP: released once the payload is out */
-    uint8_t *tx_heap;               /* DESCRIBE_RESP (owned) */
-    uint8_t tx_small[SRC_TX_SMALL];
+    /* The response queue: tx_count responses from tx_first on (a ring), tx_off bytes of the
+     * first one sent. A frame is started only when a slot is free for its response. */
+    unsigned tx_first, tx_count;
+    uint64_t tx_off;
+    struct src_resp tx[SRC_TX_SLOTS];
 };
 
 /* ---- pins ------------------------------------------------------------------------------------ */
@@ -139,8 +151,11 @@ void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
 {
     ORB_LOGD("tcp source: closing %s: %s", s->base.name, why);
     src_unpin(s, &s->rx_pin);
-    src_unpin(s, &s->tx_pin);
-    free(s->tx_heap);
+    for (unsigned i = 0; i < s->tx_count; i++) {
+        struct src_resp *r = &s->tx[(s->tx_first + i) % SRC_TX_SLOTS];
+        src_unpin(s, &r->pin);
+        free(r->heap);
+    }
     stranger_remove(s);
     if (s->authed)
         atomic_fetch_sub(&s->tp->authed_conns, 1);
@@ -152,10 +167,10 @@ void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
     free(s);
 }
 
-/* Nothing half received, nothing being sent. */
+/* Nothing half received, nothing queued or being sent. */
 static int src_idle(const struct tcp_source_conn *s)
 {
-    return !s->tx_active && s->rx_state == SRX_HEADER && tcp_rx_empty(&s->base);
+    return s->tx_count == 0 && s->rx_state == SRX_HEADER && tcp_rx_empty(&s->base);
 }
 
 /* Log a protocol violation (the caller then closes). Returns ORB_EPROTO. */
@@ -167,16 +182,23 @@ static int src_violation(struct tcp_source_conn *s, const char *what, const char
 
 /* ---- responses ------------------------------------------------------------------------------- */
 
-static void src_tx_set(struct tcp_source_conn *s, const uint8_t *head, size_t head_len,
-                       const uint8_t *payload, uint64_t payload_len, struct orb_reg *pin)
+/* The slot for the next response. The caller checked that one is free (src_rx_step does not
+ * start a frame otherwise) and commits it with src_tx_push(). */
+static struct src_resp *src_tx_slot(struct tcp_source_conn *s)
 {
-    s->tx_active = 1;
-    s->tx_head = head;
-    s->tx_head_len = head_len;
-    s->tx_payload = payload;
-    s->tx_payload_len = payload_len;
-    s->tx_off = 0;
-    s->tx_pin = pin;
+    struct src_resp *r = &s->tx[(s->tx_first + s->tx_count) % SRC_TX_SLOTS];
+    r->head = r->head_buf;
+    r->head_len = 0;
+    r->payload = NULL;
+    r->payload_len = 0;
+    r->pin = NULL;
+    r->heap = NULL;
+    return r;
+}
+
+static void src_tx_push(struct tcp_source_conn *s)
+{
+    s->tx_count++;
 }
 
 /* Queue an ERROR answering `tag` (0: the connection). */
@@ -186,10 +208,10 @@ static int src_tx_error(struct tcp_source_conn *s, uint64_t tag, int status, con
     memset(&e, 0, sizeof e);
     e.status = status;
     snprintf(e.text, sizeof e.text, "%s", text);
-    size_t len;
-    if (orb_wire_error_encode(tag, &e, s->tx_small, sizeof s->tx_small, &len) != 0)
+    struct src_resp *r = src_tx_slot(s);
+    if (orb_wire_error_encode(tag, &e, r->head_buf, sizeof r->head_buf, &r->head_len) != 0)
         return src_violation(s, "cannot encode an ERROR", orb_last_error());
-    src_tx_set(s, s->tx_small, len, NULL, 0, NULL);
+    src_tx_push(s);
     return 0;
 }
 
@@ -203,32 +225,37 @@ static int src_tx_failure(struct tcp_source_conn *s, uint64_t tag, int status)
 
 static int src_tx_empty(struct tcp_source_conn *s, uint8_t type, uint64_t tag)
 {
-    size_t len;
-    if (orb_wire_empty_encode(type, tag, s->tx_small, sizeof s->tx_small, &len) != 0)
+    struct src_resp *r = src_tx_slot(s);
+    if (orb_wire_empty_encode(type, tag, r->head_buf, sizeof r->head_buf, &r->head_len) != 0)
         return src_violation(s, "cannot encode a response", orb_last_error());
-    src_tx_set(s, s->tx_small, len, NULL, 0, NULL);
+    src_tx_push(s);
     return 0;
 }
 
-/* Send what the socket takes. 0 (done or blocked) or a negative status. */
+/* Send what the socket takes of the queued responses, as many as fit in one sendmsg(). 0 (all
+ * sent, or blocked, or the turn is spent) or a negative status. */
 static int src_tx(struct tcp_source_conn *s)
 {
-    while (s->tx_active && s->can_send) {
-        struct iovec iov[2];
+    while (s->tx_count > 0 && s->can_send) {
+        struct iovec iov[2 * SRC_TX_SLOTS];
         int n = 0;
-        uint64_t off = s->tx_off;
-        if (off < s->tx_head_len) {
-            iov[n].iov_base = (void *)(uintptr_t)(s->tx_head + off);
-            iov[n].iov_len = s->tx_head_len - off;
-            n++;
+        uint64_t off = s->tx_off; /* only the first response is partly sent */
+        for (unsigned i = 0; i < s->tx_count; i++) {
+            const struct src_resp *r = &s->tx[(s->tx_first + i) % SRC_TX_SLOTS];
+            if (off < r->head_len) {
+                iov[n].iov_base = (void *)(uintptr_t)(r->head + off);
+                iov[n].iov_len = r->head_len - off;
+                n++;
+                off = 0;
+            } else {
+                off -= r->head_len;
+            }
+            if (r->payload_len > off) {
+                iov[n].iov_base = (void *)(uintptr_t)(r->payload + off);
+                iov[n].iov_len = r->payload_len - off;
+                n++;
+            }
             off = 0;
-        } else {
-            off -= s->tx_head_len;
-        }
-        if (s->tx_payload_len > off) {
-            iov[n].iov_base = (void *)(uintptr_t)(s->tx_payload + off);
-            iov[n].iov_len = s->tx_payload_len - off;
-            n++;
         }
         n = tcp_iov_clip(iov, n, tcp_turn_room(&s->base));
         if (n == 0)
@@ -242,12 +269,22 @@ static int src_tx(struct tcp_source_conn *s)
         }
         tcp_conn_touch(&s->base);
         tcp_turn_spend(&s->base, (uint64_t)sent);
-        s->tx_off += (uint64_t)sent;
-        if (s->tx_off == s->tx_head_len + s->tx_payload_len) {
-            s->tx_active = 0;
-            src_unpin(s, &s->tx_pin);
-            free(s->tx_heap);
-            s->tx_heap = NULL;
+        /* Retire the responses that are fully out. */
+        uint64_t left = (uint64_t)sent;
+        while (left > 0 && s->tx_count > 0) {
+            struct src_resp *r = &s->tx[s->tx_first];
+            uint64_t rest = r->head_len + r->payload_len - s->tx_off;
+            if (left < rest) {
+                s->tx_off += left;
+                break;
+            }
+            left -= rest;
+            s->tx_off = 0;
+            src_unpin(s, &r->pin);
+            free(r->heap);
+            r->heap = NULL;
+            s->tx_first = (s->tx_first + 1) % SRC_TX_SLOTS;
+            s->tx_count--;
         }
     }
     return 0;
@@ -277,15 +314,15 @@ static int src_hello(struct tcp_source_conn *s, const uint8_t *body, size_t len)
                             "the source serves max_connections authenticated connections");
     }
     struct orb_wire_hello_ok ok = {.epoch = *mine, .max_payload = ORB_WIRE_MAX_PAYLOAD};
-    size_t out_len;
-    if (orb_wire_hello_ok_encode(&ok, s->tx_small, sizeof s->tx_small, &out_len) != 0)
+    struct src_resp *r = src_tx_slot(s);
+    if (orb_wire_hello_ok_encode(&ok, r->head_buf, sizeof r->head_buf, &r->head_len) != 0)
         return src_violation(s, "cannot encode HELLO_OK", orb_last_error());
     atomic_fetch_add(&tp->authed_conns, 1);
     s->authed = 1;
     stranger_remove(s);
     s->migrate = 1;
     s->sender = hello.sender;
-    src_tx_set(s, s->tx_small, out_len, NULL, 0, NULL);
+    src_tx_push(s);
     return 0;
 }
 
@@ -313,8 +350,11 @@ static int src_describe(struct tcp_source_conn *s, uint64_t tag)
         free(buf);
         return src_tx_failure(s, tag, rc);
     }
-    s->tx_heap = buf;
-    src_tx_set(s, buf, len, NULL, 0, NULL);
+    struct src_resp *r = src_tx_slot(s);
+    r->heap = buf;
+    r->head = buf;
+    r->head_len = len;
+    src_tx_push(s);
     return 0;
 }
 
@@ -323,19 +363,23 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     struct orb_wire_xfer req;
     if (orb_wire_xfer_decode(ORB_WIRE_READ_REQ, body, len, &req) != 0)
         return src_violation(s, "malformed READ_REQ", orb_last_error());
+    tcp_rx_note_payload(&s->base, 0);
     struct orb_reg *pin;
     uint8_t *mem;
     int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &pin, &mem);
     if (rc != 0)
         return src_tx_failure(s, s->hdr.tag, rc);
-    size_t head_len;
-    rc = orb_wire_xfer_encode(ORB_WIRE_READ_RESP, s->hdr.tag, &req, s->tx_small,
-                              sizeof s->tx_small, &head_len);
+    struct src_resp *r = src_tx_slot(s);
+    rc = orb_wire_xfer_encode(ORB_WIRE_READ_RESP, s->hdr.tag, &req, r->head_buf,
+                              sizeof r->head_buf, &r->head_len);
     if (rc != 0) {
         src_unpin(s, &pin);
         return src_violation(s, "cannot encode READ_RESP", orb_last_error());
     }
-    src_tx_set(s, s->tx_small, head_len, mem, req.length, pin);
+    r->payload = mem;
+    r->payload_len = req.length;
+    r->pin = pin;
+    src_tx_push(s);
     return 0;
 }
 
@@ -346,6 +390,7 @@ static int src_write(struct tcp_source_conn *s, const uint8_t *body, size_t len)
         return src_violation(s, "malformed WRITE_REQ", orb_last_error());
     s->rx_len = req.length;
     s->rx_off = 0;
+    tcp_rx_note_payload(&s->base, req.length);
     int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_pin, &s->rx_mem);
     if (rc != 0) {
         /* Drain the payload without touching registered memory, then answer. */
@@ -382,8 +427,6 @@ static int src_admit_frame(struct tcp_source_conn *s)
     if (type != ORB_WIRE_HELLO && type != ORB_WIRE_DESCRIBE_REQ && type != ORB_WIRE_READ_REQ &&
         type != ORB_WIRE_WRITE_REQ && type != ORB_WIRE_NOTIFY)
         return src_violation(s, "not a request", detail);
-    if (!tcp_source_admits(s->tp))
-        return orb_fail(ORB_ECLOSED, "the source is closed");
     if (s->hdr.body_len > TCP_RX_STAGE - ORB_WIRE_HEADER_LEN)
         return src_violation(s, "oversized body", detail); /* the codec's limits are tighter */
     return 0;
@@ -416,6 +459,8 @@ static int src_rx_payload(struct tcp_source_conn *s, int discard)
         } else {
             dst = s->rx_mem + s->rx_off;
         }
+        if (tcp_rx_empty(&s->base))
+            tcp_rx_lowat(&s->base, s->rx_len - s->rx_off);
         ssize_t n = tcp_rx_into(&s->base, dst, (size_t)left);
         if (n <= 0)
             return (int)n;
@@ -430,6 +475,10 @@ static int src_rx_step(struct tcp_source_conn *s)
     int rc;
     switch (s->rx_state) {
     case SRX_HEADER:
+        /* A new frame needs a free slot for its answer, an open source, and no HELLO answer or
+         * refusal still waiting to go out (those change what comes next). */
+        if (s->tx_count == SRC_TX_SLOTS || s->closing || s->migrate || !tcp_source_admits(s->tp))
+            return 0;
         rc = tcp_rx_need(&s->base, ORB_WIRE_HEADER_LEN);
         if (rc <= 0)
             return rc;
@@ -507,31 +556,38 @@ static int src_migrate(struct tcp_source_conn *s)
 static void src_progress(struct tcp_source_conn *s)
 {
     for (;;) {
-        if (s->tx_active) {
-            int rc = src_tx(s);
-            if (rc < 0) {
-                src_fail(s, rc);
-                return;
-            }
-            if (s->tx_active)
-                break; /* wait for EPOLLOUT (or the next turn) before reading the next request */
+        /* Take in every request that can be answered now, then send all answers at once. */
+        int rc;
+        while ((rc = src_rx_step(s)) > 0) {
+        }
+        if (rc < 0) {
+            src_fail(s, rc);
+            return;
+        }
+        unsigned queued = s->tx_count;
+        rc = src_tx(s);
+        if (rc < 0) {
+            src_fail(s, rc);
+            return;
+        }
+        if (s->tx_count == 0) {
             if (s->closing) {
                 tcp_source_conn_kill(s, "refused HELLO");
                 return;
             }
             if (s->migrate && src_migrate(s))
                 return;
-            if (!tcp_source_admits(s->tp)) {
+            /* Fenced: the answered requests are out; staged ones are never started. */
+            if (!tcp_source_admits(s->tp) && s->rx_state == SRX_HEADER) {
                 tcp_source_conn_kill(s, "the source is closed");
                 return;
             }
         }
-        int rc = src_rx_step(s);
-        if (rc < 0) {
-            src_fail(s, rc);
-            return;
-        }
-        if (rc == 0)
+        /* Reading stopped for a full queue that has drained since, or for a HELLO answer now
+         * out: read on, within the turn. */
+        int freed = s->tx_count < queued && queued == SRC_TX_SLOTS;
+        int unblocked = queued > 0 && s->tx_count == 0;
+        if (!(freed || unblocked) || tcp_turn_room(&s->base) == 0)
             break;
     }
     if (tcp_turn_room(&s->base) == 0)
@@ -540,8 +596,7 @@ static void src_progress(struct tcp_source_conn *s)
 
 void tcp_source_conn_on_event(struct tcp_source_conn *s, uint32_t events)
 {
-    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-        s->base.can_recv = 1;
+    tcp_conn_rx_event(&s->base, events);
     if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
         s->can_send = 1;
     src_progress(s);
@@ -549,7 +604,9 @@ void tcp_source_conn_on_event(struct tcp_source_conn *s, uint32_t events)
 
 void tcp_source_conn_scan(struct tcp_source_conn *s, uint64_t now)
 {
-    if (src_idle(s) && !tcp_source_admits(s->tp)) {
+    /* Fenced, with every answer out and no frame half received: staged requests, if any,
+     * were never started. */
+    if (!tcp_source_admits(s->tp) && s->tx_count == 0 && s->rx_state == SRX_HEADER) {
         tcp_source_conn_kill(s, "the source is closed");
         return;
     }

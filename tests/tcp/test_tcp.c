@@ -1165,6 +1165,53 @@ static void test_max_connections(void **state)
     th_log_stop();
 }
 
+/* Large payloads raise the receive low-water mark; whatever comes next (a small frame, nothing
+ * more for a while) must never wait for bytes that will not come. One request at a time, sizes
+ * alternating around the thresholds, on one stripe, each bounded well below the io timeout. */
+static void test_receive_low_water_never_stalls(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.enable_source = 0;
+    cfg.tcp_stripes = 1;
+    cfg.tcp_stripe_threshold = 64u << 20; /* no slicing: each request is one frame */
+    cfg.io_timeout_s = 30;
+    orb_engine *req = th_engine_new(&cfg);
+    const size_t cap = 4u << 20;
+    orb_host_memory *owner;
+    uint8_t *remote = th_region(src, cap, ORB_PERM_REMOTE_WRITE, 21, &owner);
+    uint8_t *local = local_buf(cap, 22);
+    void *peer = th_open(req, src);
+    const size_t sizes[] = {1u << 20, 40, (700u << 10) + 3, 3, (2u << 20) + 5, 16u << 10,
+                            (16u << 10) + 1, 600u << 10, 1, 3u << 20, 4096, 512u << 10};
+    for (int op = 0; op < 2; op++) {
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            struct th_xfer t;
+            size_t len = sizes[i];
+            if (op == 0) {
+                th_xfer_init(&t, ORB_XFER_READ, local, remote, len, NULL);
+            } else {
+                th_fill(local, len, (uint8_t)(30 + i));
+                th_xfer_init(&t, ORB_XFER_WRITE, local, remote, len, NULL);
+            }
+            struct orb_xfer *xp = &t.x;
+            assert_int_equal(T->peer_submit(peer, &xp, 1), 0);
+            if (th_wait(&t, 1, 5 * TH_SEC) != 0)
+                fail_msg("%s of %zu bytes (after %zu) stalled", op ? "WRITE" : "READ", len,
+                         i ? sizes[i - 1] : 0);
+            assert_int_equal(t.status, 0);
+            assert_memory_equal(local, remote, len);
+        }
+    }
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+    free(local);
+}
+
 /* ---- admission of strangers ------------------------------------------------------------------ */
 
 static orb_engine *source_with(uint32_t hello_timeout_ms, uint32_t max_unauthenticated,
@@ -1300,6 +1347,7 @@ int main(void)
         cmocka_unit_test(test_withdrawn_xfers_are_not_sent),
         cmocka_unit_test(test_close_source),
         cmocka_unit_test(test_max_connections),
+        cmocka_unit_test(test_receive_low_water_never_stalls),
         cmocka_unit_test(test_hello_deadline),
         cmocka_unit_test(test_strangers_budget),
         cmocka_unit_test(test_pipelined_hello_and_request),

@@ -423,6 +423,12 @@ static void print_json(const struct run_summary *s)
                    "\"latency_p50_us\":%.3f,\"latency_p99_us\":%.3f,\"latency_max_us\":%.3f,",
                 c->gbps, c->requests_per_s, c->lat_min_us, c->lat_p50_us, c->lat_p99_us,
                 c->lat_max_us);
+        fprintf(f, "\"cpu_requester_s\":%.3f,", c->cpu_requester_s);
+        if (c->cpu_source_s < 0)
+            fputs("\"cpu_source_s\":null,\"cpu_s_per_gb\":null,", f);
+        else
+            fprintf(f, "\"cpu_source_s\":%.3f,\"cpu_s_per_gb\":%.4f,", c->cpu_source_s,
+                    c->cpu_s_per_gb);
         fputs("\"error\":", f);
         if (c->error[0])
             json_string(f, c->error);
@@ -617,6 +623,8 @@ static int run_measurement(const struct bench_options *opt)
         goto stop_source;
     }
     s->buffer = bench_requester_buffer(req);
+    if (source != NULL)
+        bench_requester_set_source_pid(req, source->pid);
     if (!opt->quiet) {
         char hex[ORB_EPOCH_HEX_LEN + 1];
         char buf[32];

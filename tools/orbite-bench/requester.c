@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pattern.h"
 
@@ -39,7 +40,47 @@ struct bench_requester {
     uint8_t *scratch;
     uint64_t scratch_addr;
     int restore;           /* put the source's pattern back after WRITE cells */
+    pid_t source_pid;      /* the forked source, or 0 */
 };
+
+void bench_requester_set_source_pid(struct bench_requester *req, pid_t pid)
+{
+    req->source_pid = pid;
+}
+
+/* CPU seconds this process has used. */
+static double self_cpu_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU seconds (user + system) process `pid` has used, from /proc; -1 when unknown. */
+static double proc_cpu_s(pid_t pid)
+{
+    if (pid <= 0)
+        return -1;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name may hold spaces and parentheses: fields restart after the last ')'. */
+    const char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return -1;
+    unsigned long long utime = 0, stime = 0;
+    /* After ')': state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+    if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+        return -1;
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? (double)(utime + stime) / (double)hz : -1;
+}
 
 static void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void errf(char *err, size_t errlen, const char *fmt, ...)
@@ -625,6 +666,10 @@ static void summarise(struct cell_run *run, struct bench_cell *cell)
         return;
     cell->seconds = (double)(last_done - run->measure_start) / 1e9;
     cell->gbps = (double)cell->bytes / cell->seconds / 1e9;
+    cell->cpu_s_per_gb = cell->cpu_source_s < 0 || cell->bytes == 0
+                             ? -1
+                             : (cell->cpu_requester_s + cell->cpu_source_s) /
+                                   ((double)cell->bytes / 1e9);
     cell->requests_per_s = (double)cell->requests / cell->seconds;
     uint64_t *all = n_samples > 0 ? malloc(n_samples * sizeof *all) : NULL;
     if (all == NULL)
@@ -724,11 +769,23 @@ enum bench_cell_status bench_requester_run_cell(struct bench_requester *req, enu
         }
     }
 
-    /* Sleep until a worker ends or the next progress tick: no polling beside the workload. */
+    /* Sleep until a worker ends, the measured time starts (to sample CPU time) or the next
+     * progress tick: no polling beside the workload. */
     uint64_t next_tick = cell_start + TICK_NS;
+    double cpu_self_start = -1, cpu_source_start = -1;
     pthread_mutex_lock(&run->lock);
     while (run->n_finished < started) {
         uint64_t now = bench_now_ns();
+        if (cpu_self_start < 0 && now >= run->measure_start) {
+            cpu_self_start = self_cpu_s();
+            cpu_source_start = proc_cpu_s(req->source_pid);
+        }
+        if (cpu_self_start < 0 && run->measure_start < next_tick && now < run->measure_start) {
+            struct timespec ts = {.tv_sec = (time_t)(run->measure_start / NS_PER_S),
+                                  .tv_nsec = (long)(run->measure_start % NS_PER_S)};
+            pthread_cond_timedwait(&run->finished, &run->lock, &ts);
+            continue;
+        }
         if (now >= deadline) {
             pthread_mutex_unlock(&run->lock);
             errf(cell->error, sizeof cell->error,
@@ -769,6 +826,9 @@ enum bench_cell_status bench_requester_run_cell(struct bench_requester *req, enu
     pthread_mutex_unlock(&run->lock);
     for (unsigned t = 0; t < started; t++)
         pthread_join(run->workers[t].thread, NULL);
+    cell->cpu_requester_s = cpu_self_start < 0 ? 0 : self_cpu_s() - cpu_self_start;
+    double source_now = proc_cpu_s(req->source_pid);
+    cell->cpu_source_s = cpu_source_start < 0 || source_now < 0 ? -1 : source_now - cpu_source_start;
 
     /* A worker's own failure names the cause best; an interruption or a thread that could
      * not start is reported when no worker failed. */

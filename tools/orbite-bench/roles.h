@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <orbite/orbite.h>
 
 #include "bench.h"
@@ -46,6 +47,10 @@ int bench_requester_open(const struct bench_options *opt, const char *endpoint,
                          const struct orb_epoch *epoch, struct bench_requester **out, char *err,
                          size_t errlen);
 
+/* The source process this tool forked, whose CPU time each cell then reports (0: none, the
+ * source runs elsewhere). */
+void bench_requester_set_source_pid(struct bench_requester *req, pid_t pid);
+
 /* Bytes of the peer's buffer this run uses. */
 uint64_t bench_requester_buffer(const struct bench_requester *req);
 
@@ -73,6 +78,11 @@ struct bench_cell {
     double lat_p50_us;
     double lat_p99_us;
     double lat_max_us;
+    /* CPU time over the measured time (from its start until every worker finished): this
+     * process, and the forked source (-1 when the source runs elsewhere). */
+    double cpu_requester_s;
+    double cpu_source_s;
+    double cpu_s_per_gb;    /* both together per 1e9 bytes moved; -1 without the source's */
     char error[BENCH_ERROR_MAX];
 };
 
