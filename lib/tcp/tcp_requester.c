@@ -987,24 +987,33 @@ int tcp_peer_submit(void *peer_, struct orb_xfer *const *xfers, size_t n)
         return orb_fail(dead, "the connection to %s was %s (%s)", p->endpoint,
                         dead == ORB_EPEER ? "lost" : "broken", orb_strerror(dead));
 
-    /* One chain per connection: notifications on CONTROL, data on the least loaded stripe. */
+    /* One chain per connection: notifications on CONTROL, data on the least loaded stripe.
+     * Consecutive xfers stay on one stripe until it has taken a stripe threshold's worth: a
+     * group of small requests then costs one sendmsg() and wakes one worker at each end,
+     * while large requests (and their slices) still spread over every stripe. */
     struct orb_xfer *first[1 + TCP_MAX_STRIPES] = {0}, *last[1 + TCP_MAX_STRIPES] = {0};
     uint64_t bytes[1 + TCP_MAX_STRIPES] = {0};
     size_t count[1 + TCP_MAX_STRIPES] = {0};
     uint64_t load[TCP_MAX_STRIPES];
     for (uint32_t s = 0; s < p->nstripes; s++)
         load[s] = atomic_load_explicit(&p->conns[1 + s].queued_bytes, memory_order_relaxed);
+    uint32_t fill = UINT32_MAX; /* the stripe being filled */
+    uint64_t filled = 0;
     for (size_t i = 0; i < n; i++) {
         struct orb_xfer *x = xfers[i];
         uint32_t k = 0;
         if (x->op != ORB_XFER_NOTIFY) {
-            uint32_t best = 0;
-            for (uint32_t s = 1; s < p->nstripes; s++)
-                if (load[s] < load[best])
-                    best = s;
-            load[best] += x->length;
-            bytes[1 + best] += x->length;
-            k = 1 + best;
+            if (fill == UINT32_MAX || filled >= p->stripe_threshold) {
+                fill = 0;
+                for (uint32_t s = 1; s < p->nstripes; s++)
+                    if (load[s] < load[fill])
+                        fill = s;
+                filled = 0;
+            }
+            load[fill] += x->length;
+            bytes[1 + fill] += x->length;
+            filled += x->length;
+            k = 1 + fill;
         }
         x->next = NULL;
         if (last[k] != NULL)

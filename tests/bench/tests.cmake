@@ -22,6 +22,10 @@ if(TARGET orbite-bench)
   add_test(NAME bench_unreachable_source
            COMMAND sh -c "\"$0\" --mode requester --endpoint 127.0.0.1:1 --epoch 00112233445566778899aabbccddeeff --quiet; test $? -eq 1"
                    $<TARGET_FILE:orbite-bench>)
+  # The JSON reports both processes' CPU time over the measured time, per GB.
+  set_tests_properties(bench_smoke_threads PROPERTIES
+                       PASS_REGULAR_EXPRESSION "\"cpu_source_s\":[0-9.]+,\"cpu_s_per_gb\":[0-9.]+"
+                       FAIL_REGULAR_EXPRESSION "\"ok\":false")
   set_tests_properties(bench_smoke bench_smoke_threads bench_usage_error bench_unreachable_source
                        PROPERTIES TIMEOUT 120)
 endif()
