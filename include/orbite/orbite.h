@@ -150,12 +150,15 @@ struct orb_engine_config {
     uint32_t tcp_stripes;
     /** Epoll worker threads for the TCP transport (default 2, 1..16). */
     uint32_t tcp_workers;
-    /** Requests longer than this are split across stripes (default 1 MiB; >= 4096). */
+    /** Requests longer than this are split across stripes (default 1 MiB; >= 4096); smaller
+     *  requests submitted together share one stripe up to this many bytes. */
     uint64_t tcp_stripe_threshold;
     /** SO_SNDBUF/SO_RCVBUF in bytes; 0 leaves the kernel's autotuning (default 0). */
     uint32_t tcp_socket_buffer;
     /** Microseconds a waiting caller spins before sleeping (default 200, 0..10000): a response
-     *  that arrives within it costs no thread wake-up. */
+     *  that arrives within it costs no thread wake-up. The caller spins only while the engine's
+     *  workers and the caller fit the CPUs the process may run on (tcp_workers + 1 <= CPUs),
+     *  so that it never takes the CPU from the worker whose completion it waits for. */
     uint32_t busy_poll_us;
     /** Seconds without progress after which a connection with pending work is failed (default 30). */
     uint32_t io_timeout_s;

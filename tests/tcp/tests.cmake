@@ -7,3 +7,8 @@ orb_unit_test(test_tcp_stall
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tcp_stall.c ${CMAKE_CURRENT_LIST_DIR}/harness.c
   OBJECTS orb_base orb_wire orb_mem orb_config orb_tcp)
 target_link_options(test_tcp_stall PRIVATE -Wl,--wrap=sendmsg)
+# System calls per request on the data path, counted through interposed socket calls.
+orb_unit_test(test_tcp_batching
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tcp_batching.c ${CMAKE_CURRENT_LIST_DIR}/harness.c
+  OBJECTS orb_base orb_wire orb_mem orb_config orb_tcp)
+target_link_options(test_tcp_batching PRIVATE -Wl,--wrap=sendmsg -Wl,--wrap=recv -Wl,--wrap=readv)
