@@ -500,30 +500,29 @@ free_scratch:
     return rc;
 }
 
-int orb_registry_add(struct orb_registry *reg, orb_host_memory *owner, size_t offset, size_t len,
-                     enum orb_perm perm, orb_reg_id *id_out)
+static int add_one(struct orb_registry *reg, orb_host_memory *owner, size_t offset, size_t len,
+                   enum orb_perm perm, enum add_mode mode, orb_reg_id *id_out)
 {
     if (reg == NULL || id_out == NULL)
         return orb_fail(ORB_EINVAL, "registration: NULL argument");
     struct orb_host_range range = { .owner = owner, .offset = offset, .length = len, .perm = perm };
     orb_reg_id id;
-    int rc = add_ranges(reg, &range, 1, &id, 0, ADD_SHARE);
+    int rc = add_ranges(reg, &range, 1, &id, 0, mode);
     if (rc == 0)
         *id_out = id;
     return rc;
 }
 
+int orb_registry_add(struct orb_registry *reg, orb_host_memory *owner, size_t offset, size_t len,
+                     enum orb_perm perm, orb_reg_id *id_out)
+{
+    return add_one(reg, owner, offset, len, perm, ADD_SHARE, id_out);
+}
+
 int orb_registry_adopt(struct orb_registry *reg, orb_host_memory *owner, size_t offset, size_t len,
                        enum orb_perm perm, orb_reg_id *id_out)
 {
-    if (reg == NULL || id_out == NULL)
-        return orb_fail(ORB_EINVAL, "registration: NULL argument");
-    struct orb_host_range range = { .owner = owner, .offset = offset, .length = len, .perm = perm };
-    orb_reg_id id;
-    int rc = add_ranges(reg, &range, 1, &id, 0, ADD_ADOPT);
-    if (rc == 0)
-        *id_out = id;
-    return rc;
+    return add_one(reg, owner, offset, len, perm, ADD_ADOPT, id_out);
 }
 
 int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range *ranges, size_t n,

@@ -72,22 +72,30 @@ static void recv_exact(int fd, uint8_t *buf, size_t len)
     assert_int_equal(__real_recv(fd, buf, len, MSG_WAITALL), (ssize_t)len);
 }
 
-/* The source's end of a raw client connection: the accepted socket whose peer port is ours. */
-static int source_side_fd(int client)
+static int same_addr(const struct sockaddr_in *a, const struct sockaddr_in *b)
 {
-    struct sockaddr_in mine;
-    socklen_t sl = sizeof mine;
-    assert_int_equal(getsockname(client, (struct sockaddr *)&mine, &sl), 0);
-    for (int fd = 3; fd < 1024; fd++) {
-        struct sockaddr_in peer;
-        socklen_t pl = sizeof peer;
-        if (fd == client || getpeername(fd, (struct sockaddr *)&peer, &pl) != 0)
+    return a->sin_family == AF_INET && b->sin_family == AF_INET && a->sin_port == b->sin_port &&
+           a->sin_addr.s_addr == b->sin_addr.s_addr;
+}
+
+/* The library's end of a connection whose other end is the test's `fd`: the descriptor of this
+ * process whose own address is fd's peer and whose peer is fd's own address. */
+static int library_end(int fd)
+{
+    struct sockaddr_in mine, theirs;
+    socklen_t ml = sizeof mine, tl = sizeof theirs;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&mine, &ml), 0);
+    assert_int_equal(getpeername(fd, (struct sockaddr *)&theirs, &tl), 0);
+    for (int other = 3; other < 1024; other++) {
+        struct sockaddr_in local, peer;
+        socklen_t ll = sizeof local, pl = sizeof peer;
+        if (other == fd || getsockname(other, (struct sockaddr *)&local, &ll) != 0 ||
+            getpeername(other, (struct sockaddr *)&peer, &pl) != 0)
             continue;
-        if (peer.sin_family == AF_INET && peer.sin_port == mine.sin_port &&
-            peer.sin_addr.s_addr == mine.sin_addr.s_addr)
-            return fd;
+        if (same_addr(&local, &theirs) && same_addr(&peer, &mine))
+            return other;
     }
-    fail_msg("the source's socket for the client was not found");
+    fail_msg("the library's end of descriptor %d was not found", fd);
     return -1;
 }
 
@@ -103,7 +111,7 @@ static void test_source_answers_together(void **state)
     int fd = th_raw_connect(src);
     assert_int_equal(th_raw_hello(fd, src, 1), ORB_WIRE_HELLO_OK);
     usleep(20 * 1000); /* let the connection settle on its worker */
-    atomic_store(&counted_fd, source_side_fd(fd));
+    atomic_store(&counted_fd, library_end(fd));
 
     enum { N = 16, LEN = 4096 };
     uint8_t out[N * (ORB_WIRE_HEADER_LEN + 32)];
@@ -223,21 +231,7 @@ static void test_requester_receives_through_its_stage(void **state)
     /* Read the sixteen requests, then answer them all in one send(). */
     uint8_t reqs[N * (ORB_WIRE_HEADER_LEN + 32)];
     recv_exact(data, reqs, sizeof reqs);
-    /* The requester's end of the data connection is the one connected to `data`. */
-    struct sockaddr_in peer;
-    socklen_t pl = sizeof peer;
-    assert_int_equal(getpeername(data, (struct sockaddr *)&peer, &pl), 0);
-    for (int fd = 3; fd < 1024; fd++) {
-        struct sockaddr_in mine;
-        socklen_t sl = sizeof mine;
-        if (fd == data || fd == control || getsockname(fd, (struct sockaddr *)&mine, &sl) != 0)
-            continue;
-        if (mine.sin_family == AF_INET && mine.sin_port == peer.sin_port) {
-            atomic_store(&counted_fd, fd);
-            break;
-        }
-    }
-    assert_int_not_equal(atomic_load(&counted_fd), -1);
+    atomic_store(&counted_fd, library_end(data));
     static uint8_t answers[N * (ORB_WIRE_HEADER_LEN + 16 + LEN)];
     size_t off = 0;
     for (int i = 0; i < N; i++) {
