@@ -449,6 +449,8 @@ void tcp_req_conn_kill(struct tcp_req_conn *c, int status)
     }
 
     pthread_mutex_lock(&c->lock);
+    if (c->kill_status != 0)
+        status = c->kill_status; /* a deferred teardown keeps its first cause */
     c->closed = 1;
     c->close_status = status;
     if (c->tx_busy && !atomic_load(&tp->stopping)) {
