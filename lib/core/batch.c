@@ -48,9 +48,11 @@ struct orb_group {
  * Report rules (struct orb_batch_report):
  *  - the completed prefix: requests 0..prefix-1 all succeeded (prefix_reqs, prefix_bytes);
  *  - the failure starts at the first request that did not succeed and runs through the last
- *    request that was attempted (attempted_end - 1), whatever each one's own outcome; a request
- *    is attempted once one of its slices got past orb_xfer_may_start(), so every request after
- *    the span was, by construction, never attempted;
+ *    request that was attempted, whatever each one's own outcome; a request is attempted once
+ *    one of its slices got past orb_xfer_may_start(), so every request after the span was, by
+ *    construction, never attempted. Once every slice ended that is started_end - 1, exact;
+ *    while slices are live it is attempted_end - 1, which may count a slice that is about to be
+ *    withdrawn but never misses one that started;
  *  - the remote effect is UNKNOWN when any WRITE of the span may have changed peer bytes. */
 struct orb_batch {
     orb_engine *engine;          /* referenced */
