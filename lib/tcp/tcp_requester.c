@@ -811,13 +811,16 @@ void tcp_req_conn_scan(struct tcp_req_conn *c, uint64_t now)
 
 /* ---- peers ----------------------------------------------------------------------------------- */
 
-/* Connect one connection and prove the source's epoch with HELLO. */
-static int req_handshake(struct tcp_transport *tp, struct tcp_req_conn *c, const char *endpoint,
-                         const struct orb_epoch *expected, uint64_t deadline, uint32_t role,
-                         uint32_t stripe, uint32_t *max_payload)
+/* Connect one connection and prove the source's epoch with HELLO. *dropped says that the
+ * connection was made but closed before any answer came. */
+static int req_handshake_once(struct tcp_transport *tp, struct tcp_req_conn *c,
+                              const char *endpoint, const struct orb_epoch *expected,
+                              uint64_t deadline, uint32_t role, uint32_t stripe,
+                              uint32_t *max_payload, int *dropped)
 {
     int fd;
     char name[TCP_NAME_MAX];
+    *dropped = 0;
     int rc = tcp_dial(endpoint, deadline, tp->socket_buffer, &fd, name, sizeof name);
     if (rc != 0)
         return rc;
@@ -832,8 +835,10 @@ static int req_handshake(struct tcp_transport *tp, struct tcp_req_conn *c, const
         rc = tcp_send_all(fd, buf, len, deadline);
     if (rc == 0)
         rc = tcp_recv_all(fd, buf, ORB_WIRE_HEADER_LEN, deadline);
-    if (rc != 0)
+    if (rc != 0) {
+        *dropped = rc == ORB_EPEER;
         return orb_fail_wrap(rc, "HELLO to %s", endpoint);
+    }
     struct orb_wire_header h;
     if (orb_wire_header_decode(buf, &h) != 0)
         return orb_fail_wrap(ORB_EPROTO, "answer to HELLO from %s", endpoint);
@@ -860,6 +865,29 @@ static int req_handshake(struct tcp_transport *tp, struct tcp_req_conn *c, const
     if (ok.max_payload < *max_payload)
         *max_payload = ok.max_payload;
     return 0;
+}
+
+/* A source admitting a flood of strangers drops its oldest unauthenticated connection to make
+ * room, and that may be ours, accepted but not yet read. Being dropped before any answer is no
+ * verdict on this peer, so the connection is dialled again, a few times, within the deadline. A
+ * refused connect, a timeout or any answer (an ERROR included) ends the attempt at once. */
+#define TCP_HELLO_ATTEMPTS 4
+
+static int req_handshake(struct tcp_transport *tp, struct tcp_req_conn *c, const char *endpoint,
+                         const struct orb_epoch *expected, uint64_t deadline, uint32_t role,
+                         uint32_t stripe, uint32_t *max_payload)
+{
+    for (unsigned attempt = 1;; attempt++) {
+        int dropped;
+        int rc = req_handshake_once(tp, c, endpoint, expected, deadline, role, stripe, max_payload,
+                                    &dropped);
+        if (rc == 0 || !dropped || attempt == TCP_HELLO_ATTEMPTS || orb_now_ns() >= deadline)
+            return rc;
+        ORB_LOGD("tcp: %s dropped connection %u before answering HELLO; dialling again",
+                 endpoint, attempt);
+        close(c->base.fd);
+        c->base.fd = -1;
+    }
 }
 
 int tcp_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expected,

@@ -663,8 +663,15 @@ static void src_accept_one(struct tcp_worker *w, int fd, const char *name)
         close(fd);
         return;
     }
-    if (tp->nstrangers >= tp->max_strangers && tp->strangers_head != NULL) {
+    while (tp->nstrangers >= tp->max_strangers && tp->strangers_head != NULL) {
+        /* Before the oldest stranger goes, it gets one more turn with what it has sent: a good
+         * peer whose HELLO is waiting in its socket completes it and stops being a stranger. */
         struct tcp_source_conn *oldest = tp->strangers_head;
+        oldest->base.can_recv = 1;
+        w->turn_left = TCP_TURN_BYTES;
+        src_progress(oldest); /* may authenticate it, or close it */
+        if (tp->strangers_head != oldest)
+            continue;
         ORB_LOGD("tcp source: dropping %s, the oldest of %u connections without HELLO, for %s",
                  oldest->base.name, tp->nstrangers, name);
         tcp_source_conn_kill(oldest, "the unauthenticated budget is full");

@@ -71,6 +71,8 @@ struct fake_source {
     char endpoint[64];
     struct orb_epoch epoch;
     enum fake_mode mode;
+    atomic_int drop_next;  /* close this many new connections at once, before HELLO */
+    atomic_int accepted;
     atomic_int stop;
     pthread_t thread;
     int fds[32];
@@ -129,7 +131,12 @@ static void *fake_main(void *arg)
             continue;
         if ((p[0].revents & POLLIN) && f->nfds < 32) {
             int fd = accept(f->listen_fd, NULL, NULL);
-            if (fd >= 0) {
+            if (fd >= 0)
+                atomic_fetch_add(&f->accepted, 1);
+            if (fd >= 0 && atomic_load(&f->drop_next) > 0) {
+                atomic_fetch_sub(&f->drop_next, 1);
+                close(fd); /* as a source dropping its oldest stranger would */
+            } else if (fd >= 0) {
                 f->authed[f->nfds] = 0;
                 f->fds[f->nfds++] = fd;
             }
@@ -161,6 +168,8 @@ static struct fake_source *fake_start(enum fake_mode mode)
     assert_int_equal(getsockname(f->listen_fd, (struct sockaddr *)&sa, &sl), 0);
     snprintf(f->endpoint, sizeof f->endpoint, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
     atomic_init(&f->stop, 0);
+    atomic_init(&f->drop_next, 0);
+    atomic_init(&f->accepted, 0);
     assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
     return f;
 }
@@ -227,6 +236,32 @@ static void test_open_refused_is_epeer(void **state)
                      ORB_EINVAL);
     assert_null(peer);
     th_engine_free(req);
+}
+
+/* A connection the source closes before it answers HELLO (it dropped us as its oldest
+ * stranger) is dialled again; a source that drops every one is given up after a few tries. */
+static void test_open_redials_a_dropped_hello(void **state)
+{
+    (void)state;
+    struct fake_source *f = fake_start(FAKE_SILENT);
+    orb_engine *req = requester_engine();
+    atomic_store(&f->drop_next, 2);
+    void *peer = fake_open(req, f);
+    assert_int_equal(atomic_load(&f->accepted), 3 + 2); /* control, two stripes, two redials */
+    T->peer_release(peer);
+
+    atomic_store(&f->accepted, 0);
+    atomic_store(&f->drop_next, 1000);
+    uint64_t start = orb_now_ns();
+    peer = NULL;
+    assert_int_equal(T->peer_open(req->tp, f->endpoint, &f->epoch, orb_deadline_after(5 * TH_SEC),
+                                  &peer),
+                     ORB_EPEER);
+    assert_null(peer);
+    assert_true(orb_now_ns() - start < TH_SEC);
+    assert_int_equal(atomic_load(&f->accepted), 4);
+    th_engine_free(req);
+    fake_stop(f);
 }
 
 static void test_open_honours_deadline(void **state)
@@ -1333,6 +1368,7 @@ int main(void)
         cmocka_unit_test(test_open_wrong_epoch_is_stale),
         cmocka_unit_test(test_open_refused_is_epeer),
         cmocka_unit_test(test_open_honours_deadline),
+        cmocka_unit_test(test_open_redials_a_dropped_hello),
         cmocka_unit_test(test_endpoint_needs_source),
         cmocka_unit_test(test_restarted_source_is_stale),
         cmocka_unit_test(test_malformed_frames_close_only_their_connection),
