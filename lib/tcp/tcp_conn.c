@@ -135,11 +135,8 @@ int tcp_rx_need(struct tcp_conn *c, size_t need)
         c->rx_end += (size_t)n;
         tcp_conn_touch(c);
         tcp_turn_spend(c, (uint64_t)n);
-        if ((size_t)n < want && !c->peer_closed) {
+        if ((size_t)n < want && !c->peer_closed)
             c->can_recv = 0; /* the socket is empty: no second recv() just to hear EAGAIN */
-            if (c->rx_end - c->rx_start < need)
-                rx_set_lowat(c, 1);
-        }
     }
     return 1;
 }

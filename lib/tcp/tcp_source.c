@@ -414,7 +414,8 @@ static int src_notify(struct tcp_source_conn *s, const uint8_t *body, size_t len
     return src_tx_empty(s, ORB_WIRE_NOTIFY_RESP, s->hdr.tag);
 }
 
-/* The frame header just decoded may start here. 0 or ORB_EPROTO (logged) / ORB_ECLOSED. */
+/* The frame header just decoded may start here. 0 or ORB_EPROTO (logged). A fenced source
+ * never gets here: src_rx_step stops reading before the next header. */
 static int src_admit_frame(struct tcp_source_conn *s)
 {
     uint8_t type = s->hdr.type;
@@ -520,13 +521,18 @@ static int src_rx_step(struct tcp_source_conn *s)
     return ORB_EPROTO;
 }
 
+/* Fenced, with every answer out and no frame half received: the connection is done. Requests
+ * still staged were never started. */
+static int src_fenced_done(const struct tcp_source_conn *s)
+{
+    return !tcp_source_admits(s->tp) && s->tx_count == 0 && s->rx_state == SRX_HEADER;
+}
+
 /* Close after a failed step, logging why unless it was an orderly end. */
 static void src_fail(struct tcp_source_conn *s, int status)
 {
     if (status == ORB_EPROTO) {
         tcp_source_conn_kill(s, "protocol violation");
-    } else if (status == ORB_ECLOSED) {
-        tcp_source_conn_kill(s, "the source is closed");
     } else if (src_idle(s)) {
         tcp_source_conn_kill(s, orb_last_error());
     } else {
@@ -577,8 +583,7 @@ static void src_progress(struct tcp_source_conn *s)
             }
             if (s->migrate && src_migrate(s))
                 return;
-            /* Fenced: the answered requests are out; staged ones are never started. */
-            if (!tcp_source_admits(s->tp) && s->rx_state == SRX_HEADER) {
+            if (src_fenced_done(s)) {
                 tcp_source_conn_kill(s, "the source is closed");
                 return;
             }
@@ -604,9 +609,7 @@ void tcp_source_conn_on_event(struct tcp_source_conn *s, uint32_t events)
 
 void tcp_source_conn_scan(struct tcp_source_conn *s, uint64_t now)
 {
-    /* Fenced, with every answer out and no frame half received: staged requests, if any,
-     * were never started. */
-    if (!tcp_source_admits(s->tp) && s->tx_count == 0 && s->rx_state == SRX_HEADER) {
+    if (src_fenced_done(s)) {
         tcp_source_conn_kill(s, "the source is closed");
         return;
     }
