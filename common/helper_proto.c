@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -1210,7 +1211,14 @@ int orb_hp_decode_devx_verify(const struct orb_hp_msg *m, struct orb_hp_devx_ver
 
 /* ---- datagram I/O ------------------------------------------------------------------------------ */
 
-int orb_hp_send(int sock, const uint8_t *buf, size_t len, const int *fds, size_t nfds)
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int send_datagram(int sock, const uint8_t *buf, size_t len, const int *fds, size_t nfds, int timeout_ms)
 {
     if (sock < 0 || buf == NULL || len < ORB_HP_HEADER_LEN || len > ORB_HP_MAX_MSG)
         return orb_fail(ORB_EINVAL, "helper protocol: send: bad socket or datagram of %zu bytes", len);
@@ -1241,9 +1249,23 @@ int orb_hp_send(int sock, const uint8_t *buf, size_t len, const int *fds, size_t
         memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
     }
     ssize_t n;
-    do {
-        n = sendmsg(sock, &msg, MSG_NOSIGNAL); /* a closed peer is ORB_EPEER, never SIGPIPE */
-    } while (n < 0 && errno == EINTR);
+    uint64_t deadline = timeout_ms >= 0 ? mono_ms() + (uint64_t)timeout_ms : 0;
+    for (;;) {
+        /* A closed peer is ORB_EPEER, never SIGPIPE. */
+        n = sendmsg(sock, &msg, MSG_NOSIGNAL | (timeout_ms >= 0 ? MSG_DONTWAIT : 0));
+        if (n >= 0)
+            break;
+        if (errno == EINTR)
+            continue;
+        if (timeout_ms < 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            break;
+        uint64_t now = mono_ms();
+        if (now >= deadline)
+            return orb_fail(ORB_ETIMEDOUT, "helper protocol: the peer took no datagram for %d ms", timeout_ms);
+        struct pollfd p = {.fd = sock, .events = POLLOUT, .revents = 0};
+        if (poll(&p, 1, (int)(deadline - now)) < 0 && errno != EINTR)
+            return orb_fail(ORB_EUNAVAILABLE, "helper protocol: poll: %s", strerror(errno));
+    }
     if (n < 0) {
         int err = errno;
         return orb_fail(orb_status_from_errno(err), "helper protocol: sendmsg: %s", strerror(err));
@@ -1251,6 +1273,18 @@ int orb_hp_send(int sock, const uint8_t *buf, size_t len, const int *fds, size_t
     if ((size_t)n != len)
         return orb_fail(ORB_EPROTO, "helper protocol: sent %zd of %zu bytes", n, len);
     return 0;
+}
+
+int orb_hp_send(int sock, const uint8_t *buf, size_t len, const int *fds, size_t nfds)
+{
+    return send_datagram(sock, buf, len, fds, nfds, -1);
+}
+
+int orb_hp_send_deadline(int sock, const uint8_t *buf, size_t len, const int *fds, size_t nfds, int timeout_ms)
+{
+    if (timeout_ms < 0)
+        return orb_fail(ORB_EINVAL, "helper protocol: send: negative deadline");
+    return send_datagram(sock, buf, len, fds, nfds, timeout_ms);
 }
 
 /* Collect every descriptor of a received message's SCM_RIGHTS into got[HP_RECV_FD_ROOM]; returns

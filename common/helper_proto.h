@@ -173,6 +173,12 @@ int orb_hp_decode_devx_verify(const struct orb_hp_msg *m, struct orb_hp_devx_ver
  * keeps its own copies). EINTR is retried; a closed peer is ORB_EPEER (never SIGPIPE). */
 int orb_hp_send(int sock, const uint8_t *buf, size_t len, const int *fds, size_t nfds);
 
+/* orb_hp_send without ever blocking longer than `timeout_ms` (>= 0) in all: the datagram is
+ * offered with MSG_DONTWAIT and, while the peer's queue is full, again when poll() says there is
+ * room. ORB_ETIMEDOUT when the peer took nothing by then (nothing was sent), ORB_EINVAL for a
+ * negative timeout; otherwise as orb_hp_send. */
+int orb_hp_send_deadline(int sock, const uint8_t *buf, size_t len, const int *fds, size_t nfds, int timeout_ms);
+
 /* Receive one datagram into buf[ORB_HP_MAX_MSG] within `timeout_ms` (-1: none), with
  * MSG_CMSG_CLOEXEC. At most `max_fds` descriptors are accepted; any other control message,
  * more descriptors, MSG_TRUNC or MSG_CTRUNC is ORB_EPROTO (and every received fd is closed).

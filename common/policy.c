@@ -357,6 +357,23 @@ free_policy:
     return orb_fail(ORB_ENOMEM, "policy: out of memory");
 }
 
+int orb_policy_deny_all(const char *origin, const char *reason, struct orb_policy **out)
+{
+    if (!origin || !reason || !out)
+        return orb_fail(ORB_EINVAL, "policy: NULL origin, reason or out");
+    struct orb_policy *p = calloc(1, sizeof *p);
+    if (!p)
+        return orb_fail(ORB_ENOMEM, "policy: out of memory");
+    char msg[POLICY_MSG_MAX];
+    policy_format(msg, sizeof msg, "%s: %s", origin, reason);
+    if (policy_deny(p, msg, origin) != 0) {
+        orb_policy_free(p);
+        return orb_fail(ORB_ENOMEM, "policy: out of memory");
+    }
+    *out = p;
+    return orb_fail(ORB_ECONFIG, "%s", msg);
+}
+
 /* ---- the directory ---------------------------------------------------------------------- */
 
 static bool file_name_char(char c)

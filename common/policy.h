@@ -29,6 +29,11 @@ int orb_policy_load_dir(int dirfd, const char *origin, uint32_t expected_owner, 
  * text gives the built-in defaults (what a missing policy directory means). */
 int orb_policy_load_string(const char *text, const char *origin, struct orb_policy **out);
 
+/* A policy that denies everything because of `reason` about `origin` (for example a policy
+ * directory that cannot be opened): orb_policy_error() is "origin: reason". Returns ORB_ECONFIG
+ * with *out set, or ORB_EINVAL, ORB_ENOMEM (nothing written). */
+int orb_policy_deny_all(const char *origin, const char *reason, struct orb_policy **out);
+
 /* `orbite-policy check`: called once per "*.ini" file in load order with error NULL (the file
  * is good) or the first problem ("file:line: reason"); once with file = origin for a problem
  * with the directory itself. */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "helper/monitor.h"
 #include "helper/sandbox.h"
 #include "topo/sysfs.h"
 
@@ -35,13 +36,14 @@ void orb_helper_state_init(struct orb_helper_state *st, int sock, struct orb_top
 {
     memset(st, 0, sizeof *st);
     st->sock = sock;
-    st->sysfs_fd = st->devib_fd = st->shm_fd = -1;
+    st->sysfs_fd = st->devib_fd = st->shm_fd = st->priv_fd = st->monitor_sock = -1;
+    st->priv = &orb_helper_priv_local;
     st->admin_gid = (gid_t)-1;
     st->inv = inv;
     for (unsigned i = 0; i < ORB_TOPO_MAX_NICS; i++)
         st->dev_fds[i] = -1;
     for (unsigned i = 0; i < ORB_HP_MAX_SLOTS; i++)
-        st->slots[i].fd = -1;
+        st->slots[i].fd = st->slots[i].lock_fd = -1;
 }
 
 static void close_fd(int *fd)
@@ -58,6 +60,8 @@ void orb_helper_state_release(struct orb_helper_state *st)
     close_fd(&st->sysfs_fd);
     close_fd(&st->devib_fd);
     close_fd(&st->shm_fd);
+    close_fd(&st->priv_fd);
+    close_fd(&st->monitor_sock);
     for (unsigned i = 0; i < ORB_TOPO_MAX_NICS; i++)
         close_fd(&st->dev_fds[i]);
     for (unsigned i = 0; i < ORB_HP_MAX_SLOTS; i++) {
@@ -67,8 +71,9 @@ void orb_helper_state_release(struct orb_helper_state *st)
         if (s->map != NULL)
             munmap(s->map, ORB_HELPER_SLOT_SIZE);
         close_fd(&s->fd);
+        close_fd(&s->lock_fd);
         memset(s, 0, sizeof *s);
-        s->fd = -1;
+        s->fd = s->lock_fd = -1;
     }
     free(st->inv);
     st->inv = NULL;
@@ -82,7 +87,7 @@ static bool read_attr(int dirfd, const char *path, char *buf, size_t cap)
 {
     if (dirfd < 0)
         return false;
-    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    int fd = openat(dirfd, path, ORB_SANDBOX_ATTR_FLAGS);
     if (fd < 0)
         return false;
     bool ok = false;
@@ -211,12 +216,23 @@ void orb_helper_map_devices(struct orb_helper_state *st)
 
 /* ---- replies --------------------------------------------------------------------------------- */
 
+/* Every reply: never blocks past ORB_HELPER_REPLY_DEADLINE_MS. A library that leaves its replies
+ * unread that long ends its session (ORB_HELPER_EXIT_STALLED), so it can hold the worker no
+ * longer than that; the monitor, which publishes the slots, never waits on it at all. */
+static int reply(struct orb_helper_state *st, const uint8_t *buf, size_t len, const int *fds, size_t nfds)
+{
+    int rc = orb_hp_send_deadline(st->sock, buf, len, fds, nfds, ORB_HELPER_REPLY_DEADLINE_MS);
+    if (rc == ORB_ETIMEDOUT)
+        st->exit_code = ORB_HELPER_EXIT_STALLED;
+    return rc;
+}
+
 static int send_status(struct orb_helper_state *st, uint16_t type, uint32_t seq, int status)
 {
     uint8_t buf[ORB_HP_MAX_MSG];
     size_t len = 0;
     int rc = orb_hp_encode_status(type, seq, status, buf, &len);
-    return rc != 0 ? rc : orb_hp_send(st->sock, buf, len, NULL, 0);
+    return rc != 0 ? rc : reply(st, buf, len, NULL, 0);
 }
 
 /* An fd reply: status 0 with `fd` (closed here either way), or a refusal. */
@@ -226,7 +242,7 @@ static int send_fd_reply(struct orb_helper_state *st, uint16_t type, uint32_t se
     size_t len = 0;
     int rc = orb_hp_encode_fd_reply(type, seq, status, status == 0 ? 1 : 0, buf, &len);
     if (rc == 0)
-        rc = orb_hp_send(st->sock, buf, len, &fd, status == 0 ? 1 : 0);
+        rc = reply(st, buf, len, &fd, status == 0 ? 1 : 0);
     if (fd >= 0)
         close(fd);
     return rc;
@@ -253,7 +269,7 @@ int orb_helper_on_hello(struct orb_helper_state *st, const struct orb_hp_msg *m)
     int rc = orb_hp_encode_hello_reply(m->hdr.sequence, status == 0 ? 0 : ORB_EPROTO, (uint32_t)st->uid,
                                        (uint32_t)st->gid, (uint32_t)(st->caps_kept & 0xFFFFFFFFu), buf, &len);
     if (rc == 0)
-        rc = orb_hp_send(st->sock, buf, len, NULL, 0);
+        rc = reply(st, buf, len, NULL, 0);
     if (rc != 0)
         return rc;
     if (status != 0)
@@ -311,7 +327,7 @@ int orb_helper_on_inventory(struct orb_helper_state *st, const struct orb_hp_msg
     if (rc != 0) /* an item the codec refuses: answer without it rather than end the session */
         rc = orb_hp_encode_inventory_reply(m->hdr.sequence, ORB_EUNAVAILABLE, total, kind, NULL, NULL, NULL, buf,
                                            &len);
-    return rc != 0 ? rc : orb_hp_send(st->sock, buf, len, NULL, 0);
+    return rc != 0 ? rc : reply(st, buf, len, NULL, 0);
 }
 
 /* ---- POLICY ---------------------------------------------------------------------------------- */
@@ -324,15 +340,17 @@ int orb_helper_on_policy(struct orb_helper_state *st, const struct orb_hp_msg *m
     uint8_t buf[ORB_HP_MAX_MSG];
     size_t len = 0;
     rc = orb_hp_encode_policy_reply(m->hdr.sequence, 0, &st->allowed, buf, &len);
-    return rc != 0 ? rc : orb_hp_send(st->sock, buf, len, NULL, 0);
+    return rc != 0 ? rc : reply(st, buf, len, NULL, 0);
 }
 
 /* ---- OPEN_DEVICE ----------------------------------------------------------------------------- */
 
-/* Open NIC `id`'s uverbs node through the held directory fd and prove it is that NIC's node:
- * a character device whose number is the one sysfs gives for it right now. */
-static int open_uverbs(struct orb_helper_state *st, int id, const char *nic, int *out)
+int orb_helper_open_uverbs(struct orb_helper_state *st, int id, int *out)
 {
+    const struct orb_topo_nic *n = nic_by_id(st, id);
+    if (n == NULL || st->devib_fd < 0 || st->sysfs_fd < 0 || st->uverbs[id][0] == '\0')
+        return orb_fail(ORB_EUNAVAILABLE, "open device: NIC %d has no uverbs node", id);
+    const char *nic = n->name;
     const char *node = st->uverbs[id];
     char path[128], value[ATTR_MAX];
     dev_t expected;
@@ -343,11 +361,8 @@ static int open_uverbs(struct orb_helper_state *st, int id, const char *nic, int
     if (!read_attr(st->sysfs_fd, path, value, sizeof value) || !parse_dev_number(value, &expected))
         return orb_fail(ORB_EUNAVAILABLE, "open device %s: no device number for %s", nic, node);
 
-    int raised = orb_sandbox_raise(CAP_DAC_OVERRIDE);
-    int fd = raised >= 0 ? openat(st->devib_fd, node, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY) : -1;
+    int fd = openat(st->devib_fd, node, ORB_SANDBOX_NODE_FLAGS);
     int err = errno;
-    if (raised > 0)
-        orb_sandbox_lower();
     if (fd < 0) {
         if (err == ELOOP)
             return orb_fail(ORB_EPERM, "open device %s: %s is a symbolic link", nic, node);
@@ -376,7 +391,7 @@ int orb_helper_on_open_device(struct orb_helper_state *st, const struct orb_hp_m
     if (!rdma_allowed(st, id))
         return send_fd_reply(st, type, m->hdr.sequence, ORB_EPERM, -1);
     const struct orb_topo_nic *n = nic_by_id(st, id);
-    if (n == NULL || !n->usable || st->devib_fd < 0 || st->uverbs[id][0] == '\0')
+    if (n == NULL || !n->usable || st->uverbs[id][0] == '\0')
         return send_fd_reply(st, type, m->hdr.sequence, ORB_EUNAVAILABLE, -1);
     /* ibv_import_device() adopts a context only through a provider import step, which rdma-core
      * has for mlx5 alone; the context request is mlx5's too (uctx.h). */
@@ -385,7 +400,9 @@ int orb_helper_on_open_device(struct orb_helper_state *st, const struct orb_hp_m
         return send_fd_reply(st, type, m->hdr.sequence, ORB_EUNAVAILABLE, -1);
     }
     int fd = -1;
-    int status = open_uverbs(st, id, nic, &fd);
+    int status = st->priv->open_node(st, id, &fd);
+    if (status == ORB_EPEER)
+        return status; /* the monitor is gone: the session ends (exit_code says why) */
     if (status != 0)
         return send_fd_reply(st, type, m->hdr.sequence, status, -1);
     bool devx = false;
@@ -423,17 +440,18 @@ int orb_helper_on_peermem(struct orb_helper_state *st, const struct orb_hp_msg *
     uint8_t buf[ORB_HP_MAX_MSG];
     size_t len = 0;
     rc = orb_hp_encode_peermem_reply(m->hdr.sequence, 0, found, buf, &len);
-    return rc != 0 ? rc : orb_hp_send(st->sock, buf, len, NULL, 0);
+    return rc != 0 ? rc : reply(st, buf, len, NULL, 0);
 }
 
 /* ---- SLOT_ATTACH ----------------------------------------------------------------------------- */
 
-static bool slot_allowed(const struct orb_helper_state *st, const char *name)
+/* The index of `name` among the slots the policy grants, or -1. */
+static int slot_granted(const struct orb_helper_state *st, const char *name)
 {
     for (uint32_t i = 0; i < st->allowed.nslots && i < ORB_HP_MAX_SLOTS; i++)
         if (strcmp(st->allowed.slots[i], name) == 0)
-            return true;
-    return false;
+            return (int)i;
+    return -1;
 }
 
 int orb_helper_on_slot_attach(struct orb_helper_state *st, const struct orb_hp_msg *m)
@@ -443,10 +461,13 @@ int orb_helper_on_slot_attach(struct orb_helper_state *st, const struct orb_hp_m
     int rc = orb_hp_decode_slot_attach(m, name, &interval_ns);
     if (rc != 0)
         return rc;
-    if (!slot_allowed(st, name))
+    int index = slot_granted(st, name);
+    if (index < 0)
         return send_fd_reply(st, ORB_HP_SLOT_REPLY, m->hdr.sequence, ORB_EPERM, -1);
     int fd = -1;
-    int status = orb_helper_slot_open_shared(st, name, interval_ns, &fd);
+    int status = st->priv->open_slot(st, (uint32_t)index, interval_ns, &fd);
+    if (status == ORB_EPEER)
+        return status; /* the monitor is gone: the session ends (exit_code says why) */
     return send_fd_reply(st, ORB_HP_SLOT_REPLY, m->hdr.sequence, status, fd);
 }
 

@@ -25,12 +25,18 @@ enum orb_helper_exit {
     ORB_HELPER_EXIT_PROTOCOL = 2, /* malformed or unexpected message, or a failed reply */
     ORB_HELPER_EXIT_CAPS = 3,     /* capabilities or ids outside what the helper accepts */
     ORB_HELPER_EXIT_ORPHAN = 4,   /* no parent, or fd 3 is not the library's socket */
+    ORB_HELPER_EXIT_STALLED = 5,  /* the library left a reply unread for ORB_HELPER_REPLY_DEADLINE_MS */
+    ORB_HELPER_EXIT_MONITOR = 6,  /* the privileged monitor failed or went away */
     ORB_HELPER_EXIT_USAGE = 64,   /* the installed helper takes no arguments */
 };
 
 #define ORB_HELPER_SOCK ORB_HP_FD
 #define ORB_HELPER_SLOT_SIZE 4096u   /* a slot object is one page: the header and zeros */
 #define ORB_HELPER_SLOT_MODE 0644u   /* administrator's, readable by every participant */
+/* The administrator's 0700 directory in /dev/shm for objects under construction and lock files:
+ * '+' is not allowed in slot names, so no slot can take this name. */
+#define ORB_HELPER_PRIVATE_DIR "orbite+helper"
+#define ORB_HELPER_REPLY_DEADLINE_MS 1000 /* a library that does not take a reply by then is dropped */
 #define ORB_HELPER_UVERBS_MAX 16     /* "uverbsNNN" + NUL */
 
 /* Candidate files of the GPU peer-memory probe, NCCL's order (bit i of the reply). */
@@ -41,6 +47,7 @@ extern const char *const orb_helper_peermem_files[ORB_HELPER_PEERMEM_CANDIDATES]
 struct orb_helper_slot {
     char name[ORB_HP_NAME_MAX + 1]; /* "" when the entry is unused */
     int fd;                         /* read-write (or read-only when re-open was refused) */
+    int lock_fd;                    /* its lock file in the private directory; -1 when read-only */
     bool writable;                  /* fd is read-write: may take over publishing */
     bool publisher;                 /* holds the lock and publishes every millisecond */
     bool dead;                      /* header found damaged after attach: never publish */
@@ -55,6 +62,10 @@ struct orb_helper_state {
     int sysfs_fd;                   /* held directory fds; -1 when absent */
     int devib_fd;
     int shm_fd;
+    int priv_fd;                    /* ORB_HELPER_PRIVATE_DIR in shm_fd (monitor only) */
+    int monitor_sock;               /* worker: the monitor's socket; -1 in the monitor or in-process */
+    const struct orb_helper_priv_ops *priv; /* the two privileged steps (monitor.h) */
+    int exit_code;                  /* set by a handler that ends the session with a code of its own */
     uid_t admin_uid;                /* owner of policy files and slot objects (root) */
     gid_t admin_gid;                /* group given to new slot objects; (gid_t)-1: unchanged */
     uid_t uid;                      /* the tenant: the helper's own real ids */
@@ -77,7 +88,9 @@ struct orb_helper_state {
     uint64_t next_takeover_ns;      /* next attempt to take over an idle publisher */
 };
 
-/* Fresh state: every fd -1, nothing attached. `inv` is taken over (freed by _release). */
+struct orb_helper_priv_ops;
+
+/* Fresh state: every fd -1, nothing attached, privileged steps in-process (orb_helper_priv_local). `inv` is taken over (freed by _release). */
 void orb_helper_state_init(struct orb_helper_state *st, int sock, struct orb_topo_inventory *inv);
 /* Close every held fd, unmap slots, free the inventory. Safe on a zeroed or _init'ed state. */
 void orb_helper_state_release(struct orb_helper_state *st);
@@ -98,6 +111,11 @@ int orb_helper_on_peermem(struct orb_helper_state *st, const struct orb_hp_msg *
 int orb_helper_on_slot_attach(struct orb_helper_state *st, const struct orb_hp_msg *m);
 int orb_helper_on_devx_verify(struct orb_helper_state *st, const struct orb_hp_msg *m);
 
+/* Open NIC `id`'s uverbs node through the held directory fd and prove it is that NIC's node: a
+ * character device whose number is the one sysfs gives for it right now. The policy check is
+ * the caller's. Errors: ORB_EUNAVAILABLE (no node), ORB_EPERM (symlink, wrong device, refused). */
+int orb_helper_open_uverbs(struct orb_helper_state *st, int id, int *out);
+
 /* The inventory id of the NIC called `name`, or -1. */
 int orb_helper_find_nic(const struct orb_helper_state *st, const char *name);
 
@@ -111,6 +129,12 @@ int orb_helper_find_nic(const struct orb_helper_state *st, const char *name);
  * boot or time namespace; a foreign object), ORB_EPROTO (damaged header), ORB_ECONFIG (a valid
  * object with another interval), ORB_ERESOURCE (ORB_HP_MAX_SLOTS attached). */
 int orb_helper_slot_open_shared(struct orb_helper_state *st, const char *name, uint64_t interval_ns, int *ro_fd);
+
+/* Open (or create, as the administrator's 0700 directory) ORB_HELPER_PRIVATE_DIR in shm_fd into
+ * st->priv_fd. Before the monitor's filter. A directory that a tenant made or filled is refused.
+ * Errors: ORB_EUNAVAILABLE (no /dev/shm, a capability missing), ORB_EPERM (wrong owner, mode or
+ * type, or tampered with while being created). */
+int orb_helper_slots_prepare(struct orb_helper_state *st);
 
 /* Publish every slot this helper holds the lock of, at now_ns; every `takeover` call also try
  * to take the lock of attached objects whose publisher has gone. Returns whether any slot is

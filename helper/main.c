@@ -1,11 +1,16 @@
 /* orbite-helper: start-up in a fixed order, then one serve loop for one library instance.
  *
- *   1. clear the environment          6. PR_SET_NO_NEW_PRIVS; refuse unexpected capabilities
- *   2. close every fd but 0-3         7. read the policy, open /sys, /dev/infiniband, /dev/shm,
- *   3. fds 0-2 to /dev/null              resolve the tenant's names, discover, decide
- *   4. PR_SET_DUMPABLE 0              8. drop every capability not needed later
- *   5. PR_SET_PDEATHSIG, parent and   9. load the seccomp filter
- *      socket checks                 10. serve until EOF (exit 0) or a violation (exit 2)
+ *   1. clear the environment          7. read the policy, open /sys, /dev/infiniband, /dev/shm,
+ *   2. close every fd but 0-3,           resolve the tenant's names, discover, decide
+ *      descriptor limit, syslog       8. keep only the expected capabilities, permitted
+ *   3. fds 0-2 to /dev/null           9. fork the monitor (monitor.c), which keeps them; the
+ *   4. PR_SET_DUMPABLE 0                 worker drops every capability and the monitor's fds
+ *   5. PR_SET_PDEATHSIG, parent and  10. load the worker's seccomp filter
+ *      socket checks                 11. serve until EOF (exit 0) or a violation (exit 2..6)
+ *   6. PR_SET_NO_NEW_PRIVS; refuse unexpected capabilities
+ *
+ * Nothing the library sends is read before step 11: by then the process that reads it holds no
+ * capability and no descriptor beyond what the policy grants (sandbox.h).
  *
  * The installed helper takes no arguments. The test build (ORB_HELPER_TESTING, installed
  * nowhere) also accepts directory overrides for fixture trees, the policy owner, and a fake
@@ -15,6 +20,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <pwd.h>
+#include <sys/resource.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +31,7 @@
 #include "common/policy.h"
 #include "core/error.h"
 #include "helper/helper.h"
+#include "helper/monitor.h"
 #include "helper/sandbox.h"
 #include "topo/sysfs.h"
 
@@ -33,6 +40,10 @@
 #endif
 
 #define NAME_BUF_MAX (1u << 20) /* getpwuid_r/getgrgid_r buffer ceiling */
+/* Descriptors the helper may need at once: stdio, the socket, the log, the held directories,
+ * the monitor's socket pair, and per slot the object, its lock and the library's copy, per NIC
+ * a device duplicate, with room for a reply in flight. */
+#define FDS_NEEDED (16u + 3u * ORB_HP_MAX_SLOTS + ORB_TOPO_MAX_NICS)
 #define GROUPS_MAX 65536u       /* NGROUPS_MAX on Linux */
 
 struct helper_paths {
@@ -128,44 +139,56 @@ static void identity_free(struct identity *id)
     memset(id, 0, sizeof *id);
 }
 
-static char *user_name(uid_t uid)
+/* The account's name in *out (NULL: no such account, which is not an error: `[user:NAME]` and
+ * `[group:NAME]` sections then simply do not match). A lookup that fails (an NSS source that is
+ * down, unreadable or broken) is an error, so that a section which might restrict the tenant is
+ * never skipped for it: ORB_EUNAVAILABLE naming the cause. */
+static int user_name(uid_t uid, char **out)
 {
     size_t cap = 1024;
     for (;;) {
         char *buf = malloc(cap);
         if (buf == NULL)
-            return NULL;
+            return orb_fail(ORB_ENOMEM, "identity: out of memory");
         struct passwd pw, *res = NULL;
+        errno = 0;
         int rc = getpwuid_r(uid, &pw, buf, cap, &res);
         if (rc == 0) {
             char *name = res ? strdup(res->pw_name) : NULL;
             free(buf);
-            return name;
+            if (res != NULL && name == NULL)
+                return orb_fail(ORB_ENOMEM, "identity: out of memory");
+            *out = name;
+            return 0;
         }
         free(buf);
         if (rc != ERANGE || cap >= NAME_BUF_MAX)
-            return NULL;
+            return orb_fail(ORB_EUNAVAILABLE, "identity: looking up uid %u failed: %s", (unsigned)uid, strerror(rc));
         cap *= 2;
     }
 }
 
-static char *group_name(gid_t gid)
+static int group_name(gid_t gid, char **out)
 {
     size_t cap = 1024;
     for (;;) {
         char *buf = malloc(cap);
         if (buf == NULL)
-            return NULL;
+            return orb_fail(ORB_ENOMEM, "identity: out of memory");
         struct group gr, *res = NULL;
+        errno = 0;
         int rc = getgrgid_r(gid, &gr, buf, cap, &res);
         if (rc == 0) {
             char *name = res ? strdup(res->gr_name) : NULL;
             free(buf);
-            return name;
+            if (res != NULL && name == NULL)
+                return orb_fail(ORB_ENOMEM, "identity: out of memory");
+            *out = name;
+            return 0;
         }
         free(buf);
         if (rc != ERANGE || cap >= NAME_BUF_MAX)
-            return NULL;
+            return orb_fail(ORB_EUNAVAILABLE, "identity: looking up gid %u failed: %s", (unsigned)gid, strerror(rc));
         cap *= 2;
     }
 }
@@ -191,19 +214,23 @@ static int identity_load(uid_t uid, gid_t gid, struct identity *out)
         return orb_fail(ORB_EUNAVAILABLE, "identity: getgroups: %s", strerror(errno));
     }
     list[got++] = gid; /* the primary group counts even when not in the supplementary list */
-    for (int i = 0; i < got; i++) {
+    int rc = 0;
+    for (int i = 0; i < got && rc == 0; i++) {
         bool dup = false;
         for (uint32_t j = 0; j < out->ngroups; j++)
             dup = dup || out->gids[j] == (uint32_t)list[i];
         if (dup)
             continue;
         out->gids[out->ngroups] = (uint32_t)list[i];
-        out->group_names[out->ngroups] = group_name(list[i]);
+        rc = group_name(list[i], &out->group_names[out->ngroups]);
         out->ngroups++;
     }
     free(list);
-    out->user = user_name(uid);
-    return 0;
+    if (rc == 0)
+        rc = user_name(uid, &out->user);
+    if (rc != 0)
+        identity_free(out);
+    return rc;
 }
 
 /* ---- step 7: policy, directories, discovery, decision ------------------------------------------ */
@@ -220,9 +247,8 @@ static int load_policy(const struct helper_paths *paths, struct orb_policy **out
         /* No policy directory is no policy file: the documented defaults (RDMA denied). */
         if (errno == ENOENT)
             return orb_policy_load_string("", paths->policy_dir, out);
-        startup_log(LOG_WARNING, "policy directory %s: %s: denying everything", paths->policy_dir, strerror(errno));
-        /* A text the parser refuses yields its deny-all policy, naming the cause. */
-        return orb_policy_load_string("[defaults]\npolicy_directory_unreadable = yes\n", paths->policy_dir, out);
+        const char *why = errno == ELOOP || errno == ENOTDIR ? "is not a directory (a symbolic link?)" : strerror(errno);
+        return orb_policy_deny_all(paths->policy_dir, why, out);
     }
     int rc = orb_policy_load_dir(dfd, paths->policy_dir, (uint32_t)paths->admin_uid, out);
     close(dfd);
@@ -266,6 +292,13 @@ static int prepare(struct orb_helper_state *st, const struct helper_paths *paths
 
     struct identity id;
     rc = identity_load(st->uid, st->gid, &id);
+    if (rc == ORB_EUNAVAILABLE) {
+        /* The accounts cannot be read: decide nothing for this tenant. */
+        startup_log(LOG_WARNING, "denying everything to uid %u: %s", (unsigned)st->uid, orb_last_error());
+        memset(&st->allowed, 0, sizeof st->allowed);
+        orb_policy_free(policy);
+        return 0;
+    }
     if (rc == 0) {
         struct orb_policy_subject who = {
             .uid = (uint32_t)st->uid,
@@ -345,10 +378,9 @@ static int serve(struct orb_helper_state *st)
     uint8_t buf[ORB_HP_MAX_MSG];
     uint32_t seen = 0;
     for (;;) {
-        /* Attached slots are published every millisecond from this loop: no thread. */
-        bool ticking = orb_helper_slots_tick(st, orb_helper_now_ns());
+        /* Slots are published by the monitor: this loop waits on the library alone. */
         struct pollfd p = {.fd = st->sock, .events = POLLIN, .revents = 0};
-        int ready = poll(&p, 1, ticking ? 1 : -1);
+        int ready = poll(&p, 1, -1);
         if (ready < 0 && errno != EINTR)
             return ORB_HELPER_EXIT_PROTOCOL;
         if (ready <= 0)
@@ -362,8 +394,38 @@ static int serve(struct orb_helper_state *st)
         if (rc != 0) /* fds from the library, truncation, control messages */
             return ORB_HELPER_EXIT_PROTOCOL;
         if (dispatch(st, buf, len, &seen) != 0)
-            return ORB_HELPER_EXIT_PROTOCOL;
+            return st->exit_code != 0 ? st->exit_code : ORB_HELPER_EXIT_PROTOCOL;
     }
+}
+
+/* ---- step 2: the descriptor limit and the log --------------------------------------------- */
+
+/* Raise the soft RLIMIT_NOFILE (up to the hard limit, which needs no privilege) so that the
+ * helper never runs short mid-session. Errors: ORB_ERESOURCE naming both figures. */
+static int ensure_descriptors(void)
+{
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0)
+        return orb_fail(ORB_EUNAVAILABLE, "start-up: getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+    if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < FDS_NEEDED && lim.rlim_max > lim.rlim_cur) {
+        lim.rlim_cur = lim.rlim_max == RLIM_INFINITY || lim.rlim_max > FDS_NEEDED ? FDS_NEEDED : lim.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &lim);
+        (void)getrlimit(RLIMIT_NOFILE, &lim);
+    }
+    if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < FDS_NEEDED)
+        return orb_fail(ORB_ERESOURCE, "start-up: RLIMIT_NOFILE allows %llu descriptors (hard limit %llu), the helper needs %u",
+                        (unsigned long long)lim.rlim_cur, (unsigned long long)lim.rlim_max, FDS_NEEDED);
+    return 0;
+}
+
+/* Connect to the log now (LOG_NDELAY), while a descriptor is surely free, so that a refusal
+ * later in start-up is never lost to a lazy connect that finds none. When even that one is
+ * missing, stdin (nothing reads it) makes room. */
+static void open_log(bool make_room)
+{
+    if (make_room)
+        (void)close(STDIN_FILENO);
+    openlog("orbite-helper", LOG_PID | LOG_NDELAY, LOG_AUTHPRIV);
 }
 
 int main(int argc, char **argv)
@@ -371,22 +433,47 @@ int main(int argc, char **argv)
     struct helper_paths paths;
     if (parse_options(argc, argv, &paths) != 0)
         return ORB_HELPER_EXIT_USAGE;
-    /* 1-3: nothing from the spawner's environment or descriptors reaches what follows. */
-    if (orb_sandbox_clear_environment() != 0 || orb_sandbox_close_fds_from(ORB_HELPER_SOCK + 1) != 0 ||
-        orb_sandbox_null_stdio() != 0)
+    /* 1-3: nothing from the spawner's environment or descriptors reaches what follows. Closing
+     * comes first so that the wipe, which reads /proc, has descriptors to use. */
+    if (orb_sandbox_close_fds_from(ORB_HELPER_SOCK + 1) != 0)
         return ORB_HELPER_EXIT_STARTUP;
-    openlog("orbite-helper", LOG_PID, LOG_AUTHPRIV);
+    int fds_rc = ensure_descriptors();
+    if (fds_rc != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        (void)orb_sandbox_clear_environment();
+        open_log(true);
+        startup_log(LOG_ERR, "refusing to run: %s", why);
+        return ORB_HELPER_EXIT_STARTUP;
+    }
+    if (orb_sandbox_clear_environment() != 0 || orb_sandbox_null_stdio() != 0) {
+        open_log(false);
+        startup_log(LOG_ERR, "refusing to run: %s", orb_last_error());
+        return ORB_HELPER_EXIT_STARTUP;
+    }
+    open_log(false);
     /* 4-6 */
     if (orb_sandbox_set_undumpable() != 0)
         return ORB_HELPER_EXIT_STARTUP;
-    if (orb_sandbox_bind_to_parent(ORB_HELPER_SOCK) != 0)
+    if (orb_sandbox_bind_to_parent(ORB_HELPER_SOCK) != 0) {
+        startup_log(LOG_ERR, "refusing to run: %s", orb_last_error());
         return ORB_HELPER_EXIT_ORPHAN;
+    }
     if (orb_sandbox_no_new_privs() != 0)
         return ORB_HELPER_EXIT_STARTUP;
     if (orb_sandbox_check_caps() != 0) {
         startup_log(LOG_ERR, "refusing to run: %s", orb_last_error());
         return ORB_HELPER_EXIT_CAPS;
     }
+#ifdef ORB_HELPER_TESTING
+    /* The test build takes fixture paths from its caller: with any capability, those options
+     * would be a way to privilege. It runs only as an ordinary process. */
+    struct orb_sandbox_caps now;
+    if (orb_sandbox_read_caps(&now) != 0 || (now.permitted | now.effective | now.inheritable | now.ambient) != 0) {
+        startup_log(LOG_ERR, "refusing to run: the test build runs without capabilities");
+        return ORB_HELPER_EXIT_CAPS;
+    }
+#endif
     /* 7 */
     struct orb_helper_state st;
     orb_helper_state_init(&st, ORB_HELPER_SOCK, NULL);
@@ -401,13 +488,33 @@ int main(int argc, char **argv)
         orb_helper_state_release(&st);
         return ORB_HELPER_EXIT_CAPS;
     }
-    /* 9 */
-    closelog();
-    if (orb_sandbox_load_filter() != 0) {
+    /* 9: the monitor takes the capabilities and the directories only it uses. */
+    if (orb_helper_monitor_start(&st) != 0) {
+        startup_log(LOG_ERR, "start-up failed: %s", orb_last_error());
         orb_helper_state_release(&st);
         return ORB_HELPER_EXIT_STARTUP;
     }
+    if (st.devib_fd >= 0)
+        (void)close(st.devib_fd);
+    if (st.shm_fd >= 0)
+        (void)close(st.shm_fd);
+    st.devib_fd = st.shm_fd = -1;
+    if (orb_sandbox_drop_all_caps() != 0) {
+        startup_log(LOG_ERR, "refusing to run: %s", orb_last_error());
+        orb_helper_state_release(&st);
+        return ORB_HELPER_EXIT_CAPS;
+    }
+    int test_proc_fd = -1;
+#ifdef ORB_HELPER_TESTING
+    test_proc_fd = orb_helper_testing_open_proc();
+#endif
     /* 10 */
+    closelog(); /* its reconnects would need socket(), which the filter forbids */
+    if (orb_sandbox_load_worker_filter(st.sysfs_fd, test_proc_fd) != 0) {
+        orb_helper_state_release(&st);
+        return ORB_HELPER_EXIT_STARTUP;
+    }
+    /* 11 */
     int code = serve(&st);
     orb_helper_state_release(&st);
     return code;

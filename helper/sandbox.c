@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <seccomp.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/capability.h>
@@ -22,8 +23,6 @@
 #include "helper/helper.h"
 
 #define CAP_BITS 64
-/* The kernel's own O_TMPFILE bit: glibc's __O_TMPFILE also carries O_DIRECTORY. */
-#define KERNEL_O_TMPFILE_BIT 020000000
 
 extern char **environ;
 
@@ -34,14 +33,54 @@ const unsigned orb_sandbox_nioctls = sizeof orb_sandbox_ioctls / sizeof orb_sand
 
 /* ---- environment, descriptors, process attributes ------------------------------------------- */
 
+/* The bounds of the initial environment block, fields 50 and 51 (env_start, env_end) of
+ * /proc/self/stat. The command name (field 2) may hold spaces and parentheses: fields are
+ * counted from its last ')'. */
+static bool environment_block(uintptr_t *start, uintptr_t *end)
+{
+    char text[2048];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return false;
+    size_t used = 0;
+    ssize_t n;
+    while (used < sizeof text - 1 && (n = read(fd, text + used, sizeof text - 1 - used)) > 0)
+        used += (size_t)n;
+    (void)close(fd);
+    text[used] = '\0';
+    char *p = strrchr(text, ')');
+    if (p == NULL)
+        return false;
+    unsigned long long v[2] = {0, 0};
+    int field = 2;
+    char *save = NULL;
+    for (char *tok = strtok_r(p + 1, " \n", &save); tok != NULL; tok = strtok_r(NULL, " \n", &save)) {
+        field++;
+        if (field == 50 || field == 51)
+            v[field - 50] = strtoull(tok, NULL, 10);
+    }
+    if (v[0] == 0 || v[1] < v[0] || v[1] - v[0] > (64ull << 20))
+        return false;
+    *start = (uintptr_t)v[0];
+    *end = (uintptr_t)v[1];
+    return true;
+}
+
 int orb_sandbox_clear_environment(void)
 {
-    /* clearenv() only drops the pointers: the strings stay in the initial stack block, which
-     * /proc/PID/environ keeps showing. Wipe them first. */
+    /* clearenv() only drops the pointers, and in secure mode ld.so has already removed some
+     * pointers (LD_AUDIT, LD_PRELOAD, ...) while their strings stay in the initial block, which
+     * /proc/PID/environ keeps showing. Wipe the block itself, and whatever environ points at. */
+    uintptr_t start = 0, end = 0;
+    bool have_block = environment_block(&start, &end);
     for (char **e = environ; e != NULL && *e != NULL; e++)
         memset(*e, 0, strlen(*e));
+    if (have_block)
+        memset((void *)start, 0, end - start);
     if (clearenv() != 0 || (environ != NULL && environ[0] != NULL))
         return orb_fail(ORB_EUNAVAILABLE, "sandbox: cannot clear the environment");
+    if (!have_block)
+        return orb_fail(ORB_EUNAVAILABLE, "sandbox: cannot find the initial environment block in /proc/self/stat");
     return 0;
 }
 
@@ -155,12 +194,6 @@ int orb_sandbox_no_new_privs(void)
 
 /* ---- capabilities ---------------------------------------------------------------------------- */
 
-/* Prepared by orb_sandbox_drop_caps(): after it nothing is allocated, so raising and lowering
- * make exactly one capset() each. */
-static uint64_t g_kept;
-static cap_t g_lowered;
-static cap_t g_raised[CAP_BITS];
-
 static int cap_count(void)
 {
     int n = (int)cap_max_bits();
@@ -215,6 +248,27 @@ free_state:
     return NULL;
 }
 
+/* permitted and effective as given, inheritable and ambient empty; verified by reading back. */
+static int set_caps(uint64_t permitted, uint64_t effective, const char *what)
+{
+    cap_t state = make_state(permitted, effective);
+    if (state == NULL)
+        return orb_fail(ORB_ENOMEM, "sandbox: out of memory for capability state");
+    int rc = 0;
+    if (cap_set_proc(state) != 0)
+        rc = orb_fail(ORB_EUNAVAILABLE, "sandbox: cannot %s: %s", what, strerror(errno));
+    cap_free(state);
+    if (rc == 0 && CAP_AMBIENT_SUPPORTED() && cap_reset_ambient() != 0)
+        rc = orb_fail(ORB_EUNAVAILABLE, "sandbox: cannot clear ambient capabilities");
+    struct orb_sandbox_caps after;
+    if (rc == 0)
+        rc = orb_sandbox_read_caps(&after);
+    if (rc == 0 && (after.permitted != permitted || after.effective != effective || after.inheritable != 0 ||
+                    after.ambient != 0))
+        rc = orb_fail(ORB_EUNAVAILABLE, "sandbox: capabilities did not change as asked (%s)", what);
+    return rc;
+}
+
 int orb_sandbox_check_caps(void)
 {
     uid_t ruid, euid, suid;
@@ -247,137 +301,166 @@ int orb_sandbox_drop_caps(uint64_t *kept_out)
     if (rc != 0)
         return rc;
     uint64_t kept = c.permitted & ORB_SANDBOX_CAPS_EXPECTED;
-    cap_t lowered = make_state(kept, 0);
-    if (lowered == NULL)
-        return orb_fail(ORB_ENOMEM, "sandbox: out of memory for capability state");
-    if (cap_set_proc(lowered) != 0) {
-        cap_free(lowered);
-        return orb_fail(ORB_EUNAVAILABLE, "sandbox: cannot drop capabilities: %s", strerror(errno));
-    }
-    if (CAP_AMBIENT_SUPPORTED() && cap_reset_ambient() != 0) {
-        cap_free(lowered);
-        return orb_fail(ORB_EUNAVAILABLE, "sandbox: cannot clear ambient capabilities");
-    }
-    struct orb_sandbox_caps after;
-    rc = orb_sandbox_read_caps(&after);
-    if (rc == 0 && (after.permitted != kept || after.effective != 0 || after.inheritable != 0 || after.ambient != 0))
-        rc = orb_fail(ORB_EUNAVAILABLE, "sandbox: capabilities did not drop as asked");
-    if (rc != 0) {
-        cap_free(lowered);
+    rc = set_caps(kept, 0, "drop capabilities");
+    if (rc != 0)
         return rc;
-    }
-    for (int i = 0; i < CAP_BITS; i++) {
-        if (!((kept >> i) & 1u))
-            continue;
-        g_raised[i] = make_state(kept, UINT64_C(1) << i);
-        if (g_raised[i] == NULL) {
-            cap_free(lowered);
-            return orb_fail(ORB_ENOMEM, "sandbox: out of memory for capability state");
-        }
-    }
-    g_lowered = lowered;
-    g_kept = kept;
     *kept_out = kept;
     return 0;
 }
 
-int orb_sandbox_raise(int cap)
+int orb_sandbox_caps_effective(void)
 {
-    if (cap < 0 || cap >= CAP_BITS || !((g_kept >> cap) & 1u) || g_raised[cap] == NULL)
-        return 0;
-    if (cap_set_proc(g_raised[cap]) != 0)
-        return orb_fail(ORB_EUNAVAILABLE, "sandbox: cannot raise capability %d", cap);
-    return 1;
+    struct orb_sandbox_caps c;
+    int rc = orb_sandbox_read_caps(&c);
+    if (rc != 0)
+        return rc;
+    return set_caps(c.permitted, c.permitted, "make the monitor's capabilities effective");
 }
 
-void orb_sandbox_lower(void)
+int orb_sandbox_drop_all_caps(void)
 {
-    if (g_lowered == NULL)
-        return; /* nothing was ever raised */
-    if (cap_set_proc(g_lowered) != 0)
-        _exit(ORB_HELPER_EXIT_CAPS);
+    return set_caps(0, 0, "drop every capability");
 }
 
 /* ---- seccomp --------------------------------------------------------------------------------- */
 
-/* Allowed with any arguments. */
-static const int plain_syscalls[] = {
-    /* the socket to the library and waiting on it */
+/* Ints travel in 64-bit registers whose upper half the kernel ignores for them: compare the low
+ * half only, so that garbage there can neither pass nor fail a rule by accident. */
+#define LOW32 ((scmp_datum_t)0xFFFFFFFFu)
+#define ARG_INT_EQ(n, v) SCMP_CMP64(n, SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)(uint32_t)(v))
+
+/* Allowed with any arguments in both processes. */
+static const int common_syscalls[] = {
+    /* the socket(s) and waiting on them */
     SCMP_SYS(recvmsg), SCMP_SYS(sendmsg), SCMP_SYS(poll), SCMP_SYS(ppoll),
-    /* files through held directory fds (flags restricted below for openat) */
-    SCMP_SYS(read), SCMP_SYS(write), SCMP_SYS(close), SCMP_SYS(fstat), SCMP_SYS(newfstatat),
-    /* shared slot objects */
-    SCMP_SYS(flock), SCMP_SYS(fchown), SCMP_SYS(fchmod), SCMP_SYS(ftruncate), SCMP_SYS(getrandom),
+    /* descriptors already held */
+    SCMP_SYS(read), SCMP_SYS(close), SCMP_SYS(fstat),
     /* memory (mmap and mprotect are restricted below) */
     SCMP_SYS(munmap), SCMP_SYS(brk), SCMP_SYS(madvise), SCMP_SYS(mremap),
-    /* time, identity, capability brackets, process end */
-    SCMP_SYS(clock_gettime), SCMP_SYS(getpid), SCMP_SYS(getuid), SCMP_SYS(geteuid), SCMP_SYS(capget),
-    SCMP_SYS(capset), SCMP_SYS(futex), SCMP_SYS(sched_yield), SCMP_SYS(restart_syscall),
-    SCMP_SYS(rt_sigreturn), SCMP_SYS(exit), SCMP_SYS(exit_group),
+    /* time, identity, process end */
+    SCMP_SYS(clock_gettime), SCMP_SYS(getpid), SCMP_SYS(getuid), SCMP_SYS(geteuid), SCMP_SYS(futex),
+    SCMP_SYS(sched_yield), SCMP_SYS(restart_syscall), SCMP_SYS(rt_sigreturn), SCMP_SYS(exit),
+    SCMP_SYS(exit_group),
 };
 
-/* Syscalls some architectures lack (libseccomp then refuses the rule, which is fine). */
-static const int optional_syscalls[] = {SCMP_SYS(statx)};
+struct filter {
+    scmp_filter_ctx ctx;
+    int rc;
+    const char *what;
+};
 
-int orb_sandbox_load_filter(void)
+static void allow(struct filter *f, const char *what, int nr, unsigned n, const struct scmp_arg_cmp *args)
 {
-    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_KILL_PROCESS);
-    if (ctx == NULL)
-        return orb_fail(ORB_ENOMEM, "sandbox: seccomp_init failed");
-    int rc = 0;
-    const char *what = NULL;
-    for (size_t i = 0; i < sizeof plain_syscalls / sizeof plain_syscalls[0] && rc == 0; i++) {
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, plain_syscalls[i], 0);
-        what = "plain syscall";
-    }
-    for (size_t i = 0; i < sizeof optional_syscalls / sizeof optional_syscalls[0] && rc == 0; i++)
-        (void)seccomp_rule_add(ctx, SCMP_ACT_ALLOW, optional_syscalls[i], 0);
-    if (rc == 0) {
-        /* openat: never creates or truncates a file, except the exact slot-creation call. */
-        what = "openat";
-        const scmp_datum_t creating = O_CREAT | O_TRUNC | KERNEL_O_TMPFILE_BIT;
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, creating, 0));
-    }
-    if (rc == 0) {
-        const scmp_datum_t mask = O_ACCMODE | O_CREAT | O_EXCL | O_NOFOLLOW | O_TRUNC | KERNEL_O_TMPFILE_BIT | O_DIRECTORY;
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
-                              SCMP_A2(SCMP_CMP_MASKED_EQ, mask,
-                                      (scmp_datum_t)(ORB_SANDBOX_SLOT_CREATE_FLAGS & (int)mask)));
-    }
-    if (rc == 0) {
-        /* Removing a slot object we created and failed to finish; never a directory. */
-        what = "unlinkat";
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(unlinkat), 1, SCMP_A2(SCMP_CMP_EQ, 0, 0));
-    }
-    if (rc == 0) {
-        /* No executable memory, ever. */
-        what = "mmap/mprotect";
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
-                              SCMP_A2(SCMP_CMP_MASKED_EQ, (scmp_datum_t)PROT_EXEC, 0));
-        if (rc == 0)
-            rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mprotect), 1,
-                                  SCMP_A2(SCMP_CMP_MASKED_EQ, (scmp_datum_t)PROT_EXEC, 0));
-    }
+    if (f->rc != 0)
+        return;
+    f->what = what;
+    f->rc = seccomp_rule_add_array(f->ctx, SCMP_ACT_ALLOW, nr, n, args);
+}
+
+static void allow_common(struct filter *f)
+{
+    for (size_t i = 0; i < sizeof common_syscalls / sizeof common_syscalls[0]; i++)
+        allow(f, "plain syscall", common_syscalls[i], 0, NULL);
+    /* fstat() is newfstatat(fd, "", AT_EMPTY_PATH) in glibc. */
+    struct scmp_arg_cmp empty_path = SCMP_CMP64(3, SCMP_CMP_MASKED_EQ, AT_EMPTY_PATH, AT_EMPTY_PATH);
+    allow(f, "newfstatat", SCMP_SYS(newfstatat), 1, &empty_path);
+    if (f->rc == 0) /* absent on some architectures: libseccomp then refuses the rule, which is fine */
+        (void)seccomp_rule_add(f->ctx, SCMP_ACT_ALLOW, SCMP_SYS(statx), 1,
+                               SCMP_CMP64(2, SCMP_CMP_MASKED_EQ, AT_EMPTY_PATH, AT_EMPTY_PATH));
+    /* No executable memory, ever. */
+    struct scmp_arg_cmp no_exec = SCMP_CMP64(2, SCMP_CMP_MASKED_EQ, (scmp_datum_t)PROT_EXEC, 0);
+    allow(f, "mmap", SCMP_SYS(mmap), 1, &no_exec);
+    allow(f, "mprotect", SCMP_SYS(mprotect), 1, &no_exec);
     static const int fcntl_cmds[] = {F_GETFD, F_SETFD, F_GETFL, F_DUPFD_CLOEXEC};
-    for (size_t i = 0; i < sizeof fcntl_cmds / sizeof fcntl_cmds[0] && rc == 0; i++) {
-        what = "fcntl";
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(fcntl), 1,
-                              SCMP_A1(SCMP_CMP_EQ, (scmp_datum_t)fcntl_cmds[i], 0));
+    for (size_t i = 0; i < sizeof fcntl_cmds / sizeof fcntl_cmds[0]; i++) {
+        struct scmp_arg_cmp cmd = ARG_INT_EQ(1, fcntl_cmds[i]);
+        allow(f, "fcntl", SCMP_SYS(fcntl), 1, &cmd);
     }
-    for (unsigned i = 0; i < orb_sandbox_nioctls && rc == 0; i++) {
+}
+
+/* openat(dirfd, any name, flags) with exactly `flags`; nothing when dirfd is absent. */
+static void allow_openat(struct filter *f, int dirfd, int flags)
+{
+    if (dirfd < 0)
+        return;
+    struct scmp_arg_cmp args[2] = {ARG_INT_EQ(0, dirfd), ARG_INT_EQ(2, flags)};
+    allow(f, "openat", SCMP_SYS(openat), 2, args);
+}
+
+static int filter_load(struct filter *f)
+{
+    if (f->rc == 0) {
+        f->what = "load";
+        f->rc = seccomp_load(f->ctx);
+    }
+    seccomp_release(f->ctx);
+    if (f->rc != 0)
+        return orb_fail(ORB_EUNAVAILABLE, "sandbox: seccomp %s: %s", f->what ? f->what : "setup", strerror(-f->rc));
+    return 0;
+}
+
+static int filter_init(struct filter *f)
+{
+    f->rc = 0;
+    f->what = NULL;
+    f->ctx = seccomp_init(SCMP_ACT_KILL_PROCESS);
+    if (f->ctx == NULL)
+        return orb_fail(ORB_ENOMEM, "sandbox: seccomp_init failed");
+    allow_common(f);
+    return 0;
+}
+
+int orb_sandbox_load_worker_filter(int sysfs_fd, int test_proc_fd)
+{
+    struct filter f;
+    int rc = filter_init(&f);
+    if (rc != 0)
+        return rc;
+    /* The peer-memory probe: fstatat() below the held sysfs directory. */
+    if (sysfs_fd >= 0) {
+        struct scmp_arg_cmp below_sysfs = ARG_INT_EQ(0, sysfs_fd);
+        allow(&f, "newfstatat", SCMP_SYS(newfstatat), 1, &below_sysfs);
+    }
+    allow_openat(&f, test_proc_fd, O_RDONLY | O_CLOEXEC);
+    for (unsigned i = 0; i < orb_sandbox_nioctls; i++) {
         /* The kernel takes the request as a 32-bit int: compare the low half only, so that
          * garbage in the upper half cannot slip a different request past the filter. */
-        what = "ioctl";
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-                              SCMP_A1(SCMP_CMP_MASKED_EQ, (scmp_datum_t)0xFFFFFFFFu,
-                                      (scmp_datum_t)(orb_sandbox_ioctls[i] & 0xFFFFFFFFu)));
+        struct scmp_arg_cmp req = ARG_INT_EQ(1, orb_sandbox_ioctls[i] & 0xFFFFFFFFu);
+        allow(&f, "ioctl", SCMP_SYS(ioctl), 1, &req);
     }
-    if (rc == 0) {
-        what = "load";
-        rc = seccomp_load(ctx);
-    }
-    seccomp_release(ctx);
+    return filter_load(&f);
+}
+
+int orb_sandbox_load_monitor_filter(const struct orb_sandbox_monitor_rules *r)
+{
+    struct filter f;
+    int rc = filter_init(&f);
     if (rc != 0)
-        return orb_fail(ORB_EUNAVAILABLE, "sandbox: seccomp %s: %s", what ? what : "setup", strerror(-rc));
-    return 0;
+        return rc;
+    allow_openat(&f, r->sysfs_fd, ORB_SANDBOX_ATTR_FLAGS);
+    allow_openat(&f, r->devib_fd, ORB_SANDBOX_NODE_FLAGS);
+    allow_openat(&f, r->shm_fd, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDWR);
+    allow_openat(&f, r->shm_fd, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDONLY);
+    allow_openat(&f, r->priv_fd, ORB_SANDBOX_SLOT_CREATE_FLAGS);
+    allow_openat(&f, r->priv_fd, ORB_SANDBOX_LOCK_FLAGS);
+    if (r->priv_fd >= 0 && r->shm_fd >= 0) {
+        /* A finished object enters /dev/shm under its name, never replacing anything. */
+        struct scmp_arg_cmp move[3] = {ARG_INT_EQ(0, r->priv_fd), ARG_INT_EQ(2, r->shm_fd),
+                                       ARG_INT_EQ(4, RENAME_NOREPLACE)};
+        allow(&f, "renameat2", SCMP_SYS(renameat2), 3, move);
+        /* An unfinished object is removed from the private directory; never a directory. */
+        struct scmp_arg_cmp unlink_args[2] = {ARG_INT_EQ(0, r->priv_fd), ARG_INT_EQ(2, 0)};
+        allow(&f, "unlinkat", SCMP_SYS(unlinkat), 2, unlink_args);
+        struct scmp_arg_cmp mode = ARG_INT_EQ(1, ORB_HELPER_SLOT_MODE);
+        allow(&f, "fchmod", SCMP_SYS(fchmod), 1, &mode);
+        struct scmp_arg_cmp size = SCMP_CMP64(1, SCMP_CMP_EQ, (scmp_datum_t)ORB_HELPER_SLOT_SIZE);
+        allow(&f, "ftruncate", SCMP_SYS(ftruncate), 1, &size);
+        allow(&f, "flock", SCMP_SYS(flock), 0, NULL);
+        allow(&f, "getrandom", SCMP_SYS(getrandom), 0, NULL);
+        if (r->chown) {
+            struct scmp_arg_cmp owner[2] = {ARG_INT_EQ(1, r->chown_uid), ARG_INT_EQ(2, r->chown_gid)};
+            allow(&f, "fchown", SCMP_SYS(fchown), 2, owner);
+        }
+    }
+    return filter_load(&f);
 }

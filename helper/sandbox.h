@@ -1,15 +1,27 @@
-/* orbite-helper's confinement: environment, descriptors, process attributes, capabilities and
- * the seccomp filter. main.c calls these in the documented start-up order; each step either
- * succeeds or the helper exits before serving anyone.
+/* orbite-helper's confinement steps: environment, descriptors, process attributes, capabilities
+ * and the two seccomp filters. main.c calls them in the documented start-up order; each step
+ * either succeeds or the helper exits before serving anyone.
  *
- * Capabilities. The helper keeps at most two, permitted only, and raises one to effective just
- * around the call that needs it:
- *  - CAP_DAC_OVERRIDE around openat() of a NIC's uverbs node, so that a site can restrict the
- *    nodes (udev MODE/GROUP) and make the helper the only way to them, and around the read-write
- *    re-open of a shared slot object owned by the administrator;
- *  - CAP_CHOWN around fchown() of a newly created slot object to the administrator, which is
- *    what makes a slot name impossible to squat: only a helper can produce an object with that
- *    owner and mode.
+ * Privilege separation. Once start-up is done the helper is two processes:
+ *  - the worker (the process the library spawned) reads the library's datagrams. It holds no
+ *    capability at all, and its filter admits no openat(), unlinkat(), fchown(), fchmod() or
+ *    capset(): a memory-safety bug in the message codec gains nothing the tenant lacks, beyond
+ *    the descriptors the policy already granted;
+ *  - the monitor (its child) holds the capabilities, effective, and does only two privileged
+ *    steps for the worker, each checked against the decision made at start-up: open a granted
+ *    NIC's uverbs node, and create or attach a granted slot object. It reads nothing but the
+ *    worker's fixed-size requests. Its filter admits openat() only on its held directory
+ *    descriptors with fixed flags, renameat2() only from the private directory into /dev/shm
+ *    without replacing, unlinkat() only in the private directory, fchown() only to the
+ *    administrator, and no capset().
+ *
+ * Capabilities the monitor keeps (at most these two, permitted):
+ *  - CAP_DAC_OVERRIDE: open a NIC's uverbs node, so that a site can restrict the nodes (udev
+ *    MODE/GROUP) and make the helper the only way to them; use the administrator's private
+ *    directory in /dev/shm; open administrator-owned slot objects read-write to publish them;
+ *  - CAP_CHOWN: give a new slot object (and the private directory) to the administrator, which
+ *    is what makes a slot name impossible to squat: only a helper can produce an object with
+ *    that owner and mode.
  * CAP_NET_RAW is deliberately not kept: mlx5 grants a DevX context raw-packet rights when its
  * creator holds CAP_NET_RAW at creation, and the tenant's context must never get them. DevX
  * itself and the key queries need no capability. */
@@ -25,14 +37,16 @@
 /* Bit n: capability n. The only capabilities orbite-helper may hold. */
 #define ORB_SANDBOX_CAPS_EXPECTED ((UINT64_C(1) << CAP_DAC_OVERRIDE) | (UINT64_C(1) << CAP_CHOWN))
 
-/* openat() flags of the one call allowed to create a file (a new slot object). */
+/* openat() flags of the monitor's one call that creates a slot object (in the private directory). */
 #define ORB_SANDBOX_SLOT_CREATE_FLAGS (O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)
 
 /* The ioctl request numbers the filter admits, compared on their low 32 bits. */
 extern const unsigned long orb_sandbox_ioctls[];
 extern const unsigned orb_sandbox_nioctls;
 
-/* 1. Empty the environment (before any library call can read it). Errors: ORB_EUNAVAILABLE. */
+/* 1. Empty the environment (before any library call can read it), and wipe the whole initial
+ * environment block that /proc/PID/environ shows, strings the dynamic loader already dropped
+ * from `environ` in secure mode (LD_AUDIT, LD_PRELOAD, ...) included. Errors: ORB_EUNAVAILABLE. */
 int orb_sandbox_clear_environment(void);
 
 /* 2. Close every descriptor from `first` up (close_range, or a /proc/self/fd walk on kernels
@@ -69,20 +83,39 @@ int orb_sandbox_check_caps(void);
 
 /* 8. Keep only the expected capabilities that are permitted now: permitted = that set,
  * effective, inheritable and ambient empty; verified by reading them back. *kept_out receives
- * the permitted set. Prepares the raise/lower states used later (no allocation after this).
- * Errors: ORB_EUNAVAILABLE, ORB_ENOMEM. */
+ * the permitted set. Errors: ORB_EUNAVAILABLE, ORB_ENOMEM. */
 int orb_sandbox_drop_caps(uint64_t *kept_out);
 
-/* Raise `cap` to effective around one privileged call: 1 when raised, 0 when the helper does not
- * hold it (the call then runs unprivileged), negative on failure. */
-int orb_sandbox_raise(int cap);
+/* The monitor, once forked: effective = permitted (the kept set), in one capset() made before
+ * its filter forbids capset(). Verified by reading back. Errors: ORB_EUNAVAILABLE. */
+int orb_sandbox_caps_effective(void);
 
-/* Clear the effective set again. A failure here would leave a capability effective: the helper
- * exits rather than serve in that state. */
-void orb_sandbox_lower(void);
+/* The worker, once forked: every capability set empty (permitted included), verified.
+ * Errors: ORB_EUNAVAILABLE, ORB_ENOMEM. */
+int orb_sandbox_drop_all_caps(void);
 
-/* 9. Load the seccomp allow-list (default: kill the process). Errors: ORB_EUNAVAILABLE,
- * ORB_ENOMEM. */
-int orb_sandbox_load_filter(void);
+/* The worker's filter (default: kill the process). `sysfs_fd` is the one directory fstatat()
+ * may name; `test_proc_fd` (the test build's /proc/self, -1 as installed) the one openat()
+ * may, read-only. Errors: ORB_EUNAVAILABLE, ORB_ENOMEM. */
+int orb_sandbox_load_worker_filter(int sysfs_fd, int test_proc_fd);
+
+/* What the monitor's filter admits as arguments: its held directories (-1: absent, then no
+ * rule names it) and the one owner fchown() may give (when `chown` is set). */
+struct orb_sandbox_monitor_rules {
+    int sysfs_fd;   /* sysfs attributes, read-only */
+    int devib_fd;   /* uverbs nodes, O_RDWR, never created */
+    int shm_fd;     /* slot objects, opened, never created, never removed */
+    int priv_fd;    /* the private directory: new objects and lock files */
+    bool chown;
+    uint32_t chown_uid;
+    uint32_t chown_gid; /* (uint32_t)-1: unchanged */
+};
+int orb_sandbox_load_monitor_filter(const struct orb_sandbox_monitor_rules *rules);
+
+/* The exact flags of the monitor's calls, which its filter compares. */
+#define ORB_SANDBOX_NODE_FLAGS (O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY)
+#define ORB_SANDBOX_ATTR_FLAGS (O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+#define ORB_SANDBOX_SLOT_OPEN_BASE (O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+#define ORB_SANDBOX_LOCK_FLAGS (O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY)
 
 #endif

@@ -1,22 +1,32 @@
-/* Shared slot objects in /dev/shm: creation, checked attachment, and the one publisher.
+/* Shared slot objects in /dev/shm: creation, checked attachment, and the one publisher. This
+ * runs in the monitor (sandbox.h), the only process of a helper that holds the capabilities.
  *
- * An object is created only by a helper: O_CREAT|O_EXCL|O_NOFOLLOW through the held directory
- * fd, the header written, then mode 0644 and the administrator as owner set on the fd. Any
- * other object under a slot name (a symlink, another owner or mode, a hard link, a short file)
- * is refused, so a tenant cannot squat a name: it cannot produce an administrator-owned object.
- * While a creator is between its O_EXCL open and its fchown, others see the wrong owner and
- * retry briefly before refusing.
+ * The private directory. Every helper of the host shares one directory in /dev/shm,
+ * ORB_HELPER_PRIVATE_DIR, owned by the administrator with mode 0700: no tenant can enter it.
+ * It holds objects under construction and the publication locks.
  *
- * Publishing: whoever holds the non-blocking flock() of the object publishes it from
- * CLOCK_MONOTONIC every millisecond. The kernel drops the lock when its holder exits, and every
+ * Creation. A new object is created under a random name in the private directory, its header
+ * written, then given mode 0644 and the administrator as owner, and only then moved to its
+ * final name in /dev/shm with renameat2(RENAME_NOREPLACE). So it is never reachable under any
+ * name a tenant can open before it is complete and the administrator's, and an existing name
+ * is never replaced. Any other object under a slot name (a symlink, another owner or mode, a
+ * hard link, a short file) is refused: a tenant cannot squat a name, because it cannot produce
+ * an administrator-owned object.
+ *
+ * Publishing. Whoever holds the non-blocking flock() of the object's lock file publishes it from
+ * CLOCK_MONOTONIC every millisecond. The lock file lives in the private directory, named after
+ * the object's inode, so that only helpers can take it (a flock() on the 0644 object itself
+ * would be open to any reader). The kernel drops the lock when its holder exits, and every
  * other helper attached read-write tries to take it over every ORB_SLOT_TAKEOVER_NS. The
- * library's descriptor is a separate read-only open (a different open file description), so it
- * can neither write the object nor hold the lock. */
+ * library's descriptor is a separate read-only open, which can neither write the object nor
+ * reach its lock. */
 #include "helper/helper.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -29,7 +39,7 @@
 #include "helper/sandbox.h"
 
 #define ORB_SLOT_TAKEOVER_NS 10000000ull /* idle publisher check: every 10 ms */
-#define ORB_SLOT_SETTLE_TRIES 20         /* ~20 ms for a concurrent creator to finish */
+#define ORB_SLOT_SETTLE_TRIES 20         /* attempts when the name appears and vanishes under us */
 
 uint64_t orb_helper_now_ns(void)
 {
@@ -99,24 +109,14 @@ static int validate_header(const struct orb_helper_state *st, const void *map, u
     return orb_slots_reader_open(map, ORB_HELPER_SLOT_SIZE, &st->domain, interval_ns, 0, &r);
 }
 
-/* Remove the object we created under `name`, but only if the name still refers to it. */
-static void unlink_ours(const struct orb_helper_state *st, const char *name, int fd)
-{
-    struct stat ours, there;
-    if (fstat(fd, &ours) == 0 && fstatat(st->shm_fd, name, &there, AT_SYMLINK_NOFOLLOW) == 0 &&
-        ours.st_dev == there.st_dev && ours.st_ino == there.st_ino)
-        (void)unlinkat(st->shm_fd, name, 0);
-}
-
-/* Create the object. 1: it already exists (nothing done); 0: created, locked and published by
- * us, `slot` filled; negative: failed (nothing left behind). */
 /* Record an attached object in `slot` (a free entry); `s` is the object's checked identity. */
-static void slot_set(struct orb_helper_slot *slot, const char *name, int fd, bool writable, bool publisher,
-                     void *map, uint64_t interval_ns, const struct stat *s)
+static void slot_set(struct orb_helper_slot *slot, const char *name, int fd, int lock_fd, bool writable,
+                     bool publisher, void *map, uint64_t interval_ns, const struct stat *s)
 {
     memset(slot, 0, sizeof *slot);
     memcpy(slot->name, name, strlen(name) + 1);
     slot->fd = fd;
+    slot->lock_fd = lock_fd;
     slot->writable = writable;
     slot->publisher = publisher;
     slot->map = map;
@@ -125,79 +125,96 @@ static void slot_set(struct orb_helper_slot *slot, const char *name, int fd, boo
     slot->ino = s->st_ino;
 }
 
+/* The lock file of the object with inode `ino`, opened (created when first needed) in the private
+ * directory. Inode numbers are not reused while any helper still holds the object, so a lock
+ * file left by a removed object is never held by a live publisher of another. */
+static int open_lock(const struct orb_helper_state *st, const char *name, ino_t ino, int *out)
+{
+    char lock[ORB_HP_NAME_MAX + 32];
+    snprintf(lock, sizeof lock, "%s+%llx.lock", name, (unsigned long long)ino);
+    int fd = openat(st->priv_fd, lock, ORB_SANDBOX_LOCK_FLAGS, 0600);
+    if (fd < 0)
+        return orb_fail(ORB_EUNAVAILABLE, "slot %s: lock file: %s", name, strerror(errno));
+    *out = fd;
+    return 0;
+}
+
+/* Create the object. 1: the name exists already (nothing done); 0: created, `slot` filled;
+ * negative: failed (nothing left behind). */
 static int create_object(struct orb_helper_state *st, const char *name, uint64_t interval_ns,
                          struct orb_helper_slot *slot)
 {
-    int fd = openat(st->shm_fd, name, ORB_SANDBOX_SLOT_CREATE_FLAGS, 0600);
-    if (fd < 0) {
-        if (errno == EEXIST)
-            return 1; /* a file, a symlink or anything else: attach_existing() decides */
-        return orb_fail(ORB_EUNAVAILABLE, "slot %s: create: %s", name, strerror(errno));
-    }
-    int rc;
+    uint64_t salt = 0;
+    int rc = random_epoch(&salt);
+    if (rc != 0)
+        return rc;
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "new+%016llx", (unsigned long long)salt);
+    int fd = openat(st->priv_fd, tmp, ORB_SANDBOX_SLOT_CREATE_FLAGS, 0600);
+    if (fd < 0)
+        return orb_fail(ORB_EUNAVAILABLE, "slot %s: create in the private directory: %s", name, strerror(errno));
     void *map = MAP_FAILED;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: cannot lock the new object: %s", name, strerror(errno));
-        goto remove_object;
-    }
+    int lock_fd = -1;
     if (ftruncate(fd, ORB_HELPER_SLOT_SIZE) != 0) {
         rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: ftruncate: %s", name, strerror(errno));
-        goto remove_object;
+        goto remove_new;
     }
     map = mmap(NULL, ORB_HELPER_SLOT_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
         rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: mmap: %s", name, strerror(errno));
-        goto remove_object;
+        goto remove_new;
     }
     struct orb_slots_params params = {.interval_ns = interval_ns, .domain = st->domain, .now_ns = orb_helper_now_ns()};
     if ((rc = random_epoch(&params.publisher_epoch)) != 0)
         goto unmap;
     if ((rc = orb_slots_encode(map, ORB_HELPER_SLOT_SIZE, &params)) != 0)
         goto unmap;
-    /* Mode first, while we still own it; then the owner, which makes the object valid. */
+    /* Mode first, while it is still ours; then the owner, which makes the object valid. */
     if (fchmod(fd, ORB_HELPER_SLOT_MODE) != 0) {
         rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: fchmod: %s", name, strerror(errno));
         goto unmap;
     }
     if (st->admin_uid != geteuid() || st->admin_gid != (gid_t)-1) {
-        int raised = orb_sandbox_raise(CAP_CHOWN);
-        int ok = raised >= 0 && fchown(fd, st->admin_uid, st->admin_gid) == 0;
-        int err = errno;
-        if (raised > 0)
-            orb_sandbox_lower();
-        if (!ok) {
+        if (fchown(fd, st->admin_uid, st->admin_gid) != 0) {
             rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: cannot give the object to uid %u (CAP_CHOWN): %s", name,
-                          (unsigned)st->admin_uid, strerror(err));
+                          (unsigned)st->admin_uid, strerror(errno));
             goto unmap;
         }
     }
     struct stat s;
     if ((rc = check_object(st, fd, name, &s)) != 0)
         goto unmap;
-    slot_set(slot, name, fd, true, true, map, interval_ns, &s);
+    if ((rc = open_lock(st, name, s.st_ino, &lock_fd)) != 0)
+        goto unmap;
+    bool publisher = flock(lock_fd, LOCK_EX | LOCK_NB) == 0;
+    /* Complete and the administrator's: now it may have a name, if the name is still free. */
+    if (renameat2(st->priv_fd, tmp, st->shm_fd, name, RENAME_NOREPLACE) != 0) {
+        int err = errno;
+        rc = err == EEXIST ? 1 : orb_fail(ORB_EUNAVAILABLE, "slot %s: publish the name: %s", name, strerror(err));
+        goto close_lock;
+    }
+    slot_set(slot, name, fd, lock_fd, true, publisher, map, interval_ns, &s);
     return 0;
+close_lock:
+    close(lock_fd);
 unmap:
     munmap(map, ORB_HELPER_SLOT_SIZE);
-remove_object:
-    unlink_ours(st, name, fd);
+remove_new:
+    (void)unlinkat(st->priv_fd, tmp, 0);
     close(fd);
     return rc;
 }
 
-/* Attach an existing object. ORB_EAGAIN: it vanished or is still being created (retry). */
+/* Attach an existing object. ORB_EAGAIN: it vanished (retry). */
 static int attach_existing(struct orb_helper_state *st, const char *name, uint64_t interval_ns,
                            struct orb_helper_slot *slot)
 {
-    const int base = O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-    int raised = orb_sandbox_raise(CAP_DAC_OVERRIDE);
-    int fd = raised >= 0 ? openat(st->shm_fd, name, O_RDWR | base) : -1;
+    int fd = openat(st->shm_fd, name, O_RDWR | ORB_SANDBOX_SLOT_OPEN_BASE);
     int err = errno;
-    if (raised > 0)
-        orb_sandbox_lower();
     bool writable = fd >= 0;
     if (fd < 0 && err == EACCES) {
-        /* Not ours and no override: attach read-only, never publish. */
-        fd = openat(st->shm_fd, name, O_RDONLY | base);
+        /* The administrator's and no override: attach read-only, never publish. */
+        fd = openat(st->shm_fd, name, O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
         err = errno;
     }
     if (fd < 0) {
@@ -208,16 +225,14 @@ static int attach_existing(struct orb_helper_state *st, const char *name, uint64
         if (err == EISDIR || err == ENXIO || err == ENODEV)
             return orb_fail(ORB_EPERM, "slot %s: not a regular file", name);
         if (err == EACCES)
-            return ORB_EAGAIN; /* a creator's private 0600 object, or a squatter's */
+            return orb_fail(ORB_EPERM, "slot %s: held by an object this helper cannot open", name);
         return orb_fail(ORB_EUNAVAILABLE, "slot %s: open: %s", name, strerror(err));
     }
     struct stat s;
     int rc = check_object(st, fd, name, &s);
     if (rc != 0) {
         close(fd);
-        /* A creator between its O_EXCL open and its fchown looks exactly like a squatter:
-         * retry for a while either way. */
-        return rc == ORB_EPERM ? ORB_EAGAIN : rc;
+        return rc;
     }
     void *map = mmap(NULL, ORB_HELPER_SLOT_SIZE, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
@@ -225,17 +240,122 @@ static int attach_existing(struct orb_helper_state *st, const char *name, uint64
         close(fd);
         return rc;
     }
-    bool publisher = writable && flock(fd, LOCK_EX | LOCK_NB) == 0;
+    int lock_fd = -1;
+    if (writable && (rc = open_lock(st, name, s.st_ino, &lock_fd)) != 0) {
+        munmap(map, ORB_HELPER_SLOT_SIZE);
+        close(fd);
+        return rc;
+    }
+    bool publisher = lock_fd >= 0 && flock(lock_fd, LOCK_EX | LOCK_NB) == 0;
     rc = validate_header(st, map, interval_ns);
     if (rc != 0) {
         munmap(map, ORB_HELPER_SLOT_SIZE);
-        close(fd); /* also drops the lock if we took it */
+        if (lock_fd >= 0)
+            close(lock_fd); /* also drops the lock if we took it */
+        close(fd);
         return rc;
     }
-    slot_set(slot, name, fd, writable, publisher, map, interval_ns, &s);
+    slot_set(slot, name, fd, lock_fd, writable, publisher, map, interval_ns, &s);
     if (publisher)
         orb_slots_publish(map, orb_helper_now_ns());
     return 0;
+}
+
+/* ---- the private directory -------------------------------------------------------------- */
+
+static int check_private_dir(const struct orb_helper_state *st, int fd)
+{
+    struct stat s;
+    if (fstat(fd, &s) != 0)
+        return orb_fail(ORB_EUNAVAILABLE, "slots: fstat of %s: %s", ORB_HELPER_PRIVATE_DIR, strerror(errno));
+    if (!S_ISDIR(s.st_mode) || s.st_uid != st->admin_uid || (s.st_mode & 07777) != 0700)
+        return orb_fail(ORB_EPERM, "slots: %s is not the administrator's mode 0700 directory (uid %u, mode %04o)",
+                        ORB_HELPER_PRIVATE_DIR, (unsigned)s.st_uid, (unsigned)(s.st_mode & 07777));
+    return 0;
+}
+
+/* Whether the directory open at `fd` has entries besides . and .. (1), none (0), or cannot be
+ * read (negative). */
+static int private_dir_has_entries(int fd)
+{
+    int walk = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = walk >= 0 ? fdopendir(walk) : NULL;
+    if (d == NULL) {
+        if (walk >= 0)
+            close(walk);
+        return orb_fail(ORB_EUNAVAILABLE, "slots: cannot list %s: %s", ORB_HELPER_PRIVATE_DIR, strerror(errno));
+    }
+    int found = 0;
+    struct dirent *e;
+    while (found == 0 && (e = readdir(d)) != NULL)
+        found = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return found;
+}
+
+/* Make the directory we just created with mkdirat() the administrator's. Until the fchown()
+ * it belongs to the tenant, whose other processes may have put entries in it: it is accepted
+ * only empty, once nobody but the administrator can add any. */
+static int finish_private_dir(const struct orb_helper_state *st, int fd)
+{
+    struct stat s;
+    if (fstat(fd, &s) != 0 || !S_ISDIR(s.st_mode) || s.st_uid != geteuid())
+        return orb_fail(ORB_EPERM, "slots: %s changed while being created", ORB_HELPER_PRIVATE_DIR);
+    if (fchmod(fd, 0700) != 0)
+        return orb_fail(ORB_EUNAVAILABLE, "slots: fchmod of %s: %s", ORB_HELPER_PRIVATE_DIR, strerror(errno));
+    if ((st->admin_uid != geteuid() || st->admin_gid != (gid_t)-1) && fchown(fd, st->admin_uid, st->admin_gid) != 0)
+        return orb_fail(ORB_EUNAVAILABLE, "slots: cannot give %s to uid %u (CAP_CHOWN): %s", ORB_HELPER_PRIVATE_DIR,
+                        (unsigned)st->admin_uid, strerror(errno));
+    int entries = private_dir_has_entries(fd);
+    if (entries < 0)
+        return entries;
+    if (entries > 0)
+        return orb_fail(ORB_EPERM, "slots: %s was tampered with while being created; an administrator must remove it",
+                        ORB_HELPER_PRIVATE_DIR);
+    return check_private_dir(st, fd);
+}
+
+int orb_helper_slots_prepare(struct orb_helper_state *st)
+{
+    if (st->shm_fd < 0)
+        return orb_fail(ORB_EUNAVAILABLE, "slots: no shared memory directory");
+    if (st->priv_fd >= 0)
+        return 0;
+    const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int fd = openat(st->shm_fd, ORB_HELPER_PRIVATE_DIR, flags);
+        if (fd >= 0) {
+            int rc = check_private_dir(st, fd);
+            if (rc != 0) {
+                close(fd);
+                return rc;
+            }
+            st->priv_fd = fd;
+            return 0;
+        }
+        if (errno == ELOOP || errno == ENOTDIR)
+            return orb_fail(ORB_EPERM, "slots: %s is not a directory", ORB_HELPER_PRIVATE_DIR);
+        if (errno != ENOENT)
+            return orb_fail(ORB_EUNAVAILABLE, "slots: open %s: %s", ORB_HELPER_PRIVATE_DIR, strerror(errno));
+        if (mkdirat(st->shm_fd, ORB_HELPER_PRIVATE_DIR, 0700) != 0) {
+            if (errno == EEXIST)
+                continue; /* another helper made it: open and check it */
+            return orb_fail(ORB_EUNAVAILABLE, "slots: create %s: %s", ORB_HELPER_PRIVATE_DIR, strerror(errno));
+        }
+        fd = openat(st->shm_fd, ORB_HELPER_PRIVATE_DIR, flags);
+        if (fd < 0)
+            return orb_fail(ORB_EPERM, "slots: %s vanished while being created", ORB_HELPER_PRIVATE_DIR);
+        int rc = finish_private_dir(st, fd);
+        if (rc != 0) {
+            /* Leave no half-made directory behind (it goes only while empty). */
+            close(fd);
+            (void)unlinkat(st->shm_fd, ORB_HELPER_PRIVATE_DIR, AT_REMOVEDIR);
+            return rc;
+        }
+        st->priv_fd = fd;
+        return 0;
+    }
+    return orb_fail(ORB_EUNAVAILABLE, "slots: %s keeps changing", ORB_HELPER_PRIVATE_DIR);
 }
 
 /* The library's descriptor: a second, read-only open of the same object. */
@@ -266,6 +386,8 @@ int orb_helper_slot_open_shared(struct orb_helper_state *st, const char *name, u
         return orb_fail(ORB_EUNAVAILABLE, "slot %s: no shared memory directory", name);
     if (!st->domain_ok)
         return orb_fail(ORB_EUNAVAILABLE, "slot %s: the clock domain is unknown", name);
+    if (st->priv_fd < 0)
+        return orb_fail(ORB_EUNAVAILABLE, "slot %s: no private directory (%s)", name, ORB_HELPER_PRIVATE_DIR);
 
     struct orb_helper_slot *slot = find_slot(st, name);
     if (slot != NULL) {
@@ -284,18 +406,20 @@ int orb_helper_slot_open_shared(struct orb_helper_state *st, const char *name, u
     int rc = ORB_EAGAIN;
     for (int attempt = 0; attempt < ORB_SLOT_SETTLE_TRIES && rc == ORB_EAGAIN; attempt++) {
         if (attempt > 0)
-            (void)poll(NULL, 0, 1); /* let a concurrent creator finish */
+            (void)poll(NULL, 0, 1); /* the name appeared and vanished: an administrator at work */
         rc = create_object(st, name, interval_ns, &fresh);
         if (rc == 1)
             rc = attach_existing(st, name, interval_ns, &fresh);
     }
     if (rc == ORB_EAGAIN)
-        rc = orb_fail(ORB_EPERM, "slot %s: the name is held by an object this helper cannot accept", name);
+        rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: the name keeps appearing and vanishing", name);
     if (rc != 0)
         return rc;
     rc = open_for_library(st, &fresh, ro_fd);
     if (rc != 0) {
         munmap(fresh.map, ORB_HELPER_SLOT_SIZE);
+        if (fresh.lock_fd >= 0)
+            close(fresh.lock_fd);
         close(fresh.fd);
         return rc;
     }
@@ -318,12 +442,12 @@ bool orb_helper_slots_tick(struct orb_helper_state *st, uint64_t now_ns)
             orb_slots_publish(s->map, now_ns);
             continue;
         }
-        if (!takeover || !s->writable || s->dead || flock(s->fd, LOCK_EX | LOCK_NB) != 0)
+        if (!takeover || !s->writable || s->dead || s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0)
             continue;
         /* The previous publisher is gone. Publish only into an object that is still sound. */
         if (validate_header(st, s->map, s->interval_ns) != 0) {
             s->dead = true;
-            (void)flock(s->fd, LOCK_UN);
+            (void)flock(s->lock_fd, LOCK_UN);
             continue;
         }
         s->publisher = true;

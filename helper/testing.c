@@ -6,11 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <linux/capability.h>
 #include <unistd.h>
 
 #include "core/error.h"
 #include "helper/helper.h"
 #include "wire/wire.h"
+
+static int g_proc_fd = -1;
+
+int orb_helper_testing_open_proc(void)
+{
+    g_proc_fd = open("/proc/self", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return g_proc_fd;
+}
 
 static uint16_t le16_at(const uint8_t *p)
 {
@@ -48,7 +58,7 @@ static int finish_and_send(struct orb_helper_state *st, struct orb_writer *w)
 static uint32_t environ_bytes(void)
 {
     static char stat_text[2048];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    int fd = openat(g_proc_fd, "stat", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return UINT32_MAX;
     ssize_t n = read(fd, stat_text, sizeof stat_text - 1);
@@ -94,7 +104,7 @@ static int self_report(struct orb_helper_state *st, uint32_t seq)
     int fds[ORB_HELPER_TEST_MAX_FDS];
     uint32_t nfds = open_fds(fds, ORB_HELPER_TEST_MAX_FDS);
     size_t status_len = 0;
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    int fd = openat(g_proc_fd, "status", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         ssize_t n;
         while (status_len < sizeof status && (n = read(fd, status + status_len, sizeof status - status_len)) > 0)
@@ -115,9 +125,27 @@ static int self_report(struct orb_helper_state *st, uint32_t seq)
     return finish_and_send(st, &w);
 }
 
-static int forbidden_syscall(struct orb_helper_state *st, uint32_t seq)
+static int forbidden_syscall(struct orb_helper_state *st, uint16_t type, uint32_t seq)
 {
-    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int s = -1;
+    switch (type) {
+    case ORB_HELPER_TEST_FORBIDDEN:
+        s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        break;
+    case ORB_HELPER_TEST_FORBIDDEN_OPENAT:
+        s = openat(AT_FDCWD, "/etc/passwd", O_RDONLY | O_CLOEXEC);
+        break;
+    case ORB_HELPER_TEST_FORBIDDEN_UNLINKAT:
+        s = unlinkat(st->sysfs_fd, "no-such-entry", 0);
+        break;
+    default: { /* capset: raise nothing, which needs no privilege, so only the filter can stop it */
+        struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+        struct __user_cap_data_struct data[2];
+        memset(data, 0, sizeof data);
+        s = (int)syscall(SYS_capset, &hdr, data);
+        break;
+    }
+    }
     int err = errno;
     if (s >= 0)
         close(s);
@@ -138,8 +166,9 @@ int orb_helper_testing_request(struct orb_helper_state *st, const uint8_t *buf, 
     uint32_t seq = le32_at(buf + 12);
     if (type == ORB_HELPER_TEST_SELF_REPORT)
         return self_report(st, seq) == 0 ? 1 : -1;
-    if (type == ORB_HELPER_TEST_FORBIDDEN)
-        return forbidden_syscall(st, seq) == 0 ? 1 : -1;
+    if (type == ORB_HELPER_TEST_FORBIDDEN || type == ORB_HELPER_TEST_FORBIDDEN_OPENAT ||
+        type == ORB_HELPER_TEST_FORBIDDEN_UNLINKAT || type == ORB_HELPER_TEST_FORBIDDEN_CAPSET)
+        return forbidden_syscall(st, type, seq) == 0 ? 1 : -1;
     return 0;
 }
 

@@ -19,12 +19,22 @@ enum orb_helper_test_type {
      * Should socket() return, the reply (0x7F03) carries i32 result | i32 errno. */
     ORB_HELPER_TEST_FORBIDDEN = 0x7F02,
     ORB_HELPER_TEST_FORBIDDEN_REPLY = 0x7F03,
+    /* req: empty. Like ORB_HELPER_TEST_FORBIDDEN with a call the filter forbids by its
+     * arguments or outright: openat(AT_FDCWD, "/etc/passwd"), unlinkat() in the held sysfs
+     * directory, and capset() (raising nothing). Same reply, should the call return. */
+    ORB_HELPER_TEST_FORBIDDEN_OPENAT = 0x7F04,
+    ORB_HELPER_TEST_FORBIDDEN_UNLINKAT = 0x7F05,
+    ORB_HELPER_TEST_FORBIDDEN_CAPSET = 0x7F06,
 };
 
 #define ORB_HELPER_TEST_MAX_FDS 64u
 
 /* --device-context fake: context creation that succeeds, with DevX, without touching the fd. */
 extern const struct orb_uctx_ops orb_helper_testing_uctx_ops;
+
+/* /proc/self of the worker, opened once before its filter (which admits read-only openat() on
+ * this descriptor alone in the test build): what the self-report reads. -1 when absent. */
+int orb_helper_testing_open_proc(void);
 
 /* 1: a test request, answered; 0: not one (normal dispatch); negative: end the session. */
 int orb_helper_testing_request(struct orb_helper_state *st, const uint8_t *buf, size_t len);

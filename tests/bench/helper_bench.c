@@ -21,6 +21,7 @@
 
 #include "helper/helper_client.h"
 #include "helperlib/common.h"
+#include "../helper/tenant.h"
 
 #ifndef HELPER_TEST_PATH
 #error "HELPER_TEST_PATH must name the orbite-helper test build"
@@ -133,6 +134,11 @@ static int write_policy(const char *dir)
 
 int main(int argc, char **argv)
 {
+    /* The helper's test build runs as an ordinary user only. */
+    if (hp_become_tenant() != 0) {
+        fprintf(stderr, "helper_bench: cannot run as an ordinary user\n");
+        return 1;
+    }
     size_t sessions = 30, iterations = 5000;
     for (int i = 1; i < argc; i++) {
         bool ok = i + 1 < argc;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include <orbite/orbite.h>
 
 #include "helper/testing.h"
+#include "tenant.h"
 
 #define CALL_TIMEOUT_MS 5000
 
@@ -37,6 +39,13 @@ int hp_write_file(const char *dir, const char *name, const char *text, mode_t mo
     bool ok = write(fd, text, len) == (ssize_t)len && fchmod(fd, mode) == 0;
     close(fd);
     return ok ? 0 : -1;
+}
+
+int hp_give_to_tenant(const char *path)
+{
+    if (getuid() != 0)
+        return 0;
+    return chown(path, hp_tenant_uid(), hp_tenant_gid());
 }
 
 int hp_mkdirs(const char *dir, const char *rel, mode_t mode)
@@ -141,7 +150,7 @@ int hp_fixture_create(struct hp_fixture *f, const char *fixture)
     snprintf(f->dev, sizeof f->dev, "%s/dev", f->root);
     snprintf(f->shm, sizeof f->shm, "%s/shm", f->root);
     if (mkdir(f->sysfs, 0755) != 0 || mkdir(f->policy, 0755) != 0 || mkdir(f->dev, 0755) != 0 ||
-        mkdir(f->shm, 0755) != 0 || chmod(f->shm, 01777) != 0)
+        mkdir(f->shm, 0755) != 0 || chmod(f->shm, 01777) != 0 || hp_give_to_tenant(f->policy) != 0)
         goto fail;
     char src[600];
     snprintf(src, sizeof src, "%s/%s", FIXTURE_DIR, fixture);
@@ -213,6 +222,13 @@ int hp_spawn(struct hp_proc *p, const struct hp_spawn_opts *opts)
             if (leak < 0 || dup2(leak, 9) != 9)
                 _exit(126);
         }
+        if (opts->nofile != 0) {
+            struct rlimit lim = {.rlim_cur = opts->nofile, .rlim_max = opts->nofile};
+            if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
+                _exit(124);
+        }
+        if (!opts->keep_ids && hp_become_tenant() != 0)
+            _exit(125);
         execve(opts->argv[0], (char *const *)opts->argv, (char *const *)(opts->envp ? opts->envp : default_env));
         _exit(127);
     }
@@ -316,7 +332,7 @@ int hp_hello(struct hp_proc *p)
     uint32_t version = 0, uid = 0, gid = 0, caps = 0;
     if (orb_hp_decode_hello_reply(&m, &status, &version, &uid, &gid, &caps) != 0 || status != 0)
         return -1;
-    return version == ORB_HP_VERSION && uid == (uint32_t)getuid() ? 0 : -1;
+    return version == ORB_HP_VERSION && uid == (uint32_t)hp_tenant_uid() ? 0 : -1;
 }
 
 size_t hp_raw_header(uint8_t *buf, uint16_t type, uint32_t length, uint32_t seq)

@@ -32,6 +32,9 @@ int hp_fixture_mark_mlx5(struct hp_fixture *f, const char *nic);
 
 /* Write `text` to dir/name with `mode` (exactly, regardless of umask). 0 or -1. */
 int hp_write_file(const char *dir, const char *name, const char *text, mode_t mode);
+/* As root, chown `path` to the tenant the test helper runs as (tenant.h): what policy files and
+ * their directory need when the tenant is also the test's administrator. 0 or -1. */
+int hp_give_to_tenant(const char *path);
 /* mkdir -p of dir/rel. 0 or -1. */
 int hp_mkdirs(const char *dir, const char *rel, mode_t mode);
 /* Recursive removal (no symlink following). */
@@ -50,6 +53,8 @@ struct hp_spawn_opts {
     const char *const *envp;   /* NULL: a small environment with a marker variable */
     bool fd3_not_socket;       /* give the child /dev/null as fd 3 */
     bool leak_fd;              /* leave an extra non-CLOEXEC descriptor (fd 9) open across exec */
+    bool keep_ids;             /* run as this process (default: as the tenant, tenant.h) */
+    unsigned long nofile;      /* RLIMIT_NOFILE (soft and hard) for the child; 0: inherited */
 };
 
 /* fork + exec with one end of socketpair(SOCK_SEQPACKET) as fd 3. 0 or -1. */

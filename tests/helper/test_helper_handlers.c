@@ -54,6 +54,7 @@ static int setup(void **state)
     st->uctx_ops = &orb_uctx_kernel_ops; /* as the helper starts; tests swap in scripted tables */
     assert_int_equal(orb_clock_domain_current(&st->domain), 0);
     st->domain_ok = true;
+    assert_int_equal(orb_helper_slots_prepare(st), 0);
     /* mlx5_0 (id 0) over RDMA, GPUs 0 and 5, one slot name. */
     st->allowed.transports = ORB_HP_T_TCP | ORB_HP_T_RDMA;
     st->allowed.nic_mask = 1u;

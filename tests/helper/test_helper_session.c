@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -22,8 +23,10 @@
 #include <orbite/orbite.h>
 
 #include "common/helper_proto.h"
+#include "helper/helper.h"
 #include "helper/testing.h"
 #include "helper_test_util.h"
+#include "tenant.h"
 #include "topo/slots.h"
 #include "topo/sysfs.h"
 
@@ -33,6 +36,7 @@
 #define EXIT_EOF 0
 #define EXIT_PROTOCOL 2
 #define EXIT_ORPHAN 4
+#define EXIT_STALLED 5
 #define EXIT_USAGE 64
 
 static const char policy_mlx5_0[] = "[defaults]\n"
@@ -51,13 +55,24 @@ struct session {
     char owner[16];
 };
 
+/* A character device the tenant may open (mknod's mode is cut by the umask). */
+static int make_node(const char *path, dev_t dev)
+{
+    return mknod(path, S_IFCHR | 0666, dev) == 0 && chmod(path, 0666) == 0 ? 0 : -1;
+}
+
 /* Start orbite-helper-test on the fixture tree with `policy` (NULL: no policy file) and device
  * context creation `context` ("kernel", as installed, or "fake" for stand-in nodes). */
 static void start_with(struct session *s, const char *policy, const char *context)
 {
-    if (policy)
+    if (policy) {
         assert_int_equal(hp_write_file(s->fx.policy, "10-test.ini", policy, 0644), 0);
-    snprintf(s->owner, sizeof s->owner, "%u", (unsigned)getuid());
+        char path[600];
+        snprintf(path, sizeof path, "%s/10-test.ini", s->fx.policy);
+        assert_int_equal(hp_give_to_tenant(path), 0);
+    }
+    /* The tenant administers its own fixture: policy files and slot objects are its. */
+    snprintf(s->owner, sizeof s->owner, "%u", (unsigned)hp_tenant_uid());
     const char *argv[] = {ORB_HELPER_TEST_EXE, "--sysfs-root", s->fx.sysfs, "--policy-dir", s->fx.policy,
                           "--dev-dir", s->fx.dev, "--shm-dir", s->fx.shm, "--policy-owner", s->owner,
                           "--device-context", context, NULL};
@@ -238,6 +253,105 @@ static void test_forbidden_syscall_kills_with_sigsys(void **state)
     assert_int_equal(WTERMSIG(status), SIGSYS);
 }
 
+/* What the worker's filter refuses by its arguments, or outright now that the monitor does the
+ * privileged steps: opening a path (AT_FDCWD), removing an entry, touching capabilities. */
+static void test_forbidden_arguments_kill_with_sigsys(void **state)
+{
+    struct session *s = *state;
+    static const uint16_t calls[] = {ORB_HELPER_TEST_FORBIDDEN_OPENAT, ORB_HELPER_TEST_FORBIDDEN_UNLINKAT,
+                                     ORB_HELPER_TEST_FORBIDDEN_CAPSET};
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        start(s, NULL);
+        assert_int_equal(hp_hello(&s->p), 0);
+        uint8_t req[ORB_HP_HEADER_LEN], rep[ORB_HP_MAX_MSG];
+        hp_raw_header(req, calls[i], ORB_HP_HEADER_LEN, s->p.seq++);
+        struct orb_hp_msg m;
+        assert_int_equal(hp_call(&s->p, req, sizeof req, NULL, 0, &m, rep, NULL), ORB_EPEER);
+        int status = hp_wait(&s->p, WAIT_MS);
+        assert_true(status >= 0);
+        if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGSYS)
+            fail_msg("test request 0x%x: wait status 0x%x, expected SIGSYS", calls[i], status);
+        hp_close(&s->p);
+        s->p.seq = 1;
+    }
+}
+
+static uint64_t slot_sequence(const void *map)
+{
+    return __atomic_load_n((const uint64_t *)((const uint8_t *)map + 72), __ATOMIC_ACQUIRE);
+}
+
+/* Whether the slot's sequence advances within `ms`. */
+static bool slot_advances(const void *map, int ms)
+{
+    uint64_t before = slot_sequence(map);
+    for (int waited = 0; waited < ms; waited += 2) {
+        usleep(2000);
+        if (slot_sequence(map) != before)
+            return true;
+    }
+    return false;
+}
+
+/* A library that sends requests and never reads the replies: the worker gives up on it within
+ * its reply deadline and ends the session with its own exit code, while the slot it publishes
+ * stays current the whole time (the monitor publishes, not the worker), and a second helper on
+ * the same slot takes over once the first is gone. */
+static void test_library_that_never_reads_is_dropped_and_publication_goes_on(void **state)
+{
+    struct session *s = *state;
+    start(s, policy_mlx5_0);
+    assert_int_equal(hp_hello(&s->p), 0);
+    int fd = -1;
+    assert_int_equal(slot_attach(s, SLOT_NAME, ORB_SLOTS_DEFAULT_INTERVAL_NS, &fd), 0);
+    void *map = mmap(NULL, ORB_HELPER_SLOT_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+    assert_ptr_not_equal(map, MAP_FAILED);
+    close(fd);
+    /* A second session of the same tenant attached to the same object, not publishing. */
+    struct hp_proc first = s->p; /* the session that will stall */
+    start(s, NULL);              /* the policy file is already there */
+    struct hp_proc other = s->p;
+    s->p = first;
+    assert_int_equal(hp_hello(&other), 0);
+    uint8_t req[ORB_HP_MAX_MSG], rep[ORB_HP_MAX_MSG];
+    size_t len = 0;
+    assert_int_equal(orb_hp_encode_slot_attach(other.seq++, SLOT_NAME, ORB_SLOTS_DEFAULT_INTERVAL_NS, req, &len), 0);
+    struct orb_hp_msg m;
+    int other_fd = -1;
+    assert_int_equal(hp_call(&other, req, len, NULL, 0, &m, rep, &other_fd), 0);
+    assert_true(other_fd >= 0);
+    close(other_fd);
+
+    /* Flood without reading until our own sends would block. */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned sent = 0;
+    for (; sent < 100000; sent++) {
+        assert_int_equal(orb_hp_encode_empty(ORB_HP_POLICY, s->p.seq++, req, &len), 0);
+        if (send(s->p.sock, req, len, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)len)
+            break;
+    }
+    assert_true(sent > 10);
+    /* The worker is stuck on a reply now; the slot is still published. */
+    assert_true(slot_advances(map, 200));
+    int status = hp_wait(&s->p, WAIT_MS);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    print_message("flooded %u requests; the session ended after %.2f s\n", sent, waited);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), EXIT_STALLED);
+    assert_true(waited < 5.0);
+    hp_close(&s->p);
+    /* The other helper takes over within its takeover interval. */
+    usleep(50000);
+    assert_true(slot_advances(map, 200));
+    munmap(map, ORB_HELPER_SLOT_SIZE);
+    hp_close(&other);
+    status = hp_wait(&other, WAIT_MS);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), EXIT_EOF);
+}
+
 static void test_environment_fds_and_confinement_after_start(void **state)
 {
     struct session *s = *state;
@@ -246,9 +360,10 @@ static void test_environment_fds_and_confinement_after_start(void **state)
     struct hp_self_report r;
     assert_int_equal(hp_self_report(&s->p, &r), 0);
     assert_int_equal(r.environ_bytes, 0);
-    /* 0-2 (/dev/null), 3 (the socket), then the held sysfs, /dev/infiniband and /dev/shm. */
+    /* 0-2 (/dev/null), 3 (the socket), the held sysfs, the test build's /proc/self, and the
+     * monitor's socket: /dev/infiniband and /dev/shm stay with the monitor. */
     assert_int_equal(r.nfds, 7);
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 6; i++)
         assert_int_equal(r.fds[i], i);
     uint64_t v = 99;
     assert_true(hp_status_field(r.status, "NoNewPrivs:", 10, &v));
@@ -288,7 +403,7 @@ static void test_full_session_every_request(void **state)
     /* As root, a character device with mlx5_0's numbers (1:3) stands in for uverbs0. */
     char node[600];
     snprintf(node, sizeof node, "%s/uverbs0", s->fx.dev);
-    bool have_node = getuid() == 0 && mknod(node, S_IFCHR | 0600, makedev(1, 3)) == 0;
+    bool have_node = getuid() == 0 && make_node(node, makedev(1, 3)) == 0;
 
     int sysfd = open(s->fx.sysfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     static struct orb_topo_inventory inv;
@@ -366,7 +481,7 @@ static void test_full_session_every_request(void **state)
     assert_int_equal(fstat(slot_fd, &st), 0);
     assert_true(S_ISREG(st.st_mode));
     assert_int_equal(st.st_mode & 07777, 0644);
-    assert_int_equal(st.st_uid, getuid());
+    assert_int_equal(st.st_uid, hp_tenant_uid());
     assert_int_equal(fcntl(slot_fd, F_GETFL) & O_ACCMODE, O_RDONLY);
     assert_ptr_equal(mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, slot_fd, 0), MAP_FAILED);
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, slot_fd, 0);
@@ -401,10 +516,11 @@ static void test_full_session_every_request(void **state)
     assert_int_equal(orb_hp_encode_devx_verify(s->p.seq++, &v, req, &len), 0);
     assert_int_equal(status_of(s, req, len, NULL), ORB_EPERM);
 
-    /* Nothing leaked and nothing extra: the held dirs, the device dup, the slot object. */
+    /* Nothing leaked and nothing extra: the start-up set and the device dup. The slot object
+     * is the monitor's, never the worker's. */
     struct hp_self_report r;
     assert_int_equal(hp_self_report(&s->p, &r), 0);
-    assert_int_equal(r.nfds, 7u + (have_node ? 1u : 0u) + 1u);
+    assert_int_equal(r.nfds, 7u + (have_node ? 1u : 0u));
     expect_exit(s, EXIT_EOF);
 }
 
@@ -415,7 +531,7 @@ static void test_open_device_real_context_under_the_filter(void **state)
     struct session *s = *state;
     char node[600];
     snprintf(node, sizeof node, "%s/uverbs0", s->fx.dev);
-    if (getuid() != 0 || mknod(node, S_IFCHR | 0600, makedev(1, 3)) != 0) {
+    if (getuid() != 0 || make_node(node, makedev(1, 3)) != 0) {
         skip(); /* a character device needs root */
         return;
     }
@@ -426,7 +542,7 @@ static void test_open_device_real_context_under_the_filter(void **state)
     assert_int_equal(fd, -1);
     struct hp_self_report r;
     assert_int_equal(hp_self_report(&s->p, &r), 0);
-    assert_int_equal(r.nfds, 7u); /* the held fds as in the full session, no device dup */
+    assert_int_equal(r.nfds, 7u); /* the start-up set as in the full session, no device dup */
     expect_exit(s, EXIT_EOF);
 }
 
@@ -447,7 +563,7 @@ static void test_open_device_checks_the_node(void **state)
         assert_int_equal(unlink(path), 0);
         snprintf(path, sizeof path, "%s/uverbs1", s->fx.dev);
         assert_int_equal(unlink(path), 0);
-        assert_int_equal(mknod(path, S_IFCHR | 0600, makedev(1, 7)), 0);
+        assert_int_equal(make_node(path, makedev(1, 7)), 0);
         assert_int_equal(open_device(s, "mlx5_1", NULL), ORB_EPERM);
     }
     expect_exit(s, EXIT_EOF);
@@ -611,6 +727,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_installed_helper_serves_hello, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fd3_not_a_socket_exits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forbidden_syscall_kills_with_sigsys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forbidden_arguments_kill_with_sigsys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_library_that_never_reads_is_dropped_and_publication_goes_on, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_environment_fds_and_confinement_after_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_before_hello_ends_session, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repeated_hello_ends_session, setup, teardown),

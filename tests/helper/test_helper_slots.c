@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +27,16 @@ struct fixture {
     struct orb_helper_state a, b; /* two helpers attached to the same directory */
 };
 
+/* A state on the fixture directory, its private directory not yet prepared. */
+static void state_init_only(struct fixture *f, struct orb_helper_state *st)
+{
+    orb_helper_state_init(st, -1, NULL);
+    st->shm_fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(st->shm_fd >= 0);
+    st->admin_uid = getuid();
+    st->admin_gid = (gid_t)-1;
+}
+
 static void state_for(struct fixture *f, struct orb_helper_state *st)
 {
     orb_helper_state_init(st, -1, NULL);
@@ -37,6 +48,7 @@ static void state_for(struct fixture *f, struct orb_helper_state *st)
     st->admin_gid = (gid_t)-1;
     assert_int_equal(orb_clock_domain_current(&st->domain), 0);
     st->domain_ok = true;
+    assert_int_equal(orb_helper_slots_prepare(st), 0);
 }
 
 static int setup(void **state)
@@ -253,6 +265,14 @@ static void test_one_publisher_and_takeover_when_it_goes(void **state)
     assert_true(orb_helper_slots_tick(&f->b, now));
     assert_false(f->b.slots[0].publisher);
 
+    /* Any reader can flock() the 0644 object itself: that must not hold publication up, since
+     * the lock helpers use lives in the private directory. */
+    char path[512];
+    path_in(f, NAME, path, sizeof path);
+    int reader = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(reader >= 0);
+    assert_int_equal(flock(reader, LOCK_EX | LOCK_NB), 0);
+
     /* The publisher exits: its lock goes with it and the next attempt takes over. */
     orb_helper_state_release(&f->a);
     assert_true(orb_helper_slots_tick(&f->b, now + 1)); /* within the retry interval: not yet */
@@ -268,8 +288,56 @@ static void test_one_publisher_and_takeover_when_it_goes(void **state)
     uint32_t slot = 9;
     assert_int_equal(orb_slots_read(&r, now, &slot), ORB_SLOTS_PUBLISHED);
     munmap(map, ORB_HELPER_SLOT_SIZE);
+    close(reader);
     close(fa);
     close(fb);
+}
+
+/* The private directory is accepted only as the administrator's mode 0700 directory. */
+static void test_private_directory_must_be_the_administrators(void **state)
+{
+    struct fixture *f = *state;
+    char priv[512];
+    path_in(f, ORB_HELPER_PRIVATE_DIR, priv, sizeof priv);
+    struct orb_helper_state st;
+    /* The fixture made it: a second helper opens it as it is. */
+    struct stat sb;
+    assert_int_equal(lstat(priv, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    assert_int_equal(sb.st_mode & 07777, 0700);
+    /* Wrong mode, a symbolic link, a plain file: refused, and nothing is created over them. */
+    assert_int_equal(chmod(priv, 0755), 0);
+    state_init_only(f, &st);
+    assert_int_equal(orb_helper_slots_prepare(&st), ORB_EPERM);
+    orb_helper_state_release(&st);
+    assert_int_equal(rmdir(priv), 0);
+    assert_int_equal(symlink("/tmp", priv), 0);
+    state_init_only(f, &st);
+    assert_int_equal(orb_helper_slots_prepare(&st), ORB_EPERM);
+    orb_helper_state_release(&st);
+    assert_int_equal(unlink(priv), 0);
+    assert_int_equal(hp_write_file(f->dir, ORB_HELPER_PRIVATE_DIR, "", 0600), 0);
+    state_init_only(f, &st);
+    assert_int_equal(orb_helper_slots_prepare(&st), ORB_EPERM);
+    orb_helper_state_release(&st);
+    assert_int_equal(unlink(priv), 0);
+    if (getuid() == 0) {
+        /* Another user's directory (a tenant's squat). */
+        assert_int_equal(mkdir(priv, 0700), 0);
+        assert_int_equal(chown(priv, 12345, 12345), 0);
+        state_init_only(f, &st);
+        assert_int_equal(orb_helper_slots_prepare(&st), ORB_EPERM);
+        orb_helper_state_release(&st);
+        assert_int_equal(rmdir(priv), 0);
+    }
+    /* Absent: created, with mode 0700 whatever the umask. */
+    mode_t old = umask(0777);
+    state_init_only(f, &st);
+    assert_int_equal(orb_helper_slots_prepare(&st), 0);
+    umask(old);
+    assert_int_equal(lstat(priv, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0700);
+    orb_helper_state_release(&st);
 }
 
 static void test_no_slots_no_ticking(void **state)
@@ -289,6 +357,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_interval_must_match, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_table_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_slots_no_ticking, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_private_directory_must_be_the_administrators, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_gives_a_read_only_valid_object, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_publisher_and_takeover_when_it_goes, setup, teardown),
     };

@@ -29,6 +29,7 @@ orb_unit_test(test_helper_handlers SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_ha
 orb_unit_test(test_helper_session SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_session.c ${ORB_HELPER_TEST_UTIL}
               OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS})
 orb_unit_test(test_helper_caps SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_caps.c ${ORB_HELPER_TEST_UTIL}
+              ${ORB_HELPER_TEST_DIR}/sysns.c
               OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS})
 # Hardware check: the real device context and DevX key verification on an mlx5 NIC (exits 77
 # without one). libibverbs and libmlx5 are loaded at run time; the library links neither.
@@ -37,7 +38,7 @@ orb_unit_test(hw_helper_mlx5_import SOURCES ${ORB_HELPER_TEST_DIR}/hw_mlx5_impor
 add_dependencies(hw_helper_mlx5_import orbite-helper-test)
 set_tests_properties(hw_helper_mlx5_import PROPERTIES SKIP_RETURN_CODE 77)
 add_dependencies(test_helper_session orbite-helper orbite-helper-test)
-add_dependencies(test_helper_caps orbite-helper-test)
+add_dependencies(test_helper_caps orbite-helper orbite-helper-test)
 set_tests_properties(test_helper_caps PROPERTIES SKIP_RETURN_CODE 77)
 
 foreach(t test_helper_devx test_helper_uctx test_helper_slots test_helper_handlers test_helper_session test_helper_caps

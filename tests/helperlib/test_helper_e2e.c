@@ -9,10 +9,12 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <stdio.h>
 
 #include "common.h"
 #include "helper/helper_client.h"
 #include "topo/sysfs.h"
+#include "../helper/tenant.h"
 
 #ifndef HELPER_TEST_PATH
 #error "HELPER_TEST_PATH must name the orbite-helper test build"
@@ -169,6 +171,10 @@ static void test_session_against_the_real_helper(void **state)
 
 int main(void)
 {
+    if (hp_become_tenant() != 0) {
+        fprintf(stderr, "cannot run as an ordinary user\n");
+        return 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_session_against_the_real_helper),
     };
