@@ -9,7 +9,8 @@
  *  - secure-mode environment strings that ld.so dropped (LD_AUDIT) are wiped from
  *    /proc/PID/environ;
  *  - an account database that cannot be read denies everything;
- *  - a start-up refusal under a tiny RLIMIT_NOFILE still reaches the log.
+ *  - a start-up refusal under a tiny RLIMIT_NOFILE still reaches the log, and a symlinked
+ *    policy directory is named as such there.
  * Needs root, mount namespaces and overlayfs: exits 77 (skipped) otherwise. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -432,6 +433,49 @@ static void test_refusal_under_a_tiny_descriptor_limit_is_logged(void **state)
     (void)unlink("/dev/log");
 }
 
+/* A symlinked policy directory denies everything, and the log names the cause. */
+static void test_symlinked_policy_directory_is_named_in_the_log(void **state)
+{
+    (void)state;
+    assert_int_equal(sysns_install_copy(ORB_HELPER_EXE, COPY, "cap_chown,cap_dac_override=p"), 0);
+    int log = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(log >= 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "/dev/log");
+    (void)unlink("/dev/log");
+    assert_int_equal(bind(log, (const struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(chmod("/dev/log", 0666), 0);
+    assert_int_equal(rename("/etc/orbite/policy.d", "/etc/orbite/policy.real"), 0);
+    assert_int_equal(symlink("policy.real", "/etc/orbite/policy.d"), 0);
+    spawn_copy(COPY, NULL);
+    (void)hello_caps();
+    uint8_t req[ORB_HP_MAX_MSG], rep[ORB_HP_MAX_MSG];
+    size_t len = 0;
+    struct orb_hp_msg m;
+    assert_int_equal(orb_hp_encode_empty(ORB_HP_POLICY, proc.seq++, req, &len), 0);
+    assert_int_equal(hp_call(&proc, req, len, NULL, 0, &m, rep, NULL), 0);
+    static struct orb_hp_policy pol;
+    int32_t status = 1;
+    assert_int_equal(orb_hp_decode_policy_reply(&m, &status, &pol), 0);
+    assert_int_equal(unlink("/etc/orbite/policy.d"), 0);
+    assert_int_equal(rename("/etc/orbite/policy.real", "/etc/orbite/policy.d"), 0);
+    assert_int_equal(pol.transports, 0);
+    assert_int_equal(pol.nslots, 0);
+    expect_exit(0);
+    struct pollfd p = {.fd = log, .events = POLLIN, .revents = 0};
+    assert_int_equal(poll(&p, 1, 2000), 1);
+    char line[1024];
+    ssize_t n = recv(log, line, sizeof line - 1, 0);
+    assert_true(n > 0);
+    line[n] = '\0';
+    print_message("%s\n", line);
+    assert_non_null(strstr(line, "/etc/orbite/policy.d"));
+    assert_non_null(strstr(line, "symbolic link"));
+    assert_null(strstr(line, "unknown key"));
+    close(log);
+    (void)unlink("/dev/log");
+}
+
 int main(void)
 {
     if (!sysns_available()) {
@@ -460,6 +504,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_secure_mode_environment_is_wiped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_accounts_deny_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusal_under_a_tiny_descriptor_limit_is_logged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_symlinked_policy_directory_is_named_in_the_log, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     hp_fixture_destroy(&fx);
