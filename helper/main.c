@@ -508,7 +508,12 @@ int main(int argc, char **argv)
 #ifdef ORB_HELPER_TESTING
     test_proc_fd = orb_helper_testing_open_proc();
 #endif
-    /* 10 */
+    /* 10: no file beyond what it holds (Landlock, where the kernel has it), then the filter. */
+    if (orb_sandbox_restrict_paths(-1, -1, -1, test_proc_fd) < 0) {
+        startup_log(LOG_ERR, "refusing to run: %s", orb_last_error());
+        orb_helper_state_release(&st);
+        return ORB_HELPER_EXIT_STARTUP;
+    }
     closelog(); /* its reconnects would need socket(), which the filter forbids */
     if (orb_sandbox_load_worker_filter(st.sysfs_fd, test_proc_fd) != 0) {
         orb_helper_state_release(&st);

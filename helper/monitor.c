@@ -198,6 +198,10 @@ static void monitor_main(struct orb_helper_state *st, int sock, pid_t worker)
     }
     if (st->shm_fd >= 0 && orb_helper_slots_prepare(st) != 0)
         syslog(LOG_WARNING, "monitor: no shared slots this session: %s", orb_last_error());
+    if (orb_sandbox_restrict_paths(st->sysfs_fd, st->devib_fd, st->shm_fd, -1) < 0) {
+        syslog(LOG_ERR, "monitor: refusing to run: %s", orb_last_error());
+        _exit(ORB_HELPER_EXIT_STARTUP);
+    }
     closelog(); /* its reconnects would need socket(), which the filter forbids */
     bool chown_needed = st->admin_uid != geteuid() || st->admin_gid != (gid_t)-1;
     struct orb_sandbox_monitor_rules rules = {

@@ -94,6 +94,16 @@ int orb_sandbox_caps_effective(void);
  * Errors: ORB_EUNAVAILABLE, ORB_ENOMEM. */
 int orb_sandbox_drop_all_caps(void);
 
+/* Landlock, before the filter: from now on this process reaches files only beneath the given
+ * directories (-1: none), whatever names it is made to use ("../" included), with the rights
+ * its steps need: sysfs read-only, the uverbs nodes read-write, /dev/shm (the private directory
+ * included) read, write, create, remove and rename, `proc_fd` (the test build's /proc/self)
+ * read-only. With all four -1 it reaches no file at all. seccomp cannot see names; Landlock
+ * can, so a hijacked monitor cannot walk out of its directories with CAP_DAC_OVERRIDE.
+ * Returns 1 when applied, 0 when the kernel has no Landlock (the seccomp rules still hold),
+ * negative (ORB_EUNAVAILABLE) on failure. Needs no_new_privs. */
+int orb_sandbox_restrict_paths(int sysfs_fd, int devib_fd, int shm_fd, int proc_fd);
+
 /* The worker's filter (default: kill the process). `sysfs_fd` is the one directory fstatat()
  * may name; `test_proc_fd` (the test build's /proc/self, -1 as installed) the one openat()
  * may, read-only. Errors: ORB_EUNAVAILABLE, ORB_ENOMEM. */
