@@ -509,7 +509,7 @@ int orb_sandbox_load_monitor_filter(const struct orb_sandbox_monitor_rules *r)
         allow(&f, "unlinkat", SCMP_SYS(unlinkat), 2, unlink_args);
         struct scmp_arg_cmp mode = ARG_INT_EQ(1, ORB_HELPER_SLOT_MODE);
         allow(&f, "fchmod", SCMP_SYS(fchmod), 1, &mode);
-        struct scmp_arg_cmp size = SCMP_CMP64(1, SCMP_CMP_EQ, (scmp_datum_t)ORB_HELPER_SLOT_SIZE);
+        struct scmp_arg_cmp size = SCMP_CMP64(1, SCMP_CMP_EQ, (scmp_datum_t)ORB_HELPER_SLOT_SIZE, 0);
         allow(&f, "ftruncate", SCMP_SYS(ftruncate), 1, &size);
         allow(&f, "flock", SCMP_SYS(flock), 0, NULL);
         allow(&f, "getrandom", SCMP_SYS(getrandom), 0, NULL);
