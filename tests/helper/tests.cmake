@@ -49,3 +49,4 @@ foreach(t test_helper_devx test_helper_uctx test_helper_slots test_helper_handle
   target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR})
 endforeach()
 include(${CMAKE_CURRENT_LIST_DIR}/filters.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/race.cmake)
