@@ -1,20 +1,21 @@
 /* orbite-helper: start-up in a fixed order, then one serve loop for one library instance.
  *
- *   1. clear the environment          7. read the policy, open /sys, /dev/infiniband, /dev/shm,
- *   2. close every fd but 0-3,           resolve the tenant's names, discover, decide
- *      descriptor limit, syslog       8. keep only the expected capabilities, permitted
- *   3. fds 0-2 to /dev/null           9. fork the monitor (monitor.c), which keeps them; the
- *   4. PR_SET_DUMPABLE 0                 worker drops every capability and the monitor's fds
- *   5. PR_SET_PDEATHSIG, parent and  10. load the worker's seccomp filter
- *      socket checks                 11. serve until EOF (exit 0) or a violation (exit 2..6)
- *   6. PR_SET_NO_NEW_PRIVS; refuse unexpected capabilities
+ *   1. close every fd but 0-3          6. read the policy, open /sys, /dev/infiniband, /dev/shm,
+ *   2. check the descriptor limit,        resolve the tenant's names, discover, decide
+ *      clear the environment, fds 0-2  7. keep only the expected capabilities, permitted
+ *      to /dev/null, connect the log   8. fork the monitor (monitor.c), which keeps them; the
+ *   3. PR_SET_DUMPABLE 0                  worker drops every capability and the monitor's fds
+ *   4. PR_SET_PDEATHSIG, parent and    9. Landlock (no file at all), then the worker's seccomp
+ *      socket checks                      filter
+ *   5. PR_SET_NO_NEW_PRIVS; refuse    10. serve until EOF (exit 0) or a violation (exit 2..6)
+ *      unexpected capabilities (the test build: any)
  *
- * Nothing the library sends is read before step 11: by then the process that reads it holds no
+ * Nothing the library sends is read before step 10: by then the process that reads it holds no
  * capability and no descriptor beyond what the policy grants (sandbox.h).
  *
  * The installed helper takes no arguments. The test build (ORB_HELPER_TESTING, installed
  * nowhere) also accepts directory overrides for fixture trees, the policy owner, and a fake
- * device context creation (parse_options), and answers two test-only requests (testing.c). */
+ * device context creation (parse_options), and answers test-only requests (testing.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -233,7 +234,7 @@ static int identity_load(uid_t uid, gid_t gid, struct identity *out)
     return rc;
 }
 
-/* ---- step 7: policy, directories, discovery, decision ------------------------------------------ */
+/* ---- step 6: policy, directories, discovery, decision ------------------------------------------ */
 
 static int open_dir(const char *path)
 {
@@ -433,7 +434,7 @@ int main(int argc, char **argv)
     struct helper_paths paths;
     if (parse_options(argc, argv, &paths) != 0)
         return ORB_HELPER_EXIT_USAGE;
-    /* 1-3: nothing from the spawner's environment or descriptors reaches what follows. Closing
+    /* 1-2: nothing from the spawner's environment or descriptors reaches what follows. Closing
      * comes first so that the wipe, which reads /proc, has descriptors to use. */
     if (orb_sandbox_close_fds_from(ORB_HELPER_SOCK + 1) != 0)
         return ORB_HELPER_EXIT_STARTUP;
@@ -452,7 +453,7 @@ int main(int argc, char **argv)
         return ORB_HELPER_EXIT_STARTUP;
     }
     open_log(false);
-    /* 4-6 */
+    /* 3-5 */
     if (orb_sandbox_set_undumpable() != 0)
         return ORB_HELPER_EXIT_STARTUP;
     if (orb_sandbox_bind_to_parent(ORB_HELPER_SOCK) != 0) {
@@ -474,7 +475,7 @@ int main(int argc, char **argv)
         return ORB_HELPER_EXIT_CAPS;
     }
 #endif
-    /* 7 */
+    /* 6 */
     struct orb_helper_state st;
     orb_helper_state_init(&st, ORB_HELPER_SOCK, NULL);
     if (prepare(&st, &paths) != 0) {
@@ -482,13 +483,13 @@ int main(int argc, char **argv)
         orb_helper_state_release(&st);
         return ORB_HELPER_EXIT_STARTUP;
     }
-    /* 8 */
+    /* 7 */
     if (orb_sandbox_drop_caps(&st.caps_kept) != 0) {
         startup_log(LOG_ERR, "refusing to run: %s", orb_last_error());
         orb_helper_state_release(&st);
         return ORB_HELPER_EXIT_CAPS;
     }
-    /* 9: the monitor takes the capabilities and the directories only it uses. */
+    /* 8: the monitor takes the capabilities and the directories only it uses. */
     if (orb_helper_monitor_start(&st) != 0) {
         startup_log(LOG_ERR, "start-up failed: %s", orb_last_error());
         orb_helper_state_release(&st);
@@ -508,8 +509,9 @@ int main(int argc, char **argv)
 #ifdef ORB_HELPER_TESTING
     test_proc_fd = orb_helper_testing_open_proc();
 #endif
-    /* 10: no file beyond what it holds (Landlock, where the kernel has it), then the filter. */
-    if (orb_sandbox_restrict_paths(-1, -1, -1, test_proc_fd) < 0) {
+    /* 9: no file beyond what it holds (Landlock, where the kernel has it), then the filter. */
+    struct orb_sandbox_paths reach = {.sysfs_fd = -1, .shm_fd = -1, .proc_fd = test_proc_fd};
+    if (orb_sandbox_restrict_paths(&reach) < 0) {
         startup_log(LOG_ERR, "refusing to run: %s", orb_last_error());
         orb_helper_state_release(&st);
         return ORB_HELPER_EXIT_STARTUP;
@@ -519,7 +521,7 @@ int main(int argc, char **argv)
         orb_helper_state_release(&st);
         return ORB_HELPER_EXIT_STARTUP;
     }
-    /* 11 */
+    /* 10 */
     int code = serve(&st);
     orb_helper_state_release(&st);
     return code;

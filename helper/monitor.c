@@ -3,6 +3,7 @@
 #include "helper/monitor.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -198,7 +199,23 @@ static void monitor_main(struct orb_helper_state *st, int sock, pid_t worker)
     }
     if (st->shm_fd >= 0 && orb_helper_slots_prepare(st) != 0)
         syslog(LOG_WARNING, "monitor: no shared slots this session: %s", orb_last_error());
-    if (orb_sandbox_restrict_paths(st->sysfs_fd, st->devib_fd, st->shm_fd, -1) < 0) {
+    /* Of /dev/infiniband, only the nodes of the NICs this tenant may open stay reachable. */
+    int nodes[ORB_TOPO_MAX_NICS];
+    unsigned nnodes = 0;
+    for (int id = 0; id < ORB_TOPO_MAX_NICS && st->devib_fd >= 0; id++) {
+        const struct orb_topo_nic *n = granted_nic(st, id);
+        if (n == NULL || !n->usable || !st->mlx5[id] || st->uverbs[id][0] == '\0')
+            continue;
+        int fd = openat(st->devib_fd, st->uverbs[id], O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0)
+            nodes[nnodes++] = fd;
+    }
+    struct orb_sandbox_paths reach = {
+        .sysfs_fd = st->sysfs_fd, .shm_fd = st->shm_fd, .proc_fd = -1, .node_fds = nodes, .nnodes = nnodes};
+    int restricted = orb_sandbox_restrict_paths(&reach);
+    for (unsigned i = 0; i < nnodes; i++)
+        (void)close(nodes[i]);
+    if (restricted < 0) {
         syslog(LOG_ERR, "monitor: refusing to run: %s", orb_last_error());
         _exit(ORB_HELPER_EXIT_STARTUP);
     }

@@ -353,7 +353,7 @@ static int landlock_allow(int ruleset, int dirfd, uint64_t access, uint64_t hand
     return 0;
 }
 
-int orb_sandbox_restrict_paths(int sysfs_fd, int devib_fd, int shm_fd, int proc_fd)
+int orb_sandbox_restrict_paths(const struct orb_sandbox_paths *p)
 {
     long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
     if (abi < 1)
@@ -367,13 +367,14 @@ int orb_sandbox_restrict_paths(int sysfs_fd, int devib_fd, int shm_fd, int proc_
     const uint64_t read = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
     const uint64_t slots = read | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_MAKE_REG |
                            LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_REFER | LANDLOCK_ACCESS_FS_TRUNCATE;
-    int rc = landlock_allow(ruleset, sysfs_fd, read, handled);
+    const uint64_t node = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE;
+    int rc = landlock_allow(ruleset, p->sysfs_fd, read, handled);
     if (rc == 0)
-        rc = landlock_allow(ruleset, devib_fd, LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE, handled);
+        rc = landlock_allow(ruleset, p->shm_fd, slots, handled);
     if (rc == 0)
-        rc = landlock_allow(ruleset, shm_fd, slots, handled);
-    if (rc == 0)
-        rc = landlock_allow(ruleset, proc_fd, LANDLOCK_ACCESS_FS_READ_FILE, handled);
+        rc = landlock_allow(ruleset, p->proc_fd, LANDLOCK_ACCESS_FS_READ_FILE, handled);
+    for (unsigned i = 0; rc == 0 && i < p->nnodes; i++)
+        rc = landlock_allow(ruleset, p->node_fds[i], node, handled);
     if (rc == 0 && syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)
         rc = orb_fail(ORB_EUNAVAILABLE, "sandbox: landlock_restrict_self: %s", strerror(errno));
     (void)close(ruleset);

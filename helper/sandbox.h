@@ -44,28 +44,28 @@
 extern const unsigned long orb_sandbox_ioctls[];
 extern const unsigned orb_sandbox_nioctls;
 
-/* 1. Empty the environment (before any library call can read it), and wipe the whole initial
+/* 2. Empty the environment (before any library call can read it), and wipe the whole initial
  * environment block that /proc/PID/environ shows, strings the dynamic loader already dropped
  * from `environ` in secure mode (LD_AUDIT, LD_PRELOAD, ...) included. Errors: ORB_EUNAVAILABLE. */
 int orb_sandbox_clear_environment(void);
 
-/* 2. Close every descriptor from `first` up (close_range, or a /proc/self/fd walk on kernels
+/* 1. Close every descriptor from `first` up (close_range, or a /proc/self/fd walk on kernels
  * without it). Errors: ORB_EUNAVAILABLE. */
 int orb_sandbox_close_fds_from(int first);
 
-/* 3. stdin, stdout and stderr to /dev/null. Errors: ORB_EUNAVAILABLE. */
+/* 2. stdin, stdout and stderr to /dev/null. Errors: ORB_EUNAVAILABLE. */
 int orb_sandbox_null_stdio(void);
 
-/* 4. Not dumpable: no core file, no ptrace or /proc/PID/mem by the tenant. */
+/* 3. Not dumpable: no core file, no ptrace or /proc/PID/mem by the tenant. */
 int orb_sandbox_set_undumpable(void);
 
-/* 5. Die with the parent (PR_SET_PDEATHSIG SIGKILL) and check it is still there: the parent pid
+/* 4. Die with the parent (PR_SET_PDEATHSIG SIGKILL) and check it is still there: the parent pid
  * cannot be passed safely, so a helper re-parented to init (getppid() == 1) exits, as does one
  * whose fd `sock` is not an AF_UNIX SOCK_SEQPACKET socket. Errors: ORB_EPEER (orphan),
  * ORB_EINVAL (not our socket). */
 int orb_sandbox_bind_to_parent(int sock);
 
-/* 6. PR_SET_NO_NEW_PRIVS. */
+/* 5. PR_SET_NO_NEW_PRIVS. */
 int orb_sandbox_no_new_privs(void);
 
 /* Read the process's capabilities (bit n: capability n). */
@@ -81,7 +81,7 @@ int orb_sandbox_read_caps(struct orb_sandbox_caps *out);
  * effective ids must be equal (never setuid or setgid): ORB_EPERM otherwise. */
 int orb_sandbox_check_caps(void);
 
-/* 8. Keep only the expected capabilities that are permitted now: permitted = that set,
+/* 7. Keep only the expected capabilities that are permitted now: permitted = that set,
  * effective, inheritable and ambient empty; verified by reading them back. *kept_out receives
  * the permitted set. Errors: ORB_EUNAVAILABLE, ORB_ENOMEM. */
 int orb_sandbox_drop_caps(uint64_t *kept_out);
@@ -94,15 +94,21 @@ int orb_sandbox_caps_effective(void);
  * Errors: ORB_EUNAVAILABLE, ORB_ENOMEM. */
 int orb_sandbox_drop_all_caps(void);
 
-/* Landlock, before the filter: from now on this process reaches files only beneath the given
- * directories (-1: none), whatever names it is made to use ("../" included), with the rights
- * its steps need: sysfs read-only, the uverbs nodes read-write, /dev/shm (the private directory
- * included) read, write, create, remove and rename, `proc_fd` (the test build's /proc/self)
- * read-only. With all four -1 it reaches no file at all. seccomp cannot see names; Landlock
- * can, so a hijacked monitor cannot walk out of its directories with CAP_DAC_OVERRIDE.
- * Returns 1 when applied, 0 when the kernel has no Landlock (the seccomp rules still hold),
- * negative (ORB_EUNAVAILABLE) on failure. Needs no_new_privs. */
-int orb_sandbox_restrict_paths(int sysfs_fd, int devib_fd, int shm_fd, int proc_fd);
+/* What Landlock leaves reachable (orb_sandbox_restrict_paths); -1 and 0: nothing of that kind. */
+struct orb_sandbox_paths {
+    int sysfs_fd;         /* read-only, beneath */
+    int shm_fd;           /* /dev/shm and the private directory: read, write, create, remove, rename */
+    int proc_fd;          /* the test build's /proc/self: read-only, beneath */
+    const int *node_fds;  /* single files (O_PATH descriptors of the granted uverbs nodes): read-write */
+    unsigned nnodes;
+};
+
+/* Landlock, before the filter: from now on this process reaches only the files `p` names, with
+ * those rights, whatever names it is made to use ("../" included) and whatever CAP_DAC_OVERRIDE
+ * would allow: seccomp cannot see names, Landlock can. With nothing named it reaches no file at
+ * all. Returns 1 when applied, 0 when the kernel has no Landlock (the seccomp rules still
+ * hold), negative (ORB_EUNAVAILABLE) on failure. Needs no_new_privs. */
+int orb_sandbox_restrict_paths(const struct orb_sandbox_paths *p);
 
 /* The worker's filter (default: kill the process). `sysfs_fd` is the one directory fstatat()
  * may name; `test_proc_fd` (the test build's /proc/self, -1 as installed) the one openat()

@@ -135,6 +135,7 @@ static void make_fixture(char *root, size_t len)
     make_file(root, "sysfs/attr", 0444, "1\n");
     make_dir(root, "dev", 0755);
     make_file(root, "dev/uverbs0", 0666, "");
+    make_file(root, "dev/issm0", 0666, ""); /* a node no policy grants */
     make_dir(root, "shm", 01777);
     make_file(root, "shm/planted", 0644, "slot\n");
     make_file(root, "shm/a", 0600, "a\n");
@@ -187,11 +188,17 @@ static int load_filter(enum filter_kind k, const struct env *e)
         return orb_sandbox_load_worker_filter(e->sysfs_fd, -1);
     case F_WORKER_PROC:
         return orb_sandbox_load_worker_filter(e->sysfs_fd, e->proc_fd);
-    case F_MONITOR_PATHS:
-        /* This kernel has Landlock (ABI 2 or later): a missing one would fail the case. */
-        if (orb_sandbox_restrict_paths(e->sysfs_fd, e->devib_fd, e->shm_fd, -1) != 1)
+    case F_MONITOR_PATHS: {
+        /* This kernel has Landlock (ABI 2 or later): a missing one would fail the case. The
+         * node directory is reachable through its granted node alone. */
+        int node = openat(e->devib_fd, "uverbs0", O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        struct orb_sandbox_paths reach = {
+            .sysfs_fd = e->sysfs_fd, .shm_fd = e->shm_fd, .proc_fd = -1, .node_fds = &node, .nnodes = 1};
+        if (node < 0 || orb_sandbox_restrict_paths(&reach) != 1)
             return -1;
+        close(node);
         return orb_sandbox_load_monitor_filter(&rules);
+    }
     }
     return -1;
 }
@@ -552,11 +559,13 @@ static int wrk_fstat(const struct env *e)
 
 /* Under Landlock, names that climb out of the held directories reach nothing, whatever the
  * monitor's capabilities: the node directory's parent, the fixture root from the private
- * directory. */
+ * directory, and of the node directory only the granted node. */
 static int mon_paths_escape_refused(const struct env *e)
 {
     if (openat(e->devib_fd, "../x", ORB_SANDBOX_NODE_FLAGS) >= 0 || errno != EACCES)
         return 1;
+    if (openat(e->devib_fd, "issm0", ORB_SANDBOX_NODE_FLAGS) >= 0 || errno != EACCES)
+        return 6;
     if (openat(e->priv_fd, "../../x", ORB_SANDBOX_LOCK_FLAGS, 0600) >= 0 || errno != EACCES)
         return 2;
     if (openat(e->shm_fd, "../x", ORB_SANDBOX_SLOT_OPEN_BASE | O_RDWR) >= 0 || errno != EACCES)
