@@ -211,7 +211,13 @@ static void monitor_main(struct orb_helper_state *st, int sock, pid_t worker)
             nodes[nnodes++] = fd;
     }
     struct orb_sandbox_paths reach = {
-        .sysfs_fd = st->sysfs_fd, .shm_fd = st->shm_fd, .proc_fd = -1, .node_fds = nodes, .nnodes = nnodes};
+        .sysfs_fd = st->sysfs_fd,
+        .shm_fd = st->shm_fd,
+        .priv_fd = st->priv_fd,
+        .proc_fd = -1,
+        .node_fds = nodes,
+        .nnodes = nnodes,
+    };
     int restricted = orb_sandbox_restrict_paths(&reach);
     for (unsigned i = 0; i < nnodes; i++)
         (void)close(nodes[i]);

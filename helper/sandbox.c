@@ -365,12 +365,16 @@ int orb_sandbox_restrict_paths(const struct orb_sandbox_paths *p)
     if (ruleset < 0)
         return orb_fail(ORB_EUNAVAILABLE, "sandbox: landlock_create_ruleset: %s", strerror(errno));
     const uint64_t read = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
-    const uint64_t slots = read | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_MAKE_REG |
-                           LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_REFER | LANDLOCK_ACCESS_FS_TRUNCATE;
+    const uint64_t priv = read | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_MAKE_REG |
+                          LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_REFER | LANDLOCK_ACCESS_FS_TRUNCATE;
+    /* In /dev/shm itself: new names only. Files of other users there stay out of reach. */
+    const uint64_t names = LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_REFER;
     const uint64_t node = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE;
     int rc = landlock_allow(ruleset, p->sysfs_fd, read, handled);
     if (rc == 0)
-        rc = landlock_allow(ruleset, p->shm_fd, slots, handled);
+        rc = landlock_allow(ruleset, p->shm_fd, names, handled);
+    if (rc == 0)
+        rc = landlock_allow(ruleset, p->priv_fd, priv, handled);
     if (rc == 0)
         rc = landlock_allow(ruleset, p->proc_fd, LANDLOCK_ACCESS_FS_READ_FILE, handled);
     for (unsigned i = 0; rc == 0 && i < p->nnodes; i++)
@@ -496,8 +500,9 @@ int orb_sandbox_load_monitor_filter(const struct orb_sandbox_monitor_rules *r)
     allow(&f, "newfstatat", SCMP_SYS(newfstatat), 1, &empty_path);
     allow_openat(&f, r->sysfs_fd, ORB_SANDBOX_ATTR_FLAGS);
     allow_openat(&f, r->devib_fd, ORB_SANDBOX_NODE_FLAGS);
-    allow_openat(&f, r->shm_fd, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDWR);
-    allow_openat(&f, r->shm_fd, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDONLY);
+    allow_openat(&f, r->shm_fd, ORB_SANDBOX_SLOT_NAME_FLAGS);
+    allow_openat(&f, r->priv_fd, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDWR);
+    allow_openat(&f, r->priv_fd, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDONLY);
     allow_openat(&f, r->priv_fd, ORB_SANDBOX_SLOT_CREATE_FLAGS);
     allow_openat(&f, r->priv_fd, ORB_SANDBOX_LOCK_FLAGS);
     if (r->priv_fd >= 0 && r->shm_fd >= 0) {
@@ -505,7 +510,15 @@ int orb_sandbox_load_monitor_filter(const struct orb_sandbox_monitor_rules *r)
         struct scmp_arg_cmp move[3] = {ARG_INT_EQ(0, r->priv_fd), ARG_INT_EQ(2, r->shm_fd),
                                        ARG_INT_EQ(4, RENAME_NOREPLACE)};
         allow(&f, "renameat2", SCMP_SYS(renameat2), 3, move);
-        /* An unfinished object is removed from the private directory; never a directory. */
+        /* Each object's second link, made in the private directory. */
+        struct scmp_arg_cmp link_args[3] = {ARG_INT_EQ(0, r->priv_fd), ARG_INT_EQ(2, r->priv_fd), ARG_INT_EQ(4, 0)};
+        allow(&f, "linkat", SCMP_SYS(linkat), 3, link_args);
+        /* Looking up links and orphans there. */
+        struct scmp_arg_cmp in_priv = ARG_INT_EQ(0, r->priv_fd);
+        allow(&f, "newfstatat", SCMP_SYS(newfstatat), 1, &in_priv);
+        allow(&f, "getdents64", SCMP_SYS(getdents64), 0, NULL);
+        /* An unfinished object or an orphaned link is removed from the private directory; never a
+         * directory. */
         struct scmp_arg_cmp unlink_args[2] = {ARG_INT_EQ(0, r->priv_fd), ARG_INT_EQ(2, 0)};
         allow(&f, "unlinkat", SCMP_SYS(unlinkat), 2, unlink_args);
         struct scmp_arg_cmp mode = ARG_INT_EQ(1, ORB_HELPER_SLOT_MODE);

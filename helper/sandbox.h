@@ -97,7 +97,8 @@ int orb_sandbox_drop_all_caps(void);
 /* What Landlock leaves reachable (orb_sandbox_restrict_paths); -1 and 0: nothing of that kind. */
 struct orb_sandbox_paths {
     int sysfs_fd;         /* read-only, beneath */
-    int shm_fd;           /* /dev/shm and the private directory: read, write, create, remove, rename */
+    int shm_fd;           /* /dev/shm: new names only (create, rename into), no reading or writing */
+    int priv_fd;          /* the private directory: read, write, create, link, remove, rename */
     int proc_fd;          /* the test build's /proc/self: read-only, beneath */
     const int *node_fds;  /* single files (O_PATH descriptors of the granted uverbs nodes): read-write */
     unsigned nnodes;
@@ -120,8 +121,8 @@ int orb_sandbox_load_worker_filter(int sysfs_fd, int test_proc_fd);
 struct orb_sandbox_monitor_rules {
     int sysfs_fd;   /* sysfs attributes, read-only */
     int devib_fd;   /* uverbs nodes, O_RDWR, never created */
-    int shm_fd;     /* slot objects, opened, never created, never removed */
-    int priv_fd;    /* the private directory: new objects and lock files */
+    int shm_fd;     /* slot names: looked at (O_PATH), never read, written, created or removed */
+    int priv_fd;    /* the private directory: new objects, their links, lock files */
     bool chown;
     uint32_t chown_uid;
     uint32_t chown_gid; /* (uint32_t)-1: unchanged */
@@ -133,5 +134,7 @@ int orb_sandbox_load_monitor_filter(const struct orb_sandbox_monitor_rules *rule
 #define ORB_SANDBOX_ATTR_FLAGS (O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
 #define ORB_SANDBOX_SLOT_OPEN_BASE (O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
 #define ORB_SANDBOX_LOCK_FLAGS (O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY)
+/* What /dev/shm itself is opened with: a name looked at, never read or written through. */
+#define ORB_SANDBOX_SLOT_NAME_FLAGS (O_PATH | O_NOFOLLOW | O_CLOEXEC)
 
 #endif

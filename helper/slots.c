@@ -48,29 +48,83 @@ uint64_t orb_helper_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The checks made on every open: regular file, the administrator's, mode 0644, one link,
- * exactly one page. Returns 0 or ORB_EPERM naming the first failure. */
+/* The name of an object's second link, in the private directory: "obj+<inode, hex>". */
+static void object_link(ino_t ino, char *buf, size_t len)
+{
+    snprintf(buf, len, "obj+%llx", (unsigned long long)ino);
+}
+
+/* The checks made on every object: regular file, the administrator's, mode 0644, exactly one
+ * page, and two links: its name and its link in the private directory, which only a helper can
+ * have made. Returns 0 or ORB_EPERM naming the first failure. */
+static int check_stat(const struct orb_helper_state *st, const struct stat *s, const char *name)
+{
+    if (S_ISLNK(s->st_mode))
+        return orb_fail(ORB_EPERM, "slot %s: is a symbolic link", name);
+    if (!S_ISREG(s->st_mode))
+        return orb_fail(ORB_EPERM, "slot %s: not a regular file", name);
+    if (s->st_uid != st->admin_uid)
+        return orb_fail(ORB_EPERM, "slot %s: owned by uid %u, expected %u", name, (unsigned)s->st_uid,
+                        (unsigned)st->admin_uid);
+    if ((s->st_mode & 07777) != ORB_HELPER_SLOT_MODE)
+        return orb_fail(ORB_EPERM, "slot %s: mode %04o, expected %04o", name, (unsigned)(s->st_mode & 07777),
+                        ORB_HELPER_SLOT_MODE);
+    if (s->st_size != (off_t)ORB_HELPER_SLOT_SIZE)
+        return orb_fail(ORB_EPERM, "slot %s: %lld bytes, expected %u", name, (long long)s->st_size,
+                        ORB_HELPER_SLOT_SIZE);
+    if (s->st_nlink != 2)
+        return orb_fail(ORB_EPERM, "slot %s: %lu links, expected 2", name, (unsigned long)s->st_nlink);
+    char link[32];
+    object_link(s->st_ino, link, sizeof link);
+    struct stat l;
+    if (fstatat(st->priv_fd, link, &l, AT_SYMLINK_NOFOLLOW) != 0 || l.st_dev != s->st_dev || l.st_ino != s->st_ino)
+        return orb_fail(ORB_EPERM, "slot %s: not made by a helper (no link in %s)", name, ORB_HELPER_PRIVATE_DIR);
+    return 0;
+}
+
 static int check_object(const struct orb_helper_state *st, int fd, const char *name, struct stat *out)
 {
     struct stat s;
     if (fstat(fd, &s) != 0)
         return orb_fail(ORB_EUNAVAILABLE, "slot %s: fstat: %s", name, strerror(errno));
-    if (!S_ISREG(s.st_mode))
-        return orb_fail(ORB_EPERM, "slot %s: not a regular file", name);
-    if (s.st_uid != st->admin_uid)
-        return orb_fail(ORB_EPERM, "slot %s: owned by uid %u, expected %u", name, (unsigned)s.st_uid,
-                        (unsigned)st->admin_uid);
-    if ((s.st_mode & 07777) != ORB_HELPER_SLOT_MODE)
-        return orb_fail(ORB_EPERM, "slot %s: mode %04o, expected %04o", name, (unsigned)(s.st_mode & 07777),
-                        ORB_HELPER_SLOT_MODE);
-    if (s.st_nlink != 1)
-        return orb_fail(ORB_EPERM, "slot %s: %lu links", name, (unsigned long)s.st_nlink);
-    if (s.st_size != (off_t)ORB_HELPER_SLOT_SIZE)
-        return orb_fail(ORB_EPERM, "slot %s: %lld bytes, expected %u", name, (long long)s.st_size,
-                        ORB_HELPER_SLOT_SIZE);
-    if (out)
+    int rc = check_stat(st, &s, name);
+    if (rc == 0 && out)
         *out = s;
-    return 0;
+    return rc;
+}
+
+/* What `name` in /dev/shm is now, without opening it for reading or writing (O_PATH): the
+ * monitor never reads or writes a file of /dev/shm through its name. 0, ORB_EAGAIN (absent),
+ * or ORB_EUNAVAILABLE. */
+static int stat_name(const struct orb_helper_state *st, const char *name, struct stat *out)
+{
+    int fd = openat(st->shm_fd, name, ORB_SANDBOX_SLOT_NAME_FLAGS);
+    if (fd < 0)
+        return errno == ENOENT ? ORB_EAGAIN : orb_fail(ORB_EUNAVAILABLE, "slot %s: open: %s", name, strerror(errno));
+    int rc = fstat(fd, out) == 0 ? 0 : orb_fail(ORB_EUNAVAILABLE, "slot %s: fstat: %s", name, strerror(errno));
+    (void)close(fd);
+    return rc;
+}
+
+/* Remove the private links of objects whose name is gone (an administrator removed them): a
+ * link count of 1 is the private link alone. Best effort. */
+static void collect_orphans(const struct orb_helper_state *st)
+{
+    int walk = fcntl(st->priv_fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = walk >= 0 ? fdopendir(walk) : NULL;
+    if (d == NULL) {
+        if (walk >= 0)
+            close(walk);
+        return;
+    }
+    struct dirent *e;
+    for (unsigned seen = 0; seen < 4096 && (e = readdir(d)) != NULL; seen++) {
+        struct stat s;
+        if (strncmp(e->d_name, "obj+", 4) == 0 && fstatat(st->priv_fd, e->d_name, &s, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(s.st_mode) && s.st_nlink == 1)
+            (void)unlinkat(st->priv_fd, e->d_name, 0);
+    }
+    closedir(d);
 }
 
 static struct orb_helper_slot *find_slot(struct orb_helper_state *st, const char *name)
@@ -150,11 +204,25 @@ static int create_object(struct orb_helper_state *st, const char *name, uint64_t
         return rc;
     char tmp[32];
     snprintf(tmp, sizeof tmp, "new+%016llx", (unsigned long long)salt);
+    collect_orphans(st);
     int fd = openat(st->priv_fd, tmp, ORB_SANDBOX_SLOT_CREATE_FLAGS, 0600);
     if (fd < 0)
         return orb_fail(ORB_EUNAVAILABLE, "slot %s: create in the private directory: %s", name, strerror(errno));
     void *map = MAP_FAILED;
     int lock_fd = -1;
+    char link[32] = "";
+    struct stat fresh;
+    if (fstat(fd, &fresh) != 0) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: fstat: %s", name, strerror(errno));
+        goto remove_new;
+    }
+    /* The second link, by which helpers (and only they) open the object later. */
+    object_link(fresh.st_ino, link, sizeof link);
+    if (linkat(st->priv_fd, tmp, st->priv_fd, link, 0) != 0) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: link in the private directory: %s", name, strerror(errno));
+        link[0] = '\0';
+        goto remove_new;
+    }
     if (ftruncate(fd, ORB_HELPER_SLOT_SIZE) != 0) {
         rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: ftruncate: %s", name, strerror(errno));
         goto remove_new;
@@ -200,6 +268,8 @@ close_lock:
 unmap:
     munmap(map, ORB_HELPER_SLOT_SIZE);
 remove_new:
+    if (link[0] != '\0')
+        (void)unlinkat(st->priv_fd, link, 0);
     (void)unlinkat(st->priv_fd, tmp, 0);
     close(fd);
     return rc;
@@ -209,27 +279,28 @@ remove_new:
 static int attach_existing(struct orb_helper_state *st, const char *name, uint64_t interval_ns,
                            struct orb_helper_slot *slot)
 {
-    int fd = openat(st->shm_fd, name, O_RDWR | ORB_SANDBOX_SLOT_OPEN_BASE);
+    struct stat named;
+    int rc = stat_name(st, name, &named);
+    if (rc != 0)
+        return rc;
+    if ((rc = check_stat(st, &named, name)) != 0)
+        return rc;
+    /* Open it through its private link: read-write to publish, read-only without the override. */
+    char link[32];
+    object_link(named.st_ino, link, sizeof link);
+    int fd = openat(st->priv_fd, link, O_RDWR | ORB_SANDBOX_SLOT_OPEN_BASE);
     int err = errno;
     bool writable = fd >= 0;
     if (fd < 0 && err == EACCES) {
-        /* The administrator's and no override: attach read-only, never publish. */
-        fd = openat(st->shm_fd, name, O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
+        fd = openat(st->priv_fd, link, O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
         err = errno;
     }
-    if (fd < 0) {
-        if (err == ENOENT)
-            return ORB_EAGAIN;
-        if (err == ELOOP)
-            return orb_fail(ORB_EPERM, "slot %s: is a symbolic link", name);
-        if (err == EISDIR || err == ENXIO || err == ENODEV)
-            return orb_fail(ORB_EPERM, "slot %s: not a regular file", name);
-        if (err == EACCES)
-            return orb_fail(ORB_EPERM, "slot %s: held by an object this helper cannot open", name);
-        return orb_fail(ORB_EUNAVAILABLE, "slot %s: open: %s", name, strerror(err));
-    }
+    if (fd < 0)
+        return err == ENOENT ? ORB_EAGAIN : orb_fail(ORB_EUNAVAILABLE, "slot %s: open: %s", name, strerror(err));
     struct stat s;
-    int rc = check_object(st, fd, name, &s);
+    rc = check_object(st, fd, name, &s);
+    if (rc == 0 && (s.st_dev != named.st_dev || s.st_ino != named.st_ino))
+        rc = ORB_EAGAIN; /* replaced in between: look again */
     if (rc != 0) {
         close(fd);
         return rc;
@@ -361,11 +432,19 @@ int orb_helper_slots_prepare(struct orb_helper_state *st)
 /* The library's descriptor: a second, read-only open of the same object. */
 static int open_for_library(const struct orb_helper_state *st, const struct orb_helper_slot *slot, int *out)
 {
-    int fd = openat(st->shm_fd, slot->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat named;
+    int rc = stat_name(st, slot->name, &named);
+    if (rc == ORB_EAGAIN || (rc == 0 && (named.st_dev != slot->dev || named.st_ino != slot->ino)))
+        return orb_fail(ORB_EPERM, "slot %s: replaced or removed while attached", slot->name);
+    if (rc != 0)
+        return rc;
+    char link[32];
+    object_link(slot->ino, link, sizeof link);
+    int fd = openat(st->priv_fd, link, O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
     if (fd < 0)
         return orb_fail(ORB_EPERM, "slot %s: re-open: %s", slot->name, strerror(errno));
     struct stat s;
-    int rc = check_object(st, fd, slot->name, &s);
+    rc = check_object(st, fd, slot->name, &s);
     if (rc == 0 && (s.st_dev != slot->dev || s.st_ino != slot->ino))
         rc = orb_fail(ORB_EPERM, "slot %s: replaced while attaching", slot->name);
     if (rc != 0) {

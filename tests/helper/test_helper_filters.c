@@ -193,7 +193,8 @@ static int load_filter(enum filter_kind k, const struct env *e)
          * node directory is reachable through its granted node alone. */
         int node = openat(e->devib_fd, "uverbs0", O_PATH | O_NOFOLLOW | O_CLOEXEC);
         struct orb_sandbox_paths reach = {
-            .sysfs_fd = e->sysfs_fd, .shm_fd = e->shm_fd, .proc_fd = -1, .node_fds = &node, .nnodes = 1};
+            .sysfs_fd = e->sysfs_fd, .shm_fd = e->shm_fd, .priv_fd = e->priv_fd, .proc_fd = -1,
+            .node_fds = &node, .nnodes = 1};
         if (node < 0 || orb_sandbox_restrict_paths(&reach) != 1)
             return -1;
         close(node);
@@ -237,6 +238,8 @@ static int mon_slot_lifecycle(const struct env *e)
     int fd = openat(e->priv_fd, "new+1", ORB_SANDBOX_SLOT_CREATE_FLAGS, 0600);
     if (fd < 0)
         return 1;
+    if (linkat(e->priv_fd, "new+1", e->priv_fd, "obj+1", 0) != 0)
+        return 17;
     if (ftruncate(fd, ORB_HELPER_SLOT_SIZE) != 0)
         return 2;
     if (fchmod(fd, ORB_HELPER_SLOT_MODE) != 0)
@@ -247,14 +250,20 @@ static int mon_slot_lifecycle(const struct env *e)
         return 5;
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size != ORB_HELPER_SLOT_SIZE || (st.st_mode & 07777) != ORB_HELPER_SLOT_MODE ||
-        st.st_uid != e->uid || st.st_gid != e->gid)
+        st.st_uid != e->uid || st.st_gid != e->gid || st.st_nlink != 2)
         return 6;
     if (close(fd) != 0)
         return 7;
-    int ro = openat(e->shm_fd, "slot", O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
+    /* The name is only looked at; the object is opened through its private link. */
+    int named = openat(e->shm_fd, "slot", ORB_SANDBOX_SLOT_NAME_FLAGS);
+    struct stat ns, ls;
+    if (named < 0 || fstat(named, &ns) != 0 || fstatat(e->priv_fd, "obj+1", &ls, AT_SYMLINK_NOFOLLOW) != 0 ||
+        ns.st_ino != ls.st_ino)
+        return 18;
+    int ro = openat(e->priv_fd, "obj+1", O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
     if (ro < 0)
         return 8;
-    int rw = openat(e->shm_fd, "slot", O_RDWR | ORB_SANDBOX_SLOT_OPEN_BASE);
+    int rw = openat(e->priv_fd, "obj+1", O_RDWR | ORB_SANDBOX_SLOT_OPEN_BASE);
     if (rw < 0)
         return 9;
     int lock = openat(e->priv_fd, "slot+1.lock", ORB_SANDBOX_LOCK_FLAGS, 0600);
@@ -264,6 +273,10 @@ static int mon_slot_lifecycle(const struct env *e)
         return 11;
     if (unlinkat(e->priv_fd, "slot+1.lock", 0) != 0)
         return 12;
+    /* Orphaned links are found by listing the private directory. */
+    char dents[1024];
+    if (syscall(SYS_getdents64, e->priv_fd, dents, sizeof dents) <= 0)
+        return 19;
     int attr = openat(e->sysfs_fd, "attr", ORB_SANDBOX_ATTR_FLAGS);
     if (attr < 0)
         return 13;
@@ -273,12 +286,24 @@ static int mon_slot_lifecycle(const struct env *e)
     int node = openat(e->devib_fd, "uverbs0", ORB_SANDBOX_NODE_FLAGS);
     if (node < 0)
         return 15;
-    if (close(ro) != 0 || close(rw) != 0 || close(lock) != 0 || close(attr) != 0 || close(node) != 0)
+    if (close(ro) != 0 || close(rw) != 0 || close(lock) != 0 || close(attr) != 0 || close(node) != 0 ||
+        close(named) != 0)
         return 16;
     return 0;
 }
 
-/* An object that is not finished is removed from the private directory. */
+/* What the monitor no longer does: read or write a /dev/shm file through its name, or link
+ * anything into /dev/shm. */
+static int mon_read_shm_name(const struct env *e)
+{
+    return openat(e->shm_fd, "planted", O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE) >= 0 ? 0 : 1;
+}
+
+static int mon_link_into_shm(const struct env *e)
+{
+    return linkat(e->priv_fd, "a", e->shm_fd, "linked", 0) == 0 ? 0 : 1;
+}
+
 static int mon_unfinished_removed(const struct env *e)
 {
     int fd = openat(e->priv_fd, "new+2", ORB_SANDBOX_SLOT_CREATE_FLAGS, 0600);
@@ -559,7 +584,8 @@ static int wrk_fstat(const struct env *e)
 
 /* Under Landlock, names that climb out of the held directories reach nothing, whatever the
  * monitor's capabilities: the node directory's parent, the fixture root from the private
- * directory, and of the node directory only the granted node. */
+ * directory, the files of /dev/shm itself (only the private directory's can be read or written),
+ * and of the node directory only the granted node. */
 static int mon_paths_escape_refused(const struct env *e)
 {
     if (openat(e->devib_fd, "../x", ORB_SANDBOX_NODE_FLAGS) >= 0 || errno != EACCES)
@@ -568,8 +594,11 @@ static int mon_paths_escape_refused(const struct env *e)
         return 6;
     if (openat(e->priv_fd, "../../x", ORB_SANDBOX_LOCK_FLAGS, 0600) >= 0 || errno != EACCES)
         return 2;
-    if (openat(e->shm_fd, "../x", ORB_SANDBOX_SLOT_OPEN_BASE | O_RDWR) >= 0 || errno != EACCES)
+    /* A file of /dev/shm itself (another user's, say), through the private directory. */
+    if (openat(e->priv_fd, "../planted", ORB_SANDBOX_SLOT_OPEN_BASE | O_RDWR) >= 0 || errno != EACCES)
         return 3;
+    if (openat(e->priv_fd, "../planted", ORB_SANDBOX_SLOT_OPEN_BASE | O_RDONLY) >= 0 || errno != EACCES)
+        return 7;
     if (openat(e->sysfs_fd, "../x", ORB_SANDBOX_ATTR_FLAGS) >= 0 || errno != EACCES)
         return 4;
     if (unlinkat(e->priv_fd, "../../x", 0) == 0 || errno != EACCES)
@@ -615,6 +644,8 @@ static const struct filter_case cases[] = {
     ADMITS(F_MONITOR_KEEP_GID, mon_fchown_keep_gid, "monitor: fchown to the administrator, group unchanged"),
     KILLS(F_MONITOR, open_passwd, CTL_OK, "monitor: openat(AT_FDCWD, /etc/passwd)"),
     KILLS(F_MONITOR, mon_create_in_shm, CTL_OK, "monitor: creating an object directly in /dev/shm"),
+    KILLS(F_MONITOR, mon_read_shm_name, CTL_OK, "monitor: opening a /dev/shm name for reading"),
+    KILLS(F_MONITOR, mon_link_into_shm, CTL_OK, "monitor: linkat into /dev/shm"),
     KILLS(F_MONITOR, mon_create_flags_in_shm, CTL_OK, "monitor: the slot-creation flags on the /dev/shm directory"),
     KILLS(F_MONITOR, mon_slot_truncated, CTL_OK, "monitor: a slot object opened with O_TRUNC"),
     KILLS(F_MONITOR, mon_node_other_flags, CTL_OK, "monitor: a uverbs node opened with other flags"),

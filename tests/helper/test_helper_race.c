@@ -145,7 +145,7 @@ struct victim_report {
     uint32_t bad_object;     /* status 0 with a wrong type, mode, size, link count or access */
     uint32_t bad_header;     /* status 0 with a header that does not validate */
     uint32_t writable_map;   /* the descriptor could be mapped writable */
-    uint32_t unlinked_early; /* the administrator removed the name before the check (nlink 0) */
+    uint32_t unlinked_early; /* the administrator removed the name before the check (nlink 1) */
     uint32_t linked_early;   /* the tenant linked it before the check (unprotected hard links) */
     uint32_t other_status;
     int32_t first_other_status;
@@ -964,9 +964,10 @@ static void check_victim_fd(struct victim_report *r, int fd, const struct orb_cl
              (long long)s.st_size, (unsigned)fl);
         return;
     }
-    if (s.st_nlink == 0) {
+    /* Two links: the name and the helper's private link. */
+    if (s.st_nlink < 2) {
         r->unlinked_early++;
-    } else if (s.st_nlink > 1) {
+    } else if (s.st_nlink > 2) {
         if (hardlinks_protected) {
             r->bad_object++;
             note(r->note, "round %u: %lu links", r->rounds, (unsigned long)s.st_nlink);

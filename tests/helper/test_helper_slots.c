@@ -166,6 +166,21 @@ static void test_foreign_and_damaged_headers_are_refused(void **state)
     int fd = -1;
     plant(f, 0644, ORB_HELPER_SLOT_SIZE, 0xA5); /* right owner, mode and size: someone else's data */
     assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    /* Even with a valid header and two links, an object no helper linked is refused. */
+    struct orb_slots_params params = {.interval_ns = INTERVAL, .domain = f->a.domain, .now_ns = orb_helper_now_ns(),
+                                      .publisher_epoch = 42};
+    uint8_t page[ORB_HELPER_SLOT_SIZE];
+    memset(page, 0, sizeof page);
+    assert_int_equal(orb_slots_encode(page, sizeof page, &params), 0);
+    int raw_fd = open(path, O_WRONLY | O_CLOEXEC);
+    assert_true(raw_fd >= 0);
+    assert_int_equal(pwrite(raw_fd, page, sizeof page, 0), (ssize_t)sizeof page);
+    close(raw_fd);
+    char second[512];
+    path_in(f, "second-name", second, sizeof second);
+    assert_int_equal(link(path, second), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    assert_int_equal(unlink(second), 0);
     assert_int_equal(unlink(path), 0);
 
     assert_int_equal(orb_helper_slot_open_shared(&f->b, NAME, INTERVAL, &fd), 0);
@@ -221,7 +236,13 @@ static void test_create_gives_a_read_only_valid_object(void **state)
     assert_true(S_ISREG(st.st_mode));
     assert_int_equal(st.st_mode & 07777, ORB_HELPER_SLOT_MODE);
     assert_int_equal(st.st_uid, getuid());
-    assert_int_equal(st.st_nlink, 1);
+    /* Its name, and its link in the private directory through which helpers open it. */
+    assert_int_equal(st.st_nlink, 2);
+    char link[600];
+    snprintf(link, sizeof link, "%s/" ORB_HELPER_PRIVATE_DIR "/obj+%llx", f->dir, (unsigned long long)st.st_ino);
+    struct stat ls;
+    assert_int_equal(lstat(link, &ls), 0);
+    assert_int_equal(ls.st_ino, st.st_ino);
     assert_int_equal(st.st_size, ORB_HELPER_SLOT_SIZE);
     assert_int_equal(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
     assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
