@@ -20,6 +20,7 @@
 #include <orbite/orbite.h>
 
 #include "helper/helper_client.h"
+#include "topo/slots.h"
 #include "helperlib/common.h"
 #include "../helper/tenant.h"
 
@@ -33,6 +34,7 @@
 #define TIMEOUT_NS (10ull * 1000000000ull)
 #define GRANTED_NIC "mlx5_0"
 #define DENIED_NIC "mlx5_1"
+#define GRANTED_SLOT "bench-slot"
 
 static int failures;
 
@@ -70,7 +72,7 @@ static void expect(int got, int want, const char *what)
 }
 
 /* The timed exchanges, each with the answer it must get. */
-enum exchange_kind { EX_POLICY, EX_PEERMEM, EX_OPEN_DENIED, EX_DEVX, EX_INVENTORY };
+enum exchange_kind { EX_POLICY, EX_PEERMEM, EX_OPEN_DENIED, EX_DEVX, EX_SLOT, EX_INVENTORY };
 
 struct exchange {
     struct orb_helper *h;
@@ -87,6 +89,7 @@ static void time_exchanges(struct exchange *ex, enum exchange_kind kind, size_t 
         [EX_PEERMEM] = {"PEERMEM_PROBE (three fstatat)", 0},
         [EX_OPEN_DENIED] = {"OPEN_DEVICE refused by policy", ORB_EPERM},
         [EX_DEVX] = {"DEVX_VERIFY refused (no mlx5 device)", ORB_EUNAVAILABLE},
+        [EX_SLOT] = {"SLOT_ATTACH (through the monitor)", 0},
         [EX_INVENTORY] = {"INVENTORY", 0},
     };
     struct orb_hp_policy pol;
@@ -100,8 +103,11 @@ static void time_exchanges(struct exchange *ex, enum exchange_kind kind, size_t 
                  : kind == EX_PEERMEM     ? orb_helper_peermem_probe(ex->h, &found)
                  : kind == EX_OPEN_DENIED ? orb_helper_open_device(ex->h, DENIED_NIC, &fd)
                  : kind == EX_DEVX        ? orb_helper_devx_verify(ex->h, &v)
+                 : kind == EX_SLOT        ? orb_helper_slot_attach(ex->h, GRANTED_SLOT, ORB_SLOTS_DEFAULT_INTERVAL_NS, &fd)
                                           : orb_helper_inventory(ex->h, ex->inv);
         ns[i] = now_ns() - t0;
+        if (kind == EX_SLOT && rc == 0)
+            close(fd);
         expect(rc, kinds[kind].want, kinds[kind].label);
     }
     char label[64];
@@ -128,7 +134,8 @@ static int write_policy(const char *dir)
 {
     char path[600], text[400];
     snprintf(path, sizeof path, "%s/bench.ini", dir);
-    snprintf(text, sizeof text, "[user:#%u]\nnics = " GRANTED_NIC "\ntransports = tcp, rdma\n", (unsigned)getuid());
+    snprintf(text, sizeof text, "[user:#%u]\nnics = " GRANTED_NIC "\ntransports = tcp, rdma\nslots = " GRANTED_SLOT "\n",
+             (unsigned)getuid());
     return write_file(path, text, 0644);
 }
 
@@ -199,12 +206,22 @@ int main(int argc, char **argv)
     time_exchanges(&ex, EX_PEERMEM, iterations, a);
     time_exchanges(&ex, EX_OPEN_DENIED, iterations, a);
     time_exchanges(&ex, EX_DEVX, iterations, a);
+    /* The first SLOT_ATTACH creates the object (and the private directory); the timed ones
+     * find it attached. */
+    int slot_fd = -1;
+    expect(orb_helper_slot_attach(h, GRANTED_SLOT, ORB_SLOTS_DEFAULT_INTERVAL_NS, &slot_fd), 0, "first SLOT_ATTACH");
+    if (slot_fd >= 0)
+        close(slot_fd);
+    time_exchanges(&ex, EX_SLOT, iterations, a);
     size_t inv_rounds = iterations / 10 ? iterations / 10 : 1;
     time_exchanges(&ex, EX_INVENTORY, inv_rounds, a);
     orb_helper_close(h);
 
     orb_helper_test_set_command(NULL, NULL);
-    rmdir(shm_dir);
+    char rm[200];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", shm_dir); /* the slot object and the private directory */
+    if (system(rm) != 0)
+        failures++;
     char path[600];
     snprintf(path, sizeof path, "%s/bench.ini", policy_dir);
     unlink(path);
