@@ -42,8 +42,10 @@ void orb_helper_state_init(struct orb_helper_state *st, int sock, struct orb_top
     st->inv = inv;
     for (unsigned i = 0; i < ORB_TOPO_MAX_NICS; i++)
         st->dev_fds[i] = -1;
-    for (unsigned i = 0; i < ORB_HP_MAX_SLOTS; i++)
-        st->slots[i].fd = st->slots[i].lock_fd = -1;
+    for (unsigned i = 0; i < ORB_HP_MAX_SLOTS; i++) {
+        st->slots[i].fd = st->slots[i].lock_fd = st->slots[i].dir_fd = -1;
+        st->slot_dirs[i].fd = -1;
+    }
 }
 
 static void close_fd(int *fd)
@@ -73,7 +75,11 @@ void orb_helper_state_release(struct orb_helper_state *st)
         close_fd(&s->fd);
         close_fd(&s->lock_fd);
         memset(s, 0, sizeof *s);
-        s->fd = s->lock_fd = -1;
+        s->fd = s->lock_fd = s->dir_fd = -1;
+    }
+    for (unsigned i = 0; i < ORB_HP_MAX_SLOTS; i++) {
+        close_fd(&st->slot_dirs[i].fd);
+        st->slot_dirs[i].name[0] = '\0';
     }
     free(st->inv);
     st->inv = NULL;

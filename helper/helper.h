@@ -47,7 +47,8 @@ extern const char *const orb_helper_peermem_files[ORB_HELPER_PEERMEM_CANDIDATES]
 struct orb_helper_slot {
     char name[ORB_HP_NAME_MAX + 1]; /* "" when the entry is unused */
     int fd;                         /* read-write (or read-only when re-open was refused) */
-    int lock_fd;                    /* its lock file in the private directory; -1 when read-only */
+    int lock_fd;                    /* its lock file in its directory; -1 when read-only */
+    int dir_fd;                     /* its directory in the private one (slot_dirs owns it) */
     bool writable;                  /* fd is read-write: may take over publishing */
     bool publisher;                 /* holds the lock and publishes every millisecond */
     bool dead;                      /* header found damaged after attach: never publish */
@@ -63,6 +64,11 @@ struct orb_helper_state {
     int devib_fd;
     int shm_fd;
     int priv_fd;                    /* ORB_HELPER_PRIVATE_DIR in shm_fd (monitor only) */
+    struct orb_helper_slot_dir {    /* priv_fd/<slot name>, opened so far */
+        char name[ORB_HP_NAME_MAX + 1]; /* "" when unused */
+        int fd;
+    } slot_dirs[ORB_HP_MAX_SLOTS];
+    bool sealed;                    /* the monitor's filter is loaded: no directory can be opened now */
     int monitor_sock;               /* worker: the monitor's socket; -1 in the monitor or in-process */
     const struct orb_helper_priv_ops *priv; /* the two privileged steps (monitor.h) */
     int exit_code;                  /* set by a handler that ends the session with a code of its own */
@@ -135,6 +141,11 @@ int orb_helper_slot_open_shared(struct orb_helper_state *st, const char *name, u
  * Errors: ORB_EUNAVAILABLE (no /dev/shm, a capability missing), ORB_EPERM (wrong owner, mode or
  * type, or tampered with while being created). */
 int orb_helper_slots_prepare(struct orb_helper_state *st);
+
+/* Open (creating them where missing) the directories of the slot names the policy grants, in
+ * st->slot_dirs, before the monitor's filter and Landlock, which then name them alone. Returns
+ * 0, or the first failure (the other names are still prepared). */
+int orb_helper_slots_prepare_names(struct orb_helper_state *st);
 
 /* Publish every slot this helper holds the lock of, at now_ns; every `takeover` call also try
  * to take the lock of attached objects whose publisher has gone. Returns whether any slot is

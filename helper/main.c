@@ -510,7 +510,7 @@ int main(int argc, char **argv)
     test_proc_fd = orb_helper_testing_open_proc();
 #endif
     /* 9: no file beyond what it holds (Landlock, where the kernel has it), then the filter. */
-    struct orb_sandbox_paths reach = {.sysfs_fd = -1, .shm_fd = -1, .priv_fd = -1, .proc_fd = test_proc_fd};
+    struct orb_sandbox_paths reach = {.sysfs_fd = -1, .shm_fd = -1, .proc_fd = test_proc_fd};
     if (orb_sandbox_restrict_paths(&reach) < 0) {
         startup_log(LOG_ERR, "refusing to run: %s", orb_last_error());
         orb_helper_state_release(&st);

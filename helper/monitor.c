@@ -197,8 +197,15 @@ static void monitor_main(struct orb_helper_state *st, int sock, pid_t worker)
         syslog(LOG_ERR, "monitor: refusing to run: %s", orb_last_error());
         _exit(ORB_HELPER_EXIT_CAPS);
     }
-    if (st->shm_fd >= 0 && orb_helper_slots_prepare(st) != 0)
-        syslog(LOG_WARNING, "monitor: no shared slots this session: %s", orb_last_error());
+    if (st->shm_fd >= 0 && st->allowed.nslots > 0 &&
+        (orb_helper_slots_prepare(st) != 0 || orb_helper_slots_prepare_names(st) != 0))
+        syslog(LOG_WARNING, "monitor: shared slots unavailable this session: %s", orb_last_error());
+    st->sealed = true; /* from here on only the directories opened now can be used */
+    int dirs[ORB_HP_MAX_SLOTS];
+    unsigned ndirs = 0;
+    for (unsigned i = 0; i < ORB_HP_MAX_SLOTS; i++)
+        if (st->slot_dirs[i].name[0] != '\0')
+            dirs[ndirs++] = st->slot_dirs[i].fd;
     /* Of /dev/infiniband, only the nodes of the NICs this tenant may open stay reachable. */
     int nodes[ORB_TOPO_MAX_NICS];
     unsigned nnodes = 0;
@@ -213,7 +220,8 @@ static void monitor_main(struct orb_helper_state *st, int sock, pid_t worker)
     struct orb_sandbox_paths reach = {
         .sysfs_fd = st->sysfs_fd,
         .shm_fd = st->shm_fd,
-        .priv_fd = st->priv_fd,
+        .slot_dir_fds = dirs,
+        .nslot_dirs = ndirs,
         .proc_fd = -1,
         .node_fds = nodes,
         .nnodes = nnodes,
@@ -231,7 +239,8 @@ static void monitor_main(struct orb_helper_state *st, int sock, pid_t worker)
         .sysfs_fd = st->sysfs_fd,
         .devib_fd = st->devib_fd,
         .shm_fd = st->shm_fd,
-        .priv_fd = st->priv_fd,
+        .slot_dir_fds = dirs,
+        .nslot_dirs = ndirs,
         .chown = chown_needed,
         .chown_uid = (uint32_t)st->admin_uid,
         .chown_gid = (uint32_t)st->admin_gid,

@@ -365,6 +365,7 @@ int orb_sandbox_restrict_paths(const struct orb_sandbox_paths *p)
     if (ruleset < 0)
         return orb_fail(ORB_EUNAVAILABLE, "sandbox: landlock_create_ruleset: %s", strerror(errno));
     const uint64_t read = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
+    /* In a granted slot's directory: everything building and publishing its objects takes. */
     const uint64_t priv = read | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_MAKE_REG |
                           LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_REFER | LANDLOCK_ACCESS_FS_TRUNCATE;
     /* In /dev/shm itself: new names only. Files of other users there stay out of reach. */
@@ -373,8 +374,8 @@ int orb_sandbox_restrict_paths(const struct orb_sandbox_paths *p)
     int rc = landlock_allow(ruleset, p->sysfs_fd, read, handled);
     if (rc == 0)
         rc = landlock_allow(ruleset, p->shm_fd, names, handled);
-    if (rc == 0)
-        rc = landlock_allow(ruleset, p->priv_fd, priv, handled);
+    for (unsigned i = 0; rc == 0 && i < p->nslot_dirs; i++)
+        rc = landlock_allow(ruleset, p->slot_dir_fds[i], priv, handled);
     if (rc == 0)
         rc = landlock_allow(ruleset, p->proc_fd, LANDLOCK_ACCESS_FS_READ_FILE, handled);
     for (unsigned i = 0; rc == 0 && i < p->nnodes; i++)
@@ -501,26 +502,27 @@ int orb_sandbox_load_monitor_filter(const struct orb_sandbox_monitor_rules *r)
     allow_openat(&f, r->sysfs_fd, ORB_SANDBOX_ATTR_FLAGS);
     allow_openat(&f, r->devib_fd, ORB_SANDBOX_NODE_FLAGS);
     allow_openat(&f, r->shm_fd, ORB_SANDBOX_SLOT_NAME_FLAGS);
-    allow_openat(&f, r->priv_fd, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDWR);
-    allow_openat(&f, r->priv_fd, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDONLY);
-    allow_openat(&f, r->priv_fd, ORB_SANDBOX_SLOT_CREATE_FLAGS);
-    allow_openat(&f, r->priv_fd, ORB_SANDBOX_LOCK_FLAGS);
-    if (r->priv_fd >= 0 && r->shm_fd >= 0) {
+    for (unsigned i = 0; i < r->nslot_dirs && r->shm_fd >= 0; i++) {
+        int dir = r->slot_dir_fds[i];
+        allow_openat(&f, dir, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDWR);
+        allow_openat(&f, dir, ORB_SANDBOX_SLOT_OPEN_BASE | O_RDONLY);
+        allow_openat(&f, dir, ORB_SANDBOX_SLOT_CREATE_FLAGS);
+        allow_openat(&f, dir, ORB_SANDBOX_LOCK_FLAGS);
         /* A finished object enters /dev/shm under its name, never replacing anything. */
-        struct scmp_arg_cmp move[3] = {ARG_INT_EQ(0, r->priv_fd), ARG_INT_EQ(2, r->shm_fd),
-                                       ARG_INT_EQ(4, RENAME_NOREPLACE)};
+        struct scmp_arg_cmp move[3] = {ARG_INT_EQ(0, dir), ARG_INT_EQ(2, r->shm_fd), ARG_INT_EQ(4, RENAME_NOREPLACE)};
         allow(&f, "renameat2", SCMP_SYS(renameat2), 3, move);
-        /* Each object's second link, made in the private directory. */
-        struct scmp_arg_cmp link_args[3] = {ARG_INT_EQ(0, r->priv_fd), ARG_INT_EQ(2, r->priv_fd), ARG_INT_EQ(4, 0)};
+        /* Each object's second link, made in its slot's directory. */
+        struct scmp_arg_cmp link_args[3] = {ARG_INT_EQ(0, dir), ARG_INT_EQ(2, dir), ARG_INT_EQ(4, 0)};
         allow(&f, "linkat", SCMP_SYS(linkat), 3, link_args);
         /* Looking up links and orphans there. */
-        struct scmp_arg_cmp in_priv = ARG_INT_EQ(0, r->priv_fd);
-        allow(&f, "newfstatat", SCMP_SYS(newfstatat), 1, &in_priv);
-        allow(&f, "getdents64", SCMP_SYS(getdents64), 0, NULL);
-        /* An unfinished object or an orphaned link is removed from the private directory; never a
-         * directory. */
-        struct scmp_arg_cmp unlink_args[2] = {ARG_INT_EQ(0, r->priv_fd), ARG_INT_EQ(2, 0)};
+        struct scmp_arg_cmp in_dir = ARG_INT_EQ(0, dir);
+        allow(&f, "newfstatat", SCMP_SYS(newfstatat), 1, &in_dir);
+        /* An unfinished object or an orphaned link is removed from there; never a directory. */
+        struct scmp_arg_cmp unlink_args[2] = {ARG_INT_EQ(0, dir), ARG_INT_EQ(2, 0)};
         allow(&f, "unlinkat", SCMP_SYS(unlinkat), 2, unlink_args);
+    }
+    if (r->nslot_dirs > 0 && r->shm_fd >= 0) {
+        allow(&f, "getdents64", SCMP_SYS(getdents64), 0, NULL);
         struct scmp_arg_cmp mode = ARG_INT_EQ(1, ORB_HELPER_SLOT_MODE);
         allow(&f, "fchmod", SCMP_SYS(fchmod), 1, &mode);
         struct scmp_arg_cmp size = SCMP_CMP64(1, SCMP_CMP_EQ, (scmp_datum_t)ORB_HELPER_SLOT_SIZE, 0);

@@ -98,7 +98,8 @@ int orb_sandbox_drop_all_caps(void);
 struct orb_sandbox_paths {
     int sysfs_fd;         /* read-only, beneath */
     int shm_fd;           /* /dev/shm: new names only (create, rename into), no reading or writing */
-    int priv_fd;          /* the private directory: read, write, create, link, remove, rename */
+    const int *slot_dir_fds; /* the granted slots' directories in the private one: read, write, */
+    unsigned nslot_dirs;     /* create, link, remove, rename */
     int proc_fd;          /* the test build's /proc/self: read-only, beneath */
     const int *node_fds;  /* single files (O_PATH descriptors of the granted uverbs nodes): read-write */
     unsigned nnodes;
@@ -122,7 +123,8 @@ struct orb_sandbox_monitor_rules {
     int sysfs_fd;   /* sysfs attributes, read-only */
     int devib_fd;   /* uverbs nodes, O_RDWR, never created */
     int shm_fd;     /* slot names: looked at (O_PATH), never read, written, created or removed */
-    int priv_fd;    /* the private directory: new objects, their links, lock files */
+    const int *slot_dir_fds; /* the granted slots' directories in the private one: new objects, */
+    unsigned nslot_dirs;     /* their links, lock files */
     bool chown;
     uint32_t chown_uid;
     uint32_t chown_gid; /* (uint32_t)-1: unchanged */

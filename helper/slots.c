@@ -57,7 +57,7 @@ static void object_link(ino_t ino, char *buf, size_t len)
 /* The checks made on every object: regular file, the administrator's, mode 0644, exactly one
  * page, and two links: its name and its link in the private directory, which only a helper can
  * have made. Returns 0 or ORB_EPERM naming the first failure. */
-static int check_stat(const struct orb_helper_state *st, const struct stat *s, const char *name)
+static int check_stat(const struct orb_helper_state *st, int dir, const struct stat *s, const char *name)
 {
     if (S_ISLNK(s->st_mode))
         return orb_fail(ORB_EPERM, "slot %s: is a symbolic link", name);
@@ -77,17 +77,18 @@ static int check_stat(const struct orb_helper_state *st, const struct stat *s, c
     char link[32];
     object_link(s->st_ino, link, sizeof link);
     struct stat l;
-    if (fstatat(st->priv_fd, link, &l, AT_SYMLINK_NOFOLLOW) != 0 || l.st_dev != s->st_dev || l.st_ino != s->st_ino)
-        return orb_fail(ORB_EPERM, "slot %s: not made by a helper (no link in %s)", name, ORB_HELPER_PRIVATE_DIR);
+    if (fstatat(dir, link, &l, AT_SYMLINK_NOFOLLOW) != 0 || l.st_dev != s->st_dev || l.st_ino != s->st_ino)
+        return orb_fail(ORB_EPERM, "slot %s: not made by a helper of this name (no link in %s/%s)", name,
+                        ORB_HELPER_PRIVATE_DIR, name);
     return 0;
 }
 
-static int check_object(const struct orb_helper_state *st, int fd, const char *name, struct stat *out)
+static int check_object(const struct orb_helper_state *st, int dir, int fd, const char *name, struct stat *out)
 {
     struct stat s;
     if (fstat(fd, &s) != 0)
         return orb_fail(ORB_EUNAVAILABLE, "slot %s: fstat: %s", name, strerror(errno));
-    int rc = check_stat(st, &s, name);
+    int rc = check_stat(st, dir, &s, name);
     if (rc == 0 && out)
         *out = s;
     return rc;
@@ -108,9 +109,9 @@ static int stat_name(const struct orb_helper_state *st, const char *name, struct
 
 /* Remove the private links of objects whose name is gone (an administrator removed them): a
  * link count of 1 is the private link alone. Best effort. */
-static void collect_orphans(const struct orb_helper_state *st)
+static void collect_orphans(int dir)
 {
-    int walk = fcntl(st->priv_fd, F_DUPFD_CLOEXEC, 0);
+    int walk = fcntl(dir, F_DUPFD_CLOEXEC, 0);
     DIR *d = walk >= 0 ? fdopendir(walk) : NULL;
     if (d == NULL) {
         if (walk >= 0)
@@ -120,9 +121,9 @@ static void collect_orphans(const struct orb_helper_state *st)
     struct dirent *e;
     for (unsigned seen = 0; seen < 4096 && (e = readdir(d)) != NULL; seen++) {
         struct stat s;
-        if (strncmp(e->d_name, "obj+", 4) == 0 && fstatat(st->priv_fd, e->d_name, &s, AT_SYMLINK_NOFOLLOW) == 0 &&
+        if (strncmp(e->d_name, "obj+", 4) == 0 && fstatat(dir, e->d_name, &s, AT_SYMLINK_NOFOLLOW) == 0 &&
             S_ISREG(s.st_mode) && s.st_nlink == 1)
-            (void)unlinkat(st->priv_fd, e->d_name, 0);
+            (void)unlinkat(dir, e->d_name, 0);
     }
     closedir(d);
 }
@@ -179,14 +180,14 @@ static void slot_set(struct orb_helper_slot *slot, const char *name, int fd, int
     slot->ino = s->st_ino;
 }
 
-/* The lock file of the object with inode `ino`, opened (created when first needed) in the private
+/* The lock file of the object with inode `ino`, opened (created when first needed) in its
  * directory. Inode numbers are not reused while any helper still holds the object, so a lock
  * file left by a removed object is never held by a live publisher of another. */
-static int open_lock(const struct orb_helper_state *st, const char *name, ino_t ino, int *out)
+static int open_lock(int dir, const char *name, ino_t ino, int *out)
 {
-    char lock[ORB_HP_NAME_MAX + 32];
-    snprintf(lock, sizeof lock, "%s+%llx.lock", name, (unsigned long long)ino);
-    int fd = openat(st->priv_fd, lock, ORB_SANDBOX_LOCK_FLAGS, 0600);
+    char lock[32];
+    snprintf(lock, sizeof lock, "lock+%llx", (unsigned long long)ino);
+    int fd = openat(dir, lock, ORB_SANDBOX_LOCK_FLAGS, 0600);
     if (fd < 0)
         return orb_fail(ORB_EUNAVAILABLE, "slot %s: lock file: %s", name, strerror(errno));
     *out = fd;
@@ -195,7 +196,7 @@ static int open_lock(const struct orb_helper_state *st, const char *name, ino_t 
 
 /* Create the object. 1: the name exists already (nothing done); 0: created, `slot` filled;
  * negative: failed (nothing left behind). */
-static int create_object(struct orb_helper_state *st, const char *name, uint64_t interval_ns,
+static int create_object(struct orb_helper_state *st, int dir, const char *name, uint64_t interval_ns,
                          struct orb_helper_slot *slot)
 {
     uint64_t salt = 0;
@@ -204,8 +205,8 @@ static int create_object(struct orb_helper_state *st, const char *name, uint64_t
         return rc;
     char tmp[32];
     snprintf(tmp, sizeof tmp, "new+%016llx", (unsigned long long)salt);
-    collect_orphans(st);
-    int fd = openat(st->priv_fd, tmp, ORB_SANDBOX_SLOT_CREATE_FLAGS, 0600);
+    collect_orphans(dir);
+    int fd = openat(dir, tmp, ORB_SANDBOX_SLOT_CREATE_FLAGS, 0600);
     if (fd < 0)
         return orb_fail(ORB_EUNAVAILABLE, "slot %s: create in the private directory: %s", name, strerror(errno));
     void *map = MAP_FAILED;
@@ -218,7 +219,7 @@ static int create_object(struct orb_helper_state *st, const char *name, uint64_t
     }
     /* The second link, by which helpers (and only they) open the object later. */
     object_link(fresh.st_ino, link, sizeof link);
-    if (linkat(st->priv_fd, tmp, st->priv_fd, link, 0) != 0) {
+    if (linkat(dir, tmp, dir, link, 0) != 0) {
         rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: link in the private directory: %s", name, strerror(errno));
         link[0] = '\0';
         goto remove_new;
@@ -250,18 +251,19 @@ static int create_object(struct orb_helper_state *st, const char *name, uint64_t
         }
     }
     struct stat s;
-    if ((rc = check_object(st, fd, name, &s)) != 0)
+    if ((rc = check_object(st, dir, fd, name, &s)) != 0)
         goto unmap;
-    if ((rc = open_lock(st, name, s.st_ino, &lock_fd)) != 0)
+    if ((rc = open_lock(dir, name, s.st_ino, &lock_fd)) != 0)
         goto unmap;
     bool publisher = flock(lock_fd, LOCK_EX | LOCK_NB) == 0;
     /* Complete and the administrator's: now it may have a name, if the name is still free. */
-    if (renameat2(st->priv_fd, tmp, st->shm_fd, name, RENAME_NOREPLACE) != 0) {
+    if (renameat2(dir, tmp, st->shm_fd, name, RENAME_NOREPLACE) != 0) {
         int err = errno;
         rc = err == EEXIST ? 1 : orb_fail(ORB_EUNAVAILABLE, "slot %s: publish the name: %s", name, strerror(err));
         goto close_lock;
     }
     slot_set(slot, name, fd, lock_fd, true, publisher, map, interval_ns, &s);
+    slot->dir_fd = dir;
     return 0;
 close_lock:
     close(lock_fd);
@@ -269,36 +271,36 @@ unmap:
     munmap(map, ORB_HELPER_SLOT_SIZE);
 remove_new:
     if (link[0] != '\0')
-        (void)unlinkat(st->priv_fd, link, 0);
-    (void)unlinkat(st->priv_fd, tmp, 0);
+        (void)unlinkat(dir, link, 0);
+    (void)unlinkat(dir, tmp, 0);
     close(fd);
     return rc;
 }
 
 /* Attach an existing object. ORB_EAGAIN: it vanished (retry). */
-static int attach_existing(struct orb_helper_state *st, const char *name, uint64_t interval_ns,
+static int attach_existing(struct orb_helper_state *st, int dir, const char *name, uint64_t interval_ns,
                            struct orb_helper_slot *slot)
 {
     struct stat named;
     int rc = stat_name(st, name, &named);
     if (rc != 0)
         return rc;
-    if ((rc = check_stat(st, &named, name)) != 0)
+    if ((rc = check_stat(st, dir, &named, name)) != 0)
         return rc;
     /* Open it through its private link: read-write to publish, read-only without the override. */
     char link[32];
     object_link(named.st_ino, link, sizeof link);
-    int fd = openat(st->priv_fd, link, O_RDWR | ORB_SANDBOX_SLOT_OPEN_BASE);
+    int fd = openat(dir, link, O_RDWR | ORB_SANDBOX_SLOT_OPEN_BASE);
     int err = errno;
     bool writable = fd >= 0;
     if (fd < 0 && err == EACCES) {
-        fd = openat(st->priv_fd, link, O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
+        fd = openat(dir, link, O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
         err = errno;
     }
     if (fd < 0)
         return err == ENOENT ? ORB_EAGAIN : orb_fail(ORB_EUNAVAILABLE, "slot %s: open: %s", name, strerror(err));
     struct stat s;
-    rc = check_object(st, fd, name, &s);
+    rc = check_object(st, dir, fd, name, &s);
     if (rc == 0 && (s.st_dev != named.st_dev || s.st_ino != named.st_ino))
         rc = ORB_EAGAIN; /* replaced in between: look again */
     if (rc != 0) {
@@ -312,7 +314,7 @@ static int attach_existing(struct orb_helper_state *st, const char *name, uint64
         return rc;
     }
     int lock_fd = -1;
-    if (writable && (rc = open_lock(st, name, s.st_ino, &lock_fd)) != 0) {
+    if (writable && (rc = open_lock(dir, name, s.st_ino, &lock_fd)) != 0) {
         munmap(map, ORB_HELPER_SLOT_SIZE);
         close(fd);
         return rc;
@@ -327,6 +329,7 @@ static int attach_existing(struct orb_helper_state *st, const char *name, uint64
         return rc;
     }
     slot_set(slot, name, fd, lock_fd, writable, publisher, map, interval_ns, &s);
+    slot->dir_fd = dir;
     if (publisher)
         orb_slots_publish(map, orb_helper_now_ns());
     return 0;
@@ -440,11 +443,11 @@ static int open_for_library(const struct orb_helper_state *st, const struct orb_
         return rc;
     char link[32];
     object_link(slot->ino, link, sizeof link);
-    int fd = openat(st->priv_fd, link, O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
+    int fd = openat(slot->dir_fd, link, O_RDONLY | ORB_SANDBOX_SLOT_OPEN_BASE);
     if (fd < 0)
         return orb_fail(ORB_EPERM, "slot %s: re-open: %s", slot->name, strerror(errno));
     struct stat s;
-    rc = check_object(st, fd, slot->name, &s);
+    rc = check_object(st, slot->dir_fd, fd, slot->name, &s);
     if (rc == 0 && (s.st_dev != slot->dev || s.st_ino != slot->ino))
         rc = orb_fail(ORB_EPERM, "slot %s: replaced while attaching", slot->name);
     if (rc != 0) {
@@ -453,6 +456,59 @@ static int open_for_library(const struct orb_helper_state *st, const struct orb_
     }
     *out = fd;
     return 0;
+}
+
+/* The directory of slot `name` in the private one, from st->slot_dirs, opened (and created) here
+ * when it is not there yet, which only an unsealed helper may do. */
+static int slot_dir(struct orb_helper_state *st, const char *name, int *out)
+{
+    struct orb_helper_slot_dir *free_entry = NULL;
+    for (unsigned i = 0; i < ORB_HP_MAX_SLOTS; i++) {
+        struct orb_helper_slot_dir *d = &st->slot_dirs[i];
+        if (d->name[0] != '\0' && strcmp(d->name, name) == 0) {
+            *out = d->fd;
+            return 0;
+        }
+        if (d->name[0] == '\0' && free_entry == NULL)
+            free_entry = d;
+    }
+    if (st->sealed)
+        return orb_fail(ORB_EUNAVAILABLE, "slot %s: its directory was not prepared at start-up", name);
+    if (free_entry == NULL)
+        return orb_fail(ORB_ERESOURCE, "slot %s: %u slot directories already open", name, ORB_HP_MAX_SLOTS);
+    const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    int fd = openat(st->priv_fd, name, flags);
+    if (fd < 0 && errno == ENOENT) {
+        /* Only helpers can write here: a directory another helper made at the same time is as
+         * good as ours. */
+        if (mkdirat(st->priv_fd, name, 0700) != 0 && errno != EEXIST)
+            return orb_fail(ORB_EUNAVAILABLE, "slot %s: create its directory: %s", name, strerror(errno));
+        fd = openat(st->priv_fd, name, flags);
+        struct stat s;
+        if (fd >= 0 && fstat(fd, &s) == 0 && s.st_uid == geteuid())
+            (void)fchmod(fd, 0700); /* whatever the umask made of it */
+    }
+    if (fd < 0)
+        return orb_fail(errno == ELOOP || errno == ENOTDIR ? ORB_EPERM : ORB_EUNAVAILABLE,
+                        "slot %s: its directory: %s", name, strerror(errno));
+    memcpy(free_entry->name, name, strlen(name) + 1);
+    free_entry->fd = fd;
+    *out = fd;
+    return 0;
+}
+
+int orb_helper_slots_prepare_names(struct orb_helper_state *st)
+{
+    if (st->priv_fd < 0)
+        return orb_fail(ORB_EUNAVAILABLE, "slots: no private directory");
+    int first = 0;
+    for (uint32_t i = 0; i < st->allowed.nslots && i < ORB_HP_MAX_SLOTS; i++) {
+        int fd = -1;
+        int rc = slot_dir(st, st->allowed.slots[i], &fd);
+        if (rc != 0 && first == 0)
+            first = rc;
+    }
+    return first;
 }
 
 int orb_helper_slot_open_shared(struct orb_helper_state *st, const char *name, uint64_t interval_ns, int *ro_fd)
@@ -481,14 +537,18 @@ int orb_helper_slot_open_shared(struct orb_helper_state *st, const char *name, u
     if (slot == NULL)
         return orb_fail(ORB_ERESOURCE, "slot %s: %u slot objects already attached", name, ORB_HP_MAX_SLOTS);
 
+    int dir = -1;
+    int rc = slot_dir(st, name, &dir);
+    if (rc != 0)
+        return rc;
     struct orb_helper_slot fresh;
-    int rc = ORB_EAGAIN;
+    rc = ORB_EAGAIN;
     for (int attempt = 0; attempt < ORB_SLOT_SETTLE_TRIES && rc == ORB_EAGAIN; attempt++) {
         if (attempt > 0)
             (void)poll(NULL, 0, 1); /* the name appeared and vanished: an administrator at work */
-        rc = create_object(st, name, interval_ns, &fresh);
+        rc = create_object(st, dir, name, interval_ns, &fresh);
         if (rc == 1)
-            rc = attach_existing(st, name, interval_ns, &fresh);
+            rc = attach_existing(st, dir, name, interval_ns, &fresh);
     }
     if (rc == ORB_EAGAIN)
         rc = orb_fail(ORB_EUNAVAILABLE, "slot %s: the name keeps appearing and vanishing", name);

@@ -170,7 +170,8 @@ static int load_filter(enum filter_kind k, const struct env *e)
         .sysfs_fd = e->sysfs_fd,
         .devib_fd = e->devib_fd,
         .shm_fd = e->shm_fd,
-        .priv_fd = e->priv_fd,
+        .slot_dir_fds = &e->priv_fd,
+        .nslot_dirs = 1,
         .chown = true,
         .chown_uid = (uint32_t)e->uid,
         .chown_gid = (uint32_t)e->gid,
@@ -193,8 +194,8 @@ static int load_filter(enum filter_kind k, const struct env *e)
          * node directory is reachable through its granted node alone. */
         int node = openat(e->devib_fd, "uverbs0", O_PATH | O_NOFOLLOW | O_CLOEXEC);
         struct orb_sandbox_paths reach = {
-            .sysfs_fd = e->sysfs_fd, .shm_fd = e->shm_fd, .priv_fd = e->priv_fd, .proc_fd = -1,
-            .node_fds = &node, .nnodes = 1};
+            .sysfs_fd = e->sysfs_fd, .shm_fd = e->shm_fd, .slot_dir_fds = &e->priv_fd, .nslot_dirs = 1,
+            .proc_fd = -1, .node_fds = &node, .nnodes = 1};
         if (node < 0 || orb_sandbox_restrict_paths(&reach) != 1)
             return -1;
         close(node);

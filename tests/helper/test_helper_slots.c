@@ -182,6 +182,15 @@ static void test_foreign_and_damaged_headers_are_refused(void **state)
     assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
     assert_int_equal(unlink(second), 0);
     assert_int_equal(unlink(path), 0);
+    /* A genuine helper object of another slot, renamed to this slot's name (what a hijacked
+     * helper granted only "other" could do): its link is in the other slot's directory. */
+    char other[512];
+    path_in(f, "other", other, sizeof other);
+    assert_int_equal(orb_helper_slot_open_shared(&f->b, "other", INTERVAL, &fd), 0);
+    close(fd);
+    assert_int_equal(rename(other, path), 0);
+    assert_int_equal(orb_helper_slot_open_shared(&f->a, NAME, INTERVAL, &fd), ORB_EPERM);
+    assert_int_equal(unlink(path), 0);
 
     assert_int_equal(orb_helper_slot_open_shared(&f->b, NAME, INTERVAL, &fd), 0);
     close(fd);
@@ -236,10 +245,11 @@ static void test_create_gives_a_read_only_valid_object(void **state)
     assert_true(S_ISREG(st.st_mode));
     assert_int_equal(st.st_mode & 07777, ORB_HELPER_SLOT_MODE);
     assert_int_equal(st.st_uid, getuid());
-    /* Its name, and its link in the private directory through which helpers open it. */
+    /* Its name, and its link in its slot's directory through which helpers open it. */
     assert_int_equal(st.st_nlink, 2);
     char link[600];
-    snprintf(link, sizeof link, "%s/" ORB_HELPER_PRIVATE_DIR "/obj+%llx", f->dir, (unsigned long long)st.st_ino);
+    snprintf(link, sizeof link, "%s/" ORB_HELPER_PRIVATE_DIR "/" NAME "/obj+%llx", f->dir,
+             (unsigned long long)st.st_ino);
     struct stat ls;
     assert_int_equal(lstat(link, &ls), 0);
     assert_int_equal(ls.st_ino, st.st_ino);
