@@ -424,6 +424,12 @@ int orb_rail_trial_succeeded(struct orb_rail_table *t, const struct orb_rail_key
         return rc;
     pthread_mutex_lock(&t->lock);
     struct rail_pair *p = current_trial(t, key, token, &rc);
+    if (p && !p->trial_posted) {
+        /* A receipt for work that was never posted proves nothing about the pair. */
+        rc = orb_fail(ORB_EINVAL, "rail trial: token %llu was never posted; only a posted trial's receipt reopens",
+                      (unsigned long long)token);
+        p = NULL;
+    }
     if (p) {
         p->state = ORB_RAIL_HEALTHY;
         p->trial_token = 0;

@@ -127,8 +127,9 @@ int orb_rail_trial_posted(struct orb_rail_table *t, const struct orb_rail_key *k
 int orb_rail_trial_cancel(struct orb_rail_table *t, const struct orb_rail_key *key,
                           uint64_t token);
 
-/* The current trial's positive receipt: the pair is healthy again.
- * Errors: ORB_EINVAL, ORB_ESTALE (not the current trial: nothing changes). */
+/* The current trial's positive receipt: the pair is healthy again. Only a trial marked posted
+ * (orb_rail_trial_posted) can succeed. Errors: ORB_EINVAL (NULL, or the trial was never posted:
+ * nothing changes), ORB_ESTALE (not the current trial: nothing changes). */
 int orb_rail_trial_succeeded(struct orb_rail_table *t, const struct orb_rail_key *key,
                              uint64_t token);
 

@@ -1,6 +1,7 @@
 /* The device selector: see selector.h. */
 #include "selector.h"
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -239,7 +240,8 @@ static void sort_by_score(struct candidate *cand, uint32_t n)
     }
 }
 
-/* TENT's multi-path split: floor shares by inverse score in score order, leftovers to the best. */
+/* TENT's multi-path split: floor shares by inverse score in score order, leftovers to the best.
+ * Floors are exact: identical NICs get identical shares. */
 static void split_by_weight(struct orb_selector *sel, struct candidate *cand, uint32_t n,
                             uint32_t nslices, uint8_t *chosen)
 {
@@ -251,9 +253,14 @@ static void split_by_weight(struct orb_selector *sel, struct candidate *cand, ui
         weights[i] = 1.0 / (cand[i].score + WEIGHT_EPSILON);
         total += weights[i];
     }
+    /* The floating sum of k equal weights can exceed k * w by a few ulps, which would floor an
+     * exact share of m to m - 1 and pile every such slice onto the best NIC (5 identical NICs x
+     * 5 slices gave 5, 0, 0, 0, 0). The relative error of `total` and of a share is below
+     * (n + 2) ulps: a share that close under an integer is that integer. */
+    const double exact = 1.0 + (double)(n + 2) * DBL_EPSILON;
     uint32_t next = 0;
     for (uint32_t i = 0; i < n && next < nslices; i++) {
-        double share = weights[i] / total * (double)nslices;
+        double share = weights[i] / total * (double)nslices * exact;
         uint32_t take = share >= (double)(nslices - next) ? nslices - next : (uint32_t)share;
         for (uint32_t s = 0; s < take; s++)
             chosen[next++] = cand[i].nic;

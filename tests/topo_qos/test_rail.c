@@ -259,9 +259,36 @@ static void test_failed_trials_double_the_cooldown_up_to_the_cap(void **state)
     fake_clock_advance(&fclock, 300 * SEC);
     uint64_t token = 0;
     assert_int_equal(orb_rail_trial_begin(t, &k, &token), 0);
+    assert_int_equal(orb_rail_trial_posted(t, &k, token), 0);
     assert_int_equal(orb_rail_trial_succeeded(t, &k, token), 0);
     fail_n(t, &k, 3);
     assert_int_equal(info_of(t, &k).cooldown_ns, 30 * SEC);
+    orb_rail_table_free(t);
+}
+
+/* A trial admitted but never posted proved nothing: its "receipt" cannot reopen the pair. */
+static void test_an_unposted_trial_cannot_reopen(void **state)
+{
+    (void)state;
+    struct orb_rail_table *t = default_table();
+    struct orb_rail_key k = pair(1, 2, 3);
+    fail_n(t, &k, 3);
+    fake_clock_advance(&fclock, 30 * SEC);
+    uint64_t token = 0;
+    assert_int_equal(orb_rail_trial_begin(t, &k, &token), 0);
+    assert_int_equal(orb_rail_trial_succeeded(t, &k, token), ORB_EINVAL);
+    assert_false(orb_rail_usable(t, &k));
+    assert_int_equal(info_of(t, &k).state, ORB_RAIL_TRIAL);
+    struct orb_rail_stats st;
+    orb_rail_stats(t, &st);
+    assert_int_equal(st.recoveries, 0);
+    /* Still the current trial: cancelling it works, and a posted one then reopens. */
+    assert_int_equal(orb_rail_trial_cancel(t, &k, token), 0);
+    fake_clock_advance(&fclock, 30 * SEC);
+    assert_int_equal(orb_rail_trial_begin(t, &k, &token), 0);
+    assert_int_equal(orb_rail_trial_posted(t, &k, token), 0);
+    assert_int_equal(orb_rail_trial_succeeded(t, &k, token), 0);
+    assert_true(orb_rail_usable(t, &k));
     orb_rail_table_free(t);
 }
 
@@ -320,6 +347,7 @@ static void test_early_failures_leave_the_cooldown_intact(void **state)
     assert_int_equal(orb_rail_trial_begin(t, &k, &token), 0);
     fail_n(t, &k, 1);
     assert_int_equal(info_of(t, &k).state, ORB_RAIL_TRIAL);
+    assert_int_equal(orb_rail_trial_posted(t, &k, token), 0);
     assert_int_equal(orb_rail_trial_succeeded(t, &k, token), 0);
     struct orb_rail_stats st;
     orb_rail_stats(t, &st);
@@ -506,6 +534,7 @@ static void test_full_table_keeps_active_and_unproven_pairs(void **state)
     assert_int_equal(info_of(t, &open).state, ORB_RAIL_OPEN);
     assert_int_equal(info_of(t, &trial).state, ORB_RAIL_TRIAL);
     assert_int_equal(info_of(t, &unproven).recent_failures, 0); /* evicted: no memory left */
+    assert_int_equal(orb_rail_trial_posted(t, &trial, token), 0);
     assert_int_equal(orb_rail_trial_succeeded(t, &trial, token), 0);
 
     /* A recovered pair is healthy and idle: the next newcomer may take its entry. */
@@ -534,9 +563,11 @@ static void test_eviction_takes_idle_pairs_until_all_are_paused(void **state)
     /* a and b open and recover: healthy, idle entries. */
     fail_n(t, &a, 1);
     assert_int_equal(orb_rail_trial_begin(t, &a, &token), 0);
+    assert_int_equal(orb_rail_trial_posted(t, &a, token), 0);
     assert_int_equal(orb_rail_trial_succeeded(t, &a, token), 0);
     fail_n(t, &b, 1);
     assert_int_equal(orb_rail_trial_begin(t, &b, &token), 0);
+    assert_int_equal(orb_rail_trial_posted(t, &b, token), 0);
     assert_int_equal(orb_rail_trial_succeeded(t, &b, token), 0);
     /* c takes an idle entry and opens; a gets one too (existing or evicting the idle one). */
     fail_n(t, &c, 1);
@@ -645,6 +676,7 @@ int main(void)
         cmocka_unit_test_setup(test_failures_count_only_inside_the_window, setup),
         cmocka_unit_test_setup(test_cooldown_then_one_trial, setup),
         cmocka_unit_test_setup(test_failed_trials_double_the_cooldown_up_to_the_cap, setup),
+        cmocka_unit_test_setup(test_an_unposted_trial_cannot_reopen, setup),
         cmocka_unit_test_setup(test_only_the_current_trial_reopens, setup),
         cmocka_unit_test_setup(test_early_failures_leave_the_cooldown_intact, setup),
         cmocka_unit_test_setup(test_cancel_returns_the_slot_and_posted_trials_cannot_be_cancelled,

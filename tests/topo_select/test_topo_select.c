@@ -903,6 +903,55 @@ static void test_selector_multi_slice_leftovers_rotate_among_ties(void **state)
     orb_selector_free(sel);
 }
 
+/* k identical idle NICs and k * m equal slices: exactly m each, whatever k and m (the floating
+ * sum of equal weights must not floor a share of m to m - 1). */
+static void test_selector_identical_nics_share_exactly(void **state)
+{
+    (void)state;
+    for (uint32_t k = 2; k <= 16; k++) {
+        for (uint32_t m = 1; m * k <= ORB_SLICE_MAX; m++) {
+            struct fake_clock fc = {0};
+            struct orb_selector_config cfg;
+            orb_selector_config_default(&cfg);
+            cfg.probe_interval = 0;
+            struct orb_selector *sel = make_selector(&cfg, k, NULL, &fc);
+            uint8_t tier[ORB_TOPO_MAX_NICS];
+            fill_tiers(tier, 0);
+            struct orb_slice slices[ORB_SLICE_MAX];
+            equal_slices(slices, k * m, 128 * 1024);
+            struct orb_lease lease;
+            assert_int_equal(orb_selector_select(sel, tier, ~0ull, slices, k * m, &lease), 0);
+            uint32_t counts[ORB_TOPO_MAX_NICS];
+            count_by_nic(&lease, counts);
+            for (uint32_t i = 0; i < k; i++)
+                if (counts[i] != m)
+                    fail_msg("%u identical NICs, %u slices: NIC %u got %u, expected %u", k, k * m, i, counts[i], m);
+            assert_int_equal(orb_lease_abandon(&lease), k * m);
+            orb_selector_free(sel);
+        }
+    }
+    /* The two cases seen: 5 NICs x 5 slices, and a 4 MiB WRITE (32 x 128 KiB) over 16 NICs. With
+     * n not a multiple of k, every NIC gets its floor and only the leftovers go to the best. */
+    struct fake_clock fc = {0};
+    struct orb_selector *sel = default_selector(16, &fc);
+    uint8_t tier[ORB_TOPO_MAX_NICS];
+    fill_tiers(tier, 0);
+    struct orb_slice slices[ORB_SLICE_MAX];
+    equal_slices(slices, 35, 128 * 1024);
+    struct orb_lease lease;
+    assert_int_equal(orb_selector_select(sel, tier, ~0ull, slices, 35, &lease), 0);
+    uint32_t counts[ORB_TOPO_MAX_NICS];
+    count_by_nic(&lease, counts);
+    uint32_t with_extra = 0;
+    for (uint32_t i = 0; i < 16; i++) {
+        assert_true(counts[i] == 2 || counts[i] == 5);
+        with_extra += counts[i] == 5;
+    }
+    assert_int_equal(with_extra, 1);
+    assert_int_equal(orb_lease_abandon(&lease), 35);
+    orb_selector_free(sel);
+}
+
 static void test_selector_probe_every_100th_parent(void **state)
 {
     (void)state;
@@ -1531,6 +1580,7 @@ int main(void)
         cmocka_unit_test(test_selector_tier_weights_favour_idle_lower_rank),
         cmocka_unit_test(test_selector_multi_slice_weighted_split),
         cmocka_unit_test(test_selector_multi_slice_leftovers_rotate_among_ties),
+        cmocka_unit_test(test_selector_identical_nics_share_exactly),
         cmocka_unit_test(test_selector_probe_every_100th_parent),
         cmocka_unit_test(test_selector_round_robin_when_smart_off),
         cmocka_unit_test(test_lease_consume_and_abandon),
