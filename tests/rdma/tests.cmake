@@ -1,0 +1,26 @@
+# The libibverbs loader (lib/rdma/verbs.c): stand-in libraries with and without a required
+# export, the real library where installed, and the rule that a TCP engine never loads it.
+set(ORB_RDMA_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
+foreach(flavour full missing optional)
+  add_library(orb_fake_verbs_${flavour} SHARED ${ORB_RDMA_TEST_DIR}/fake_verbs.c)
+  set_target_properties(orb_fake_verbs_${flavour} PROPERTIES OUTPUT_NAME fake_verbs_${flavour})
+endforeach()
+target_compile_definitions(orb_fake_verbs_missing PRIVATE FAKE_OMIT_REG_MR_IOVA2)
+target_compile_definitions(orb_fake_verbs_optional PRIVATE FAKE_WITH_OPTIONAL)
+
+orb_unit_test(test_rdma_verbs SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_verbs.c OBJECTS orb_base orb_rdma
+              LIBS ${CMAKE_DL_LIBS})
+add_dependencies(test_rdma_verbs orb_fake_verbs_full orb_fake_verbs_missing orb_fake_verbs_optional)
+target_compile_definitions(test_rdma_verbs PRIVATE
+                           FAKE_VERBS_FULL="$<TARGET_FILE:orb_fake_verbs_full>"
+                           FAKE_VERBS_MISSING="$<TARGET_FILE:orb_fake_verbs_missing>"
+                           FAKE_VERBS_OPTIONAL="$<TARGET_FILE:orb_fake_verbs_optional>")
+
+# Through the public API of the shared library: TCP engines that move bytes never map
+# libibverbs (nor libcuda) into the process.
+add_executable(test_rdma_not_loaded ${ORB_RDMA_TEST_DIR}/test_rdma_not_loaded.c
+               ${PROJECT_SOURCE_DIR}/tests/engine/util.c)
+target_include_directories(test_rdma_not_loaded PRIVATE ${PROJECT_SOURCE_DIR}/tests/engine)
+target_link_libraries(test_rdma_not_loaded PRIVATE orbite PkgConfig::CMOCKA)
+add_test(NAME test_rdma_not_loaded COMMAND test_rdma_not_loaded)
+set_tests_properties(test_rdma_not_loaded PROPERTIES TIMEOUT 120)
