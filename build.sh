@@ -5,7 +5,9 @@
 #                      with its default settings
 #   ./build.sh test    install missing build packages, then build and run the test suite five
 #                      times: default (build/), Release (build-release/), Clang (build-clang/),
-#                      ASan+UBSan (build-asan/), TSan (build-tsan/)
+#                      ASan+UBSan (build-asan/), TSan (build-tsan/); after the default one, the
+#                      tests that need a verbs device run from build/ inside one soft-RoCE VM
+#                      (tests/vm/vm-run.sh)
 #
 # Package installation uses apt-get and needs root (or sudo); a machine that already has every
 # package runs no apt command at all.
@@ -16,6 +18,9 @@ cd "$ROOT"
 
 PACKAGES=(cmake gcc g++ clang make pkg-config libjansson-dev libinih-dev libcmocka-dev libibverbs-dev
           libcap-dev libseccomp-dev selinux-policy-dev)
+# The soft-RoCE VM of the test run (tests/vm/vm-run.sh): qemu, a static busybox for its
+# initramfs, the module tools, the rxe provider and iproute2's rdma tool used inside it.
+VM_PACKAGES=(qemu-system-x86 busybox-static cpio gzip kmod iproute2 ibverbs-providers)
 JOBS=${ORBITE_JOBS:-$(nproc 2>/dev/null || echo 2)}
 CTEST_JOBS=${ORBITE_CTEST_JOBS:-2}
 
@@ -28,21 +33,22 @@ usage: $0 <command>
 
 commands:
   bench   build in Release (build/) and run orbite-bench with its defaults
-  test    build and run ctest: default (build/), ASan+UBSan (build-asan/), TSan (build-tsan/)
+  test    build and run ctest: default (build/), Release, Clang, ASan+UBSan, TSan, and the
+          rdma-device tests of build/ inside one soft-RoCE VM (tests/vm/vm-run.sh)
 
 Missing Debian packages are installed first:
   ${PACKAGES[*]}
 EOF
 }
 
-# Install whichever of PACKAGES dpkg does not report as installed.
+# Install whichever of PACKAGES (and the arguments) dpkg does not report as installed.
 install_packages() {
     if ! command -v dpkg-query >/dev/null 2>&1; then
         log "dpkg-query not found (not a Debian system): assuming the build packages are present"
         return 0
     fi
     local missing=() pkg
-    for pkg in "${PACKAGES[@]}"; do
+    for pkg in "${PACKAGES[@]}" "$@"; do
         if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
             missing+=("$pkg")
         fi
@@ -104,12 +110,30 @@ cmd_bench() {
     "$bench"
 }
 
+# The tests labelled rdma-device, from build/, inside one soft-RoCE VM boot. A machine where the
+# VM cannot run at all (no qemu, no kernel to be had) skips them and says why.
+run_vm_tests() {
+    local start=$SECONDS rc=0
+    log "=== rdma-vm: the rdma-device tests of build/ on soft-RoCE (one VM boot)"
+    set +e
+    "$ROOT/tests/vm/vm-run.sh" --timeout 600 -- \
+        ctest --test-dir build -L rdma-device --output-on-failure --no-tests=error 2>&1 | tee "$ROOT/build/vm.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    case $rc in
+        0) log "SUMMARY rdma-vm: PASSED ($(grep -m1 'tests passed' "$ROOT/build/vm.log" || echo 'no tests')) in $((SECONDS - start)) s" ;;
+        77) log "SUMMARY rdma-vm: SKIPPED ($(grep -m1 'SKIP' "$ROOT/build/vm.log" || echo 'the VM cannot run here'))" ;;
+        *) log "SUMMARY rdma-vm: FAILED (status $rc) after $((SECONDS - start)) s"; return 1 ;;
+    esac
+}
+
 cmd_test() {
-    install_packages
+    install_packages "${VM_PACKAGES[@]}"
     # Sanitizer reports must fail the run rather than scroll by.
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
     run_variant default build
+    run_vm_tests
     # The bench builds Release: -O3 inlining finds warnings -O2 does not, so it is tested too.
     run_variant release build-release -DCMAKE_BUILD_TYPE=Release
     # The second supported compiler.

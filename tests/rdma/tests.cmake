@@ -24,3 +24,9 @@ target_include_directories(test_rdma_not_loaded PRIVATE ${PROJECT_SOURCE_DIR}/te
 target_link_libraries(test_rdma_not_loaded PRIVATE orbite PkgConfig::CMOCKA)
 add_test(NAME test_rdma_not_loaded COMMAND test_rdma_not_loaded)
 set_tests_properties(test_rdma_not_loaded PROPERTIES TIMEOUT 120)
+
+# On a real verbs device (skipped with 77 without one): the verbs calls the transport is built on.
+# ctest runs it here; tests/vm/vm-run.sh runs every test labelled rdma-device on soft-RoCE.
+orb_unit_test(test_rdma_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_device.c OBJECTS orb_base orb_rdma
+              LIBS ${CMAKE_DL_LIBS})
+set_tests_properties(test_rdma_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
