@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/spin.h"
 
 #define TIE_RELATIVE 1e-9   /* scores this close to the lowest are ties */
 #define WEIGHT_EPSILON 1e-12
@@ -17,12 +18,15 @@
  * contending threads anyway; read-mostly fields follow; the per-NIC counters are packed so that
  * a scan over 16 NICs touches two lines. (The allocation is 64-byte aligned.) */
 struct orb_selector {
-    pthread_mutex_t lock;               /* serialises choosing and charging a parent */
+    pthread_mutex_t lock;               /* serialises choosing and charging a multi-slice parent */
     /* Under `lock` (32-bit: wrapping only shifts a rotation once in 2^32 parents): */
-    uint32_t tie_turn;                  /* rotates among tied best scores */
     uint32_t multi_parents;             /* counts multi-slice parents, for probing */
     uint32_t probe_turn;                /* where the next probe starts */
     uint32_t rr_turn;                   /* round-robin position with smart selection off */
+    /* Odd while a multi-slice parent's charges are being added (written under `lock`): a
+     * single-slice selection, which takes no lock, scores again rather than see half of them.
+     * Alone in its line: lockless selections only read it. */
+    _Alignas(64) _Atomic uint32_t commit_seq;
     _Alignas(64) _Atomic uint64_t healthy; /* bit i: NIC i may be selected */
     uint64_t all_nics;                  /* bits 0..nnics-1 */
     uint32_t nnics;
@@ -198,7 +202,8 @@ static uint32_t gather(struct orb_selector *sel, const uint8_t *tier, uint64_t p
         uint8_t t = tier[i];
         if (t >= ORB_SELECT_TIERS)
             continue;
-        uint64_t charged = atomic_load_explicit(&sel->charged[i], memory_order_relaxed);
+        /* Acquire: a charge seen here means the commit_seq bump before it is seen too. */
+        uint64_t charged = atomic_load_explicit(&sel->charged[i], memory_order_acquire);
         double score = ((double)charged + slice) * selection_inverse(sel, i) *
                        sel->cfg.tier_weights[t];
         cand[n].score = score;
@@ -211,10 +216,15 @@ static uint32_t gather(struct orb_selector *sel, const uint8_t *tier, uint64_t p
     return n;
 }
 
+/* Rotation among tied best scores, per thread: a shared counter would be written by every
+ * selection of every thread, and its cache line would bounce between them. */
+static _Thread_local uint32_t tie_turn;
+
 /* Among the candidates whose score ties `low` (the lowest), the one whose turn it is. */
 static uint32_t best_with_ties(struct orb_selector *sel, const struct candidate *cand, uint32_t n,
                                double low)
 {
+    (void)sel;
     double limit = low + low * TIE_RELATIVE;
     uint8_t tied[ORB_TOPO_MAX_NICS];
     uint32_t ties = 0;
@@ -222,7 +232,7 @@ static uint32_t best_with_ties(struct orb_selector *sel, const struct candidate 
         tied[ties] = (uint8_t)i;
         ties += cand[i].score <= limit;
     }
-    return ties <= 1 ? tied[0] : tied[sel->tie_turn++ % ties];
+    return ties <= 1 ? tied[0] : tied[tie_turn++ % ties];
 }
 
 /* Ascending score, NIC id breaking exact ties; insertion sort (n <= 64, usually <= 16). */
@@ -279,15 +289,52 @@ static void deal_round_robin(uint32_t *turn, const struct candidate *cand, uint3
     *turn = start + nslices;
 }
 
-/* Add a NIC's share of a parent: its charge and its lifetime bytes. Caller holds the lock. */
+/* Add a NIC's share of a parent: its charge and its lifetime bytes. */
 static inline void commit(struct orb_selector *sel, uint8_t nic, uint64_t charge, uint64_t bytes)
 {
+    /* Release: whoever sees this charge sees the commit_seq bump made before it. */
     if (charge != 0)
-        atomic_fetch_add_explicit(&sel->charged[nic], charge, memory_order_relaxed);
-    /* Only lock holders write allocated bytes, so a plain read-then-store suffices. */
-    atomic_store_explicit(&sel->allocated[nic],
-                          atomic_load_explicit(&sel->allocated[nic], memory_order_relaxed) + bytes,
-                          memory_order_relaxed);
+        atomic_fetch_add_explicit(&sel->charged[nic], charge, memory_order_release);
+    atomic_fetch_add_explicit(&sel->allocated[nic], bytes, memory_order_relaxed);
+}
+
+/* A single-slice parent with smart selection: the common case, and the one threads contend on.
+ * It scores without the lock (every input is an atomic) and charges with one atomic add, so
+ * threads selecting at once do not queue behind each other; it only waits out a multi-slice
+ * parent's commit so as to see all of its charges or none. Returns 0, or 1 when no NIC is
+ * eligible. */
+static int select_one_lockless(struct orb_selector *sel, const uint8_t *tier, uint64_t peer_mask,
+                               const struct orb_slice *slice, struct orb_lease *lease)
+{
+    struct candidate cand[ORB_TOPO_MAX_NICS];
+    double low;
+    uint32_t n;
+    for (;;) {
+        uint32_t seq = atomic_load_explicit(&sel->commit_seq, memory_order_acquire);
+        if (seq & 1u) {
+            orb_cpu_relax();
+            continue;
+        }
+        n = gather(sel, tier, peer_mask, slice->length, cand, &low); /* acquire loads */
+        if (atomic_load_explicit(&sel->commit_seq, memory_order_relaxed) == seq)
+            break;
+    }
+    if (n == 0)
+        return 1;
+    uint8_t nic = cand[best_with_ties(sel, cand, n, low)].nic;
+    commit(sel, nic, slice->length, slice->length);
+    lease->nic[0] = nic;
+    lease->charge[0] = slice->length;
+    return 0;
+}
+
+/* The lease's owner and pending slices, published last. */
+static void lease_arm(struct orb_lease *lease, struct orb_selector *sel, uint32_t nslices)
+{
+    lease->selector = sel;
+    lease->nslices = nslices;
+    atomic_store_explicit(&lease->pending, nslices == 64 ? UINT64_MAX : (UINT64_C(1) << nslices) - 1,
+                          memory_order_release);
 }
 
 int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MAX_NICS],
@@ -304,6 +351,14 @@ int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MA
     uint8_t chosen[ORB_SLICE_MAX];
     bool smart = sel->cfg.smart_selection;
 
+    if (smart && nslices == 1) {
+        if (select_one_lockless(sel, tier, peer_mask, &slices[0], lease) != 0)
+            return orb_fail(ORB_EUNAVAILABLE,
+                            "select: no eligible NIC (tier row, health and peer mask %#llx exclude "
+                            "all %u)", (unsigned long long)peer_mask, sel->nnics);
+        lease_arm(lease, sel, 1);
+        return 0;
+    }
     pthread_mutex_lock(&sel->lock);
     double low;
     uint32_t n = gather(sel, tier, peer_mask, slices[0].length, cand, &low);
@@ -341,7 +396,8 @@ int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MA
         lease->charge[0] = smart ? slices[0].length : 0;
     } else {
         /* Sum per NIC first: one atomic add per chosen NIC instead of one per slice. Every
-         * chosen NIC is a candidate, so clearing the candidates' sums is enough. */
+         * chosen NIC is a candidate, so clearing the candidates' sums is enough. Lockless
+         * single-slice selections see all of these charges or none (commit_seq). */
         uint64_t charge_sum[ORB_TOPO_MAX_NICS];
         uint64_t byte_sum[ORB_TOPO_MAX_NICS];
         for (uint32_t i = 0; i < n; i++) {
@@ -356,19 +412,17 @@ int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MA
             lease->nic[s] = nic;
             lease->charge[s] = charge;
         }
+        uint32_t seq = atomic_load_explicit(&sel->commit_seq, memory_order_relaxed);
+        atomic_store_explicit(&sel->commit_seq, seq + 1, memory_order_relaxed); /* published by commit() */
         for (uint32_t i = 0; i < n; i++) {
             uint8_t nic = cand[i].nic;
             if (byte_sum[nic] != 0 || charge_sum[nic] != 0)
                 commit(sel, nic, charge_sum[nic], byte_sum[nic]);
         }
+        atomic_store_explicit(&sel->commit_seq, seq + 2, memory_order_release);
     }
     pthread_mutex_unlock(&sel->lock);
-
-    lease->selector = sel;
-    lease->nslices = nslices;
-    atomic_store_explicit(&lease->pending,
-                          nslices == 64 ? UINT64_MAX : (UINT64_C(1) << nslices) - 1,
-                          memory_order_release);
+    lease_arm(lease, sel, nslices);
     return 0;
 }
 

@@ -19,15 +19,20 @@
  * off, slices go round-robin over the candidates of the lowest non-empty tier, and nothing is
  * charged.
  *
- * Charges: a parent's slices are chosen and charged under one lock, so a concurrent parent sees
- * either all of them or none. The charges (the exact slice lengths; 0 with smart selection off)
+ * Charges: a multi-slice parent's slices are chosen and charged under one lock, and published as
+ * one (a sequence count), so a concurrent selection sees either all of them or none. A
+ * single-slice parent with smart selection, the common and the contended case, takes no lock:
+ * it scores from atomics and charges with one atomic add, so threads selecting at once do not
+ * queue behind each other (two of them may then pick the same idle NIC, as they could one after
+ * the other an instant apart). The charges (the exact slice lengths; 0 with smart selection off)
  * move into a lease the caller stores. orb_lease_consume() returns one slice's charge when its
  * bytes retire; orb_lease_abandon() returns every charge not yet consumed. A slice is returned
  * at most once, so a late or duplicate completion cannot repay someone else's charge.
  * allocated_bytes counts every assigned byte in both modes.
  *
- * Cost: selection and lease operations make no heap allocation and no system call (the lock is a
- * process-private mutex, which enters the kernel only when contended), and read no clock. The
+ * Cost: selection and lease operations make no heap allocation and no system call (the lock of
+ * multi-slice parents is a process-private mutex, which enters the kernel only when contended),
+ * and read no clock. The
  * injected clock is read only by the transmit bookkeeping (orb_selector_note_posted/_ended on an
  * idle/busy edge, orb_selector_sample_transmit).
  *
