@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +24,9 @@
 
 #include <orbite/orbite.h>
 
+#include "rdma/devices.h"
 #include "rdma/verbs.h"
+#include "topo/sysfs.h"
 
 #define BUF (1u << 20)
 #define CQ_DEPTH 64
@@ -335,9 +339,51 @@ static void test_read_only_window_grants_exactly_that(void **state)
     assert_int_equal(ibv_dealloc_mw(mw), 0);
 }
 
+/* The engine's way to its NICs: the inventory of the real /sys, opened directly (no helper), a
+ * PD each; a mask leaves the others closed. */
+static void test_devices_open_from_the_inventory(void **state)
+{
+    (void)state;
+    int sysfs = open("/sys", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(sysfs >= 0);
+    static struct orb_topo_inventory inv;
+    assert_int_equal(orb_topo_load_sysfs(sysfs, &inv), 0);
+    close(sysfs);
+    uint32_t usable = 0;
+    for (uint32_t i = 0; i < inv.nnics; i++)
+        usable += inv.nics[i].usable;
+    assert_true(usable >= 1);
+    struct orb_rdma_verbs_impl impl;
+    struct orb_rdma_open_ops ops;
+    orb_rdma_devices_verbs_ops(&impl, g.v, NULL, &ops);
+    static struct orb_rdma_devices d;
+    assert_int_equal(orb_rdma_devices_open(&ops, &impl, &inv, ~0ull, ORB_HELPER_OFF, &d), 0);
+    assert_int_equal(d.nopen, usable);
+    for (uint32_t i = 0; i < inv.nnics; i++) {
+        const struct orb_rdma_nic *n = &d.nics[inv.nics[i].id];
+        if (!inv.nics[i].usable)
+            continue;
+        assert_int_equal(n->route, ORB_RDMA_ROUTE_DIRECT);
+        assert_non_null(n->pd);
+        struct ibv_port_attr port;
+        assert_int_equal(orb_verbs_query_port(g.v, n->ctx, 1, &port), 0);
+        print_message("slot %u: %s, port 1 %s\n", n->id, n->name,
+                      port.state == IBV_PORT_ACTIVE ? "active" : "not active");
+    }
+    assert_int_equal(orb_rdma_devices_close(&d), 0);
+    /* Only the first NIC allowed: the others are never opened. */
+    uint8_t first = inv.nics[0].id;
+    assert_int_equal(orb_rdma_devices_open(&ops, &impl, &inv, UINT64_C(1) << first, ORB_HELPER_OFF, &d), 0);
+    assert_int_equal(d.nopen, inv.nics[0].usable ? 1u : 0u);
+    for (uint32_t i = 1; i < inv.nnics; i++)
+        assert_null(d.nics[inv.nics[i].id].ctx);
+    assert_int_equal(orb_rdma_devices_close(&d), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_devices_open_from_the_inventory),
         cmocka_unit_test(test_write_and_read_every_size),
         cmocka_unit_test(test_read_only_window_grants_exactly_that),
     };

@@ -8,13 +8,17 @@ endforeach()
 target_compile_definitions(orb_fake_verbs_missing PRIVATE FAKE_OMIT_REG_MR_IOVA2)
 target_compile_definitions(orb_fake_verbs_optional PRIVATE FAKE_WITH_OPTIONAL)
 
-orb_unit_test(test_rdma_verbs SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_verbs.c OBJECTS orb_base orb_rdma
+orb_unit_test(test_rdma_verbs SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_verbs.c OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire
               LIBS ${CMAKE_DL_LIBS})
 add_dependencies(test_rdma_verbs orb_fake_verbs_full orb_fake_verbs_missing orb_fake_verbs_optional)
 target_compile_definitions(test_rdma_verbs PRIVATE
                            FAKE_VERBS_FULL="$<TARGET_FILE:orb_fake_verbs_full>"
                            FAKE_VERBS_MISSING="$<TARGET_FILE:orb_fake_verbs_missing>"
                            FAKE_VERBS_OPTIONAL="$<TARGET_FILE:orb_fake_verbs_optional>")
+
+# Which NICs an engine opens and how, on a scripted operation table.
+orb_unit_test(test_rdma_devices SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_devices.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
 
 # Through the public API of the shared library: TCP engines that move bytes never map
 # libibverbs (nor libcuda) into the process.
@@ -27,6 +31,7 @@ set_tests_properties(test_rdma_not_loaded PROPERTIES TIMEOUT 120)
 
 # On a real verbs device (skipped with 77 without one): the verbs calls the transport is built on.
 # ctest runs it here; tests/vm/vm-run.sh runs every test labelled rdma-device on soft-RoCE.
-orb_unit_test(test_rdma_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_device.c OBJECTS orb_base orb_rdma
+orb_unit_test(test_rdma_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_device.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire orb_topo
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
