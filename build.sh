@@ -110,13 +110,14 @@ cmd_bench() {
     "$bench"
 }
 
-# The tests labelled rdma-device, from build/, inside one soft-RoCE VM boot. A machine where the
+# The tests labelled rdma-device, from build/, inside one soft-RoCE VM boot (two "hosts", two
+# rails: four rxe devices). A machine where the
 # VM cannot run at all (no qemu, no kernel to be had) skips them and says why.
 run_vm_tests() {
     local start=$SECONDS rc=0
     log "=== rdma-vm: the rdma-device tests of build/ on soft-RoCE (one VM boot)"
     set +e
-    "$ROOT/tests/vm/vm-run.sh" --timeout 600 -- \
+    "$ROOT/tests/vm/vm-run.sh" --topology rails --timeout 600 -- \
         ctest --test-dir build -L rdma-device --output-on-failure --no-tests=error 2>&1 | tee "$ROOT/build/vm.log"
     rc=${PIPESTATUS[0]}
     set -e

@@ -71,7 +71,16 @@ static struct ibv_mr *reg(void *addr, size_t len, unsigned access)
     return mr;
 }
 
+static void to_rts_with(struct ibv_qp *qp, uint32_t remote_qpn, const union ibv_gid *dgid, int sgid_index,
+                        enum ibv_mtu mtu);
+
 static void to_rts(struct ibv_qp *qp, uint32_t remote_qpn)
+{
+    to_rts_with(qp, remote_qpn, &g.gid, g.gid_index, g.mtu);
+}
+
+static void to_rts_with(struct ibv_qp *qp, uint32_t remote_qpn, const union ibv_gid *dgid, int sgid_index,
+                        enum ibv_mtu mtu)
 {
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
@@ -82,14 +91,14 @@ static void to_rts(struct ibv_qp *qp, uint32_t remote_qpn)
     assert_int_equal(g.v->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = g.mtu;
+    a.path_mtu = mtu;
     a.dest_qp_num = remote_qpn;
     a.rq_psn = 1;
     a.max_dest_rd_atomic = 16;
     a.min_rnr_timer = 12;
     a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = g.gid;
-    a.ah_attr.grh.sgid_index = (uint8_t)g.gid_index;
+    a.ah_attr.grh.dgid = *dgid;
+    a.ah_attr.grh.sgid_index = (uint8_t)sgid_index;
     a.ah_attr.grh.hop_limit = 64;
     a.ah_attr.port_num = g.port;
     assert_int_equal(g.v->modify_qp(qp, &a,
@@ -339,6 +348,110 @@ static void test_read_only_window_grants_exactly_that(void **state)
     assert_int_equal(ibv_dealloc_mw(mw), 0);
 }
 
+/* The IPv4-mapped GID of port 1 of `ctx`, or -1. */
+static int find_gid(struct ibv_context *ctx, union ibv_gid *out)
+{
+    struct ibv_port_attr port;
+    if (orb_verbs_query_port(g.v, ctx, 1, &port) != 0)
+        return -1;
+    for (int i = 0; i < port.gid_tbl_len; i++)
+        if (g.v->query_gid(ctx, 1, i, out) == 0 && ipv4_mapped(out))
+            return i;
+    return -1;
+}
+
+/* Two "hosts" (the rails topology: rxe_a0 and rxe_b0 over a veth pair): a 1 MiB WRITE from one
+ * device's memory to the other's and a READ back, every byte checked. Skipped elsewhere. */
+static void test_across_two_devices(void **state)
+{
+    (void)state;
+    int n = 0;
+    struct ibv_device **list = g.v->get_device_list(&n);
+    assert_non_null(list);
+    struct ibv_device *da = NULL, *db = NULL;
+    for (int i = 0; i < n; i++) {
+        const char *name = g.v->get_device_name(list[i]);
+        if (strcmp(name, "rxe_a0") == 0)
+            da = list[i];
+        if (strcmp(name, "rxe_b0") == 0)
+            db = list[i];
+    }
+    if (da == NULL || db == NULL) {
+        g.v->free_device_list(list);
+        print_message("skipped: no rxe_a0/rxe_b0 pair (the rails topology has one)\n");
+        skip();
+        return;
+    }
+    struct ibv_context *ca = g.v->open_device(da), *cb = g.v->open_device(db);
+    assert_true(ca && cb);
+    union ibv_gid ga, gb;
+    int ia = find_gid(ca, &ga), ib = find_gid(cb, &gb);
+    assert_true(ia >= 0 && ib >= 0);
+    assert_memory_not_equal(ga.raw, gb.raw, 16);
+    struct ibv_port_attr port;
+    assert_int_equal(orb_verbs_query_port(g.v, ca, 1, &port), 0);
+    enum ibv_mtu mtu = port.active_mtu;
+    struct ibv_pd *pa = g.v->alloc_pd(ca), *pb = g.v->alloc_pd(cb);
+    assert_true(pa && pb);
+    uint8_t *src = aligned_alloc(4096, BUF), *dst = aligned_alloc(4096, BUF), *back = aligned_alloc(4096, BUF);
+    assert_true(src && dst && back);
+    fill(src, BUF, 1234);
+    memset(dst, 0, BUF);
+    memset(back, 0, BUF);
+    const unsigned remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    struct ibv_mr *msrc = g.v->reg_mr_iova2(pa, src, BUF, (uint64_t)(uintptr_t)src, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *mback = g.v->reg_mr_iova2(pa, back, BUF, (uint64_t)(uintptr_t)back, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *mdst = g.v->reg_mr_iova2(pb, dst, BUF, (uint64_t)(uintptr_t)dst, remote);
+    assert_true(msrc && mback && mdst);
+    struct ibv_cq *qa_cq = g.v->create_cq(ca, CQ_DEPTH, NULL, NULL, 0), *qb_cq = g.v->create_cq(cb, CQ_DEPTH, NULL, NULL, 0);
+    assert_true(qa_cq && qb_cq);
+    struct ibv_qp_init_attr init;
+    memset(&init, 0, sizeof init);
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = init.cap.max_recv_wr = 16;
+    init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+    init.send_cq = init.recv_cq = qa_cq;
+    struct ibv_qp *qa = g.v->create_qp(pa, &init);
+    init.send_cq = init.recv_cq = qb_cq;
+    struct ibv_qp *qb = g.v->create_qp(pb, &init);
+    assert_true(qa && qb);
+    to_rts_with(qa, qb->qp_num, &gb, ia, mtu);
+    to_rts_with(qb, qa->qp_num, &ga, ib, mtu);
+
+    /* rdma_op posts on g.qp_a: swap in this pair for the two operations. */
+    struct ibv_qp *saved_qp = g.qp_a;
+    struct ibv_cq *saved_cq = g.cq_a;
+    g.qp_a = qa;
+    g.cq_a = qa_cq;
+    struct ibv_wc wc = rdma_op(IBV_WR_RDMA_WRITE, src, msrc->lkey, (uint64_t)(uintptr_t)dst, mdst->rkey, BUF, 500);
+    if (wc.status != IBV_WC_SUCCESS)
+        fail_msg("WRITE across the veth pair: %s", g.v->wc_status_str(wc.status));
+    assert_memory_equal(dst, src, BUF);
+    wc = rdma_op(IBV_WR_RDMA_READ, back, mback->lkey, (uint64_t)(uintptr_t)dst, mdst->rkey, BUF, 501);
+    if (wc.status != IBV_WC_SUCCESS)
+        fail_msg("READ across the veth pair: %s", g.v->wc_status_str(wc.status));
+    assert_memory_equal(back, src, BUF);
+    g.qp_a = saved_qp;
+    g.cq_a = saved_cq;
+    print_message("1 MiB WRITE and READ between rxe_a0 and rxe_b0: every byte checked\n");
+
+    assert_int_equal(g.v->destroy_qp(qa), 0);
+    assert_int_equal(g.v->destroy_qp(qb), 0);
+    assert_int_equal(g.v->destroy_cq(qa_cq), 0);
+    assert_int_equal(g.v->destroy_cq(qb_cq), 0);
+    assert_int_equal(g.v->dereg_mr(msrc), 0);
+    assert_int_equal(g.v->dereg_mr(mback), 0);
+    assert_int_equal(g.v->dereg_mr(mdst), 0);
+    assert_int_equal(g.v->dealloc_pd(pa), 0);
+    assert_int_equal(g.v->dealloc_pd(pb), 0);
+    assert_int_equal(g.v->close_device(ca), 0);
+    assert_int_equal(g.v->close_device(cb), 0);
+    g.v->free_device_list(list);
+    free(src);
+    free(dst);
+    free(back);
+}
+
 /* The engine's way to its NICs: the inventory of the real /sys, opened directly (no helper), a
  * PD each; a mask leaves the others closed. */
 static void test_devices_open_from_the_inventory(void **state)
@@ -385,6 +498,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_devices_open_from_the_inventory),
         cmocka_unit_test(test_write_and_read_every_size),
+        cmocka_unit_test(test_across_two_devices),
         cmocka_unit_test(test_read_only_window_grants_exactly_that),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
