@@ -111,8 +111,8 @@ cmd_bench() {
 }
 
 # The tests labelled rdma-device, from build/, inside one soft-RoCE VM boot (two "hosts", two
-# rails: four rxe devices). A machine where the
-# VM cannot run at all (no qemu, no kernel to be had) skips them and says why.
+# rails: four rxe devices). A machine where the VM cannot run at all (no qemu, no kernel to be
+# had) skips them and says why.
 run_vm_tests() {
     local start=$SECONDS rc=0
     log "=== rdma-vm: the rdma-device tests of build/ on soft-RoCE (one VM boot)"
