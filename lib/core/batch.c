@@ -1,5 +1,6 @@
 /* Batches: request checks and pins, slicing, per-slice completion, reports, notifications. */
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,16 +20,21 @@ struct orb_req {
     uint8_t effect_unknown;      /* a started WRITE slice may have changed peer bytes; lock */
     struct orb_reg *local_pin;   /* released when the last slice ends */
     uint32_t remaining;          /* slices not yet ended; batch lock */
+    uint64_t slice_len;          /* the transport's answer, asked once per request */
     uint32_t withdrawn;          /* slices the batch withdrew before they started */
     uint32_t started;            /* slices that went to the wire */
     int status;                  /* first slice failure, 0 if none */
 };
 
-struct orb_slice {
+/* One piece of a request as a transport carries it (lib/topo's struct orb_piece is the plan's
+ * offset and length; this is the unit of work). */
+struct orb_piece {
     struct orb_xfer x;           /* first member: transports see only this */
     struct orb_req *req;
-    uint8_t started;             /* set once by orb_xfer_may_start() */
-    uint8_t withdrawn;
+    /* Set once by orb_xfer_may_start(), on whatever thread the transport calls it from, and
+     * read when the piece ends, possibly on another: atomics, whatever the transport's locks. */
+    _Atomic uint8_t started;
+    _Atomic uint8_t withdrawn;
 };
 
 struct orb_group {
@@ -36,7 +42,7 @@ struct orb_group {
     size_t first_index;
     size_t n;
     size_t nslices;
-    struct orb_slice *slices;
+    struct orb_piece *slices;
     struct orb_xfer **xfer_ptrs;
     struct orb_req reqs[];
 };
@@ -85,13 +91,13 @@ struct orb_batch {
     int notify_status;
     int notify_sent;
     size_t notify_len;
-    struct orb_slice notify_slice;
+    struct orb_piece notify_slice;
     uint8_t notify_data[ORB_NOTIFY_MAX];
 };
 
-static struct orb_slice *slice_of(struct orb_xfer *x)
+static struct orb_piece *slice_of(struct orb_xfer *x)
 {
-    return (struct orb_slice *)((char *)x - offsetof(struct orb_slice, x));
+    return (struct orb_piece *)((char *)x - offsetof(struct orb_piece, x));
 }
 
 /* ---- transport callbacks ----------------------------------------------------------------- */
@@ -103,14 +109,14 @@ static int xfer_withdrawn(const struct orb_batch *b, const struct orb_xfer *x)
 
 int orb_xfer_may_start(struct orb_xfer *x)
 {
-    struct orb_slice *s = slice_of(x);
+    struct orb_piece *s = slice_of(x);
     struct orb_batch *b = x->batch;
     if (x->op == ORB_XFER_NOTIFY) {
-        s->started = 1;
+        atomic_store_explicit(&s->started, 1, memory_order_release);
         return 1;
     }
     if (xfer_withdrawn(b, x)) {
-        s->withdrawn = 1;
+        atomic_store_explicit(&s->withdrawn, 1, memory_order_release);
         return 0;
     }
     /* Record the attempt before the final check: a report that withdraws everything (the
@@ -122,10 +128,10 @@ int orb_xfer_may_start(struct orb_xfer *x)
     while (seen < end && !atomic_compare_exchange_weak(&b->attempted_end, &seen, end)) {
     }
     if (xfer_withdrawn(b, x)) {
-        s->withdrawn = 1;
+        atomic_store_explicit(&s->withdrawn, 1, memory_order_release);
         return 0;
     }
-    s->started = 1;
+    atomic_store_explicit(&s->started, 1, memory_order_release);
     return 1;
 }
 
@@ -168,7 +174,7 @@ static void batch_live_drop(struct orb_batch *b)
 
 void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect)
 {
-    struct orb_slice *s = slice_of(x);
+    struct orb_piece *s = slice_of(x);
     struct orb_batch *b = x->batch;
     struct orb_reg *unpin = NULL;
 
@@ -178,17 +184,19 @@ void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect
         b->notify_status = status;
     } else {
         struct orb_req *r = s->req;
-        if (s->withdrawn && !s->started) {
+        bool started = atomic_load_explicit(&s->started, memory_order_acquire) != 0;
+        bool withdrawn = atomic_load_explicit(&s->withdrawn, memory_order_acquire) != 0;
+        if (withdrawn && !started) {
             r->withdrawn++;
         } else {
-            if (s->started) {
+            if (started) {
                 r->started++;
                 if (x->request_index >= b->started_end)
                     b->started_end = (size_t)x->request_index + 1;
             }
             if (status != 0 && r->status == 0)
                 r->status = status;
-            if (r->op == ORB_OP_WRITE && s->started &&
+            if (r->op == ORB_OP_WRITE && started &&
                 (status == 0 || effect == ORB_REMOTE_EFFECT_UNKNOWN))
                 r->effect_unknown = 1;
         }
@@ -376,10 +384,12 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
             goto unpin;
         }
         pinned++;
+        /* Asked once: the count and the pieces below must follow the same answer. */
         uint64_t slice_len = seg->tp->peer_slice_len(seg->peer, r->length);
-        if (slice_len == 0)
+        if (slice_len == 0 || slice_len > r->length)
             slice_len = r->length;
         uint64_t count = (r->length + slice_len - 1) / slice_len;
+        g->reqs[i].slice_len = slice_len;
         g->reqs[i].length = r->length;
         g->reqs[i].op = (uint8_t)r->op;
         atomic_init(&g->reqs[i].attempted, 0);
@@ -399,11 +409,9 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
         const struct orb_request *r = &reqs[i];
         struct orb_reg *pin = g->reqs[i].local_pin;
         uint8_t *local = pin->kind->cpu_view(pin, r->local_addr);
-        uint64_t slice_len = seg->tp->peer_slice_len(seg->peer, r->length);
-        if (slice_len == 0)
-            slice_len = r->length;
+        uint64_t slice_len = g->reqs[i].slice_len;
         for (uint64_t off = 0; off < r->length; off += slice_len) {
-            struct orb_slice *s = &g->slices[k];
+            struct orb_piece *s = &g->slices[k];
             s->req = &g->reqs[i];
             s->x.batch = b;
             s->x.request_index = (uint32_t)(first_index + i);
@@ -558,7 +566,7 @@ static void maybe_send_notification(struct orb_batch *b)
     if (!ready)
         return;
 
-    struct orb_slice *s = &b->notify_slice;
+    struct orb_piece *s = &b->notify_slice;
     memset(s, 0, sizeof *s);
     s->x.batch = b;
     s->x.op = ORB_XFER_NOTIFY;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -106,10 +107,16 @@ static int fake_peer_describe(void *peer, uint64_t deadline, struct orb_region_d
     *n = 0;
     return 0;
 }
+static bool fake_slice_len_shrinks; /* each answer smaller than the last: asked twice, it would show */
+static unsigned fake_slice_len_asked;
 static uint64_t fake_peer_slice_len(void *peer, uint64_t length)
 {
     (void)peer, (void)length;
-    return fake_slice_len;
+    fake_slice_len_asked++;
+    uint64_t answer = fake_slice_len;
+    if (fake_slice_len_shrinks && fake_slice_len > 100)
+        fake_slice_len /= 2;
+    return answer;
 }
 static int fake_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
 {
@@ -183,6 +190,8 @@ static int setup_cfg(void **state, const struct orb_engine_config *cfg)
     assert_non_null(f);
     npending = 0;
     fake_slice_len = 1000;
+    fake_slice_len_shrinks = false;
+    fake_slice_len_asked = 0;
     fake_submit_status = 0;
     fake_open_status = 0;
     notified_count = 0;
@@ -325,6 +334,35 @@ static void test_slicing(void **state)
     assert_int_equal(rep.completed_requests, 1);
     assert_int_equal(rep.completed_bytes, 2500);
     assert_true(rep.local_drained);
+    assert_int_equal(orb_batch_free(b), 0);
+}
+
+/* The transport is asked for a request's slice length once: the pieces follow the same answer as
+ * their count, even from a transport whose answer changes from one call to the next (asked
+ * twice, the second pass would cut more pieces than were counted). */
+static void test_slice_length_is_asked_once(void **state)
+{
+    struct fx *f = *state;
+    fake_slice_len_shrinks = true;
+    struct orb_request r[2] = {rq(f, ORB_OP_READ, 0, 2500), rq(f, ORB_OP_READ, 4096, 2500)};
+    orb_batch *b = open_submit(f, r, 2);
+    assert_int_equal(fake_slice_len_asked, 2);
+    /* 1000 for the first request (3 pieces), 500 for the second (5 pieces). */
+    assert_int_equal(npending, 8);
+    uint64_t sum[2] = {0, 0};
+    for (size_t i = 0; i < npending; i++)
+        sum[pending[i]->request_index] += pending[i]->length;
+    assert_int_equal(sum[0], 2500);
+    assert_int_equal(sum[1], 2500);
+    assert_int_equal(pending[0]->length, 1000);
+    assert_int_equal(pending[3]->length, 500);
+    assert_int_equal(orb_batch_seal(b, NULL), 0);
+    while (npending > 0)
+        complete(0, 0, ORB_REMOTE_EFFECT_NONE);
+    struct orb_batch_report rep;
+    assert_int_equal(orb_batch_poll(b, &rep), 0);
+    assert_int_equal(rep.completed_requests, 2);
+    assert_int_equal(rep.completed_bytes, 5000);
     assert_int_equal(orb_batch_free(b), 0);
 }
 
@@ -781,6 +819,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_open_segment_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_register_memory_twice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slicing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slice_length_is_asked_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prefix_and_failure_span, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_effect_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_span_runs_through_last_attempted, setup, teardown),
