@@ -260,6 +260,11 @@ static bool rdma_allowed(const struct orb_helper_state *st, int nic_id)
            ((st->allowed.nic_mask >> nic_id) & 1u) != 0;
 }
 
+const struct orb_topo_nic *orb_helper_granted_nic(const struct orb_helper_state *st, int nic_id)
+{
+    return rdma_allowed(st, nic_id) ? nic_by_id(st, nic_id) : NULL;
+}
+
 /* ---- HELLO ----------------------------------------------------------------------------------- */
 
 int orb_helper_on_hello(struct orb_helper_state *st, const struct orb_hp_msg *m)

@@ -122,6 +122,9 @@ int orb_helper_on_devx_verify(struct orb_helper_state *st, const struct orb_hp_m
  * the caller's. Errors: ORB_EUNAVAILABLE (no node), ORB_EPERM (symlink, wrong device, refused). */
 int orb_helper_open_uverbs(struct orb_helper_state *st, int id, int *out);
 
+/* The inventory's NIC `nic_id` when the policy grants it over RDMA, else NULL. */
+const struct orb_topo_nic *orb_helper_granted_nic(const struct orb_helper_state *st, int nic_id);
+
 /* The inventory id of the NIC called `name`, or -1. */
 int orb_helper_find_nic(const struct orb_helper_state *st, const char *name);
 

@@ -32,20 +32,9 @@ static uint32_t get32(const uint8_t *p)
 
 /* ---- the steps, in this process ------------------------------------------------------------ */
 
-static const struct orb_topo_nic *granted_nic(const struct orb_helper_state *st, int nic_id)
-{
-    if (nic_id < 0 || nic_id >= ORB_TOPO_MAX_NICS || nic_id >= 64 || (st->allowed.transports & ORB_HP_T_RDMA) == 0 ||
-        ((st->allowed.nic_mask >> nic_id) & 1u) == 0 || st->inv == NULL)
-        return NULL;
-    for (uint32_t i = 0; i < st->inv->nnics; i++)
-        if (st->inv->nics[i].id == nic_id)
-            return &st->inv->nics[i];
-    return NULL;
-}
-
 static int local_open_node(struct orb_helper_state *st, int nic_id, int *fd_out)
 {
-    const struct orb_topo_nic *n = granted_nic(st, nic_id);
+    const struct orb_topo_nic *n = orb_helper_granted_nic(st, nic_id);
     if (n == NULL)
         return orb_fail(ORB_EPERM, "open device: NIC %d is not granted", nic_id);
     if (!n->usable || !st->mlx5[nic_id] || st->uverbs[nic_id][0] == '\0')
@@ -134,7 +123,7 @@ static int answer(struct orb_helper_state *st, int sock, const uint8_t *buf, siz
     int fd = -1, status;
     switch (type) {
     case ORB_MON_OPEN_NODE:
-        if (interval_ns != 0 || granted_nic(st, (int)index) == NULL || index > INT32_MAX)
+        if (interval_ns != 0 || orb_helper_granted_nic(st, (int)index) == NULL || index > INT32_MAX)
             return orb_fail(ORB_EPROTO, "monitor: the worker asked for NIC %u, which the policy does not grant", index);
         status = local_open_node(st, (int)index, &fd);
         break;
@@ -210,7 +199,7 @@ static void monitor_main(struct orb_helper_state *st, int sock, pid_t worker)
     int nodes[ORB_TOPO_MAX_NICS];
     unsigned nnodes = 0;
     for (int id = 0; id < ORB_TOPO_MAX_NICS && st->devib_fd >= 0; id++) {
-        const struct orb_topo_nic *n = granted_nic(st, id);
+        const struct orb_topo_nic *n = orb_helper_granted_nic(st, id);
         if (n == NULL || !n->usable || !st->mlx5[id] || st->uverbs[id][0] == '\0')
             continue;
         int fd = openat(st->devib_fd, st->uverbs[id], O_PATH | O_NOFOLLOW | O_CLOEXEC);

@@ -287,7 +287,8 @@ int orb_sandbox_check_caps(void)
     if (ruid != 0 && unexpected != 0)
         return orb_fail(ORB_EPERM, "sandbox: unexpected capabilities 0x%llx (expected at most 0x%llx)",
                         (unsigned long long)unexpected, (unsigned long long)ORB_SANDBOX_CAPS_EXPECTED);
-    /* Nothing runs with an effective capability from here on unless raised explicitly. */
+    /* Nothing runs with an effective capability from here on; only the monitor makes its two
+     * effective again, once, after the fork. */
     cap_t lowered = make_state(c.permitted, 0);
     if (lowered == NULL)
         return orb_fail(ORB_ENOMEM, "sandbox: out of memory for capability state");

@@ -107,17 +107,27 @@ static int stat_name(const struct orb_helper_state *st, const char *name, struct
     return rc;
 }
 
+/* A listing of the directory open at `fd`, through a duplicate (readdir moves the offset, and
+ * closedir closes the descriptor it was given): NULL with errno when it cannot be had. */
+static DIR *list_dir(int fd)
+{
+    int walk = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = walk >= 0 ? fdopendir(walk) : NULL;
+    if (d == NULL && walk >= 0) {
+        int err = errno;
+        close(walk);
+        errno = err;
+    }
+    return d;
+}
+
 /* Remove the private links of objects whose name is gone (an administrator removed them): a
  * link count of 1 is the private link alone. Best effort. */
 static void collect_orphans(int dir)
 {
-    int walk = fcntl(dir, F_DUPFD_CLOEXEC, 0);
-    DIR *d = walk >= 0 ? fdopendir(walk) : NULL;
-    if (d == NULL) {
-        if (walk >= 0)
-            close(walk);
+    DIR *d = list_dir(dir);
+    if (d == NULL)
         return;
-    }
     struct dirent *e;
     for (unsigned seen = 0; seen < 4096 && (e = readdir(d)) != NULL; seen++) {
         struct stat s;
@@ -352,13 +362,9 @@ static int check_private_dir(const struct orb_helper_state *st, int fd)
  * read (negative). */
 static int private_dir_has_entries(int fd)
 {
-    int walk = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    DIR *d = walk >= 0 ? fdopendir(walk) : NULL;
-    if (d == NULL) {
-        if (walk >= 0)
-            close(walk);
+    DIR *d = list_dir(fd);
+    if (d == NULL)
         return orb_fail(ORB_EUNAVAILABLE, "slots: cannot list %s: %s", ORB_HELPER_PRIVATE_DIR, strerror(errno));
-    }
     int found = 0;
     struct dirent *e;
     while (found == 0 && (e = readdir(d)) != NULL)

@@ -360,7 +360,7 @@ int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MA
         return 0;
     }
     pthread_mutex_lock(&sel->lock);
-    double low;
+    double low; /* unused here: the multi-slice split ranks the candidates itself */
     uint32_t n = gather(sel, tier, peer_mask, slices[0].length, cand, &low);
     if (n == 0) {
         pthread_mutex_unlock(&sel->lock);
@@ -382,8 +382,6 @@ int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MA
         }
         n = kept; /* the commit below walks cand[0..n) once per NIC */
         deal_round_robin(&sel->rr_turn, cand, n, nslices, chosen);
-    } else if (nslices == 1) {
-        chosen[0] = cand[best_with_ties(sel, cand, n, low)].nic;
     } else if (sel->cfg.probe_interval != 0 &&
                ++sel->multi_parents % sel->cfg.probe_interval == 0) {
         deal_round_robin(&sel->probe_turn, cand, n, nslices, chosen);
@@ -391,9 +389,10 @@ int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MA
         split_by_weight(sel, cand, n, nslices, chosen);
     }
     if (nslices == 1) {
-        commit(sel, chosen[0], smart ? slices[0].length : 0, slices[0].length);
+        /* Smart single-slice parents never get here (select_one_lockless): no charge. */
+        commit(sel, chosen[0], 0, slices[0].length);
         lease->nic[0] = chosen[0];
-        lease->charge[0] = smart ? slices[0].length : 0;
+        lease->charge[0] = 0;
     } else {
         /* Sum per NIC first: one atomic add per chosen NIC instead of one per slice. Every
          * chosen NIC is a candidate, so clearing the candidates' sums is enough. Lockless

@@ -38,8 +38,9 @@ static int fail_errno(int err, const char *step, const char *what)
     return fail(step, what);
 }
 
-static int write_all(int fd, const char *buf, size_t len)
+int sysns_write_all(int fd, const void *data, size_t len)
 {
+    const char *buf = data;
     while (len > 0) {
         ssize_t n = write(fd, buf, len);
         if (n < 0 && errno == EINTR)
@@ -303,7 +304,7 @@ int sysns_write_policy(const char *name, const char *text)
         fail("create policy", name);
         goto close_dir;
     }
-    if (write_all(fd, text, strlen(text)) != 0)
+    if (sysns_write_all(fd, text, strlen(text)) != 0)
         fail("write policy", name);
     else if (fchown(fd, 0, 0) != 0)
         fail("chown policy", name);
@@ -389,7 +390,7 @@ int sysns_install_copy(const char *src, const char *dst, const char *caps)
         }
         if (n == 0)
             break;
-        if (write_all(out, buf, (size_t)n) != 0) {
+        if (sysns_write_all(out, buf, (size_t)n) != 0) {
             fail("write", dst);
             goto close_out;
         }

@@ -399,11 +399,9 @@ static void test_unreadable_accounts_deny_everything(void **state)
     expect_exit(0);
 }
 
-static void test_refusal_under_a_tiny_descriptor_limit_is_logged(void **state)
+/* The namespace's own /dev/log (its /dev is an overlay), bound here: what the helper logs. */
+static int bind_log(void)
 {
-    (void)state;
-    assert_int_equal(sysns_install_copy(ORB_HELPER_EXE, COPY, "cap_chown,cap_dac_override=p"), 0);
-    /* The namespace's own /dev/log (its /dev is an overlay). */
     int log = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     assert_true(log >= 0);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -411,6 +409,24 @@ static void test_refusal_under_a_tiny_descriptor_limit_is_logged(void **state)
     (void)unlink("/dev/log");
     assert_int_equal(bind(log, (const struct sockaddr *)&addr, sizeof addr), 0);
     assert_int_equal(chmod("/dev/log", 0666), 0);
+    return log;
+}
+
+/* The next line logged, within 2 s. */
+static void next_log_line(int log, char *line, size_t len)
+{
+    struct pollfd p = {.fd = log, .events = POLLIN, .revents = 0};
+    assert_int_equal(poll(&p, 1, 2000), 1);
+    ssize_t n = recv(log, line, len - 1, 0);
+    assert_true(n > 0);
+    line[n] = '\0';
+}
+
+static void test_refusal_under_a_tiny_descriptor_limit_is_logged(void **state)
+{
+    (void)state;
+    assert_int_equal(sysns_install_copy(ORB_HELPER_EXE, COPY, "cap_chown,cap_dac_override=p"), 0);
+    int log = bind_log();
     for (unsigned long limit = 5; limit <= 6; limit++) {
         const char *argv[] = {COPY, NULL};
         struct hp_spawn_opts o = {.argv = argv, .nofile = limit};
@@ -419,12 +435,8 @@ static void test_refusal_under_a_tiny_descriptor_limit_is_logged(void **state)
         assert_true(WIFEXITED(ws));
         assert_int_equal(WEXITSTATUS(ws), EXIT_STARTUP);
         hp_close(&proc);
-        struct pollfd p = {.fd = log, .events = POLLIN, .revents = 0};
-        assert_int_equal(poll(&p, 1, 2000), 1);
         char line[1024];
-        ssize_t n = recv(log, line, sizeof line - 1, 0);
-        assert_true(n > 0);
-        line[n] = '\0';
+        next_log_line(log, line, sizeof line);
         print_message("limit %lu: %s\n", limit, line);
         assert_non_null(strstr(line, "orbite-helper"));
         assert_non_null(strstr(line, "RLIMIT_NOFILE"));
@@ -438,13 +450,7 @@ static void test_symlinked_policy_directory_is_named_in_the_log(void **state)
 {
     (void)state;
     assert_int_equal(sysns_install_copy(ORB_HELPER_EXE, COPY, "cap_chown,cap_dac_override=p"), 0);
-    int log = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    assert_true(log >= 0);
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    snprintf(addr.sun_path, sizeof addr.sun_path, "/dev/log");
-    (void)unlink("/dev/log");
-    assert_int_equal(bind(log, (const struct sockaddr *)&addr, sizeof addr), 0);
-    assert_int_equal(chmod("/dev/log", 0666), 0);
+    int log = bind_log();
     assert_int_equal(rename("/etc/orbite/policy.d", "/etc/orbite/policy.real"), 0);
     assert_int_equal(symlink("policy.real", "/etc/orbite/policy.d"), 0);
     spawn_copy(COPY, NULL);
@@ -462,12 +468,8 @@ static void test_symlinked_policy_directory_is_named_in_the_log(void **state)
     assert_int_equal(pol.transports, 0);
     assert_int_equal(pol.nslots, 0);
     expect_exit(0);
-    struct pollfd p = {.fd = log, .events = POLLIN, .revents = 0};
-    assert_int_equal(poll(&p, 1, 2000), 1);
     char line[1024];
-    ssize_t n = recv(log, line, sizeof line - 1, 0);
-    assert_true(n > 0);
-    line[n] = '\0';
+    next_log_line(log, line, sizeof line);
     print_message("%s\n", line);
     assert_non_null(strstr(line, "/etc/orbite/policy.d"));
     assert_non_null(strstr(line, "symbolic link"));

@@ -224,21 +224,6 @@ static void note(char *buf, const char *fmt, ...)
     va_end(ap);
 }
 
-static int write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Read exactly len bytes within timeout_ms. 0, or -1 (EOF, error, timeout). */
 static int read_all(int fd, void *data, size_t len, int timeout_ms)
 {
@@ -346,7 +331,7 @@ static void idler_main(struct idler *id)
         if (read_all(id->req[0], &pid, sizeof pid, WORLD_WAIT_MS) != 0 || pid == 0 || pid == INT32_MIN)
             _exit(0);
         char done = move_helper((pid_t)(pid > 0 ? pid : -pid), pid > 0 ? SCHED_IDLE : SCHED_OTHER) ? 1 : 0;
-        if (write_all(id->ack[1], &done, 1) != 0)
+        if (sysns_write_all(id->ack[1], &done, 1) != 0)
             _exit(0);
     }
 }
@@ -392,7 +377,7 @@ static bool slow_down_helper(pid_t worker, bool slow)
 {
     int32_t pid = slow ? (int32_t)worker : -(int32_t)worker;
     char done = 0;
-    return idle_req_fd >= 0 && write_all(idle_req_fd, &pid, sizeof pid) == 0 &&
+    return idle_req_fd >= 0 && sysns_write_all(idle_req_fd, &pid, sizeof pid) == 0 &&
            read_all(idle_ack_fd, &done, 1, 2000) == 0 && done == 1;
 }
 
@@ -718,7 +703,7 @@ static int make_squat_file(int shm, const char *name, const uint64_t *page)
     int fd = openat(shm, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
-    if (write_all(fd, page, SLOT_SIZE) != 0 || fchmod(fd, SLOT_MODE) != 0) {
+    if (sysns_write_all(fd, page, SLOT_SIZE) != 0 || fchmod(fd, SLOT_MODE) != 0) {
         close(fd);
         (void)unlinkat(shm, name, 0);
         return -1;
@@ -936,7 +921,7 @@ static void hostile_main(enum hostile_role role, int report_fd, uint64_t t0)
     default: run_sessions(&r); break;
     }
     tally_fds(&r);
-    _exit(write_all(report_fd, &r, sizeof r) == 0 ? 0 : 22);
+    _exit(sysns_write_all(report_fd, &r, sizeof r) == 0 ? 0 : 22);
 }
 
 /* ---- the victim ---------------------------------------------------------------------------------- */
@@ -1078,7 +1063,7 @@ static void victim_main(struct victim_report *r, int report_fd, uint64_t t0)
     if (sysns_become(VICTIM_UID, VICTIM_UID) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
         _exit(20);
     run_victim(r, t0);
-    _exit(write_all(report_fd, r, sizeof *r) == 0 ? 0 : 22);
+    _exit(sysns_write_all(report_fd, r, sizeof *r) == 0 ? 0 : 22);
 }
 
 /* ---- the administrator (the world: root in the private test system) ------------------------------- */
@@ -1347,7 +1332,7 @@ static void test_hostile_tenant_never_wins_the_slot_race(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         int rc = world_main(&ns, w);
-        _exit(write_all(fd, w, sizeof *w) == 0 ? rc : 30);
+        _exit(sysns_write_all(fd, w, sizeof *w) == 0 ? rc : 30);
     }
     int rc = read_all(fd, w, sizeof *w, WORLD_WAIT_MS);
     int ws = wait_child(pid, now_ns() + 5000 * MS);

@@ -118,7 +118,7 @@ static void to_rts_with(struct ibv_qp *qp, uint32_t remote_qpn, const union ibv_
                      0);
 }
 
-static struct ibv_qp *make_qp(struct ibv_cq *cq)
+static struct ibv_qp *make_qp_on(struct ibv_pd *pd, struct ibv_cq *cq)
 {
     struct ibv_qp_init_attr init;
     memset(&init, 0, sizeof init);
@@ -129,10 +129,15 @@ static struct ibv_qp *make_qp(struct ibv_cq *cq)
     init.cap.max_recv_wr = 32;
     init.cap.max_send_sge = 1;
     init.cap.max_recv_sge = 1;
-    struct ibv_qp *qp = g.v->create_qp(g.pd, &init);
+    struct ibv_qp *qp = g.v->create_qp(pd, &init);
     if (qp == NULL)
         fail_msg("create_qp: %s", strerror(errno));
     return qp;
+}
+
+static struct ibv_qp *make_qp(struct ibv_cq *cq)
+{
+    return make_qp_on(g.pd, cq);
 }
 
 /* One completion of `cq`, within the deadline. */
@@ -150,9 +155,9 @@ static struct ibv_wc poll_one(struct ibv_cq *cq)
     }
 }
 
-/* Post one signalled RDMA operation on qp_a and return its completion. */
-static struct ibv_wc rdma_op(enum ibv_wr_opcode op, void *local, uint32_t lkey, uint64_t remote, uint32_t rkey,
-                             uint32_t len, uint64_t id)
+/* Post one signalled RDMA operation on `qp` and return its completion from `cq`. */
+static struct ibv_wc rdma_op_on(struct ibv_qp *qp, struct ibv_cq *cq, enum ibv_wr_opcode op, void *local,
+                                uint32_t lkey, uint64_t remote, uint32_t rkey, uint32_t len, uint64_t id)
 {
     struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = len, .lkey = lkey};
     struct ibv_send_wr wr, *bad = NULL;
@@ -164,10 +169,17 @@ static struct ibv_wc rdma_op(enum ibv_wr_opcode op, void *local, uint32_t lkey, 
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.wr.rdma.remote_addr = remote;
     wr.wr.rdma.rkey = rkey;
-    assert_int_equal(ibv_post_send(g.qp_a, &wr, &bad), 0);
-    struct ibv_wc wc = poll_one(g.cq_a);
+    assert_int_equal(ibv_post_send(qp, &wr, &bad), 0);
+    struct ibv_wc wc = poll_one(cq);
     assert_int_equal(wc.wr_id, id);
     return wc;
+}
+
+/* The same on the device test's own pair (qp_a posts). */
+static struct ibv_wc rdma_op(enum ibv_wr_opcode op, void *local, uint32_t lkey, uint64_t remote, uint32_t rkey,
+                             uint32_t len, uint64_t id)
+{
+    return rdma_op_on(g.qp_a, g.cq_a, op, local, lkey, remote, rkey, len, id);
 }
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
@@ -405,34 +417,19 @@ static void test_across_two_devices(void **state)
     assert_true(msrc && mback && mdst);
     struct ibv_cq *qa_cq = g.v->create_cq(ca, CQ_DEPTH, NULL, NULL, 0), *qb_cq = g.v->create_cq(cb, CQ_DEPTH, NULL, NULL, 0);
     assert_true(qa_cq && qb_cq);
-    struct ibv_qp_init_attr init;
-    memset(&init, 0, sizeof init);
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = init.cap.max_recv_wr = 16;
-    init.cap.max_send_sge = init.cap.max_recv_sge = 1;
-    init.send_cq = init.recv_cq = qa_cq;
-    struct ibv_qp *qa = g.v->create_qp(pa, &init);
-    init.send_cq = init.recv_cq = qb_cq;
-    struct ibv_qp *qb = g.v->create_qp(pb, &init);
-    assert_true(qa && qb);
+    struct ibv_qp *qa = make_qp_on(pa, qa_cq), *qb = make_qp_on(pb, qb_cq);
     to_rts_with(qa, qb->qp_num, &gb, ia, mtu);
     to_rts_with(qb, qa->qp_num, &ga, ib, mtu);
 
-    /* rdma_op posts on g.qp_a: swap in this pair for the two operations. */
-    struct ibv_qp *saved_qp = g.qp_a;
-    struct ibv_cq *saved_cq = g.cq_a;
-    g.qp_a = qa;
-    g.cq_a = qa_cq;
-    struct ibv_wc wc = rdma_op(IBV_WR_RDMA_WRITE, src, msrc->lkey, (uint64_t)(uintptr_t)dst, mdst->rkey, BUF, 500);
+    struct ibv_wc wc = rdma_op_on(qa, qa_cq, IBV_WR_RDMA_WRITE, src, msrc->lkey, (uint64_t)(uintptr_t)dst,
+                                  mdst->rkey, BUF, 500);
     if (wc.status != IBV_WC_SUCCESS)
         fail_msg("WRITE across the veth pair: %s", g.v->wc_status_str(wc.status));
     assert_memory_equal(dst, src, BUF);
-    wc = rdma_op(IBV_WR_RDMA_READ, back, mback->lkey, (uint64_t)(uintptr_t)dst, mdst->rkey, BUF, 501);
+    wc = rdma_op_on(qa, qa_cq, IBV_WR_RDMA_READ, back, mback->lkey, (uint64_t)(uintptr_t)dst, mdst->rkey, BUF, 501);
     if (wc.status != IBV_WC_SUCCESS)
         fail_msg("READ across the veth pair: %s", g.v->wc_status_str(wc.status));
     assert_memory_equal(back, src, BUF);
-    g.qp_a = saved_qp;
-    g.cq_a = saved_cq;
     print_message("1 MiB WRITE and READ between rxe_a0 and rxe_b0: every byte checked\n");
 
     assert_int_equal(g.v->destroy_qp(qa), 0);
