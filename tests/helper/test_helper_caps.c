@@ -141,6 +141,21 @@ static int32_t slot_attach(const char *name, int *fd_out)
     return fd_request(req, len, fd_out);
 }
 
+/* The POLICY reply of the current session, its status asserted 0. */
+static struct orb_hp_policy policy_now(void)
+{
+    uint8_t req[ORB_HP_MAX_MSG], rep[ORB_HP_MAX_MSG];
+    size_t len = 0;
+    struct orb_hp_msg m;
+    assert_int_equal(orb_hp_encode_empty(ORB_HP_POLICY, proc.seq++, req, &len), 0);
+    assert_int_equal(hp_call(&proc, req, len, NULL, 0, &m, rep, NULL), 0);
+    struct orb_hp_policy pol;
+    int32_t status = 1;
+    assert_int_equal(orb_hp_decode_policy_reply(&m, &status, &pol), 0);
+    assert_int_equal(status, 0);
+    return pol;
+}
+
 static void expect_exit(int code)
 {
     hp_close(&proc);
@@ -372,16 +387,8 @@ static void test_unreadable_accounts_deny_everything(void **state)
     assert_int_equal(chmod("/etc/passwd", 0), 0);
     spawn_copy(COPY, NULL);
     (void)hello_caps();
-    uint8_t req[ORB_HP_MAX_MSG], rep[ORB_HP_MAX_MSG];
-    size_t len = 0;
-    struct orb_hp_msg m;
-    assert_int_equal(orb_hp_encode_empty(ORB_HP_POLICY, proc.seq++, req, &len), 0);
-    assert_int_equal(hp_call(&proc, req, len, NULL, 0, &m, rep, NULL), 0);
-    static struct orb_hp_policy pol;
-    int32_t status = 1;
-    assert_int_equal(orb_hp_decode_policy_reply(&m, &status, &pol), 0);
+    struct orb_hp_policy pol = policy_now();
     assert_int_equal(chmod("/etc/passwd", saved.st_mode & 07777), 0);
-    assert_int_equal(status, 0);
     assert_int_equal(pol.transports, 0);
     assert_int_equal(pol.nic_mask, 0);
     assert_int_equal(pol.nslots, 0);
@@ -390,10 +397,7 @@ static void test_unreadable_accounts_deny_everything(void **state)
     /* Readable again: the same tenant gets what [defaults] grants. */
     spawn_copy(COPY, NULL);
     (void)hello_caps();
-    assert_int_equal(orb_hp_encode_empty(ORB_HP_POLICY, proc.seq++, req, &len), 0);
-    assert_int_equal(hp_call(&proc, req, len, NULL, 0, &m, rep, NULL), 0);
-    assert_int_equal(orb_hp_decode_policy_reply(&m, &status, &pol), 0);
-    assert_int_equal(status, 0);
+    pol = policy_now();
     assert_true(pol.transports & ORB_HP_T_RDMA);
     assert_int_equal(pol.nslots, 1);
     expect_exit(0);
@@ -455,14 +459,7 @@ static void test_symlinked_policy_directory_is_named_in_the_log(void **state)
     assert_int_equal(symlink("policy.real", "/etc/orbite/policy.d"), 0);
     spawn_copy(COPY, NULL);
     (void)hello_caps();
-    uint8_t req[ORB_HP_MAX_MSG], rep[ORB_HP_MAX_MSG];
-    size_t len = 0;
-    struct orb_hp_msg m;
-    assert_int_equal(orb_hp_encode_empty(ORB_HP_POLICY, proc.seq++, req, &len), 0);
-    assert_int_equal(hp_call(&proc, req, len, NULL, 0, &m, rep, NULL), 0);
-    static struct orb_hp_policy pol;
-    int32_t status = 1;
-    assert_int_equal(orb_hp_decode_policy_reply(&m, &status, &pol), 0);
+    struct orb_hp_policy pol = policy_now();
     assert_int_equal(unlink("/etc/orbite/policy.d"), 0);
     assert_int_equal(rename("/etc/orbite/policy.real", "/etc/orbite/policy.d"), 0);
     assert_int_equal(pol.transports, 0);
