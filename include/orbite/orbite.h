@@ -406,11 +406,26 @@ typedef struct orb_segment orb_segment;
 int orb_open_segment(orb_engine *engine, const char *endpoint, const struct orb_epoch *expected,
                      uint64_t timeout_ns, orb_segment **out);
 
-/** A region a source publishes. */
+/**
+ * Where registered bytes live. Later releases add device kinds; a value this header does not
+ * name may then appear in a region description.
+ */
+enum orb_memory_kind {
+    ORB_MEMORY_HOST = 0 /* CPU memory */
+};
+
+/**
+ * A region a source publishes. The library writes every field, zeroing those it does not fill;
+ * comp_mask names the optional fields it filled (none is defined in this release).
+ */
 struct orb_region_desc {
     uint64_t addr;
     uint64_t length;
-    enum orb_perm perm; /* ORB_PERM_REMOTE_READ or ORB_PERM_REMOTE_WRITE */
+    enum orb_perm perm;   /* ORB_PERM_REMOTE_READ or ORB_PERM_REMOTE_WRITE */
+    uint32_t memory_kind; /* an enum orb_memory_kind */
+    uint32_t comp_mask;   /* 0 in this release */
+    uint32_t reserved32;  /* 0 */
+    uint64_t reserved[3]; /* 0: room for optional fields (a device, a key) before 1.0 */
 };
 
 /**
@@ -438,7 +453,7 @@ void orb_segment_close(orb_segment *segment);
 /* ------------------------------------------------------------------------ */
 
 enum orb_transport {
-    ORB_TRANSPORT_UNSPEC = 0, /* the best available (TCP in this release) */
+    ORB_TRANSPORT_UNSPEC = 0, /* the best transport with a path to the peer (TCP in this release) */
     ORB_TRANSPORT_TCP = 1,
     ORB_TRANSPORT_RDMA = 2,
     ORB_TRANSPORT_NVLINK = 3
@@ -461,6 +476,12 @@ enum orb_priority {
  * that allows `op` (checked by the source for the whole request before any of
  * its bytes move). A zero-initialised request is a HIGH-priority READ on the
  * best transport.
+ *
+ * Requests are passed in arrays, so the structure has a fixed size with room
+ * to grow, as rdma-core's work requests do: comp_mask says which optional
+ * fields a caller filled. No optional field is defined in this release, so
+ * comp_mask and every reserved word must be 0; a library that does not know a
+ * bit refuses the request (ORB_EINVAL naming the bit) rather than ignoring it.
  */
 struct orb_request {
     enum orb_transport transport;
@@ -469,6 +490,8 @@ struct orb_request {
     uint64_t remote_addr;
     uint64_t length; /* > 0 */
     enum orb_priority priority;
+    uint32_t comp_mask;   /* optional fields in use: 0 in this release */
+    uint64_t reserved[4]; /* must be 0 */
 };
 
 /** Largest notification payload. */
@@ -522,6 +545,9 @@ struct orb_batch_report {
     enum orb_notify_state notification;
     int notification_status; /* 0 or negative ORB_E* when FAILED */
     int local_drained;       /* 1: no OrbiTE thread touches this batch's local memory */
+    uint32_t comp_mask;      /* optional fields the library filled: 0 in this release */
+    uint32_t reserved32;     /* 0 */
+    uint64_t reserved[4];    /* 0: room for optional fields before 1.0 */
 };
 
 /**
@@ -561,10 +587,14 @@ int orb_batch_open(orb_engine *engine, orb_segment *segment, orb_batch **out);
  * and returns its status. The remote side is checked by the source, which
  * authorises each whole request before any of its bytes move: a request it
  * refuses fails in the batch report, while later requests of the group may
- * already be under way (see struct orb_batch_report). May be called any
- * number of times before sealing.
- * Errors: ORB_EINVAL (bad request, message names the index), ORB_EUNAVAILABLE
- * (transport not available), ORB_ENOENT (local range not registered),
+ * already be under way (see struct orb_batch_report). Requests of one group
+ * may travel on different transports: if the first of them (TCP's part
+ * first) refuses, the group is rejected; if a later one refuses, its requests
+ * fail unattempted in the report. May be called any number of times before
+ * sealing.
+ * Errors: ORB_EINVAL (bad request, unknown comp_mask bit or non-zero reserved
+ * word; the message names the index), ORB_EUNAVAILABLE (the transport is not
+ * in this engine or has no path to the peer), ORB_ENOENT (local range not registered),
  * ORB_EBUSY (sealed), ORB_ECLOSED, ORB_ERESOURCE, ORB_ENOMEM, ORB_EPEER or
  * ORB_ESTALE (the peer is known to be lost; the group is rejected), or the
  * batch's failure status if it already failed.

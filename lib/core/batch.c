@@ -18,16 +18,17 @@ struct orb_req {
     uint8_t op;
     atomic_uchar attempted;      /* a slice got past orb_xfer_may_start(): bytes may have moved */
     uint8_t effect_unknown;      /* a started WRITE slice may have changed peer bytes; lock */
+    uint8_t tp_slot;             /* the transport that carries it (its id) */
     struct orb_reg *local_pin;   /* released when the last slice ends */
+    void *tp_private;            /* the transport's per-request space, in the group's block */
     uint32_t remaining;          /* slices not yet ended; batch lock */
-    uint64_t slice_len;          /* the transport's answer, asked once per request */
     uint32_t withdrawn;          /* slices the batch withdrew before they started */
     uint32_t started;            /* slices that went to the wire */
     int status;                  /* first slice failure, 0 if none */
 };
 
-/* One piece of a request as a transport carries it (lib/topo's struct orb_piece is the plan's
- * offset and length; this is the unit of work). */
+/* One piece of a request as a transport carries it: the unit of work, built from one entry of
+ * the request's plan (lib/topo's struct orb_slice is an RDMA plan's offset and length). */
 struct orb_piece {
     struct orb_xfer x;           /* first member: transports see only this */
     struct orb_req *req;
@@ -42,10 +43,19 @@ struct orb_group {
     size_t first_index;
     size_t n;
     size_t nslices;
-    struct orb_piece *slices;
-    struct orb_xfer **xfer_ptrs;
+    struct orb_piece *slices;    /* ordered by transport, then request, then plan */
+    struct orb_xfer **xfer_ptrs; /* the same order */
+    void *private_block;         /* every request's tp_private */
     struct orb_req reqs[];
 };
+
+static void group_free(struct orb_group *g)
+{
+    free(g->slices);
+    free(g->xfer_ptrs);
+    free(g->private_block);
+    free(g);
+}
 
 /* Reports are built from counters that completions keep current, so that neither a poll nor a
  * wait walks the requests under the lock; only a failure's span (which ends at the last attempted
@@ -283,9 +293,7 @@ void orb_batch_destroy(struct orb_batch *b)
     struct orb_group *g = b->groups;
     while (g != NULL) {
         struct orb_group *next = g->next;
-        free(g->slices);
-        free(g->xfer_ptrs);
-        free(g);
+        group_free(g);
         g = next;
     }
     pthread_mutex_destroy(&b->lock);
@@ -332,10 +340,16 @@ ORB_EXPORT int orb_batch_free(orb_batch *b)
 
 /* ---- submission -------------------------------------------------------------------------- */
 
-static int check_request(orb_engine *engine, const struct orb_request *r, size_t index)
+static int check_request(const struct orb_segment *seg, const struct orb_request *r, size_t index,
+                         unsigned *slot_out)
 {
-    const struct orb_transport_ops *ops;
-    int rc = orb_engine_pick_transport(engine, r->transport, &ops);
+    if (r->comp_mask != 0)
+        return orb_fail(ORB_EINVAL, "request %zu: comp_mask 0x%x names optional fields this "
+                        "library does not know", index, (unsigned)r->comp_mask);
+    for (size_t k = 0; k < sizeof r->reserved / sizeof r->reserved[0]; k++)
+        if (r->reserved[k] != 0)
+            return orb_fail(ORB_EINVAL, "request %zu: reserved[%zu] is not zero", index, k);
+    int rc = orb_segment_pick(seg, r->transport, slot_out);
     if (rc != 0)
         return orb_fail_wrap(rc, "request %zu", index);
     if (r->op != ORB_OP_READ && r->op != ORB_OP_WRITE)
@@ -356,24 +370,68 @@ static void release_group_pins(struct orb_group *g, size_t upto)
         orb_registry_release(g->reqs[i].local_pin);
 }
 
+/* A plan must cover [0, length) back to back with non-empty pieces: then the pieces the core
+ * allocates from its count are exactly the ones it fills. */
+static int plan_check(const struct orb_plan *p, uint64_t length, const char *tp_name, size_t index)
+{
+    if (p->count == 0 || p->count > ORB_PLAN_MAX_PIECES || p->pieces == NULL)
+        return orb_fail(ORB_EINVAL, "request %zu: the %s transport planned %u pieces", index,
+                        tp_name, (unsigned)p->count);
+    uint64_t next = 0;
+    for (uint32_t k = 0; k < p->count; k++) {
+        const struct orb_plan_piece *q = &p->pieces[k];
+        if (q->offset != next || q->length == 0 || q->length > length - next)
+            return orb_fail(ORB_EINVAL, "request %zu: the %s transport planned piece %u at "
+                            "[%llu, +%llu), not back to back inside %llu bytes", index, tp_name,
+                            (unsigned)k, (unsigned long long)q->offset,
+                            (unsigned long long)q->length, (unsigned long long)length);
+        next += q->length;
+    }
+    if (next != length)
+        return orb_fail(ORB_EINVAL, "request %zu: the %s transport planned %llu of %llu bytes",
+                        index, tp_name, (unsigned long long)next, (unsigned long long)length);
+    return 0;
+}
+
+static void plan_release(struct orb_plan *p)
+{
+    if (p->pieces != NULL && p->pieces != p->inline_pieces)
+        free(p->pieces);
+    p->pieces = NULL;
+    p->count = 0;
+}
+
+/* Bytes of per-request space a transport gets, rounded so that every request's space is
+ * aligned for any type. */
+static size_t private_stride(const struct orb_transport_ops *ops)
+{
+    size_t a = _Alignof(max_align_t);
+    return (ops->request_private_size + a - 1) / a * a;
+}
+
 static int build_group(struct orb_batch *b, const struct orb_request *reqs, size_t n,
                        size_t first_index, struct orb_group **out, size_t *bad_index)
 {
     orb_engine *engine = b->engine;
     struct orb_segment *seg = b->segment;
     struct orb_group *g = calloc(1, sizeof *g + n * sizeof g->reqs[0]);
-    if (g == NULL)
+    struct orb_plan *plans = calloc(n, sizeof *plans);
+    if (g == NULL || plans == NULL) {
+        free(g);
+        free(plans);
         return orb_fail(ORB_ENOMEM, "cannot allocate %zu requests", n);
+    }
     g->first_index = first_index;
     g->n = n;
 
     int rc;
     size_t pinned = 0;
-    size_t nslices = 0;
+    size_t private_total = 0;
     for (size_t i = 0; i < n; i++) {
         const struct orb_request *r = &reqs[i];
         *bad_index = first_index + i;
-        rc = check_request(engine, r, first_index + i);
+        unsigned slot;
+        rc = check_request(seg, r, first_index + i, &slot);
         if (rc != 0)
             goto unpin;
         rc = orb_registry_acquire(engine->registry, r->local_addr, r->length, ORB_PERM_LOCAL,
@@ -384,57 +442,107 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
             goto unpin;
         }
         pinned++;
-        /* Asked once: the count and the pieces below must follow the same answer. */
-        uint64_t slice_len = seg->tp->peer_slice_len(seg->peer, r->length);
-        if (slice_len == 0 || slice_len > r->length)
-            slice_len = r->length;
-        uint64_t count = (r->length + slice_len - 1) / slice_len;
-        g->reqs[i].slice_len = slice_len;
+        g->reqs[i].tp_slot = (uint8_t)slot;
         g->reqs[i].length = r->length;
         g->reqs[i].op = (uint8_t)r->op;
         atomic_init(&g->reqs[i].attempted, 0);
-        g->reqs[i].remaining = (uint32_t)count;
-        nslices += count;
+        private_total += private_stride(engine->tp[slot].ops);
+    }
+    if (private_total > 0) {
+        g->private_block = calloc(1, private_total);
+        if (g->private_block == NULL) {
+            rc = orb_fail(ORB_ENOMEM, "cannot allocate %zu bytes of transport state", private_total);
+            goto unpin;
+        }
+    }
+
+    /* Each request is planned once, by its transport; the pieces come from that one answer. */
+    size_t nslices = 0;
+    size_t private_off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct orb_request *r = &reqs[i];
+        struct orb_req *q = &g->reqs[i];
+        const struct orb_transport_ops *ops = engine->tp[q->tp_slot].ops;
+        size_t stride = private_stride(ops);
+        q->tp_private = stride > 0 ? (char *)g->private_block + private_off : NULL;
+        private_off += stride;
+        *bad_index = first_index + i;
+        struct orb_plan_input in = {
+            .op = (uint8_t)r->op,
+            .priority = (uint8_t)r->priority,
+            .mem_kind = (uint8_t)q->local_pin->kind->kind,
+            .length = r->length,
+            .remote_addr = r->remote_addr,
+            .local_reg = q->local_pin,
+            .local_offset = r->local_addr - q->local_pin->base,
+            .request_private = q->tp_private,
+        };
+        rc = ops->peer_plan(seg->peer[q->tp_slot], &in, &plans[i]);
+        if (rc != 0) {
+            rc = orb_fail_wrap(rc, "request %zu: the %s transport cannot plan it",
+                               first_index + i, ops->name);
+            goto free_plans;
+        }
+        rc = plan_check(&plans[i], r->length, ops->name, first_index + i);
+        if (rc != 0)
+            goto free_plans;
+        q->remaining = plans[i].count;
+        nslices += plans[i].count;
     }
 
     g->slices = calloc(nslices, sizeof *g->slices);
     g->xfer_ptrs = calloc(nslices, sizeof *g->xfer_ptrs);
     if (g->slices == NULL || g->xfer_ptrs == NULL) {
         rc = orb_fail(ORB_ENOMEM, "cannot allocate %zu slices", nslices);
-        goto free_slices;
+        goto free_plans;
     }
     g->nslices = nslices;
+    /* Ordered by transport so that each transport gets one contiguous submission; within a
+     * transport, requests keep their order. */
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct orb_request *r = &reqs[i];
-        struct orb_reg *pin = g->reqs[i].local_pin;
-        uint8_t *local = pin->kind->cpu_view(pin, r->local_addr);
-        uint64_t slice_len = g->reqs[i].slice_len;
-        for (uint64_t off = 0; off < r->length; off += slice_len) {
-            struct orb_piece *s = &g->slices[k];
-            s->req = &g->reqs[i];
-            s->x.batch = b;
-            s->x.request_index = (uint32_t)(first_index + i);
-            s->x.op = (uint8_t)r->op;
-            s->x.priority = (uint8_t)r->priority;
-            s->x.local = local + off;
-            s->x.remote_addr = r->remote_addr + off;
-            s->x.length = r->length - off < slice_len ? r->length - off : slice_len;
-            s->x.request_remote_addr = r->remote_addr;
-            s->x.request_length = r->length;
-            g->xfer_ptrs[k] = &s->x;
-            k++;
+    for (unsigned slot = 0; slot < ORB_TRANSPORT_SLOTS; slot++) {
+        for (size_t i = 0; i < n; i++) {
+            struct orb_req *q = &g->reqs[i];
+            if (q->tp_slot != slot)
+                continue;
+            const struct orb_request *r = &reqs[i];
+            uint64_t local_offset = r->local_addr - q->local_pin->base;
+            for (uint32_t p = 0; p < plans[i].count; p++) {
+                const struct orb_plan_piece *piece = &plans[i].pieces[p];
+                struct orb_piece *s = &g->slices[k];
+                s->req = q;
+                s->x.batch = b;
+                s->x.request_index = (uint32_t)(first_index + i);
+                s->x.op = (uint8_t)r->op;
+                s->x.priority = (uint8_t)r->priority;
+                s->x.mem_kind = (uint8_t)q->local_pin->kind->kind;
+                s->x.rail = piece->rail;
+                s->x.piece_index = p;
+                s->x.local_reg = q->local_pin;
+                s->x.local_offset = local_offset + piece->offset;
+                s->x.remote_addr = r->remote_addr + piece->offset;
+                s->x.length = piece->length;
+                s->x.request_remote_addr = r->remote_addr;
+                s->x.request_length = r->length;
+                s->x.request_private = q->tp_private;
+                g->xfer_ptrs[k] = &s->x;
+                k++;
+            }
         }
     }
+    for (size_t i = 0; i < n; i++)
+        plan_release(&plans[i]);
+    free(plans);
     *out = g;
     return 0;
 
-free_slices:
-    free(g->slices);
-    free(g->xfer_ptrs);
+free_plans:
+    for (size_t i = 0; i < n; i++)
+        plan_release(&plans[i]);
 unpin:
+    free(plans);
     release_group_pins(g, pinned);
-    free(g);
+    group_free(g);
     return rc;
 }
 
@@ -469,9 +577,7 @@ static void withdraw_group(struct orb_batch *b, struct orb_group *g)
     atomic_fetch_sub(&b->live, g->nslices);
     pthread_mutex_unlock(&b->lock);
     release_group_pins(g, g->n);
-    free(g->slices);
-    free(g->xfer_ptrs);
-    free(g);
+    group_free(g);
 }
 
 ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, size_t n)
@@ -513,17 +619,34 @@ ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, si
     atomic_fetch_add(&b->live, g->nslices);
     pthread_mutex_unlock(&b->lock);
 
+    /* One submission per transport. Once one accepted, the group is in the batch: a later
+     * transport's refusal fails its pieces (never started) in the report instead. */
     struct orb_segment *seg = b->segment;
-    rc = seg->tp->peer_submit(seg->peer, g->xfer_ptrs, g->nslices);
-    if (rc != 0) {
-        /* Nothing was accepted, so nothing was attempted: the whole group is rejected. */
-        rc = orb_segment_classify_failure(seg, rc);
-        char why[256];
-        snprintf(why, sizeof why, "%s", orb_last_error());
-        withdraw_group(b, g);
-        b->rejected_index = first_index;
-        b->rejected_count = n;
-        return orb_fail(rc, "orb_batch_submit: %s", why);
+    size_t start = 0;
+    while (start < g->nslices) {
+        unsigned slot = slice_of(g->xfer_ptrs[start])->req->tp_slot;
+        size_t end = start + 1;
+        while (end < g->nslices && slice_of(g->xfer_ptrs[end])->req->tp_slot == slot)
+            end++;
+        const struct orb_transport_ops *ops = engine->tp[slot].ops;
+        rc = ops->peer_submit(seg->peer[slot], &g->xfer_ptrs[start], end - start);
+        if (rc != 0 && start == 0) {
+            /* Nothing was accepted, so nothing was attempted: the whole group is rejected. */
+            rc = orb_segment_classify_failure(seg, rc);
+            char why[256];
+            snprintf(why, sizeof why, "%s", orb_last_error());
+            withdraw_group(b, g);
+            b->rejected_index = first_index;
+            b->rejected_count = n;
+            return orb_fail(rc, "orb_batch_submit: %s", why);
+        }
+        if (rc != 0) {
+            ORB_LOGW("batch: the %s transport refused %zu pieces (%s); they fail unattempted",
+                     ops->name, end - start, orb_last_error());
+            for (size_t j = start; j < end; j++)
+                orb_xfer_done(g->xfer_ptrs[j], rc, ORB_REMOTE_EFFECT_NONE);
+        }
+        start = end;
     }
     return 0;
 }
@@ -570,11 +693,14 @@ static void maybe_send_notification(struct orb_batch *b)
     memset(s, 0, sizeof *s);
     s->x.batch = b;
     s->x.op = ORB_XFER_NOTIFY;
-    s->x.local = b->notify_data;
+    s->x.mem_kind = ORB_MEM_HOST;
+    s->x.notify_data = b->notify_data;
     s->x.length = b->notify_len;
     struct orb_xfer *xp = &s->x;
+    /* Notifications travel on the control connection. */
     struct orb_segment *seg = b->segment;
-    int rc = seg->tp->peer_submit(seg->peer, &xp, 1);
+    const struct orb_tp_slot *tcp = &b->engine->tp[ORB_TRANSPORT_TCP];
+    int rc = tcp->ops->peer_submit(seg->peer[ORB_TRANSPORT_TCP], &xp, 1);
     if (rc != 0)
         orb_xfer_done(&s->x, rc, ORB_REMOTE_EFFECT_NONE);
 }

@@ -44,13 +44,89 @@ static int draw_epoch(struct orb_epoch *epoch)
 
 ORB_EXPORT int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out)
 {
-    return orb_engine_create_with(cfg, &orb_tcp_transport, out);
+    static const struct orb_transport_ops *const builtin[] = { &orb_tcp_transport };
+    return orb_engine_create_with(cfg, builtin, sizeof builtin / sizeof builtin[0], out);
 }
 
-int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb_transport_ops *tcp,
-                           orb_engine **out)
+/* Registration hooks: every started transport that keeps registration state attaches it. */
+static void engine_reg_retire(void *ctx, struct orb_reg *reg)
 {
-    if (cfg == NULL || out == NULL)
+    orb_engine *engine = ctx;
+    for (unsigned i = ORB_TRANSPORT_SLOTS; i-- > 0;) {
+        const struct orb_tp_slot *t = &engine->tp[i];
+        if (reg->tp_state[i] != NULL && t->ops != NULL && t->ops->reg_retire != NULL)
+            t->ops->reg_retire(t->state, reg, reg->tp_state[i]);
+        reg->tp_state[i] = NULL;
+    }
+}
+
+static int engine_reg_attach(void *ctx, struct orb_reg *reg)
+{
+    orb_engine *engine = ctx;
+    for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++) {
+        const struct orb_tp_slot *t = &engine->tp[i];
+        if (t->ops == NULL || t->ops->reg_attach == NULL)
+            continue;
+        void *state = NULL;
+        int rc = t->ops->reg_attach(t->state, reg, &state);
+        if (rc != 0) {
+            rc = orb_fail_wrap(rc, "the %s transport cannot register [0x%llx, +%llu)", t->ops->name,
+                               (unsigned long long)reg->base, (unsigned long long)reg->len);
+            engine_reg_retire(engine, reg);
+            return rc;
+        }
+        reg->tp_state[i] = state;
+    }
+    return 0;
+}
+
+/* Stop and free every started transport, last slot first. */
+static void stop_transports(orb_engine *engine)
+{
+    for (unsigned i = ORB_TRANSPORT_SLOTS; i-- > 0;)
+        if (engine->tp[i].ops != NULL)
+            engine->tp[i].ops->stop(engine->tp[i].state);
+}
+
+static void destroy_transports(orb_engine *engine)
+{
+    for (unsigned i = ORB_TRANSPORT_SLOTS; i-- > 0;) {
+        if (engine->tp[i].ops != NULL)
+            engine->tp[i].ops->destroy(engine->tp[i].state);
+        engine->tp[i].ops = NULL;
+        engine->tp[i].state = NULL;
+    }
+}
+
+static int start_transports(orb_engine *engine, const struct orb_transport_ops *const *ops,
+                            size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        const struct orb_transport_ops *t = ops[k];
+        unsigned id = (unsigned)t->id;
+        if (id == 0 || id >= ORB_TRANSPORT_SLOTS || engine->tp[id].ops != NULL)
+            return orb_fail(ORB_EINVAL, "transport table %s has a bad or repeated id %u", t->name, id);
+        void *state = NULL;
+        int rc = t->start(engine, &state);
+        if (rc == ORB_EUNAVAILABLE && t->id != ORB_TRANSPORT_TCP) {
+            ORB_LOGI("the %s transport is not available on this host: %s", t->name,
+                     orb_last_error());
+            continue;
+        }
+        if (rc != 0)
+            return orb_fail_wrap(rc, "cannot start the %s transport", t->name);
+        engine->tp[id].ops = t;
+        engine->tp[id].state = state;
+    }
+    if (engine->tp[ORB_TRANSPORT_TCP].ops == NULL)
+        return orb_fail(ORB_EINVAL, "an engine needs the TCP transport (its control connection)");
+    return 0;
+}
+
+int orb_engine_create_with(const struct orb_engine_config *cfg,
+                           const struct orb_transport_ops *const *ops, size_t n, orb_engine **out)
+{
+    if (cfg == NULL || out == NULL || ops == NULL || n == 0)
         return orb_fail(ORB_EINVAL, "orb_engine_create: cfg and out must not be NULL");
     int rc = orb_engine_config_validate(cfg);
     if (rc != 0)
@@ -75,19 +151,26 @@ int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb
     rc = orb_reaper_new(&engine->reaper);
     if (rc != 0)
         goto destroy_lock;
-    rc = orb_registry_new(cfg->max_registrations, engine->reaper, &engine->registry);
+    /* Hooks only when some transport keeps registration state: TCP alone costs nothing. */
+    int any_state = 0;
+    for (size_t k = 0; k < n; k++)
+        any_state |= ops[k]->reg_attach != NULL && ops[k]->reg_retire != NULL;
+    engine->reg_hooks.ctx = engine;
+    engine->reg_hooks.attach = engine_reg_attach;
+    engine->reg_hooks.retire = engine_reg_retire;
+    rc = orb_registry_new(cfg->max_registrations, engine->reaper,
+                          any_state ? &engine->reg_hooks : NULL, &engine->registry);
     if (rc != 0)
         goto free_reaper;
-    engine->tcp = tcp;
-    rc = engine->tcp->start(engine, &engine->tcp_state);
-    if (rc != 0) {
-        rc = orb_fail_wrap(rc, "cannot start the %s transport", engine->tcp->name);
-        goto free_registry;
-    }
+    rc = start_transports(engine, ops, n);
+    if (rc != 0)
+        goto undo_transports;
     *out = engine;
     return 0;
 
-free_registry:
+undo_transports:
+    stop_transports(engine);
+    destroy_transports(engine);
     orb_registry_free(engine->registry);
 free_reaper:
     orb_reaper_free(engine->reaper);
@@ -124,7 +207,8 @@ ORB_EXPORT int orb_engine_endpoint(const orb_engine *engine, char *buf, size_t l
         return orb_fail(ORB_EINVAL, "orb_engine_endpoint: NULL argument or empty buffer");
     if (!engine->cfg.enable_source)
         return orb_fail(ORB_EUNAVAILABLE, "this engine has no source service (enable_source is off)");
-    return engine->tcp->endpoint(engine->tcp_state, buf, len);
+    const struct orb_tp_slot *tcp = &engine->tp[ORB_TRANSPORT_TCP];
+    return tcp->ops->endpoint(tcp->state, buf, len);
 }
 
 ORB_EXPORT int orb_engine_source_epoch(const orb_engine *engine, struct orb_epoch *out)
@@ -133,23 +217,6 @@ ORB_EXPORT int orb_engine_source_epoch(const orb_engine *engine, struct orb_epoc
         return orb_fail(ORB_EINVAL, "orb_engine_source_epoch: NULL argument");
     *out = engine->epoch;
     return 0;
-}
-
-int orb_engine_pick_transport(orb_engine *engine, enum orb_transport requested,
-                              const struct orb_transport_ops **ops_out)
-{
-    switch (requested) {
-    case ORB_TRANSPORT_UNSPEC:
-    case ORB_TRANSPORT_TCP:
-        *ops_out = engine->tcp;
-        return 0;
-    case ORB_TRANSPORT_RDMA:
-        return orb_fail(ORB_EUNAVAILABLE, "the RDMA transport is not available in this build");
-    case ORB_TRANSPORT_NVLINK:
-        return orb_fail(ORB_EUNAVAILABLE, "the NVLink transport is not available in this build");
-    default:
-        return orb_fail(ORB_EINVAL, "unknown transport %d", (int)requested);
-    }
 }
 
 int orb_engine_deliver_notification(orb_engine *engine, const struct orb_epoch *sender,
@@ -210,7 +277,9 @@ ORB_EXPORT int orb_engine_close_source(orb_engine *engine)
     if (engine == NULL)
         return orb_fail(ORB_EINVAL, "orb_engine_close_source: NULL engine");
     atomic_store(&engine->source_open, 0);
-    engine->tcp->close_source(engine->tcp_state);
+    for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++)
+        if (engine->tp[i].ops != NULL)
+            engine->tp[i].ops->close_source(engine->tp[i].state);
     return 0;
 }
 
@@ -222,6 +291,15 @@ ORB_EXPORT int orb_engine_close_requester(orb_engine *engine)
     return 0;
 }
 
+static uint64_t engine_inflight(orb_engine *engine)
+{
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++)
+        if (engine->tp[i].ops != NULL)
+            sum += engine->tp[i].ops->inflight(engine->tp[i].state);
+    return sum;
+}
+
 ORB_EXPORT int orb_engine_close(orb_engine *engine, uint64_t timeout_ns)
 {
     if (engine == NULL)
@@ -231,15 +309,15 @@ ORB_EXPORT int orb_engine_close(orb_engine *engine, uint64_t timeout_ns)
 
     /* Drain: accepted work finishes on its own until the deadline. */
     uint64_t deadline = orb_deadline_after(timeout_ns);
-    while (engine->tcp->inflight(engine->tcp_state) > 0 && orb_now_ns() < deadline)
+    while (engine_inflight(engine) > 0 && orb_now_ns() < deadline)
         usleep(1000);
-    uint64_t left = engine->tcp->inflight(engine->tcp_state);
+    uint64_t left = engine_inflight(engine);
     if (left > 0)
         ORB_LOGW("close: %llu transfers still in flight at the deadline; failing them",
                  (unsigned long long)left);
 
     /* Stopping joins the workers and fails what remains: afterwards no thread touches memory. */
-    engine->tcp->stop(engine->tcp_state);
+    stop_transports(engine);
     pthread_mutex_lock(&engine->lock);
     engine->stopped = 1;
     pthread_mutex_unlock(&engine->lock);
@@ -255,12 +333,13 @@ void orb_engine_ref(orb_engine *engine)
 static void engine_destroy(orb_engine *engine)
 {
     orb_engine_reap(engine);
-    engine->tcp->destroy(engine->tcp_state);
-    /* Every owner release (the registry's last ones included) runs before this returns, while
-     * the engine and its empty table are still valid objects that a callback may call into;
-     * from the release thread itself, the thread finishes the queue on its own. */
+    /* Every retirement (transport state, then the owner's release; the registry's last ones
+     * included) runs before this returns, while the engine, its empty table and its stopped
+     * transports are still valid objects: a callback may call into the engine, and reg_retire
+     * needs its transport. Only then do the transports go. */
     orb_registry_retire_all(engine->registry);
     orb_reaper_free(engine->reaper);
+    destroy_transports(engine);
     orb_registry_free(engine->registry);
     struct orb_notification_node *node = engine->notes_head;
     while (node != NULL) {

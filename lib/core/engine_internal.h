@@ -15,13 +15,21 @@ struct orb_notification_node {
     struct orb_notification_msg msg;
 };
 
+/* One started transport. */
+struct orb_tp_slot {
+    const struct orb_transport_ops *ops; /* NULL: not started (absent, or not on this host) */
+    void *state;
+};
+
 struct orb_engine {
     struct orb_engine_config cfg;
     struct orb_epoch epoch;
     struct orb_registry *registry;
     struct orb_reaper *reaper;   /* the release thread: owners' callbacks run there */
-    const struct orb_transport_ops *tcp;
-    void *tcp_state;
+    /* By transport id. TCP is always present: it is also the control connection (HELLO,
+     * describe, notifications, and the other transports' handshakes). */
+    struct orb_tp_slot tp[ORB_TRANSPORT_SLOTS];
+    struct orb_reg_hooks reg_hooks;
 
     /* The user's handle + one per open segment and live batch: the struct (and the transport
      * state that segments point into) outlives orb_engine_free() while they exist. */
@@ -42,17 +50,15 @@ struct orb_engine {
     struct orb_batch *reap;   /* finished orphaned batches waiting to be freed outside callbacks */
 };
 
-/* orb_engine_create() with another operation table in the TCP slot (tests use a scripted one). */
-int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb_transport_ops *tcp,
-                           orb_engine **out);
+/* orb_engine_create() with other operation tables (tests use scripted ones). `ops[0..n)` go into
+ * the slots their ids name; one of them must be TCP. A table whose start() answers
+ * ORB_EUNAVAILABLE is left out; any other failure fails the creation. */
+int orb_engine_create_with(const struct orb_engine_config *cfg,
+                           const struct orb_transport_ops *const *ops, size_t n, orb_engine **out);
 
 void orb_engine_ref(orb_engine *engine);
 void orb_engine_unref(orb_engine *engine);
 
-/* The transport that carries a request's `transport` field. ORB_EUNAVAILABLE for transports
- * this build lacks. */
-int orb_engine_pick_transport(orb_engine *engine, enum orb_transport requested,
-                              const struct orb_transport_ops **ops_out);
 
 /* Park a finished batch whose user handle is gone; freed by orb_engine_reap(). Safe to call
  * from transport callbacks (takes only the engine lock). */
@@ -69,11 +75,18 @@ void orb_batch_set_reap_next(struct orb_batch *batch, struct orb_batch *next);
 struct orb_segment {
     atomic_uint_fast64_t refs;   /* the user's handle + one per batch */
     orb_engine *engine;          /* referenced */
-    const struct orb_transport_ops *tp;
-    void *peer;
+    /* One peer per transport of the engine, by transport id; NULL where that transport has no
+     * path to this peer (peer_status says why). The TCP peer always exists. */
+    void *peer[ORB_TRANSPORT_SLOTS];
+    int peer_status[ORB_TRANSPORT_SLOTS];
     char endpoint[ORB_ENDPOINT_MAX];
     struct orb_epoch expected;
 };
+/* The transport slot that carries a request asking for `requested` on `segment`: that one when
+ * the segment has a path on it, the best one with a path for ORB_TRANSPORT_UNSPEC.
+ * Errors: ORB_EINVAL (unknown transport), ORB_EUNAVAILABLE (the message says why). */
+int orb_segment_pick(const struct orb_segment *segment, enum orb_transport requested,
+                     unsigned *slot_out);
 /* After the transport called the peer dead (ORB_EPEER): ask the endpoint once, briefly, whether
  * it now runs another epoch, so that a restarted peer is reported as ORB_ESTALE. Never replays
  * anything and never adopts the new process. Returns ORB_ESTALE or `status`. */

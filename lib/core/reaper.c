@@ -16,12 +16,27 @@ struct orb_reaper {
     int self_free;                 /* lock: stopped from its own thread; it frees the struct */
 };
 
-/* Drop the reference (this may run the user's callback), then let the container go. */
+/* Undo transport state, drop the reference (this may run the user's callback), then let the
+ * container go. */
 static void reap_now(struct orb_reap_node *node)
 {
+    if (node->retire != NULL)
+        node->retire(node);
     orb_host_memory_unref(node->owner);
     if (node->finish != NULL)
         node->finish(node);
+}
+
+/* The oldest queued node, or NULL (lock held). */
+static struct orb_reap_node *pop_locked(struct orb_reaper *r)
+{
+    struct orb_reap_node *node = r->head;
+    if (node != NULL) {
+        r->head = node->next;
+        if (r->head == NULL)
+            r->tail = NULL;
+    }
+    return node;
 }
 
 static void *reaper_main(void *arg)
@@ -31,16 +46,13 @@ static void *reaper_main(void *arg)
     for (;;) {
         while (r->head == NULL && !r->stopping)
             pthread_cond_wait(&r->cond, &r->lock);
-        struct orb_reap_node *list = r->head;
-        r->head = r->tail = NULL;
-        if (list == NULL && r->stopping)
+        /* One node at a time, so that a callback that frees the reaper from this thread can
+         * run everything still queued itself (orb_reaper_free()). */
+        struct orb_reap_node *node = pop_locked(r);
+        if (node == NULL && r->stopping)
             break;
         pthread_mutex_unlock(&r->lock);
-        while (list != NULL) {
-            struct orb_reap_node *next = list->next;
-            reap_now(list);
-            list = next;
-        }
+        reap_now(node);
         pthread_mutex_lock(&r->lock);
     }
     int self_free = r->self_free;
@@ -86,7 +98,7 @@ free_reaper:
 
 void orb_reaper_defer(struct orb_reaper *r, struct orb_reap_node *node)
 {
-    if (r != NULL && node->owner != NULL && node->owner->release != NULL) {
+    if (r != NULL && (node->retire != NULL || (node->owner != NULL && node->owner->release != NULL))) {
         node->next = NULL;
         pthread_mutex_lock(&r->lock);
         if (!r->stopping) {
@@ -120,6 +132,15 @@ void orb_reaper_free(struct orb_reaper *r)
     pthread_cond_signal(&r->cond);
     pthread_mutex_unlock(&r->lock);
     if (self) {
+        /* Whatever is queued runs now, before the caller goes on to destroy what it needs. */
+        for (;;) {
+            pthread_mutex_lock(&r->lock);
+            struct orb_reap_node *node = pop_locked(r);
+            pthread_mutex_unlock(&r->lock);
+            if (node == NULL)
+                break;
+            reap_now(node);
+        }
         pthread_detach(r->thread);
         return;
     }

@@ -19,6 +19,9 @@ struct orb_reaper;
  * dropped; it typically frees the containing object. */
 struct orb_reap_node {
     struct orb_reap_node *next;
+    /* Runs first, when not NULL: undoes what transports attached to the object (memory regions
+     * over the owner's bytes must go before the bytes may be released). May block. */
+    void (*retire)(struct orb_reap_node *node);
     orb_host_memory *owner;
     void (*finish)(struct orb_reap_node *node);
 };
@@ -26,18 +29,19 @@ struct orb_reap_node {
 /* Start the release thread. Errors: ORB_ENOMEM, ORB_EUNAVAILABLE (cannot start a thread). */
 int orb_reaper_new(struct orb_reaper **out);
 
-/* Drop `node->owner`'s reference, then run node->finish, on the release thread. Never blocks
- * and never fails: with `r` NULL, or once the reaper is stopping, both happen in the caller's
- * thread. Owners without a release callback are also handled in place, since dropping them only
- * frees memory. */
+/* Run node->retire, drop `node->owner`'s reference, then run node->finish, on the release
+ * thread. Never blocks and never fails: with `r` NULL, or once the reaper is stopping, all three
+ * happen in the caller's thread. A node without retire work whose owner has no release callback
+ * is also handled in place, since dropping it only frees memory. */
 void orb_reaper_defer(struct orb_reaper *r, struct orb_reap_node *node);
 
 /* 1 when the calling thread is the release thread. */
 int orb_reaper_is_current(const struct orb_reaper *r);
 
 /* Run every queued release, stop the thread and free. Called from the release thread itself
- * (a callback that drops the engine's last handle), it leaves the thread to finish the queue
- * and free itself. NULL is a no-op. */
+ * (a callback that drops the engine's last handle), it runs the queue to the end right there,
+ * before it returns (the caller may destroy the transports that queued retire work next), and
+ * leaves the thread to free itself. NULL is a no-op. */
 void orb_reaper_free(struct orb_reaper *r);
 
 #endif

@@ -1,11 +1,15 @@
 /* The registration table: published ranges sorted by (base, length) for containment lookups, and
  * the same registrations by id for unregister.
  *
- * Locking: one rwlock. Lookups (resolve, acquire, describe, count) take it shared; add and remove
- * take it exclusive. A published registration holds one pin for its table membership, so acquire
- * can pin with a plain atomic increment while it holds the shared lock: the membership pin cannot
- * be dropped before remove gets the exclusive lock. Whoever drops the last pin frees the struct and
- * releases its owner reference, outside the lock. */
+ * Locking: a writer mutex, then one rwlock. Only add, remove and retire_all change the table, and
+ * each holds the writer mutex throughout, so a writer reads the table without the rwlock and
+ * takes it exclusive only for the moment it changes the indexes. Lookups (resolve, acquire,
+ * describe, count) take the rwlock shared: a transport's reg_attach (an RDMA memory registration
+ * may take milliseconds) runs under the writer mutex alone and never blocks admission. A
+ * published registration holds one pin for its table membership, so acquire can pin with a plain
+ * atomic increment while it holds the shared lock: the membership pin cannot be dropped before
+ * remove gets the exclusive lock. Whoever drops the last pin hands the registration to the
+ * release thread (transport state, then the owner reference), outside every lock. */
 #include "registry.h"
 
 #include <pthread.h>
@@ -24,6 +28,7 @@ struct id_slot {
 };
 
 struct orb_registry {
+    pthread_mutex_t writer;   /* held by every change of the table, around the rwlock */
     pthread_rwlock_t lock;
     struct orb_reg **by_addr; /* published, sorted by (base, len); (base, len) is unique */
     size_t count;             /* entries of by_addr */
@@ -36,6 +41,7 @@ struct orb_registry {
     orb_reg_id next_id;       /* never 0, never reused */
     uint32_t max_registrations;
     struct orb_reaper *reaper;
+    const struct orb_reg_hooks *hooks; /* NULL: no transport keeps registration state */
 };
 
 /* Small batches (single registrations above all) keep their scratch arrays on the stack. */
@@ -151,9 +157,20 @@ static struct orb_reg *lookup(const struct orb_registry *reg, uint64_t addr, uin
     return NULL;
 }
 
+static struct orb_reg *reg_of_node(struct orb_reap_node *node)
+{
+    return (struct orb_reg *)(void *)((char *)node - offsetof(struct orb_reg, reap));
+}
+
 static void reg_finish(struct orb_reap_node *node)
 {
-    free((struct orb_reg *)(void *)((char *)node - offsetof(struct orb_reg, reap)));
+    free(reg_of_node(node));
+}
+
+static void reg_retire_state(struct orb_reap_node *node)
+{
+    struct orb_reg *r = reg_of_node(node);
+    r->hooks->retire(r->hooks->ctx, r);
 }
 
 static void reg_put(struct orb_reg *r)
@@ -163,13 +180,14 @@ static void reg_put(struct orb_reg *r)
      * locks. */
     if (atomic_fetch_sub_explicit(&r->pins, 1, memory_order_acq_rel) == 1) {
         r->reap.owner = r->owner;
+        r->reap.retire = r->hooks != NULL ? reg_retire_state : NULL;
         r->reap.finish = reg_finish;
         orb_reaper_defer(r->reaper, &r->reap);
     }
 }
 
 int orb_registry_new(uint32_t max_registrations, struct orb_reaper *reaper,
-                     struct orb_registry **out)
+                     const struct orb_reg_hooks *hooks, struct orb_registry **out)
 {
     if (out == NULL)
         return orb_fail(ORB_EINVAL, "registry: out is NULL");
@@ -192,9 +210,15 @@ int orb_registry_new(uint32_t max_registrations, struct orb_reaper *reaper,
         free(reg);
         return orb_fail(ORB_ENOMEM, "registry: cannot initialise the table lock");
     }
+    if (pthread_mutex_init(&reg->writer, NULL) != 0) {
+        pthread_rwlock_destroy(&reg->lock);
+        free(reg);
+        return orb_fail(ORB_ENOMEM, "registry: cannot initialise the writer lock");
+    }
     reg->next_id = 1;
     reg->max_registrations = max_registrations;
     reg->reaper = reaper;
+    reg->hooks = hooks != NULL && hooks->attach != NULL && hooks->retire != NULL ? hooks : NULL;
     *out = reg;
     return 0;
 }
@@ -203,6 +227,7 @@ void orb_registry_retire_all(struct orb_registry *reg)
 {
     if (reg == NULL)
         return;
+    pthread_mutex_lock(&reg->writer);
     pthread_rwlock_wrlock(&reg->lock);
     struct orb_reg **list = reg->by_addr;
     size_t n = reg->count;
@@ -215,6 +240,7 @@ void orb_registry_retire_all(struct orb_registry *reg)
     reg->id_len = 0;
     reg->id_holes = 0;
     pthread_rwlock_unlock(&reg->lock);
+    pthread_mutex_unlock(&reg->writer);
     /* Outside the lock: the releases may call back into the (now empty) table. */
     for (size_t i = 0; i < n; i++)
         reg_put(list[i]);
@@ -229,6 +255,7 @@ void orb_registry_free(struct orb_registry *reg)
     for (size_t i = 0; i < reg->count; i++)
         reg_put(reg->by_addr[i]);
     pthread_rwlock_destroy(&reg->lock);
+    pthread_mutex_destroy(&reg->writer);
     free(reg->by_addr);
     free(reg->by_id);
     free(reg);
@@ -392,7 +419,7 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
             g->size = 0;
             g->lowest_index = items[i].index;
             g->target = NULL;
-            g->fresh = malloc(sizeof *g->fresh);
+            g->fresh = calloc(1, sizeof *g->fresh);
             if (g->fresh == NULL) {
                 rc = orb_fail(ORB_ENOMEM, "registration: no memory for a registration");
                 goto free_groups;
@@ -402,7 +429,9 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
         group_of[items[i].index] = ngroups - 1;
     }
 
-    pthread_rwlock_wrlock(&reg->lock);
+    /* Only writers change the table and this one holds the writer lock: it reads the table
+     * without the rwlock until it publishes. */
+    pthread_mutex_lock(&reg->writer);
 
     /* Classify every group against the published table and check reference counts. */
     size_t new_count = 0;
@@ -451,9 +480,38 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
         goto unlock;
     }
 
+    /* Describe the new registrations and let the transports attach their state, before any of
+     * them is visible. The owner is borrowed until publication takes its reference. */
+    size_t attached = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct add_group *g = &groups[group_of[i]];
+        if (g->target != g->fresh || g->lowest_index != i)
+            continue;
+        struct orb_reg *r = g->fresh;
+        r->base = items[g->first].base;
+        r->len = items[g->first].len;
+        r->perm = ranges[i].perm;
+        r->kind = &orb_memkind_host;
+        r->owner = ranges[i].owner;
+        if (reg->hooks != NULL) {
+            rc = reg->hooks->attach(reg->hooks->ctx, r);
+            if (rc != 0) {
+                char detail[256];
+                snprintf(detail, sizeof detail, "%s", orb_last_error());
+                rc = range_fail(rc, batch, i, detail);
+                goto retire_attached;
+            }
+            r->hooks = reg->hooks;
+        }
+        attached++;
+    }
+
+    pthread_rwlock_wrlock(&reg->lock);
     rc = reserve(reg, new_count);
-    if (rc != 0)
-        goto unlock;
+    if (rc != 0) {
+        pthread_rwlock_unlock(&reg->lock);
+        goto retire_attached;
+    }
 
     /* Publish. Nothing below can fail. New ids follow batch order. */
     for (size_t i = 0; i < n; i++) {
@@ -462,10 +520,6 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
             continue;
         struct orb_reg *r = g->fresh;
         r->id = reg->next_id++;
-        r->base = items[g->first].base;
-        r->len = items[g->first].len;
-        r->perm = ranges[i].perm;
-        r->kind = &orb_memkind_host;
         r->owner = orb_host_memory_ref(ranges[i].owner);
         atomic_init(&r->pins, 1);
         r->user_refs = 0;
@@ -485,9 +539,20 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
     }
     for (size_t i = 0; i < n; i++)
         ids_out[i] = groups[group_of[i]].target->id;
-
-unlock:
     pthread_rwlock_unlock(&reg->lock);
+    goto unlock;
+
+retire_attached:
+    /* Only the new copies are undone; published registrations were never touched. */
+    for (size_t i = 0; i < n && attached > 0; i++) {
+        struct add_group *g = &groups[group_of[i]];
+        if (g->target != g->fresh || g->lowest_index != i || g->fresh->hooks == NULL)
+            continue;
+        g->fresh->hooks->retire(g->fresh->hooks->ctx, g->fresh);
+        attached--;
+    }
+unlock:
+    pthread_mutex_unlock(&reg->writer);
 free_groups:
     for (size_t gi = 0; gi < ngroups; gi++)
         free(groups[gi].fresh);
@@ -543,10 +608,12 @@ int orb_registry_remove(struct orb_registry *reg, orb_reg_id id)
         return orb_fail(ORB_EINVAL, "unregister: registry is NULL");
     struct orb_reg *retired = NULL;
 
+    pthread_mutex_lock(&reg->writer);
     pthread_rwlock_wrlock(&reg->lock);
     struct id_slot *slot = find_id(reg, id);
     if (slot == NULL) {
         pthread_rwlock_unlock(&reg->lock);
+        pthread_mutex_unlock(&reg->writer);
         return orb_fail(ORB_ENOENT, "unregister: no registration with id %llu", (unsigned long long)id);
     }
     struct orb_reg *r = slot->reg;
@@ -565,6 +632,7 @@ int orb_registry_remove(struct orb_registry *reg, orb_reg_id id)
         retired = r;
     }
     pthread_rwlock_unlock(&reg->lock);
+    pthread_mutex_unlock(&reg->writer);
 
     /* Drop the membership pin outside the lock: it may run the owner's release callback. */
     if (retired != NULL)

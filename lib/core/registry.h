@@ -13,6 +13,9 @@
 #include "memory.h"
 #include "reaper.h"
 
+/* Transports are held in arrays indexed by their public id (enum orb_transport). */
+#define ORB_TRANSPORT_SLOTS 4
+
 /* Memory kinds: each is a small operation table, chosen per registration. */
 struct orb_reg;
 
@@ -28,6 +31,16 @@ struct orb_memkind_ops {
 
 extern const struct orb_memkind_ops orb_memkind_host;
 
+/* What the engine does when a registration is created and retired: its transports' state
+ * (memory regions, keys) lives in the registration. attach runs before the registration becomes
+ * visible and fills reg->tp_state, all or nothing (a failure leaves every slot NULL); retire runs
+ * on the release thread once the last pin dropped, before the owner reference. */
+struct orb_reg_hooks {
+    void *ctx;
+    int (*attach)(void *ctx, struct orb_reg *reg);
+    void (*retire)(void *ctx, struct orb_reg *reg);
+};
+
 struct orb_reg {
     orb_reg_id id;
     uint64_t base;
@@ -39,14 +52,18 @@ struct orb_reg {
     uint32_t user_refs;          /* register/unregister count; guarded by the table lock */
     struct orb_reaper *reaper;   /* where the owner reference is dropped after the last pin */
     struct orb_reap_node reap;
+    /* Each transport's state, by transport id; written before publication, then read-only. */
+    void *tp_state[ORB_TRANSPORT_SLOTS];
+    const struct orb_reg_hooks *hooks; /* NULL: nothing to retire */
 };
 
 struct orb_registry;
 
 /* A table allowing at most `max_registrations` live registrations. Owners whose last pin drops
- * are released on `reaper`'s thread (NULL: in the thread that drops the pin). */
+ * are released on `reaper`'s thread (NULL: in the thread that drops the pin). `hooks` (NULL for
+ * none; borrowed, must outlive every registration) attach and retire transport state. */
 int orb_registry_new(uint32_t max_registrations, struct orb_reaper *reaper,
-                     struct orb_registry **out);
+                     const struct orb_reg_hooks *hooks, struct orb_registry **out);
 
 /* Unpublish every registration at once, as if each had been unregistered to the last user
  * reference. The table stays usable (and empty). */

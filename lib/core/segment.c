@@ -1,10 +1,35 @@
-/* Peer segments: a proven connection to one source epoch. */
+/* Peer segments: a proven connection to one source epoch, with one peer per transport. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "engine_internal.h"
 #include "error.h"
+#include "log.h"
+
+/* The order in which ORB_TRANSPORT_UNSPEC tries transports: the fastest path first. */
+static const enum orb_transport unspec_preference[] = { ORB_TRANSPORT_NVLINK, ORB_TRANSPORT_RDMA,
+                                                        ORB_TRANSPORT_TCP };
+
+static const char *transport_name(enum orb_transport t)
+{
+    switch (t) {
+    case ORB_TRANSPORT_TCP: return "TCP";
+    case ORB_TRANSPORT_RDMA: return "RDMA";
+    case ORB_TRANSPORT_NVLINK: return "NVLink";
+    default: return "unspecified";
+    }
+}
+
+static void release_peers(orb_segment *segment)
+{
+    orb_engine *engine = segment->engine;
+    for (unsigned i = ORB_TRANSPORT_SLOTS; i-- > 0;) {
+        if (segment->peer[i] != NULL)
+            engine->tp[i].ops->peer_release(segment->peer[i]);
+        segment->peer[i] = NULL;
+    }
+}
 
 ORB_EXPORT int orb_open_segment(orb_engine *engine, const char *endpoint,
                                 const struct orb_epoch *expected, uint64_t timeout_ns,
@@ -26,17 +51,70 @@ ORB_EXPORT int orb_open_segment(orb_engine *engine, const char *endpoint,
         return orb_fail(ORB_ENOMEM, "cannot allocate a segment");
     atomic_init(&segment->refs, 1);
     segment->engine = engine;
-    segment->tp = engine->tcp;
     memcpy(segment->endpoint, endpoint, strlen(endpoint) + 1);
     segment->expected = *expected;
-    int rc = segment->tp->peer_open(engine->tcp_state, endpoint, expected, deadline, &segment->peer);
+    for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++)
+        segment->peer_status[i] = ORB_EUNAVAILABLE;
+
+    /* TCP first: it proves the epoch and carries the other transports' handshakes. */
+    const struct orb_tp_slot *tcp = &engine->tp[ORB_TRANSPORT_TCP];
+    int rc = tcp->ops->peer_open(tcp->state, endpoint, expected, deadline,
+                                 &segment->peer[ORB_TRANSPORT_TCP]);
     if (rc != 0) {
         free(segment);
         return orb_fail_wrap(rc, "cannot open segment %s", endpoint);
     }
+    segment->peer_status[ORB_TRANSPORT_TCP] = 0;
+    for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++) {
+        const struct orb_tp_slot *t = &engine->tp[i];
+        if (i == ORB_TRANSPORT_TCP || t->ops == NULL)
+            continue;
+        rc = t->ops->peer_open(t->state, endpoint, expected, deadline, &segment->peer[i]);
+        segment->peer_status[i] = rc;
+        if (rc == ORB_ESTALE || rc == ORB_ECLOSED) {
+            rc = orb_fail_wrap(rc, "cannot open segment %s", endpoint);
+            release_peers(segment);
+            free(segment);
+            return rc;
+        }
+        if (rc != 0) {
+            segment->peer[i] = NULL;
+            ORB_LOGI("segment %s: no %s path (%s); requests use the others", endpoint,
+                     t->ops->name, orb_last_error());
+        }
+    }
     orb_engine_ref(engine);
     *out = segment;
     return 0;
+}
+
+int orb_segment_pick(const struct orb_segment *segment, enum orb_transport requested,
+                     unsigned *slot_out)
+{
+    if (requested == ORB_TRANSPORT_UNSPEC) {
+        for (size_t k = 0; k < sizeof unspec_preference / sizeof unspec_preference[0]; k++) {
+            unsigned i = (unsigned)unspec_preference[k];
+            if (segment->peer[i] != NULL) {
+                *slot_out = i;
+                return 0;
+            }
+        }
+        return orb_fail(ORB_EUNAVAILABLE, "no transport has a path to %s", segment->endpoint);
+    }
+    if (requested != ORB_TRANSPORT_TCP && requested != ORB_TRANSPORT_RDMA &&
+        requested != ORB_TRANSPORT_NVLINK)
+        return orb_fail(ORB_EINVAL, "unknown transport %d", (int)requested);
+    unsigned i = (unsigned)requested;
+    if (segment->peer[i] != NULL) {
+        *slot_out = i;
+        return 0;
+    }
+    if (segment->engine->tp[i].ops == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "the %s transport is not available in this engine",
+                        transport_name(requested));
+    return orb_fail(ORB_EUNAVAILABLE, "the %s transport has no path to %s (%s)",
+                    transport_name(requested), segment->endpoint,
+                    orb_strerror(segment->peer_status[i]));
 }
 
 ORB_EXPORT int orb_segment_describe(orb_segment *segment, uint64_t timeout_ns,
@@ -46,8 +124,9 @@ ORB_EXPORT int orb_segment_describe(orb_segment *segment, uint64_t timeout_ns,
         return orb_fail(ORB_EINVAL, "orb_segment_describe: NULL argument");
     if (!atomic_load(&segment->engine->requester_open))
         return orb_fail(ORB_ECLOSED, "orb_segment_describe: the requester side is closed");
-    int rc = segment->tp->peer_describe(segment->peer, orb_deadline_after(timeout_ns), regions_out,
-                                        count_out);
+    const struct orb_tp_slot *tcp = &segment->engine->tp[ORB_TRANSPORT_TCP];
+    int rc = tcp->ops->peer_describe(segment->peer[ORB_TRANSPORT_TCP],
+                                     orb_deadline_after(timeout_ns), regions_out, count_out);
     /* A dead peer may have been restarted: then the answer is ESTALE, as for transfers. */
     return rc == ORB_EPEER ? orb_segment_classify_failure(segment, rc) : rc;
 }
@@ -65,11 +144,11 @@ int orb_segment_classify_failure(struct orb_segment *segment, int status)
     if (status != ORB_EPEER)
         return status;
     void *probe = NULL;
-    orb_engine *engine = segment->engine;
-    int rc = segment->tp->peer_open(engine->tcp_state, segment->endpoint, &segment->expected,
-                                    orb_deadline_after(ORB_STALE_PROBE_NS), &probe);
+    const struct orb_tp_slot *tcp = &segment->engine->tp[ORB_TRANSPORT_TCP];
+    int rc = tcp->ops->peer_open(tcp->state, segment->endpoint, &segment->expected,
+                                 orb_deadline_after(ORB_STALE_PROBE_NS), &probe);
     if (rc == 0) {
-        segment->tp->peer_release(probe);
+        tcp->ops->peer_release(probe);
         return status;
     }
     if (rc == ORB_ESTALE)
@@ -88,7 +167,7 @@ void orb_segment_unref(struct orb_segment *segment)
     if (segment == NULL || atomic_fetch_sub(&segment->refs, 1) != 1)
         return;
     orb_engine *engine = segment->engine;
-    segment->tp->peer_release(segment->peer);
+    release_peers(segment);
     free(segment);
     orb_engine_unref(engine);
 }

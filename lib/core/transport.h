@@ -1,8 +1,12 @@
-/* Internal: the transport operation table and the unit of work it moves (a slice, "xfer").
+/* Internal: the transport operation table, the unit of work it moves (a piece of a request,
+ * "xfer"), the plan that cuts a request into pieces, and per-transport registration state.
  *
- * The engine core knows no transport's internals: it checks and pins both ranges, cuts each
- * request into slices, hands the slices to a transport's peer, and counts completions. A
- * transport moves bytes and reports every accepted slice exactly once through orb_xfer_done(). */
+ * The engine core knows no transport's internals. For each request it checks and pins the local
+ * range, asks the request's transport once for a plan (pieces, each with its rail), hands the
+ * pieces to that transport's peer, and counts completions. A transport moves bytes and reports
+ * every accepted piece exactly once through orb_xfer_done(). A piece names its local bytes as a
+ * registration, an offset into it and a memory kind, never as a CPU pointer: device memory has
+ * none, and an RDMA transport needs the registration's keys, not an address. */
 #ifndef ORB_CORE_TRANSPORT_H
 #define ORB_CORE_TRANSPORT_H
 
@@ -10,17 +14,21 @@
 #include <stdint.h>
 #include <orbite/orbite.h>
 
+#include "registry.h"
+
 /* Lock order, outermost first. A thread holding one of these may take only those below it:
  *
  *   1. a transport's own locks (a TCP connection's lock, then its worker's inbox lock)
  *   2. a batch's lock                     (orb_xfer_done(), reports)
  *   3. the engine's lock                  (parking orphaned batches, notifications)
- *   4. the registry's table lock          (lookups and pins; pins are dropped without it)
- *   5. the release thread's queue lock    (handing over a retired registration's owner)
+ *   4. the registry's writer lock, then its table lock (lookups and pins; pins drop without it)
+ *   5. the release thread's queue lock    (handing over a retired registration)
  *
  * Nothing calls outward: the core never calls a transport with a batch or engine lock held,
  * orb_xfer_done() never calls the transport, and no user code (release callbacks, log sinks
- * aside) runs under any of these locks. */
+ * aside) runs under any of these locks. A registration's per-transport state is created by
+ * reg_attach() on the registering thread, under the registry's writer lock only, and retired by
+ * reg_retire() on the engine's release thread with no lock held. */
 
 struct orb_batch;
 
@@ -35,17 +43,39 @@ struct orb_xfer {
     struct orb_batch *batch;    /* owner; opaque to transports */
     uint32_t request_index;     /* index of the request in its batch */
     uint8_t op;                 /* enum orb_xfer_op */
-    uint8_t priority;           /* enum orb_priority (TCP does not schedule by it) */
-    uint8_t *local;             /* CPU view of the local bytes (pinned by the batch) */
+    uint8_t priority;           /* enum orb_priority */
+    uint8_t mem_kind;           /* enum orb_mem_kind of local_reg (HOST for a notification) */
+    uint8_t reserved0;
+    uint32_t rail;              /* the plan's rail for this piece (0 for transports without) */
+    uint32_t piece_index;       /* position in the request's plan */
+    /* The local bytes: [local_offset, +length) of local_reg, pinned by the batch until the xfer
+     * is reported done. NULL for a notification, whose bytes are notify_data. */
+    struct orb_reg *local_reg;
+    uint64_t local_offset;
+    const uint8_t *notify_data; /* NOTIFY only: the payload, owned by the batch */
     uint64_t remote_addr;       /* unused for NOTIFY */
     uint64_t length;            /* > 0 */
-    /* The whole request this slice belongs to, on the remote side: the source authorises that
-     * range (one registration, the operation's permission) before it applies any slice of it.
-     * Equal to remote_addr/length for a request of one slice; unused for NOTIFY. */
+    /* The whole request this piece belongs to, on the remote side: the source authorises that
+     * range (one registration, the operation's permission) before it applies any piece of it.
+     * Equal to remote_addr/length for a request of one piece; unused for NOTIFY. */
     uint64_t request_remote_addr;
     uint64_t request_length;
+    /* The transport's per-request space (ops->request_private_size bytes, zeroed before the
+     * plan, shared by every piece of the request, freed by the core after the last piece ends);
+     * NULL when the transport asks for none. */
+    void *request_private;
     uint64_t tag;               /* free for the transport */
 };
+
+/* The CPU address of the xfer's first local byte, or NULL when its memory kind has no CPU view
+ * (device memory: the transport stages it or uses the registration's keys). */
+static inline uint8_t *orb_xfer_local_cpu(const struct orb_xfer *x)
+{
+    if (x->op == ORB_XFER_NOTIFY)
+        return (uint8_t *)(uintptr_t)x->notify_data;
+    const struct orb_reg *reg = x->local_reg;
+    return (uint8_t *)reg->kind->cpu_view(reg, reg->base + x->local_offset);
+}
 
 /* Transports call this before putting the first byte of `x` on the wire. 0 means the batch
  * withdrew it (timeout or an earlier failure): the transport must not start it and completes it
@@ -55,37 +85,102 @@ int orb_xfer_may_start(struct orb_xfer *x);
 
 /* Report the end of `x`, exactly once, from any thread. `status` is 0 or negative ORB_E*.
  * `effect` is ORB_REMOTE_EFFECT_UNKNOWN when a failed WRITE may have changed peer bytes (any of
- * its payload reached the socket and the source did not answer with an error). After this call
- * the transport must not touch x or x->local. It never calls back into the transport and never
- * runs user code (owners' release callbacks run on the engine's release thread), so transports
+ * its payload reached the peer and the source did not answer with an error). After this call
+ * the transport must not touch x, its local bytes or its request_private space. It never calls
+ * back into the transport and never runs user code: a registration whose last pin it drops is
+ * retired (reg_retire, owners' release callbacks) on the engine's release thread. So transports
  * may call it with their own locks held. */
 void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect);
 
-struct orb_transport_ops {
-    enum orb_transport id;
-    const char *name;
+/* ---- plans ----------------------------------------------------------------------------------- */
 
-    /* Start workers and, if the engine's config enables it, the source service. */
+/* Most pieces one request may be cut into: every piece is an xfer the core allocates. */
+#define ORB_PLAN_MAX_PIECES (1u << 24)
+/* Pieces a plan holds without an allocation. */
+#define ORB_PLAN_INLINE 4
+
+struct orb_plan_piece {
+    uint64_t offset;            /* from the start of the request */
+    uint64_t length;            /* > 0 */
+    uint32_t rail;              /* copied into the xfer */
+    uint32_t reserved;
+};
+
+/* What a transport plans from: one checked request whose local range is pinned. */
+struct orb_plan_input {
+    uint8_t op;                 /* enum orb_xfer_op: READ or WRITE */
+    uint8_t priority;           /* enum orb_priority */
+    uint8_t mem_kind;           /* enum orb_mem_kind of the local registration */
+    uint64_t length;            /* > 0 */
+    uint64_t remote_addr;
+    const struct orb_reg *local_reg;
+    uint64_t local_offset;
+    void *request_private;      /* zeroed request_private_size bytes, or NULL */
+};
+
+/* A plan: the transport fills it through orb_plan_pieces(), once per request. The pieces must
+ * lie back to back in offset order from 0 and cover exactly the request's length; the core
+ * checks that and refuses the request (ORB_EINVAL naming the transport) otherwise, so a
+ * transport's mistake can never make the core write past what it allocated. */
+struct orb_plan {
+    uint32_t count;
+    struct orb_plan_piece *pieces;                     /* inline_pieces or a heap array */
+    struct orb_plan_piece inline_pieces[ORB_PLAN_INLINE];
+};
+
+/* Storage for `count` pieces (1..ORB_PLAN_MAX_PIECES) of `plan`, which then holds `count`
+ * pieces whose contents the transport writes. Call it once per plan. Errors: ORB_EINVAL (count
+ * 0, above the maximum, or storage already taken), ORB_ENOMEM. */
+int orb_plan_pieces(struct orb_plan *plan, uint32_t count, struct orb_plan_piece **out);
+
+/* Cut [0, length) into pieces of `piece_len` bytes (the last may be shorter), all on rail 0:
+ * the plan of transports that slice evenly. piece_len 0 or above length means one piece.
+ * Errors: as orb_plan_pieces() (ORB_ERESOURCE when the count would exceed the maximum). */
+int orb_plan_even(struct orb_plan *plan, uint64_t length, uint64_t piece_len);
+
+/* ---- the operation table ---------------------------------------------------------------------- */
+
+struct orb_transport_ops {
+    enum orb_transport id;      /* its slot in the engine's array */
+    const char *name;
+    /* Bytes of per-request space the core provides to this transport (0: none). */
+    size_t request_private_size;
+
+    /* Start workers and, if the engine's config enables it, the source service. ORB_EUNAVAILABLE
+     * means "not on this host" (no device, library missing): the engine carries on without it
+     * unless the configuration requires it. */
     int (*start)(orb_engine *engine, void **tp_out);
-    /* The bound source endpoint "host:port". ORB_EUNAVAILABLE without a source. */
+    /* The bound source endpoint "host:port". ORB_EUNAVAILABLE without a source. Only the control
+     * transport (TCP) has one; may be NULL for others. */
     int (*endpoint)(void *tp, char *buf, size_t len);
     /* Fence source admission (no new connections or requests). Idempotent. */
     void (*close_source)(void *tp);
-    /* Stop: join workers, close every socket, complete every pending xfer with ORB_ECLOSED.
+    /* Stop: join workers, close every connection, complete every pending xfer with ORB_ECLOSED.
      * After it returns no transport thread touches any memory. Idempotent. */
     void (*stop)(void *tp);
-    /* Free after stop(). */
+    /* Free after stop(), once every registration's state was retired. */
     void (*destroy)(void *tp);
     /* Outstanding work touching memory (source ops in progress + requester xfers accepted). */
     uint64_t (*inflight)(void *tp);
 
-    /* Connect to a peer and prove its epoch. ORB_ESTALE on a wrong epoch. */
+    /* Per-registration state (memory regions, keys), optional. reg_attach runs before the
+     * registration becomes visible and writes what it created to *state_out; a failure refuses
+     * the registration (nothing of it becomes visible). reg_retire undoes it after the last pin
+     * of the registration dropped, on the engine's release thread, before the owner's bytes are
+     * released. Both may block. */
+    int (*reg_attach)(void *tp, const struct orb_reg *reg, void **state_out);
+    void (*reg_retire)(void *tp, const struct orb_reg *reg, void *state);
+
+    /* Connect to a peer and prove its epoch. ORB_ESTALE on a wrong epoch; ORB_EUNAVAILABLE when
+     * the peer has no compatible path for this transport (the segment goes on without it). */
     int (*peer_open)(void *tp, const char *endpoint, const struct orb_epoch *expected,
                      uint64_t deadline, void **peer_out);
+    /* The peer's published regions. Only the control transport (TCP) answers; may be NULL. */
     int (*peer_describe)(void *peer, uint64_t deadline, struct orb_region_desc **regions_out,
                          size_t *count_out);
-    /* Slice length for a request of `length` bytes (>= 1; the core cuts requests with it). */
-    uint64_t (*peer_slice_len)(void *peer, uint64_t length);
+    /* Plan one request, once: fill `plan` through orb_plan_pieces() (or orb_plan_even()) and,
+     * if the transport keeps per-request state, in->request_private. */
+    int (*peer_plan)(void *peer, const struct orb_plan_input *in, struct orb_plan *plan);
     /* Queue `n` xfers. On 0 every xfer will be reported through orb_xfer_done(); on a negative
      * return (ORB_EPEER: the peer is known dead, ORB_ECLOSED) none was accepted. */
     int (*peer_submit)(void *peer, struct orb_xfer *const *xfers, size_t n);

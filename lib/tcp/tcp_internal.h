@@ -148,6 +148,7 @@ int tcp_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expect
 int tcp_peer_describe(void *peer, uint64_t deadline, struct orb_region_desc **regions_out,
                       size_t *count_out);
 uint64_t tcp_peer_slice_len(void *peer, uint64_t length);
+int tcp_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan);
 int tcp_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n);
 void tcp_peer_release(void *peer);
 

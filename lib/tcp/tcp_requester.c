@@ -10,7 +10,7 @@
  * TCP_DIRECT_SEND_BYTES; the worker continues on EPOLLOUT, or on a kick when the submitter's
  * budget ran out first. The owner drops the lock around orb_xfer_may_start() and sendmsg(), so
  * submitters can append meanwhile. Receiving runs on the worker only: it takes the answered xfer
- * off the head under the lock, then moves a READ's payload straight into x->local without the
+ * off the head under the lock, then moves a READ's payload straight into the xfer's local bytes without the
  * lock. Completions (orb_xfer_done) are always reported with no connection lock held.
  *
  * A worker never waits for an application thread. When a response arrives for a frame that a
@@ -130,7 +130,7 @@ static uint64_t frame_len(const struct orb_xfer *x)
     return frame_prefix_len(x) + frame_payload_len(x);
 }
 
-/* Encode the frame's header and fixed body (the payload follows from x->local). Arguments were
+/* Encode the frame's header and fixed body (the payload follows from the local bytes). Arguments were
  * checked at submission, so this cannot fail. */
 static void frame_prefix(const struct orb_xfer *x, uint8_t out[TCP_PREFIX_MAX])
 {
@@ -343,7 +343,7 @@ static int req_tx_locked(struct tcp_req_conn *c, struct orb_xfer **withdrawn, ui
             }
             uint64_t payload = frame_payload_len(x);
             if (payload > skip) {
-                iov[niov].iov_base = x->local + skip;
+                iov[niov].iov_base = orb_xfer_local_cpu(x) + skip;
                 iov[niov].iov_len = payload - skip;
                 niov++;
             }
@@ -701,7 +701,7 @@ static int req_rx(struct tcp_req_conn *c)
             while (c->rx_off < x->length) {
                 if (tcp_rx_empty(&c->base))
                     tcp_rx_lowat(&c->base, x->length - c->rx_off);
-                n = tcp_rx_into(&c->base, x->local + c->rx_off, x->length - c->rx_off);
+                n = tcp_rx_into(&c->base, orb_xfer_local_cpu(x) + c->rx_off, x->length - c->rx_off);
                 if (n <= 0)
                     return (int)n;
                 c->rx_off += (uint64_t)n;
@@ -972,21 +972,35 @@ uint64_t tcp_peer_slice_len(void *peer_, uint64_t length)
     return slice == 0 ? 1 : slice;
 }
 
+int tcp_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan)
+{
+    if (in->mem_kind != ORB_MEM_HOST && in->mem_kind != ORB_MEM_PINNED)
+        return orb_fail(ORB_EUNAVAILABLE, "TCP carries host memory only (memory kind %u needs "
+                        "staging)", (unsigned)in->mem_kind);
+    return orb_plan_even(plan, in->length, tcp_peer_slice_len(peer, in->length));
+}
+
 static int xfer_check(const struct tcp_peer *p, const struct orb_xfer *x, size_t i)
 {
     if (x == NULL)
         return orb_fail(ORB_EINVAL, "xfer %zu is NULL", i);
     if (x->op == ORB_XFER_NOTIFY) {
-        if (x->length == 0 || x->length > ORB_NOTIFY_MAX || x->local == NULL)
+        if (x->length == 0 || x->length > ORB_NOTIFY_MAX || x->notify_data == NULL)
             return orb_fail(ORB_EINVAL, "notification %zu: length %llu outside 1..%d", i,
                             (unsigned long long)x->length, ORB_NOTIFY_MAX);
         return 0;
     }
     if (x->op != ORB_XFER_READ && x->op != ORB_XFER_WRITE)
         return orb_fail(ORB_EINVAL, "xfer %zu: unknown op %u", i, (unsigned)x->op);
-    if (x->length == 0 || x->length > p->max_payload || x->local == NULL)
+    if (x->length == 0 || x->length > p->max_payload)
         return orb_fail(ORB_EINVAL, "xfer %zu: length %llu outside 1..%llu", i,
                         (unsigned long long)x->length, (unsigned long long)p->max_payload);
+    /* TCP moves bytes through the CPU: the local side must have a CPU view over its length. */
+    const struct orb_reg *reg = x->local_reg;
+    if (reg == NULL || x->local_offset > reg->len || x->length > reg->len - x->local_offset ||
+        orb_xfer_local_cpu(x) == NULL)
+        return orb_fail(ORB_EINVAL, "xfer %zu: local bytes outside their registration or "
+                        "without a CPU view", i);
     if (x->remote_addr > UINT64_MAX - x->length)
         return orb_fail(ORB_EINVAL, "xfer %zu: remote range wraps around", i);
     /* The frame names the whole request; it must be a range that contains this slice. */

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "core/engine_internal.h"
+#include "core/error.h"
 
 /* ---- the scripted transport -------------------------------------------------------------- */
 
@@ -109,14 +110,34 @@ static int fake_peer_describe(void *peer, uint64_t deadline, struct orb_region_d
 }
 static bool fake_slice_len_shrinks; /* each answer smaller than the last: asked twice, it would show */
 static unsigned fake_slice_len_asked;
-static uint64_t fake_peer_slice_len(void *peer, uint64_t length)
+/* How the scripted plan goes wrong, if it does. */
+enum bad_plan { PLAN_GOOD, PLAN_GAP, PLAN_OVERLAP, PLAN_SHORT, PLAN_LONG, PLAN_EMPTY_PIECE,
+                PLAN_NO_PIECES, PLAN_ERROR };
+static enum bad_plan fake_bad_plan;
+static int fake_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan)
 {
-    (void)peer, (void)length;
+    (void)peer;
     fake_slice_len_asked++;
     uint64_t answer = fake_slice_len;
     if (fake_slice_len_shrinks && fake_slice_len > 100)
         fake_slice_len /= 2;
-    return answer;
+    if (fake_bad_plan == PLAN_ERROR)
+        return orb_fail(ORB_ERESOURCE, "scripted plan failure");
+    if (fake_bad_plan == PLAN_NO_PIECES)
+        return 0;
+    int rc = orb_plan_even(plan, in->length, answer);
+    if (rc != 0)
+        return rc;
+    struct orb_plan_piece *last = &plan->pieces[plan->count - 1];
+    switch (fake_bad_plan) {
+    case PLAN_GAP: last->offset += 1; last->length -= 1; break;
+    case PLAN_OVERLAP: last->offset -= 1; break;
+    case PLAN_SHORT: last->length -= 1; break;
+    case PLAN_LONG: last->length += 1; break;
+    case PLAN_EMPTY_PIECE: plan->pieces[0].length = 0; break;
+    default: break;
+    }
+    return 0;
 }
 static int fake_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
 {
@@ -148,7 +169,7 @@ const struct orb_transport_ops orb_tcp_transport = {
     .inflight = fake_inflight,
     .peer_open = fake_peer_open,
     .peer_describe = fake_peer_describe,
-    .peer_slice_len = fake_peer_slice_len,
+    .peer_plan = fake_peer_plan,
     .peer_submit = fake_peer_submit,
     .peer_release = fake_peer_release,
 };
@@ -192,6 +213,7 @@ static int setup_cfg(void **state, const struct orb_engine_config *cfg)
     fake_slice_len = 1000;
     fake_slice_len_shrinks = false;
     fake_slice_len_asked = 0;
+    fake_bad_plan = PLAN_GOOD;
     fake_submit_status = 0;
     fake_open_status = 0;
     notified_count = 0;
@@ -317,7 +339,12 @@ static void test_slicing(void **state)
     assert_int_equal(pending[1]->length, 1000);
     assert_int_equal(pending[2]->length, 500);
     for (int i = 0; i < 3; i++) {
-        assert_ptr_equal(pending[i]->local, f->mem + 7 + 1000 * i);
+        assert_ptr_equal(orb_xfer_local_cpu(pending[i]), f->mem + 7 + 1000 * i);
+        assert_int_equal(pending[i]->local_offset, 7 + 1000 * (uint64_t)i);
+        assert_int_equal(pending[i]->local_reg->base, f->base);
+        assert_int_equal(pending[i]->mem_kind, ORB_MEM_HOST);
+        assert_int_equal(pending[i]->piece_index, i);
+        assert_int_equal(pending[i]->rail, 0);
         assert_int_equal(pending[i]->remote_addr, 0x10007 + 1000 * (uint64_t)i);
         assert_int_equal(pending[i]->request_index, 0);
     }
@@ -335,6 +362,44 @@ static void test_slicing(void **state)
     assert_int_equal(rep.completed_bytes, 2500);
     assert_true(rep.local_drained);
     assert_int_equal(orb_batch_free(b), 0);
+}
+
+/* A transport's plan that does not cover its request back to back is refused before anything
+ * is queued: the request's group is rejected, its pins are dropped, the message names the
+ * transport, and the batch stays usable. */
+static void test_bad_plans_are_refused(void **state)
+{
+    struct fx *f = *state;
+    const enum bad_plan bad[] = { PLAN_GAP, PLAN_OVERLAP, PLAN_SHORT, PLAN_LONG, PLAN_EMPTY_PIECE,
+                                  PLAN_NO_PIECES, PLAN_ERROR };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        orb_batch *b;
+        assert_int_equal(orb_batch_open(f->engine, f->seg, &b), 0);
+        /* Request 1 of the group carries the bad plan (4 pieces: beyond the inline ones too). */
+        struct orb_request r[2] = {rq(f, ORB_OP_WRITE, 0, 100), rq(f, ORB_OP_READ, 8192, 3500)};
+        fake_bad_plan = PLAN_GOOD;
+        fake_slice_len = 1000;
+        assert_int_equal(orb_batch_submit(b, &r[0], 1), 0);
+        fake_bad_plan = bad[k];
+        int rc = orb_batch_submit(b, &r[1], 1);
+        assert_int_equal(rc, bad[k] == PLAN_ERROR ? ORB_ERESOURCE : ORB_EINVAL);
+        assert_non_null(strstr(orb_last_error(), "request 1"));
+        assert_non_null(strstr(orb_last_error(), "scripted"));
+        assert_int_equal(npending, 1); /* only the first group's piece */
+        fake_bad_plan = PLAN_GOOD;
+        assert_int_equal(orb_batch_seal(b, NULL), 0);
+        complete(0, 0, ORB_REMOTE_EFFECT_NONE);
+        struct orb_batch_report rep;
+        assert_int_equal(orb_batch_wait(b, 1000000000ull, &rep), 0);
+        assert_int_equal(rep.submitted_requests, 1);
+        assert_int_equal(orb_batch_free(b), 0);
+    }
+    /* Every pin of the refused requests was dropped: the registration retires at once. */
+    assert_int_equal(orb_unregister_memory(f->engine, f->id), 0);
+    wait_released(f, 1);
+    assert_int_equal(orb_register_memory(f->engine, malloc(MEM_LEN), MEM_LEN, ORB_PERM_LOCAL,
+                                         count_release, f, &f->id), 0);
+    atomic_store(&f->released, 0);
 }
 
 /* The transport is asked for a request's slice length once: the pieces follow the same answer as
@@ -470,7 +535,7 @@ static void test_notification_order(void **state)
     assert_int_equal(npending, 1);
     assert_int_equal(pending[0]->op, ORB_XFER_NOTIFY);
     assert_int_equal(pending[0]->length, sizeof msg);
-    assert_memory_equal(pending[0]->local, msg, sizeof msg);
+    assert_memory_equal(orb_xfer_local_cpu(pending[0]), msg, sizeof msg);
     complete(0, 0, ORB_REMOTE_EFFECT_NONE);
     assert_int_equal(orb_batch_poll(b, &rep), 0);
     assert_int_equal(rep.notification, ORB_NOTIFY_DELIVERED);
@@ -820,6 +885,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_register_memory_twice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slicing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slice_length_is_asked_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_plans_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prefix_and_failure_span, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_effect_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_span_runs_through_last_attempted, setup, teardown),

@@ -60,7 +60,7 @@ static uint64_t addr_of(orb_host_memory *mem, size_t offset)
 static struct orb_registry *new_registry(uint32_t max)
 {
     struct orb_registry *reg = NULL;
-    assert_int_equal(orb_registry_new(max, NULL, &reg), 0);
+    assert_int_equal(orb_registry_new(max, NULL, NULL, &reg), 0);
     assert_non_null(reg);
     return reg;
 }
@@ -99,9 +99,9 @@ static void test_new_and_free_arguments(void **state)
 {
     (void)state;
     struct orb_registry *reg = (struct orb_registry *)(uintptr_t)0x1;
-    assert_int_equal(orb_registry_new(0, NULL, &reg), ORB_EINVAL);
+    assert_int_equal(orb_registry_new(0, NULL, NULL, &reg), ORB_EINVAL);
     assert_ptr_equal(reg, (struct orb_registry *)(uintptr_t)0x1);
-    assert_int_equal(orb_registry_new(4, NULL, NULL), ORB_EINVAL);
+    assert_int_equal(orb_registry_new(4, NULL, NULL, NULL), ORB_EINVAL);
     orb_registry_free(NULL);
     orb_registry_release(NULL);
     assert_int_equal(orb_registry_count(NULL), 0);

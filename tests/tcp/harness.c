@@ -116,7 +116,7 @@ orb_engine *th_engine_new(const struct orb_engine_config *cfg)
     }
     assert_int_equal(getrandom(e->epoch.bytes, sizeof e->epoch.bytes, 0),
                      (ssize_t)sizeof e->epoch.bytes);
-    assert_int_equal(orb_registry_new(e->cfg.max_registrations, NULL, &e->registry), 0);
+    assert_int_equal(orb_registry_new(e->cfg.max_registrations, NULL, NULL, &e->registry), 0);
     atomic_init(&e->source_open, e->cfg.enable_source ? 1 : 0);
     assert_int_equal(orb_tcp_transport.start(e, &e->tp), 0);
     return e;
@@ -180,7 +180,16 @@ void th_xfer_init(struct th_xfer *t, enum orb_xfer_op op, void *local, const voi
     memset(t, 0, sizeof *t);
     atomic_init(&t->may_start_calls, 0);
     t->x.op = (uint8_t)op;
-    t->x.local = local;
+    /* The transport sees local bytes as a registration and an offset, as the core hands them. */
+    t->reg.base = (uint64_t)(uintptr_t)local;
+    t->reg.len = length;
+    t->reg.kind = &orb_memkind_host;
+    if (op == ORB_XFER_NOTIFY) {
+        t->x.notify_data = local;
+    } else {
+        t->x.local_reg = &t->reg;
+        t->x.local_offset = 0;
+    }
     t->x.remote_addr = (uint64_t)(uintptr_t)remote;
     t->x.length = length;
     t->x.request_remote_addr = t->x.remote_addr; /* a request of one slice */

@@ -35,6 +35,7 @@ struct orb_batch {
 /* An xfer with its recorded outcome. */
 struct th_xfer {
     struct orb_xfer x;       /* first member */
+    struct orb_reg reg;      /* a registration of exactly the xfer's local bytes */
     atomic_int may_start_calls;
     int done_calls;          /* harness lock */
     int status;

@@ -1062,19 +1062,53 @@ static void test_describe_deadline(void **state)
     fake_stop(f);
 }
 
+/* The plan TCP makes of one request: even pieces of the stripe length, back to back. */
+static void expect_plan(void *peer, uint64_t length, uint64_t piece, uint32_t count)
+{
+    struct orb_plan plan;
+    memset(&plan, 0, sizeof plan);
+    struct orb_reg reg = {.base = 4096, .len = UINT64_MAX - 4096, .kind = &orb_memkind_host};
+    struct orb_plan_input in = {.op = ORB_XFER_READ, .length = length, .local_reg = &reg,
+                                .mem_kind = ORB_MEM_HOST};
+    assert_int_equal(T->peer_plan(peer, &in, &plan), 0);
+    assert_int_equal(plan.count, count);
+    uint64_t off = 0;
+    for (uint32_t k = 0; k < plan.count; k++) {
+        assert_int_equal(plan.pieces[k].offset, off);
+        assert_int_equal(plan.pieces[k].length, k + 1 < count ? piece : length - off);
+        assert_int_equal(plan.pieces[k].rail, 0);
+        off += plan.pieces[k].length;
+    }
+    assert_int_equal(off, length);
+    if (plan.pieces != plan.inline_pieces)
+        free(plan.pieces);
+}
+
 static void test_slice_len(void **state)
 {
     (void)state;
     orb_engine *src = th_engine_new(NULL); /* 2 stripes, threshold 1 MiB */
     orb_engine *req = requester_engine();
     void *peer = th_open(req, src);
-    assert_int_equal(T->peer_slice_len(peer, 0), 1);
-    assert_int_equal(T->peer_slice_len(peer, 1), 1);
-    assert_int_equal(T->peer_slice_len(peer, MIB), MIB);
-    assert_int_equal(T->peer_slice_len(peer, MIB + 1), 9 * 65536);     /* ceil(/2) up to 64 KiB */
-    assert_int_equal(T->peer_slice_len(peer, 8 * MIB), 4 * MIB);
-    assert_int_equal(T->peer_slice_len(peer, 1ull << 30), ORB_WIRE_MAX_PAYLOAD);
-    assert_int_equal(T->peer_slice_len(peer, UINT64_MAX), ORB_WIRE_MAX_PAYLOAD);
+    assert_int_equal(tcp_peer_slice_len(peer, 0), 1);
+    assert_int_equal(tcp_peer_slice_len(peer, 1), 1);
+    assert_int_equal(tcp_peer_slice_len(peer, MIB), MIB);
+    assert_int_equal(tcp_peer_slice_len(peer, MIB + 1), 9 * 65536);     /* ceil(/2) up to 64 KiB */
+    assert_int_equal(tcp_peer_slice_len(peer, 8 * MIB), 4 * MIB);
+    assert_int_equal(tcp_peer_slice_len(peer, 1ull << 30), ORB_WIRE_MAX_PAYLOAD);
+    assert_int_equal(tcp_peer_slice_len(peer, UINT64_MAX), ORB_WIRE_MAX_PAYLOAD);
+    expect_plan(peer, 1, 1, 1);
+    expect_plan(peer, MIB, MIB, 1);
+    expect_plan(peer, MIB + 1, 9 * 65536, 2);
+    expect_plan(peer, 8 * MIB, 4 * MIB, 2);
+    expect_plan(peer, 1ull << 30, ORB_WIRE_MAX_PAYLOAD, (uint32_t)((1ull << 30) / ORB_WIRE_MAX_PAYLOAD));
+    /* Memory without a CPU view is not TCP's to carry. */
+    struct orb_plan plan;
+    memset(&plan, 0, sizeof plan);
+    struct orb_reg reg = {.base = 4096, .len = MIB, .kind = &orb_memkind_host};
+    struct orb_plan_input in = {.op = ORB_XFER_READ, .length = 4096, .local_reg = &reg,
+                                .mem_kind = ORB_MEM_CUDA};
+    assert_int_equal(T->peer_plan(peer, &in, &plan), ORB_EUNAVAILABLE);
     T->peer_release(peer);
     th_engine_free(req);
     th_engine_free(src);
