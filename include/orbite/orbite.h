@@ -214,10 +214,79 @@ int orb_engine_config_init(struct orb_engine_config *cfg);
 int orb_engine_config_load_json(struct orb_engine_config *cfg, const char *json);
 
 /* ------------------------------------------------------------------------ */
+/* RDMA configuration                                                        */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * The RDMA transport's settings: an opaque handle of named keys, so that keys can be added in
+ * any release without changing a structure's size (as UCX's ucp_config_modify() does). Each key
+ * has a default, a type and a range, listed in docs/man/orb_rdma_config_set.md; every key can be
+ * set as text (orb_rdma_config_set) or from JSON (orb_rdma_config_load_json), with the same
+ * checks. An engine takes a copy through struct orb_engine_params.
+ */
+typedef struct orb_rdma_config orb_rdma_config;
+
+/**
+ * A new configuration holding every key's default. The caller owns `*out` and frees it with
+ * orb_rdma_config_free(). Errors: ORB_EINVAL (NULL), ORB_ENOMEM.
+ */
+int orb_rdma_config_new(orb_rdma_config **out);
+
+/** Free a configuration (engines hold their own copies). NULL does nothing. */
+void orb_rdma_config_free(orb_rdma_config *cfg);
+
+/**
+ * Set `key` from its text form `value` (both read during the call only): "true"/"false"
+ * switches, decimal integers, masks in decimal or 0x-hex, durations as digits and a unit
+ * ("10ms", "30s"; ns, us, ms, s), comma-separated device names, choices by name; "" clears a
+ * text key. On failure `cfg` is unchanged.
+ * Errors: ORB_EINVAL (NULL argument), ORB_ECONFIG (unknown key, wrong type or out of range; the
+ * message names the key and the accepted values), ORB_ENOMEM.
+ */
+int orb_rdma_config_set(orb_rdma_config *cfg, const char *key, const char *value);
+
+/**
+ * Write `key`'s current value, in the text form orb_rdma_config_set() accepts, into `buf`
+ * (`len` bytes, NUL included). Errors: ORB_EINVAL (NULL argument or `len` too small; the message
+ * gives the size needed), ORB_ECONFIG (unknown key).
+ */
+int orb_rdma_config_get(const orb_rdma_config *cfg, const char *key, char *buf, size_t len);
+
+/**
+ * Update `cfg` from JSON text `json` (NUL-terminated, at most 1 MiB + 64 KiB): either an engine
+ * document whose "rdma" member is an object of RDMA keys (the other members are ignored here;
+ * orb_engine_config_load_json() reads them), or that object itself. Switches are JSON booleans,
+ * numbers JSON integers (a mask may be a "0x..." string), name lists arrays of strings, text,
+ * durations and choices strings; null clears a text key. Unknown keys are errors. Checks across
+ * keys run at the end (a pinned device must pass the filters; priority_matrix and
+ * custom_json_path exclude each other). On failure `cfg` is unchanged.
+ * Errors: ORB_EINVAL (NULL), ORB_ECONFIG (the message names the key), ORB_ENOMEM.
+ */
+int orb_rdma_config_load_json(orb_rdma_config *cfg, const char *json);
+
+/* ------------------------------------------------------------------------ */
 /* Engine                                                                    */
 /* ------------------------------------------------------------------------ */
 
 typedef struct orb_engine orb_engine;
+
+/** Bits of struct orb_engine_params::field_mask: which fields the caller set. */
+#define ORB_ENGINE_PARAM_CONFIG (1ull << 0)
+#define ORB_ENGINE_PARAM_RDMA (1ull << 1)
+
+/**
+ * Everything an engine is made from. The library reads only the fields whose bit is set in
+ * field_mask, so later releases append fields without breaking programs built against this
+ * one (UCX's ucp_params_t works the same way); a bit this library does not know is refused.
+ */
+struct orb_engine_params {
+    uint64_t field_mask;
+    /** ORB_ENGINE_PARAM_CONFIG: the engine configuration (unset or NULL: the defaults). */
+    const struct orb_engine_config *config;
+    /** ORB_ENGINE_PARAM_RDMA: run the RDMA transport with these settings, copied (unset or
+     *  NULL: no RDMA transport, and libibverbs is never loaded). */
+    const orb_rdma_config *rdma;
+};
 
 /**
  * Create an engine: validates `cfg`, draws a fresh source epoch, starts the
@@ -227,6 +296,18 @@ typedef struct orb_engine orb_engine;
  * ORB_EUNAVAILABLE (cannot bind or start threads), ORB_ENOMEM.
  */
 int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out);
+
+/**
+ * Create an engine from `params` (read during the call only; see struct orb_engine_params).
+ * orb_engine_create(cfg, out) is this call with only the config set. With RDMA settings the
+ * engine also runs the RDMA transport where the host has it: on a host without usable devices,
+ * or in a release without it, the engine runs without it (an info log says why) and requests
+ * that name ORB_TRANSPORT_RDMA fail with ORB_EUNAVAILABLE. This release has no RDMA data path
+ * yet: its settings are checked and kept, and requests travel on TCP.
+ * Errors: as orb_engine_create(), and ORB_EINVAL (unknown field_mask bit), ORB_ECONFIG (the RDMA
+ * settings' cross-key checks).
+ */
+int orb_engine_create_params(const struct orb_engine_params *params, orb_engine **out);
 
 /**
  * Write the bound source endpoint "host:port" (NUL-terminated) into `buf`.

@@ -340,6 +340,13 @@ static const struct config_field *find_field(const char *name)
 
 static int apply_key(struct orb_engine_config *cfg, const char *key, json_t *value)
 {
+    /* The RDMA transport's keys live in their own object, read by orb_rdma_config_load_json()
+     * from the same document. */
+    if (strcmp(key, "rdma") == 0) {
+        if (!json_is_object(value))
+            return orb_fail(ORB_ECONFIG, "config key 'rdma': must be an object of RDMA keys");
+        return 0;
+    }
     const struct config_field *f = find_field(key);
     if (f == NULL)
         return orb_fail(ORB_ECONFIG, "config key '%s': unknown key", key);

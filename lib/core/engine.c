@@ -13,6 +13,7 @@
 #include "error.h"
 #include "log.h"
 #include "memory.h"
+#include "rdma_config.h"
 
 /* Default deadline orb_engine_free() gives a close the caller did not make. */
 #define ORB_FREE_CLOSE_TIMEOUT_NS (10ull * ORB_NS_PER_SEC)
@@ -42,10 +43,40 @@ static int draw_epoch(struct orb_epoch *epoch)
     return 0;
 }
 
+static int engine_create(const struct orb_engine_config *cfg, const struct orb_rdma_config *rdma,
+                         const struct orb_transport_ops *const *ops, size_t n, orb_engine **out);
+
+/* The transports of this release. */
+static const struct orb_transport_ops *const builtin_transports[] = { &orb_tcp_transport };
+#define BUILTIN_COUNT (sizeof builtin_transports / sizeof builtin_transports[0])
+
 ORB_EXPORT int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out)
 {
-    static const struct orb_transport_ops *const builtin[] = { &orb_tcp_transport };
-    return orb_engine_create_with(cfg, builtin, sizeof builtin / sizeof builtin[0], out);
+    return orb_engine_create_with(cfg, builtin_transports, BUILTIN_COUNT, out);
+}
+
+#define KNOWN_PARAMS (ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA)
+
+ORB_EXPORT int orb_engine_create_params(const struct orb_engine_params *params, orb_engine **out)
+{
+    if (params == NULL || out == NULL)
+        return orb_fail(ORB_EINVAL, "orb_engine_create_params: params and out must not be NULL");
+    if ((params->field_mask & ~(uint64_t)KNOWN_PARAMS) != 0)
+        return orb_fail(ORB_EINVAL, "orb_engine_create_params: field_mask bits 0x%llx are "
+                        "unknown to this library",
+                        (unsigned long long)(params->field_mask & ~(uint64_t)KNOWN_PARAMS));
+    struct orb_engine_config defaults;
+    const struct orb_engine_config *cfg = NULL;
+    if (params->field_mask & ORB_ENGINE_PARAM_CONFIG)
+        cfg = params->config;
+    if (cfg == NULL) {
+        orb_engine_config_init(&defaults);
+        cfg = &defaults;
+    }
+    const struct orb_rdma_config *rdma = NULL;
+    if (params->field_mask & ORB_ENGINE_PARAM_RDMA)
+        rdma = params->rdma;
+    return engine_create(cfg, rdma, builtin_transports, BUILTIN_COUNT, out);
 }
 
 /* Registration hooks: every started transport that keeps registration state attaches it. */
@@ -126,16 +157,29 @@ static int start_transports(orb_engine *engine, const struct orb_transport_ops *
 int orb_engine_create_with(const struct orb_engine_config *cfg,
                            const struct orb_transport_ops *const *ops, size_t n, orb_engine **out)
 {
+    return engine_create(cfg, NULL, ops, n, out);
+}
+
+static int engine_create(const struct orb_engine_config *cfg, const struct orb_rdma_config *rdma,
+                         const struct orb_transport_ops *const *ops, size_t n, orb_engine **out)
+{
     if (cfg == NULL || out == NULL || ops == NULL || n == 0)
         return orb_fail(ORB_EINVAL, "orb_engine_create: cfg and out must not be NULL");
     int rc = orb_engine_config_validate(cfg);
     if (rc != 0)
+        return rc;
+    if (rdma != NULL && (rc = orb_rdma_config_check(rdma)) != 0)
         return rc;
 
     orb_engine *engine = calloc(1, sizeof *engine);
     if (engine == NULL)
         return orb_fail(ORB_ENOMEM, "cannot allocate the engine");
     engine->cfg = *cfg;
+    if (rdma != NULL) {
+        rc = orb_rdma_config_dup(rdma, &engine->rdma_cfg);
+        if (rc != 0)
+            goto free_engine;
+    }
     atomic_init(&engine->refs, 1);
     atomic_init(&engine->source_open, cfg->enable_source ? 1 : 0);
     atomic_init(&engine->requester_open, 1);
@@ -165,6 +209,9 @@ int orb_engine_create_with(const struct orb_engine_config *cfg,
     rc = start_transports(engine, ops, n);
     if (rc != 0)
         goto undo_transports;
+    if (engine->rdma_cfg != NULL && engine->tp[ORB_TRANSPORT_RDMA].ops == NULL)
+        ORB_LOGI("RDMA settings given, but this engine runs no RDMA transport (this release has "
+                 "no RDMA data path yet): requests travel on TCP");
     *out = engine;
     return 0;
 
@@ -177,6 +224,7 @@ free_reaper:
 destroy_lock:
     pthread_mutex_destroy(&engine->lock);
 free_engine:
+    orb_rdma_config_free(engine->rdma_cfg);
     free(engine);
     return rc;
 }
@@ -189,6 +237,11 @@ const struct orb_engine_config *orb_engine_cfg(const orb_engine *engine)
 struct orb_registry *orb_engine_registry(orb_engine *engine)
 {
     return engine->registry;
+}
+
+const struct orb_rdma_config *orb_engine_rdma_config(const orb_engine *engine)
+{
+    return engine->rdma_cfg;
 }
 
 const struct orb_epoch *orb_engine_epoch(const orb_engine *engine)
@@ -348,6 +401,7 @@ static void engine_destroy(orb_engine *engine)
         node = next;
     }
     pthread_mutex_destroy(&engine->lock);
+    orb_rdma_config_free(engine->rdma_cfg);
     free(engine);
 }
 

@@ -10,6 +10,8 @@
 const struct orb_engine_config *orb_engine_cfg(const orb_engine *engine);
 struct orb_registry *orb_engine_registry(orb_engine *engine);
 const struct orb_epoch *orb_engine_epoch(const orb_engine *engine);
+/* The engine's RDMA settings, NULL when it was created without (no RDMA transport wanted). */
+const struct orb_rdma_config *orb_engine_rdma_config(const orb_engine *engine);
 
 /* Queue a notification received by the source. ORB_ERESOURCE when max_notifications are queued,
  * ORB_ECLOSED when the source is fenced. */

@@ -30,6 +30,7 @@ struct orb_engine {
      * describe, notifications, and the other transports' handshakes). */
     struct orb_tp_slot tp[ORB_TRANSPORT_SLOTS];
     struct orb_reg_hooks reg_hooks;
+    struct orb_rdma_config *rdma_cfg; /* the engine's copy; NULL: no RDMA transport wanted */
 
     /* The user's handle + one per open segment and live batch: the struct (and the transport
      * state that segments point into) outlives orb_engine_free() while they exist. */

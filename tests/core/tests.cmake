@@ -2,3 +2,12 @@ orb_unit_test(test_memory SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_memory.c OBJECT
 orb_unit_test(test_registry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_registry.c OBJECTS orb_base orb_mem)
 orb_unit_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config.c OBJECTS orb_base orb_config)
 orb_unit_test(test_error SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_error.c OBJECTS orb_base)
+# Public API only, against the shared library (its export list included).
+orb_unit_test(test_rdma_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rdma_config.c LIBS orbite)
+# Corpus replay of the RDMA settings parser; libFuzzer target (clang):
+# ./fuzz_rdma_config -max_len=4096 tests/core/rdma_config_corpus
+orb_fuzz_target(fuzz_rdma_config HARNESS ${CMAKE_CURRENT_LIST_DIR}/fuzz_rdma_config.c
+                CORPUS ${CMAKE_CURRENT_LIST_DIR}/rdma_config_corpus
+                OBJECTS orb_base orb_config
+                FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/core/rdma_config.c
+                FUZZ_OBJECTS orb_base LIBS PkgConfig::JANSSON)
