@@ -69,8 +69,12 @@ ORB_EXPORT int orb_open_segment(orb_engine *engine, const char *endpoint,
         const struct orb_tp_slot *t = &engine->tp[i];
         if (i == ORB_TRANSPORT_TCP || t->ops == NULL)
             continue;
-        rc = t->ops->peer_open(t->state, endpoint, expected, deadline, &segment->peer[i]);
+        void *peer = NULL;
+        rc = t->ops->peer_open(t->state, endpoint, expected, deadline, &peer);
         segment->peer_status[i] = rc;
+        if (rc == 0)
+            segment->peer[i] = peer;
+        /* The epoch is wrong or the engine is closing: no transport may carry on. */
         if (rc == ORB_ESTALE || rc == ORB_ECLOSED) {
             rc = orb_fail_wrap(rc, "cannot open segment %s", endpoint);
             release_peers(segment);
@@ -78,7 +82,6 @@ ORB_EXPORT int orb_open_segment(orb_engine *engine, const char *endpoint,
             return rc;
         }
         if (rc != 0) {
-            segment->peer[i] = NULL;
             ORB_LOGI("segment %s: no %s path (%s); requests use the others", endpoint,
                      t->ops->name, orb_last_error());
         }

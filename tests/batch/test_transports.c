@@ -361,6 +361,12 @@ static void test_no_rdma_path(void **state)
     r.transport = (enum orb_transport)7;
     assert_int_equal(orb_submit_and_wait(f->engine, f->seg, &r, 1, NULL, 1000000000ull, &rep),
                      ORB_EINVAL);
+    /* A transport that finds another epoch at the endpoint fails the whole open. */
+    rdma_script.open_status = ORB_ESTALE;
+    struct orb_epoch e = {{1}};
+    orb_segment *seg = NULL;
+    assert_int_equal(orb_open_segment(f->engine, "script:1", &e, 1000000000ull, &seg), ORB_ESTALE);
+    assert_null(seg);
 }
 
 /* A transport whose start() says "not on this host" is left out: the engine runs on TCP, RDMA
