@@ -559,7 +559,7 @@ enum orb_priority {
  * best transport.
  *
  * Requests are passed in arrays, so the structure has a fixed size with room
- * to grow, as rdma-core's work requests do: comp_mask says which optional
+ * to grow, as rdma-core's extended structures have: comp_mask says which optional
  * fields a caller filled. No optional field is defined in this release, so
  * comp_mask and every reserved word must be 0; a library that does not know a
  * bit refuses the request (ORB_EINVAL naming the bit) rather than ignoring it.
