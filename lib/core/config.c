@@ -404,24 +404,32 @@ static int apply_key(struct orb_engine_config *cfg, const char *key, json_t *val
     return orb_fail(ORB_ECONFIG, "config key '%s': unsupported field type", key);
 }
 
+int orb_json_load_object(const char *json, size_t max, const char *what, json_t **out)
+{
+    size_t len = strnlen(json, max + 1);
+    if (len > max)
+        return orb_fail(ORB_ECONFIG, "%s: larger than %zu bytes", what, max);
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return orb_fail(ORB_ECONFIG, "%s: %s (line %d, column %d)", what, jerr.text, jerr.line,
+                        jerr.column);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return orb_fail(ORB_ECONFIG, "%s: the top level must be an object", what);
+    }
+    *out = root;
+    return 0;
+}
+
 ORB_EXPORT int orb_engine_config_load_json(struct orb_engine_config *cfg, const char *json)
 {
     if (cfg == NULL || json == NULL)
         return orb_fail(ORB_EINVAL, "config load: NULL argument");
-    size_t len = strnlen(json, CONFIG_JSON_MAX + 1);
-    if (len > CONFIG_JSON_MAX)
-        return orb_fail(ORB_ECONFIG, "config JSON: larger than %u bytes", CONFIG_JSON_MAX);
-
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL)
-        return orb_fail(ORB_ECONFIG, "config JSON: %s (line %d, column %d)", jerr.text, jerr.line,
-                        jerr.column);
-    int rc = 0;
-    if (!json_is_object(root)) {
-        rc = orb_fail(ORB_ECONFIG, "config JSON: the top level must be an object");
-        goto free_root;
-    }
+    json_t *root;
+    int rc = orb_json_load_object(json, CONFIG_JSON_MAX, "config JSON", &root);
+    if (rc != 0)
+        return rc;
 
     /* Work on a copy so that a failure leaves `cfg` untouched. */
     struct orb_engine_config next = *cfg;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "error.h"
 
 enum key_type {
@@ -568,20 +569,11 @@ ORB_EXPORT int orb_rdma_config_load_json(orb_rdma_config *cfg, const char *json)
 {
     if (cfg == NULL || json == NULL)
         return orb_fail(ORB_EINVAL, "orb_rdma_config_load_json: NULL argument");
-    size_t len = strnlen(json, RDMA_JSON_MAX + 1);
-    if (len > RDMA_JSON_MAX)
-        return orb_fail(ORB_ECONFIG, "rdma JSON: larger than %u bytes", RDMA_JSON_MAX);
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL)
-        return orb_fail(ORB_ECONFIG, "rdma JSON: %s (line %d, column %d)", jerr.text, jerr.line,
-                        jerr.column);
-    int rc = 0;
+    json_t *root;
+    int rc = orb_json_load_object(json, RDMA_JSON_MAX, "rdma JSON", &root);
+    if (rc != 0)
+        return rc;
     struct orb_rdma_config *next = NULL;
-    if (!json_is_object(root)) {
-        rc = orb_fail(ORB_ECONFIG, "rdma JSON: the top level must be an object");
-        goto free_root;
-    }
     /* An engine document ({"tcp_stripes": 2, "rdma": {...}}) or the RDMA object itself. */
     json_t *obj = json_object_get(root, "rdma");
     if (obj != NULL && !json_is_object(obj)) {

@@ -9,5 +9,5 @@ orb_unit_test(test_rdma_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rdma_confi
 orb_fuzz_target(fuzz_rdma_config HARNESS ${CMAKE_CURRENT_LIST_DIR}/fuzz_rdma_config.c
                 CORPUS ${CMAKE_CURRENT_LIST_DIR}/rdma_config_corpus
                 OBJECTS orb_base orb_config
-                FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/core/rdma_config.c
+                FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/core/rdma_config.c ${PROJECT_SOURCE_DIR}/lib/core/config.c
                 FUZZ_OBJECTS orb_base LIBS PkgConfig::JANSSON)
