@@ -401,3 +401,45 @@ bool hp_status_field(const char *status, const char *key, int base, uint64_t *ou
     }
     return false;
 }
+
+/* One pass over /proc: a process whose PPid is `parent`, or -1. */
+static pid_t scan_for_child(pid_t parent)
+{
+    DIR *d = opendir("/proc");
+    if (d == NULL)
+        return -1;
+    pid_t found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d)) != NULL) {
+        char *end = NULL;
+        long pid = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0')
+            continue;
+        char status[4096];
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/status", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, status, sizeof status - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        status[n] = '\0';
+        uint64_t ppid = 0;
+        if (hp_status_field(status, "PPid:", 10, &ppid) && ppid == (uint64_t)parent)
+            found = (pid_t)pid;
+    }
+    closedir(d);
+    return found;
+}
+
+pid_t hp_child_of(pid_t parent, int timeout_ms)
+{
+    for (int waited = 0;; waited += 5) {
+        pid_t found = scan_for_child(parent);
+        if (found > 0 || waited >= timeout_ms)
+            return found;
+        (void)poll(NULL, 0, 5);
+    }
+}

@@ -87,4 +87,8 @@ int hp_self_report(struct hp_proc *p, struct hp_self_report *out);
 /* A field of a /proc/PID/status text ("CapEff:"), parsed as hex (base 16) or decimal (base 10). */
 bool hp_status_field(const char *status, const char *key, int base, uint64_t *out);
 
+/* A child of `parent` (a helper worker's monitor), found through /proc/PID/status and looked for
+ * again every 5 ms for up to `timeout_ms`; -1 when there is none by then. */
+pid_t hp_child_of(pid_t parent, int timeout_ms);
+
 #endif

@@ -1,5 +1,6 @@
 /* A private test system for root-only tests of the installed orbite-helper (see sysns.h). */
 #include "sysns.h"
+#include "util/fdio.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -36,21 +37,6 @@ static int fail_errno(int err, const char *step, const char *what)
 {
     errno = err;
     return fail(step, what);
-}
-
-int sysns_write_all(int fd, const void *data, size_t len)
-{
-    const char *buf = data;
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
 }
 
 /* ---- the namespace ----------------------------------------------------------------------------- */
@@ -304,7 +290,7 @@ int sysns_write_policy(const char *name, const char *text)
         fail("create policy", name);
         goto close_dir;
     }
-    if (sysns_write_all(fd, text, strlen(text)) != 0)
+    if (test_write_all(fd, text, strlen(text)) != 0)
         fail("write policy", name);
     else if (fchown(fd, 0, 0) != 0)
         fail("chown policy", name);
@@ -390,7 +376,7 @@ int sysns_install_copy(const char *src, const char *dst, const char *caps)
         }
         if (n == 0)
             break;
-        if (sysns_write_all(out, buf, (size_t)n) != 0) {
+        if (test_write_all(out, buf, (size_t)n) != 0) {
             fail("write", dst);
             goto close_out;
         }

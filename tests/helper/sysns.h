@@ -84,7 +84,4 @@ int sysns_become(uid_t uid, gid_t gid);
  * unspecified: the child should exit). */
 int sysns_become_groups(uid_t uid, gid_t gid, size_t ngroups, const gid_t *groups);
 
-/* Write all `len` bytes of `data` to `fd`, retrying short writes and EINTR. 0 or -1. */
-int sysns_write_all(int fd, const void *data, size_t len);
-
 #endif

@@ -187,35 +187,7 @@ static uint64_t status_field(const char *status, const char *key, int base)
 /* The one child of `parent` (the monitor of a worker). */
 static pid_t child_of(pid_t parent)
 {
-    pid_t found = -1;
-    for (int tries = 0; tries < 200 && found < 0; tries++) {
-        DIR *d = opendir("/proc");
-        assert_non_null(d);
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL && found < 0) {
-            char *end = NULL;
-            long pid = strtol(e->d_name, &end, 10);
-            if (end == e->d_name || *end != '\0')
-                continue;
-            char status[4096];
-            char path[64];
-            snprintf(path, sizeof path, "/proc/%ld/status", pid);
-            int fd = open(path, O_RDONLY | O_CLOEXEC);
-            if (fd < 0)
-                continue;
-            ssize_t n = read(fd, status, sizeof status - 1);
-            close(fd);
-            if (n <= 0)
-                continue;
-            status[n] = '\0';
-            uint64_t ppid = 0;
-            if (hp_status_field(status, "PPid:", 10, &ppid) && ppid == (uint64_t)parent)
-                found = (pid_t)pid;
-        }
-        closedir(d);
-        if (found < 0)
-            (void)poll(NULL, 0, 5);
-    }
+    pid_t found = hp_child_of(parent, 1000);
     assert_true(found > 0);
     return found;
 }

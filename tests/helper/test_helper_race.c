@@ -54,6 +54,7 @@
 #include "common/helper_proto.h"
 #include "helper_test_util.h"
 #include "sysns.h"
+#include "util/fdio.h"
 #include "topo/slots.h"
 
 #define VICTIM_UID 61001u
@@ -224,32 +225,6 @@ static void note(char *buf, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Read exactly len bytes within timeout_ms. 0, or -1 (EOF, error, timeout). */
-static int read_all(int fd, void *data, size_t len, int timeout_ms)
-{
-    char *p = data;
-    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * MS;
-    while (len > 0) {
-        uint64_t now = now_ns();
-        if (now >= deadline)
-            return -1;
-        struct pollfd pfd = {.fd = fd, .events = POLLIN, .revents = 0};
-        int ready = poll(&pfd, 1, (int)((deadline - now) / MS) + 1);
-        if (ready < 0 && errno == EINTR)
-            continue;
-        if (ready <= 0)
-            return -1;
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* waitpid with a deadline, SIGKILL past it. The wait status, or -1 (killed or lost). */
 static int wait_child(pid_t pid, uint64_t deadline)
 {
@@ -275,37 +250,14 @@ static bool set_policy(pid_t pid, int policy)
     return sched_setscheduler(pid, policy, &sp) == 0;
 }
 
-/* Move the helper `worker` and its monitor (the worker's child, found through /proc/PID/stat) to
- * `policy`. For SCHED_IDLE only root may: the monitor holds capabilities its tenant does not,
- * which the kernel takes as a reason to refuse the tenant. Whether both were moved. */
+/* Move the helper `worker` and its monitor (the worker's child) to `policy`. For SCHED_IDLE only
+ * root may: the monitor holds capabilities its tenant does not, which the kernel takes as a
+ * reason to refuse the tenant. Whether both were moved. */
 static bool move_helper(pid_t worker, int policy)
 {
-    bool worker_moved = set_policy(worker, policy), monitor_moved = false;
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d != NULL && !monitor_moved && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] < '1' || e->d_name[0] > '9')
-            continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0)
-            continue;
-        buf[n] = '\0';
-        /* pid (comm) state ppid ...: comm may hold anything, so parse after its last ')' */
-        const char *rp = strrchr(buf, ')');
-        char state = 0;
-        int ppid = 0;
-        if (rp != NULL && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == (int)worker)
-            monitor_moved = set_policy((pid_t)atoi(e->d_name), policy);
-    }
-    if (d != NULL)
-        closedir(d);
-    return worker_moved && monitor_moved;
+    bool worker_moved = set_policy(worker, policy);
+    pid_t monitor = hp_child_of(worker, 0);
+    return worker_moved && monitor > 0 && set_policy(monitor, policy);
 }
 
 /* The administrator's service that slows helpers down for one tenant process: it reads a worker's
@@ -328,10 +280,10 @@ static void idler_main(struct idler *id)
         _exit(20);
     for (;;) {
         int32_t pid = 0;
-        if (read_all(id->req[0], &pid, sizeof pid, WORLD_WAIT_MS) != 0 || pid == 0 || pid == INT32_MIN)
+        if (test_read_all(id->req[0], &pid, sizeof pid, WORLD_WAIT_MS) != 0 || pid == 0 || pid == INT32_MIN)
             _exit(0);
         char done = move_helper((pid_t)(pid > 0 ? pid : -pid), pid > 0 ? SCHED_IDLE : SCHED_OTHER) ? 1 : 0;
-        if (sysns_write_all(id->ack[1], &done, 1) != 0)
+        if (test_write_all(id->ack[1], &done, 1) != 0)
             _exit(0);
     }
 }
@@ -377,8 +329,8 @@ static bool slow_down_helper(pid_t worker, bool slow)
 {
     int32_t pid = slow ? (int32_t)worker : -(int32_t)worker;
     char done = 0;
-    return idle_req_fd >= 0 && sysns_write_all(idle_req_fd, &pid, sizeof pid) == 0 &&
-           read_all(idle_ack_fd, &done, 1, 2000) == 0 && done == 1;
+    return idle_req_fd >= 0 && test_write_all(idle_req_fd, &pid, sizeof pid) == 0 &&
+           test_read_all(idle_ack_fd, &done, 1, 2000) == 0 && done == 1;
 }
 
 /* A page with a valid version-1 header in this clock domain: what the hostile tenant squats with. */
@@ -703,7 +655,7 @@ static int make_squat_file(int shm, const char *name, const uint64_t *page)
     int fd = openat(shm, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
-    if (sysns_write_all(fd, page, SLOT_SIZE) != 0 || fchmod(fd, SLOT_MODE) != 0) {
+    if (test_write_all(fd, page, SLOT_SIZE) != 0 || fchmod(fd, SLOT_MODE) != 0) {
         close(fd);
         (void)unlinkat(shm, name, 0);
         return -1;
@@ -921,7 +873,7 @@ static void hostile_main(enum hostile_role role, int report_fd, uint64_t t0)
     default: run_sessions(&r); break;
     }
     tally_fds(&r);
-    _exit(sysns_write_all(report_fd, &r, sizeof r) == 0 ? 0 : 22);
+    _exit(test_write_all(report_fd, &r, sizeof r) == 0 ? 0 : 22);
 }
 
 /* ---- the victim ---------------------------------------------------------------------------------- */
@@ -1063,7 +1015,7 @@ static void victim_main(struct victim_report *r, int report_fd, uint64_t t0)
     if (sysns_become(VICTIM_UID, VICTIM_UID) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
         _exit(20);
     run_victim(r, t0);
-    _exit(sysns_write_all(report_fd, r, sizeof *r) == 0 ? 0 : 22);
+    _exit(test_write_all(report_fd, r, sizeof *r) == 0 ? 0 : 22);
 }
 
 /* ---- the administrator (the world: root in the private test system) ------------------------------- */
@@ -1187,7 +1139,7 @@ static int world_main(struct sysns *ns, struct world_report *w)
         close(shm);
         victim_main(&w->warmup, fd, 0);
     }
-    int rc = read_all(fd, &w->warmup, sizeof w->warmup, CHILD_GRACE_MS);
+    int rc = test_read_all(fd, &w->warmup, sizeof w->warmup, CHILD_GRACE_MS);
     int ws = wait_child(pid, now_ns() + (uint64_t)CHILD_GRACE_MS * MS);
     close(fd);
     if (rc != 0 || !exited_zero(ws) || w->warmup.attached != 1) {
@@ -1263,7 +1215,7 @@ static int world_main(struct sysns *ns, struct world_report *w)
         void *dst = i == 0 ? (void *)&w->victim : (void *)&w->hostile[i - 1];
         size_t len = i == 0 ? sizeof w->victim : sizeof w->hostile[0];
         uint64_t left = now_ns() < grace ? grace - now_ns() : 0;
-        rc = read_all(fds[i], dst, len, (int)(left / MS) + 1);
+        rc = test_read_all(fds[i], dst, len, (int)(left / MS) + 1);
         ws = wait_child(pids[i], grace);
         close(fds[i]);
         if (rc != 0 || !exited_zero(ws)) {
@@ -1332,9 +1284,9 @@ static void test_hostile_tenant_never_wins_the_slot_race(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         int rc = world_main(&ns, w);
-        _exit(sysns_write_all(fd, w, sizeof *w) == 0 ? rc : 30);
+        _exit(test_write_all(fd, w, sizeof *w) == 0 ? rc : 30);
     }
-    int rc = read_all(fd, w, sizeof *w, WORLD_WAIT_MS);
+    int rc = test_read_all(fd, w, sizeof *w, WORLD_WAIT_MS);
     int ws = wait_child(pid, now_ns() + 5000 * MS);
     close(fd);
     sysns_cleanup_host(&ns);

@@ -29,7 +29,7 @@ orb_unit_test(test_helper_handlers SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_ha
 orb_unit_test(test_helper_session SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_session.c ${ORB_HELPER_TEST_UTIL}
               OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS})
 orb_unit_test(test_helper_caps SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_caps.c ${ORB_HELPER_TEST_UTIL}
-              ${ORB_HELPER_TEST_DIR}/sysns.c
+              ${ORB_HELPER_TEST_DIR}/sysns.c ${ORB_TEST_FDIO}
               OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS})
 # Hardware check: the real device context and DevX key verification on an mlx5 NIC (exits 77
 # without one). libibverbs and libmlx5 are loaded at run time; the library links neither.

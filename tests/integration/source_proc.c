@@ -1,6 +1,7 @@
 /* The source side of the two-process tests: a separate process (this binary re-executed with
  * --source) owning a source engine, answering memory inspection commands over a socketpair. */
 #include "source_proc.h"
+#include "util/fdio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,41 +47,13 @@ struct cmd {
     uint64_t len;
 };
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
+/* Every wait on the command channel is bounded. */
+#define CMD_TIMEOUT_MS 30000
 
-/* Read exactly `len` bytes within 30 s. */
+/* Read exactly `len` bytes of the command channel. */
 static int read_all(int fd, void *buf, size_t len)
 {
-    uint8_t *p = buf;
-    while (len > 0) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int r = poll(&pfd, 1, 30000);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return test_read_all(fd, buf, len, CMD_TIMEOUT_MS);
 }
 
 uint64_t checksum(const void *data, uint64_t len)
@@ -155,7 +128,7 @@ void src_stop(struct src_proc *p)
 {
     if (p->pid > 0) {
         struct cmd c = {.op = CMD_QUIT};
-        if (write_all(p->cmd_fd, &c, sizeof c) == 0)
+        if (test_write_all(p->cmd_fd, &c, sizeof c) == 0)
             reap(p);
     }
     src_kill(p);
@@ -164,7 +137,7 @@ void src_stop(struct src_proc *p)
 static int command(struct src_proc *p, uint64_t op, uint64_t addr, uint64_t len)
 {
     struct cmd c = {.op = op, .addr = addr, .len = len};
-    return write_all(p->cmd_fd, &c, sizeof c);
+    return test_write_all(p->cmd_fd, &c, sizeof c);
 }
 
 int src_get(struct src_proc *p, uint64_t addr, void *out, uint64_t len)
@@ -179,7 +152,7 @@ int src_get(struct src_proc *p, uint64_t addr, void *out, uint64_t len)
 int src_set(struct src_proc *p, uint64_t addr, const void *data, uint64_t len)
 {
     int64_t status;
-    if (command(p, CMD_SET, addr, len) != 0 || write_all(p->cmd_fd, data, len) != 0 ||
+    if (command(p, CMD_SET, addr, len) != 0 || test_write_all(p->cmd_fd, data, len) != 0 ||
         read_all(p->cmd_fd, &status, sizeof status) != 0)
         return -1;
     return status == 0 ? 0 : -1;
@@ -232,7 +205,7 @@ int src_main(int cmd_fd, uint16_t port)
     orb_engine_source_epoch(engine, &info.epoch);
     info.rw_addr = (uint64_t)(uintptr_t)rwp;
     info.ro_addr = (uint64_t)(uintptr_t)rop;
-    if (write_all(cmd_fd, &info, sizeof info) != 0)
+    if (test_write_all(cmd_fd, &info, sizeof info) != 0)
         return 1;
 
     uint64_t notes_ok = 0, notes_bad = 0;
@@ -274,10 +247,10 @@ int src_main(int cmd_fd, uint16_t port)
             mem = (uint8_t *)(uintptr_t)c.addr;
         if (c.op == CMD_GET) {
             status = mem != NULL ? 0 : -1;
-            if (write_all(cmd_fd, &status, sizeof status) != 0)
+            if (test_write_all(cmd_fd, &status, sizeof status) != 0)
                 break;
             HARNESS_ACCESS_BEGIN();
-            int sent = mem == NULL || write_all(cmd_fd, mem, c.len) == 0;
+            int sent = mem == NULL || test_write_all(cmd_fd, mem, c.len) == 0;
             HARNESS_ACCESS_END();
             if (!sent)
                 break;
@@ -287,11 +260,11 @@ int src_main(int cmd_fd, uint16_t port)
             HARNESS_ACCESS_BEGIN();
             int got_all = read_all(cmd_fd, mem, c.len) == 0;
             HARNESS_ACCESS_END();
-            if (!got_all || write_all(cmd_fd, &status, sizeof status) != 0)
+            if (!got_all || test_write_all(cmd_fd, &status, sizeof status) != 0)
                 break;
         } else if (c.op == CMD_NOTES) {
             uint64_t counts[2] = {notes_ok, notes_bad};
-            if (write_all(cmd_fd, counts, sizeof counts) != 0)
+            if (test_write_all(cmd_fd, counts, sizeof counts) != 0)
                 break;
         } else {
             break;

@@ -1,6 +1,7 @@
 # Two-process tests through the public API of the shared library.
 add_executable(test_two_process ${CMAKE_CURRENT_LIST_DIR}/test_two_process.c
-               ${CMAKE_CURRENT_LIST_DIR}/source_proc.c)
+               ${CMAKE_CURRENT_LIST_DIR}/source_proc.c ${ORB_TEST_FDIO})
+target_include_directories(test_two_process PRIVATE ${PROJECT_SOURCE_DIR}/tests)
 target_link_libraries(test_two_process PRIVATE orbite PkgConfig::CMOCKA)
 if(ORBITE_SANITIZE STREQUAL "thread")
   target_compile_definitions(test_two_process PRIVATE ORB_TEST_TSAN=1)
