@@ -384,21 +384,22 @@ int orb_rdma_config_dup(const struct orb_rdma_config *src, struct orb_rdma_confi
     return 0;
 }
 
-/* Apply one key to a scratch copy of `cfg` and keep it only on success. */
-static int set_one(orb_rdma_config *cfg, const char *key, const char *value)
+static int unknown_key(const char *key)
 {
-    const struct key_row *r = find_row(key);
-    if (r == NULL)
-        return orb_fail(ORB_ECONFIG, "rdma key '%s': unknown key", key);
+    return orb_fail(ORB_ECONFIG, "rdma key '%s': unknown key", key);
+}
+
+/* Apply row `r` to a scratch copy of `cfg` and keep it only on success. */
+static int set_one(orb_rdma_config *cfg, const struct key_row *r, const char *value)
+{
     struct orb_rdma_config next = *cfg;
     /* The scratch copy shares cfg's strings until the row replaces its own. */
     char *old = (r->type == KEY_TEXT || r->type == KEY_SHM_NAME) ? *(char **)field(cfg, r) : NULL;
     if (old != NULL)
         *(char **)field(&next, r) = NULL;
     int rc = apply_text(&next, r, value);
-    if (rc != 0) {
+    if (rc != 0)
         return rc;
-    }
     free(old);
     *cfg = next;
     return 0;
@@ -408,7 +409,8 @@ ORB_EXPORT int orb_rdma_config_set(orb_rdma_config *cfg, const char *key, const 
 {
     if (cfg == NULL || key == NULL || value == NULL)
         return orb_fail(ORB_EINVAL, "orb_rdma_config_set: NULL argument");
-    return set_one(cfg, key, value);
+    const struct key_row *r = find_row(key);
+    return r != NULL ? set_one(cfg, r, value) : unknown_key(key);
 }
 
 static int put(char *buf, size_t len, const char *key, const char *text)
@@ -440,7 +442,7 @@ ORB_EXPORT int orb_rdma_config_get(const orb_rdma_config *cfg, const char *key, 
         return orb_fail(ORB_EINVAL, "orb_rdma_config_get: NULL argument");
     const struct key_row *r = find_row(key);
     if (r == NULL)
-        return orb_fail(ORB_ECONFIG, "rdma key '%s': unknown key", key);
+        return unknown_key(key);
     const void *f = cfield(cfg, r);
     char small[64];
     switch (r->type) {
@@ -592,12 +594,12 @@ ORB_EXPORT int orb_rdma_config_load_json(orb_rdma_config *cfg, const char *json)
         char *text = NULL;
         const struct key_row *r = find_row(key);
         if (r == NULL) {
-            rc = orb_fail(ORB_ECONFIG, "rdma key '%s': unknown key", key);
+            rc = unknown_key(key);
             goto free_next;
         }
         rc = json_to_text(r, value, &text);
         if (rc == 0)
-            rc = set_one(next, key, text);
+            rc = set_one(next, r, text);
         free(text);
         if (rc != 0)
             goto free_next;
