@@ -49,7 +49,7 @@ struct orb_reg {
     const struct orb_memkind_ops *kind;
     orb_host_memory *owner;      /* retained until the struct is freed */
     atomic_uint_fast64_t pins;   /* 1 for table membership + 1 per admitted user */
-    uint32_t user_refs;          /* register/unregister count; guarded by the table lock */
+    uint32_t user_refs;          /* register/unregister count; written under both locks */
     struct orb_reaper *reaper;   /* where the owner reference is dropped after the last pin */
     struct orb_reap_node reap;
     /* Each transport's state, by transport id; written before publication, then read-only. */
