@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -80,15 +81,23 @@ ORB_EXPORT int orb_engine_create_params(const struct orb_engine_params *params, 
 }
 
 /* Registration hooks: every started transport that keeps registration state attaches it. */
-static void engine_reg_retire(void *ctx, struct orb_reg *reg)
+static int engine_reg_retire(void *ctx, struct orb_reg *reg)
 {
     orb_engine *engine = ctx;
+    int kept = 0;
     for (unsigned i = ORB_TRANSPORT_SLOTS; i-- > 0;) {
         const struct orb_tp_slot *t = &engine->tp[i];
-        if (reg->tp_state[i] != NULL && t->ops != NULL && t->ops->reg_retire != NULL)
-            t->ops->reg_retire(t->state, reg, reg->tp_state[i]);
+        if (reg->tp_state[i] != NULL && t->ops != NULL && t->ops->reg_retire != NULL &&
+            t->ops->reg_retire(t->state, reg, reg->tp_state[i]) != 0) {
+            ORB_LOGE("the %s transport could not retire all of [0x%llx, +%llu) (%s): its bytes "
+                     "stay referenced for the process's lifetime",
+                     t->ops->name, (unsigned long long)reg->base, (unsigned long long)reg->len,
+                     orb_last_error());
+            kept = 1;
+        }
         reg->tp_state[i] = NULL;
     }
+    return kept ? ORB_EBUSY : 0;
 }
 
 static int engine_reg_attach(void *ctx, struct orb_reg *reg)
@@ -103,8 +112,12 @@ static int engine_reg_attach(void *ctx, struct orb_reg *reg)
         if (rc != 0) {
             rc = orb_fail_wrap(rc, "the %s transport cannot register [0x%llx, +%llu)", t->ops->name,
                                (unsigned long long)reg->base, (unsigned long long)reg->len);
-            engine_reg_retire(engine, reg);
-            return rc;
+            char detail[256];
+            snprintf(detail, sizeof detail, "%s", orb_last_error());
+            /* Undo what the others attached; what cannot be undone keeps the bytes. */
+            if (engine_reg_retire(engine, reg) != 0)
+                (void)orb_host_memory_ref(reg->owner);
+            return orb_fail(rc, "%s", detail);
         }
         reg->tp_state[i] = state;
     }
@@ -139,11 +152,13 @@ static int start_transports(orb_engine *engine, const struct orb_transport_ops *
             return orb_fail(ORB_EINVAL, "transport table %s has a bad or repeated id %u", t->name, id);
         void *state = NULL;
         int rc = t->start(engine, &state);
-        if (rc == ORB_EUNAVAILABLE && t->id != ORB_TRANSPORT_TCP) {
+        if (rc == ORB_TP_NOT_HERE && t->id != ORB_TRANSPORT_TCP) {
             ORB_LOGI("the %s transport is not available on this host: %s", t->name,
                      orb_last_error());
             continue;
         }
+        if (rc == ORB_TP_NOT_HERE)
+            rc = ORB_EUNAVAILABLE;
         if (rc != 0)
             return orb_fail_wrap(rc, "cannot start the %s transport", t->name);
         engine->tp[id].ops = t;

@@ -20,9 +20,10 @@ struct orb_reaper {
  * container go. */
 static void reap_now(struct orb_reap_node *node)
 {
-    if (node->retire != NULL)
-        node->retire(node);
-    orb_host_memory_unref(node->owner);
+    /* A retirement that could not finish keeps the owner's bytes: the reference is leaked on
+     * purpose (the retiring code said why in the log). */
+    if (node->retire == NULL || node->retire(node) == 0)
+        orb_host_memory_unref(node->owner);
     if (node->finish != NULL)
         node->finish(node);
 }

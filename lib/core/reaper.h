@@ -20,8 +20,10 @@ struct orb_reaper;
 struct orb_reap_node {
     struct orb_reap_node *next;
     /* Runs first, when not NULL: undoes what transports attached to the object (memory regions
-     * over the owner's bytes must go before the bytes may be released). May block. */
-    void (*retire)(struct orb_reap_node *node);
+     * over the owner's bytes must go before the bytes may be released). May block. Non-zero
+     * means some of it could not be undone (a device still maps the bytes): the owner reference
+     * is then kept for the process's lifetime, so the bytes are never released under a device. */
+    int (*retire)(struct orb_reap_node *node);
     orb_host_memory *owner;
     void (*finish)(struct orb_reap_node *node);
 };

@@ -167,10 +167,10 @@ static void reg_finish(struct orb_reap_node *node)
     free(reg_of_node(node));
 }
 
-static void reg_retire_state(struct orb_reap_node *node)
+static int reg_retire_state(struct orb_reap_node *node)
 {
     struct orb_reg *r = reg_of_node(node);
-    r->hooks->retire(r->hooks->ctx, r);
+    return r->hooks->retire(r->hooks->ctx, r);
 }
 
 static void reg_put(struct orb_reg *r)
@@ -548,7 +548,9 @@ retire_attached:
         struct add_group *g = &groups[group_of[i]];
         if (g->target != g->fresh || g->lowest_index != i || g->fresh->hooks == NULL)
             continue;
-        g->fresh->hooks->retire(g->fresh->hooks->ctx, g->fresh);
+        /* State that cannot be undone keeps the caller's bytes referenced forever. */
+        if (g->fresh->hooks->retire(g->fresh->hooks->ctx, g->fresh) != 0)
+            (void)orb_host_memory_ref(g->fresh->owner);
         attached--;
     }
 unlock:

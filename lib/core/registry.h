@@ -33,12 +33,15 @@ extern const struct orb_memkind_ops orb_memkind_host;
 
 /* What the engine does when a registration is created and retired: its transports' state
  * (memory regions, keys) lives in the registration. attach runs before the registration becomes
- * visible and fills reg->tp_state, all or nothing (a failure leaves every slot NULL); retire runs
- * on the release thread once the last pin dropped, before the owner reference. */
+ * visible and fills reg->tp_state, all or nothing (a failure leaves every slot NULL); when its
+ * own undo fails it takes a reference to reg->owner that it never drops, so the bytes a device
+ * may still map are never released. retire runs on the release thread once the last pin
+ * dropped, before the owner reference; non-zero means some state could not be undone, and the
+ * owner reference is then kept forever for the same reason. */
 struct orb_reg_hooks {
     void *ctx;
     int (*attach)(void *ctx, struct orb_reg *reg);
-    void (*retire)(void *ctx, struct orb_reg *reg);
+    int (*retire)(void *ctx, struct orb_reg *reg);
 };
 
 struct orb_reg {

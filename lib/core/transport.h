@@ -140,15 +140,19 @@ int orb_plan_even(struct orb_plan *plan, uint64_t length, uint64_t piece_len);
 
 /* ---- the operation table ---------------------------------------------------------------------- */
 
+/* start()'s answer for a transport that is not on this host (positive: not an error). */
+#define ORB_TP_NOT_HERE 1
+
 struct orb_transport_ops {
     enum orb_transport id;      /* its slot in the engine's array */
     const char *name;
     /* Bytes of per-request space the core provides to this transport (0: none). */
     size_t request_private_size;
 
-    /* Start workers and, if the engine's config enables it, the source service. ORB_EUNAVAILABLE
-     * means "not on this host" (no device, library missing): the engine carries on without it
-     * unless the configuration requires it. */
+    /* Start workers and, if the engine's config enables it, the source service. 0: started;
+     * ORB_TP_NOT_HERE: not on this host (not asked for, no device, library missing: the detail
+     * message says which), and the engine carries on without it; a negative ORB_E* fails the
+     * engine's creation (the configuration asked for something this host cannot honour). */
     int (*start)(orb_engine *engine, void **tp_out);
     /* The bound source endpoint "host:port". ORB_EUNAVAILABLE without a source. Only the control
      * transport (TCP) has one; may be NULL for others. */
@@ -167,9 +171,12 @@ struct orb_transport_ops {
      * registration becomes visible and writes what it created to *state_out; a failure refuses
      * the registration (nothing of it becomes visible). reg_retire undoes it after the last pin
      * of the registration dropped, on the engine's release thread, before the owner's bytes are
-     * released. Both may block. */
+     * released. Both may block. reg_retire returns 0, or a negative ORB_E* when some of the
+     * state could not be undone (a memory region the device refused to deregister): the
+     * transport keeps that state, and the engine keeps the owner's bytes for the process's
+     * lifetime rather than release memory a device may still access. */
     int (*reg_attach)(void *tp, const struct orb_reg *reg, void **state_out);
-    void (*reg_retire)(void *tp, const struct orb_reg *reg, void *state);
+    int (*reg_retire)(void *tp, const struct orb_reg *reg, void *state);
 
     /* Connect to a peer and prove its epoch. ORB_ESTALE on a wrong epoch; ORB_EUNAVAILABLE when
      * the peer has no compatible path for this transport (the segment goes on without it). */
@@ -189,5 +196,6 @@ struct orb_transport_ops {
 };
 
 extern const struct orb_transport_ops orb_tcp_transport;
+extern const struct orb_transport_ops orb_rdma_transport;
 
 #endif

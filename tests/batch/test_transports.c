@@ -30,6 +30,8 @@ struct script {
     enum orb_transport id;
     const char *name;
     int start_status;             /* start() answers it */
+    int retire_fail;              /* reg_retire keeps its state and says so */
+    struct token *kept;           /* the state it kept (one) */
     int open_status;              /* peer_open() answers it */
     int submit_status;            /* peer_submit() refuses with it */
     uint32_t rails;               /* > 0: plan ceil(length / 1000) pieces over this many rails */
@@ -56,8 +58,12 @@ struct token {
 
 static int s_start(struct script *s, void **tp)
 {
+    if (s->start_status == ORB_TP_NOT_HERE) {
+        (void)orb_fail(ORB_EUNAVAILABLE, "%s is not here", s->name);
+        return ORB_TP_NOT_HERE;
+    }
     if (s->start_status != 0)
-        return orb_fail(s->start_status, "%s is not here", s->name);
+        return orb_fail(s->start_status, "%s cannot start", s->name);
     *tp = s;
     return 0;
 }
@@ -172,16 +178,23 @@ static int rdma_reg_attach(void *tp, const struct orb_reg *reg, void **state_out
     *state_out = t;
     return 0;
 }
-static void rdma_reg_retire(void *tp, const struct orb_reg *reg, void *state)
+static int rdma_reg_retire(void *tp, const struct orb_reg *reg, void *state)
 {
     struct script *s = tp;
     struct token *t = state;
     if (t == NULL || t->magic != TOKEN_MAGIC || t->base != reg->base || atomic_load(&s->destroyed))
         atomic_fetch_add(&s->retire_violations, 1);
-    free(t);
+    int rc = 0;
+    if (s->retire_fail && s->kept == NULL) {
+        s->kept = t; /* what a device would not let go of */
+        rc = orb_fail(ORB_EBUSY, "scripted deregistration refused");
+    } else {
+        free(t);
+    }
     s->retire_thread = pthread_self();
     s->retire_seq = atomic_fetch_add(&event_seq, 1);
     atomic_fetch_add(&s->retires, 1);
+    return rc;
 }
 
 const struct orb_transport_ops orb_tcp_transport = {
@@ -234,6 +247,9 @@ static void wait_for(atomic_int *v, int n)
 static void reset_script(struct script *s)
 {
     s->start_status = s->open_status = s->submit_status = 0;
+    s->retire_fail = 0;
+    free(s->kept);
+    s->kept = NULL;
     s->rails = 0;
     s->attach_fail_at = 0;
     atomic_store(&s->attaches, 0);
@@ -374,7 +390,7 @@ static void test_no_rdma_path(void **state)
 static void test_transport_not_on_this_host(void **state)
 {
     struct fx *f = *state;
-    rdma_script.start_status = ORB_EUNAVAILABLE;
+    rdma_script.start_status = ORB_TP_NOT_HERE;
     open_all(f);
     assert_int_equal(atomic_load(&rdma_script.attaches), 0);
     struct orb_request r = rq(f, ORB_TRANSPORT_RDMA, 0, 10);
@@ -586,6 +602,56 @@ static void test_registration_attach_failure(void **state)
     orb_host_memory_unref(owner);
 }
 
+/* State a transport cannot undo keeps the bytes: the owner's release never runs, neither after
+ * the last pin (release thread) nor when another transport's attach failure rolls it back. */
+static void test_retire_failure_keeps_bytes(void **state)
+{
+    struct fx *f = *state;
+    open_all(f);
+    rdma_script.retire_fail = 1;
+    orb_host_memory *owner;
+    uint8_t *bytes = malloc(4096);
+    assert_non_null(bytes);
+    memset(bytes, 0x5a, 4096);
+    assert_int_equal(orb_host_memory_wrap(bytes, 4096, note_release, f, &owner), 0);
+    orb_reg_id id;
+    assert_int_equal(orb_register_host_memory(f->engine, owner, 0, 4096, ORB_PERM_LOCAL, &id), 0);
+    int retired = atomic_load(&rdma_script.retires);
+    assert_int_equal(orb_unregister_memory(f->engine, id), 0);
+    orb_host_memory_unref(owner); /* ours; the registration's is the last one */
+    wait_for(&rdma_script.retires, retired + 1);
+    usleep(20000);
+    assert_non_null(rdma_script.kept);
+    assert_int_equal(atomic_load(&f->released), 0);
+    assert_int_equal(bytes[4095], 0x5a); /* still ours to read: never released */
+    /* The engine kept the registration's reference on purpose; drop it here so the test ends
+     * without a leak, and the release runs exactly once. */
+    orb_host_memory_unref(owner);
+    assert_int_equal(atomic_load(&f->released), 1);
+
+    /* A batch refused at its second range rolls the first back; that undo fails too. */
+    free(rdma_script.kept);
+    rdma_script.kept = NULL;
+    bytes = malloc(8192);
+    assert_non_null(bytes);
+    assert_int_equal(orb_host_memory_wrap(bytes, 8192, note_release, f, &owner), 0);
+    struct orb_host_range ranges[2] = {
+        {.owner = owner, .offset = 0, .length = 4096, .perm = ORB_PERM_LOCAL},
+        {.owner = owner, .offset = 4096, .length = 4096, .perm = ORB_PERM_LOCAL},
+    };
+    rdma_script.attach_fail_at = atomic_load(&rdma_script.attaches) + 2;
+    orb_reg_id ids[2];
+    assert_int_equal(orb_register_host_memory_batch(f->engine, ranges, 2, ids), ORB_ERESOURCE);
+    assert_non_null(rdma_script.kept);
+    orb_host_memory_unref(owner);
+    usleep(10000);
+    assert_int_equal(atomic_load(&f->released), 1); /* the first release only */
+    orb_host_memory_unref(owner);                   /* the reference the rollback kept */
+    assert_int_equal(atomic_load(&f->released), 2);
+    rdma_script.attach_fail_at = 0;
+    rdma_script.retire_fail = 0;
+}
+
 /* Freeing the engine retires every registration's state before its transports are destroyed,
  * also when the last handle drops inside a release callback on the release thread. */
 static orb_engine *engine_to_drop;
@@ -660,6 +726,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pieces_follow_the_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_across_transports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration_state_lifecycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retire_failure_keeps_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration_attach_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retire_before_transport_destroy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_room_to_grow, setup, teardown),
