@@ -300,12 +300,17 @@ int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out);
 /**
  * Create an engine from `params` (read during the call only; see struct orb_engine_params).
  * orb_engine_create(cfg, out) is this call with only the config set. With RDMA settings the
- * engine also runs the RDMA transport where the host has it: on a host without usable devices,
- * or in a release without it, the engine runs without it (an info log says why) and requests
- * that name ORB_TRANSPORT_RDMA fail with ORB_EUNAVAILABLE. This release has no RDMA data path
- * yet: its settings are checked and kept, and requests travel on TCP.
+ * engine also runs the RDMA transport where the host has it: it opens the NICs the settings'
+ * filters and the helper's policy leave, and registers host memory with them (Direct policy).
+ * On a host without usable devices or libibverbs, or under a policy without RDMA, the engine
+ * runs without it (an info log says why) and requests that name ORB_TRANSPORT_RDMA fail with
+ * ORB_EUNAVAILABLE giving the reason. This release carries no request over RDMA yet: requests
+ * travel on TCP.
  * Errors: as orb_engine_create(), and ORB_EINVAL (unknown field_mask bit), ORB_ECONFIG (the RDMA
- * settings' cross-key checks).
+ * settings' cross-key checks; a pin that does not hold, a whitelist name not present, or
+ * filters that leave no NIC: the message names the key), ORB_EUNAVAILABLE (helper required but
+ * absent, or a granted device it cannot hand over: the message names it), ORB_EPEER/ORB_EPROTO/
+ * ORB_ETIMEDOUT (the helper failed).
  */
 int orb_engine_create_params(const struct orb_engine_params *params, orb_engine **out);
 
@@ -414,7 +419,8 @@ typedef uint64_t orb_reg_id;
  * engine's last handle (engine, segment or batch) is freed.
  * Errors: ORB_EINVAL, ORB_ECLOSED, ORB_EEXIST (exactly this range is already
  * registered: its ownership was handed over before; nothing changed),
- * ORB_ERESOURCE (max_registrations), ORB_ENOMEM.
+ * ORB_ERESOURCE (max_registrations), ORB_ENOMEM, and those of the RDMA
+ * transport's registration (see orb_register_host_memory()).
  */
 int orb_register_memory(orb_engine *engine, void *ptr, size_t len, enum orb_perm perm,
                         orb_release_fn release, void *ctx, orb_reg_id *id_out);
@@ -423,8 +429,14 @@ int orb_register_memory(orb_engine *engine, void *ptr, size_t len, enum orb_perm
  * Register [offset, offset + len) of `owner`, which the registration retains
  * (the caller keeps its own reference). Registering exactly the same range
  * again returns the same id, adds a reference and keeps the original
- * permission. Errors: ORB_EINVAL (range outside the owner, len 0),
- * ORB_ECLOSED, ORB_ERESOURCE, ORB_ENOMEM.
+ * permission. With the RDMA transport's Direct policy the range is also
+ * registered with every open NIC first (all or nothing, never a fallback to
+ * staging). Errors: ORB_EINVAL (range outside the owner, len 0; or memory a
+ * NIC cannot pin), ORB_ECLOSED, ORB_ERESOURCE (max_registrations; a NIC's
+ * memory-region or memory-lock limit; the helper policy's registered-bytes
+ * budget), ORB_EPERM (memory a NIC may not pin for writing),
+ * ORB_EUNAVAILABLE (a NIC failed otherwise), ORB_ENOMEM. An RDMA failure's
+ * message names the NIC.
  */
 int orb_register_host_memory(orb_engine *engine, orb_host_memory *owner, size_t offset,
                              size_t len, enum orb_perm perm, orb_reg_id *id_out);

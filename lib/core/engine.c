@@ -48,12 +48,13 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
                          const struct orb_transport_ops *const *ops, size_t n, orb_engine **out);
 
 /* The transports of this release. */
-static const struct orb_transport_ops *const builtin_transports[] = { &orb_tcp_transport };
+static const struct orb_transport_ops *const builtin_transports[] = { &orb_tcp_transport,
+                                                                     &orb_rdma_transport };
 #define BUILTIN_COUNT (sizeof builtin_transports / sizeof builtin_transports[0])
 
 ORB_EXPORT int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out)
 {
-    return orb_engine_create_with(cfg, builtin_transports, BUILTIN_COUNT, out);
+    return engine_create(cfg, NULL, builtin_transports, BUILTIN_COUNT, out);
 }
 
 #define KNOWN_PARAMS (ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA)
@@ -155,6 +156,8 @@ static int start_transports(orb_engine *engine, const struct orb_transport_ops *
         if (rc == ORB_TP_NOT_HERE && t->id != ORB_TRANSPORT_TCP) {
             ORB_LOGI("the %s transport is not available on this host: %s", t->name,
                      orb_last_error());
+            snprintf(engine->tp[id].absent_why, sizeof engine->tp[id].absent_why, "%s",
+                     orb_last_error());
             continue;
         }
         if (rc == ORB_TP_NOT_HERE)
@@ -169,10 +172,10 @@ static int start_transports(orb_engine *engine, const struct orb_transport_ops *
     return 0;
 }
 
-int orb_engine_create_with(const struct orb_engine_config *cfg,
+int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb_rdma_config *rdma,
                            const struct orb_transport_ops *const *ops, size_t n, orb_engine **out)
 {
-    return engine_create(cfg, NULL, ops, n, out);
+    return engine_create(cfg, rdma, ops, n, out);
 }
 
 static int engine_create(const struct orb_engine_config *cfg, const struct orb_rdma_config *rdma,
@@ -210,23 +213,17 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
     rc = orb_reaper_new(&engine->reaper);
     if (rc != 0)
         goto destroy_lock;
-    /* Hooks only when some transport keeps registration state: TCP alone costs nothing. */
-    int any_state = 0;
-    for (size_t k = 0; k < n; k++)
-        any_state |= ops[k]->reg_attach != NULL && ops[k]->reg_retire != NULL;
+    /* Registrations without transport state (TCP's) never reach the hooks' retire. */
     engine->reg_hooks.ctx = engine;
     engine->reg_hooks.attach = engine_reg_attach;
     engine->reg_hooks.retire = engine_reg_retire;
-    rc = orb_registry_new(cfg->max_registrations, engine->reaper,
-                          any_state ? &engine->reg_hooks : NULL, &engine->registry);
+    rc = orb_registry_new(cfg->max_registrations, engine->reaper, &engine->reg_hooks,
+                          &engine->registry);
     if (rc != 0)
         goto free_reaper;
     rc = start_transports(engine, ops, n);
     if (rc != 0)
         goto undo_transports;
-    if (engine->rdma_cfg != NULL && engine->tp[ORB_TRANSPORT_RDMA].ops == NULL)
-        ORB_LOGI("RDMA settings given, but this engine runs no RDMA transport (this release has "
-                 "no RDMA data path yet): requests travel on TCP");
     *out = engine;
     return 0;
 

@@ -16,9 +16,12 @@ struct orb_notification_node {
 };
 
 /* One started transport. */
+#define ORB_TP_WHY_MAX 192
+
 struct orb_tp_slot {
     const struct orb_transport_ops *ops; /* NULL: not started (absent, or not on this host) */
     void *state;
+    char absent_why[ORB_TP_WHY_MAX];     /* why start() said "not here"; "" otherwise */
 };
 
 struct orb_engine {
@@ -51,10 +54,11 @@ struct orb_engine {
     struct orb_batch *reap;   /* finished orphaned batches waiting to be freed outside callbacks */
 };
 
-/* orb_engine_create() with other operation tables (tests use scripted ones). `ops[0..n)` go into
- * the slots their ids name; one of them must be TCP. A table whose start() answers
- * ORB_EUNAVAILABLE is left out; any other failure fails the creation. */
-int orb_engine_create_with(const struct orb_engine_config *cfg,
+/* orb_engine_create_params() with other operation tables (tests use scripted ones). `rdma` may
+ * be NULL (no RDMA settings). `ops[0..n)` go into the slots their ids name; one of them must be
+ * TCP. A table whose start() answers ORB_TP_NOT_HERE is left out; any failure fails the
+ * creation. */
+int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb_rdma_config *rdma,
                            const struct orb_transport_ops *const *ops, size_t n, orb_engine **out);
 
 void orb_engine_ref(orb_engine *engine);
@@ -80,6 +84,7 @@ struct orb_segment {
      * path to this peer (peer_status says why). The TCP peer always exists. */
     void *peer[ORB_TRANSPORT_SLOTS];
     int peer_status[ORB_TRANSPORT_SLOTS];
+    char peer_why[ORB_TRANSPORT_SLOTS][ORB_TP_WHY_MAX]; /* the detail of a failed peer_open */
     char endpoint[ORB_ENDPOINT_MAX];
     struct orb_epoch expected;
 };

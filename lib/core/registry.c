@@ -501,7 +501,10 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
                 rc = range_fail(rc, batch, i, detail);
                 goto retire_attached;
             }
-            r->hooks = reg->hooks;
+            /* Only state that exists needs retiring (and the release thread). */
+            for (unsigned t = 0; t < ORB_TRANSPORT_SLOTS; t++)
+                if (r->tp_state[t] != NULL)
+                    r->hooks = reg->hooks;
         }
         attached++;
     }

@@ -1,4 +1,5 @@
 /* Peer segments: a proven connection to one source epoch, with one peer per transport. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,8 +83,9 @@ ORB_EXPORT int orb_open_segment(orb_engine *engine, const char *endpoint,
             return rc;
         }
         if (rc != 0) {
+            snprintf(segment->peer_why[i], sizeof segment->peer_why[i], "%s", orb_last_error());
             ORB_LOGI("segment %s: no %s path (%s); requests use the others", endpoint,
-                     t->ops->name, orb_last_error());
+                     t->ops->name, segment->peer_why[i]);
         }
     }
     orb_engine_ref(engine);
@@ -112,12 +114,14 @@ int orb_segment_pick(const struct orb_segment *segment, enum orb_transport reque
         *slot_out = i;
         return 0;
     }
-    if (segment->engine->tp[i].ops == NULL)
-        return orb_fail(ORB_EUNAVAILABLE, "the %s transport is not available in this engine",
-                        transport_name(requested));
-    return orb_fail(ORB_EUNAVAILABLE, "the %s transport has no path to %s (%s)",
+    const struct orb_tp_slot *t = &segment->engine->tp[i];
+    if (t->ops == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "the %s transport is not available in this engine%s%s",
+                        transport_name(requested), t->absent_why[0] != '\0' ? ": " : "",
+                        t->absent_why);
+    return orb_fail(ORB_EUNAVAILABLE, "the %s transport has no path to %s (%s: %s)",
                     transport_name(requested), segment->endpoint,
-                    orb_strerror(segment->peer_status[i]));
+                    orb_strerror(segment->peer_status[i]), segment->peer_why[i]);
 }
 
 ORB_EXPORT int orb_segment_describe(orb_segment *segment, uint64_t timeout_ns,

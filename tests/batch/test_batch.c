@@ -174,6 +174,19 @@ const struct orb_transport_ops orb_tcp_transport = {
     .peer_release = fake_peer_release,
 };
 
+/* ... and the RDMA slot stays empty: it is never on this host. */
+static int absent_start(orb_engine *engine, void **tp)
+{
+    (void)engine, (void)tp;
+    (void)orb_fail(ORB_EUNAVAILABLE, "no RDMA in this test");
+    return ORB_TP_NOT_HERE;
+}
+const struct orb_transport_ops orb_rdma_transport = {
+    .id = ORB_TRANSPORT_RDMA,
+    .name = "absent",
+    .start = absent_start,
+};
+
 /* ---- fixture ----------------------------------------------------------------------------- */
 
 struct fx {

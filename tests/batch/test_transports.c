@@ -204,7 +204,8 @@ const struct orb_transport_ops orb_tcp_transport = {
     .peer_describe = s_peer_describe, .peer_plan = s_peer_plan, .peer_submit = s_peer_submit,
     .peer_release = s_peer_release,
 };
-static const struct orb_transport_ops rdma_ops = {
+/* Also the builtin RDMA table for orb_engine_create(). */
+const struct orb_transport_ops orb_rdma_transport = {
     .id = ORB_TRANSPORT_RDMA, .name = "scripted-rdma", .request_private_size = 40,
     .start = rdma_start, .close_source = s_close_source, .stop = s_stop,
     .destroy = s_destroy, .inflight = s_inflight, .reg_attach = rdma_reg_attach,
@@ -265,9 +266,9 @@ static orb_engine *engine_new(void)
     struct orb_engine_config cfg;
     orb_engine_config_init(&cfg);
     cfg.busy_poll_us = 0;
-    const struct orb_transport_ops *ops[] = {&orb_tcp_transport, &rdma_ops};
+    const struct orb_transport_ops *ops[] = {&orb_tcp_transport, &orb_rdma_transport};
     orb_engine *e = NULL;
-    assert_int_equal(orb_engine_create_with(&cfg, ops, 2, &e), 0);
+    assert_int_equal(orb_engine_create_with(&cfg, NULL, ops, 2, &e), 0);
     current_engine = e;
     return e;
 }
@@ -403,16 +404,16 @@ static void test_transport_not_on_this_host(void **state)
     rdma_script.start_status = ORB_ENOMEM;
     struct orb_engine_config cfg;
     orb_engine_config_init(&cfg);
-    const struct orb_transport_ops *ops[] = {&orb_tcp_transport, &rdma_ops};
+    const struct orb_transport_ops *ops[] = {&orb_tcp_transport, &orb_rdma_transport};
     orb_engine *e = NULL;
-    assert_int_equal(orb_engine_create_with(&cfg, ops, 2, &e), ORB_ENOMEM);
+    assert_int_equal(orb_engine_create_with(&cfg, NULL, ops, 2, &e), ORB_ENOMEM);
     assert_null(e);
     /* So does a table set without TCP, or with a slot twice. */
-    const struct orb_transport_ops *no_tcp[] = {&rdma_ops};
+    const struct orb_transport_ops *no_tcp[] = {&orb_rdma_transport};
     rdma_script.start_status = 0;
-    assert_int_equal(orb_engine_create_with(&cfg, no_tcp, 1, &e), ORB_EINVAL);
+    assert_int_equal(orb_engine_create_with(&cfg, NULL, no_tcp, 1, &e), ORB_EINVAL);
     const struct orb_transport_ops *twice[] = {&orb_tcp_transport, &orb_tcp_transport};
-    assert_int_equal(orb_engine_create_with(&cfg, twice, 2, &e), ORB_EINVAL);
+    assert_int_equal(orb_engine_create_with(&cfg, NULL, twice, 2, &e), ORB_EINVAL);
     assert_null(e);
 }
 

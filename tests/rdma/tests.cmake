@@ -35,3 +35,16 @@ orb_unit_test(test_rdma_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_device.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire orb_topo
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
+
+# The transport's start-up and registrations in a real engine, on a scripted environment.
+orb_unit_test(test_rdma_transport SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_transport.c
+              OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
+                      orb_rdma_tp orb_helperlib orb_hproto
+              LIBS ${CMAKE_DL_LIBS})
+
+# The same on real verbs devices (skipped with 77 without one; runs in the soft-RoCE VM).
+orb_unit_test(test_rdma_engine_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_engine_device.c
+              OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
+                      orb_rdma_tp orb_helperlib orb_hproto
+              LIBS ${CMAKE_DL_LIBS})
+set_tests_properties(test_rdma_engine_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)

@@ -1,0 +1,426 @@
+/* The RDMA transport: start-up (library, discovery, filters, contexts) and registrations (see
+ * rdma_transport.h). */
+#include "rdma/rdma_transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "helper/helper_client.h"
+#include "topo/sysfs.h"
+#include "topo/topo_config.h"
+
+/* The helper's start and every call of its session. */
+#define HELPER_TIMEOUT_NS (10ull * 1000000000ull)
+
+/* ---- MRs a device would not let go of ---------------------------------------------------- */
+
+/* They stay reachable for the process's lifetime: never freed, never retried. */
+struct kept_mrs {
+    struct kept_mrs *next;
+    struct orb_rdma_reg_mrs *mrs;
+};
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kept_mrs *kept_head;
+
+static void keep_forever(struct orb_rdma_tp *tp, struct orb_rdma_reg_mrs *m)
+{
+    atomic_fetch_add(&tp->kept_mrs, m->count);
+    struct kept_mrs *k = malloc(sizeof *k);
+    pthread_mutex_lock(&kept_lock);
+    if (k != NULL) {
+        k->mrs = m;
+        k->next = kept_head;
+        kept_head = k;
+    }
+    pthread_mutex_unlock(&kept_lock);
+    /* Without the node the table is unreachable but still never freed: the same effect. */
+}
+
+/* ---- the real environment ------------------------------------------------------------------ */
+
+static int real_load_verbs(void *impl, const struct orb_verbs **out)
+{
+    (void)impl;
+    return orb_verbs_get(out);
+}
+
+static int discover_sysfs(struct orb_rdma_discovery *out)
+{
+    int fd = open("/sys", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot open /sys: %s", strerror(errno));
+    int rc = orb_topo_load_sysfs(fd, &out->inv);
+    (void)close(fd);
+    if (rc != 0)
+        return rc;
+    out->allowed = UINT64_MAX;
+    out->policy = false;
+    out->rdma_granted = true;
+    out->max_registered_bytes = UINT64_MAX;
+    return 0;
+}
+
+static int real_discover(void *impl, enum orb_helper_mode mode, struct orb_rdma_discovery *out)
+{
+    (void)impl;
+    out->helper = NULL;
+    if (mode != ORB_HELPER_OFF) {
+        struct orb_helper *h = NULL;
+        int rc = orb_helper_open(mode, HELPER_TIMEOUT_NS, &h);
+        if (rc != 0) {
+            if (!orb_helper_failure_tolerated(mode, rc))
+                return orb_fail_wrap(rc, "rdma: the helper is required (or failed)");
+            ORB_LOGI("rdma: no helper (%s): discovering the NICs from /sys", orb_last_error());
+        } else {
+            struct orb_hp_policy p;
+            rc = orb_helper_inventory(h, &out->inv);
+            if (rc == 0)
+                rc = orb_helper_policy(h, &p);
+            if (rc != 0) {
+                rc = orb_fail_wrap(rc, "rdma: the helper's inventory or policy");
+                orb_helper_close(h);
+                return rc;
+            }
+            out->helper = h;
+            out->allowed = p.nic_mask;
+            out->policy = true;
+            out->rdma_granted = (p.transports & ORB_HP_T_RDMA) != 0;
+            out->max_registered_bytes = p.max_registered_bytes;
+            return 0;
+        }
+    }
+    return discover_sysfs(out);
+}
+
+static int real_query_device(void *impl, struct ibv_context *ctx, struct ibv_device_attr *out)
+{
+    const struct orb_rdma_verbs_impl *vi = impl;
+    return vi->v->query_device(ctx, out);
+}
+
+static const struct orb_rdma_env real_env = {
+    .impl = NULL,
+    .load_verbs = real_load_verbs,
+    .discover = real_discover,
+    .open_ops = NULL,
+    .mr_ops = NULL,
+    .query_device = real_query_device,
+};
+
+/* ---- start --------------------------------------------------------------------------------- */
+
+/* The settings' NIC filters in lib/topo's terms. */
+static int filter_config(const struct orb_rdma_config *cfg, struct orb_topo_config *tc)
+{
+    orb_topo_config_defaults(tc);
+    for (uint32_t i = 0; i < cfg->whitelist.count; i++) {
+        int rc = orb_topo_config_whitelist_add(tc, cfg->whitelist.name[i]);
+        if (rc != 0)
+            return rc;
+    }
+    for (uint32_t i = 0; i < cfg->blacklist.count; i++) {
+        int rc = orb_topo_config_blacklist_add(tc, cfg->blacklist.name[i]);
+        if (rc != 0)
+            return rc;
+    }
+    snprintf(tc->pin.device, sizeof tc->pin.device, "%s", cfg->device);
+    tc->pin.port = (uint8_t)cfg->port;
+    tc->pin.gid_index = cfg->gid_index;
+    tc->device_mask = cfg->device_mask;
+    tc->preferred_numa_node = cfg->preferred_numa_node;
+    tc->strict_local_numa = cfg->strict_local_numa;
+    return orb_topo_config_validate(tc);
+}
+
+/* Not on this host: the reason is the detail message. */
+static int not_here(const char *why)
+{
+    (void)orb_fail(ORB_EUNAVAILABLE, "%s", why);
+    return ORB_TP_NOT_HERE;
+}
+
+static void query_caps(struct orb_rdma_tp *tp)
+{
+    for (uint32_t i = 0; i < tp->dev.nslots; i++) {
+        const struct orb_rdma_nic *n = &tp->dev.nics[i];
+        if (n->pd == NULL)
+            continue;
+        struct ibv_device_attr a;
+        memset(&a, 0, sizeof a);
+        int err = tp->env.query_device(tp->ops_impl, n->ctx, &a);
+        if (err != 0) {
+            ORB_LOGW("rdma: %s: cannot query its limits: %s", n->name, strerror(err));
+            continue;
+        }
+        struct orb_rdma_nic_caps *c = &tp->caps[i];
+        c->queried = true;
+        c->mw_type_2b = (a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
+        c->max_mr_size = a.max_mr_size;
+        c->max_qp_wr = a.max_qp_wr > 0 ? (uint32_t)a.max_qp_wr : 0;
+        c->max_cqe = a.max_cqe > 0 ? (uint32_t)a.max_cqe : 0;
+        c->max_qp_rd_atom = a.max_qp_rd_atom > 0 ? (uint32_t)a.max_qp_rd_atom : 0;
+        c->max_qp_init_rd_atom = a.max_qp_init_rd_atom > 0 ? (uint32_t)a.max_qp_init_rd_atom : 0;
+        if (!c->mw_type_2b)
+            ORB_LOGW("rdma: %s: no type-2B memory windows: it cannot carry grants", n->name);
+    }
+}
+
+static void log_opened(const struct orb_rdma_tp *tp)
+{
+    char list[512];
+    size_t used = 0;
+    list[0] = '\0';
+    for (uint32_t i = 0; i < tp->dev.nslots && used < sizeof list; i++) {
+        const struct orb_rdma_nic *n = &tp->dev.nics[i];
+        if (n->pd == NULL)
+            continue;
+        int w = snprintf(list + used, sizeof list - used, "%s%s (%s)", used > 0 ? ", " : "", n->name,
+                         n->route == ORB_RDMA_ROUTE_IMPORTED ? "through the helper" : "opened here");
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+    ORB_LOGI("rdma: %u NIC(s) open: %s; host memory policy %s", tp->dev.nopen, list,
+             tp->cfg->host_memory == ORB_RDMA_HOST_STAGED ? "staged" : "direct");
+}
+
+static void tp_free(struct orb_rdma_tp *tp)
+{
+    uint32_t kept = orb_rdma_devices_close(&tp->dev);
+    if (kept > 0)
+        ORB_LOGE("rdma: %u device objects could not be released: they are kept", kept);
+    orb_helper_close(tp->disc.helper);
+    free(tp);
+}
+
+int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, void **tp_out)
+{
+    const struct orb_rdma_config *cfg = orb_engine_rdma_config(engine);
+    if (cfg == NULL)
+        return not_here("rdma: the engine was created without RDMA settings");
+    struct orb_rdma_tp *tp = calloc(1, sizeof *tp);
+    if (tp == NULL)
+        return orb_fail(ORB_ENOMEM, "rdma: cannot allocate the transport");
+    tp->engine = engine;
+    tp->cfg = cfg;
+    tp->env = *env;
+    int rc = tp->env.load_verbs(tp->env.impl, &tp->v);
+    if (rc != 0) {
+        free(tp);
+        return rc == ORB_EUNAVAILABLE ? ORB_TP_NOT_HERE : rc;
+    }
+    enum orb_helper_mode mode = (enum orb_helper_mode)orb_engine_cfg(engine)->helper_mode;
+    rc = tp->env.discover(tp->env.impl, mode, &tp->disc);
+    if (rc != 0) {
+        free(tp);
+        return rc;
+    }
+    if (!tp->disc.rdma_granted) {
+        rc = not_here("rdma: the helper's policy grants this tenant no RDMA");
+        goto free_tp;
+    }
+    struct orb_topo_config tc;
+    uint64_t eligible = 0;
+    if ((rc = filter_config(cfg, &tc)) != 0 || (rc = orb_topo_filter(&tp->disc.inv, &tc, &eligible)) != 0) {
+        rc = orb_fail_wrap(rc, "rdma: the NIC filters");
+        goto free_tp;
+    }
+    uint64_t allowed = eligible & tp->disc.allowed;
+    if (allowed == 0) {
+        rc = not_here(eligible != 0 ? "rdma: the helper's policy allows none of the eligible RDMA NICs"
+                                    : "rdma: no usable RDMA NIC on this host");
+        goto free_tp;
+    }
+
+    /* The device and MR tables: the environment's, or libibverbs' over the helper session. */
+    struct orb_rdma_open_ops open_ops;
+    if (tp->env.open_ops != NULL) {
+        open_ops = *tp->env.open_ops;
+        tp->ops_impl = tp->env.impl;
+    } else {
+        orb_rdma_devices_verbs_ops(&tp->verbs, tp->v, tp->disc.helper, &open_ops);
+        tp->ops_impl = &tp->verbs;
+    }
+    if (tp->env.mr_ops == NULL)
+        tp->env.mr_ops = &orb_rdma_verbs_mr_ops;
+    rc = orb_rdma_devices_open(&open_ops, tp->ops_impl, &tp->disc.inv, allowed, mode, &tp->dev);
+    if (rc != 0)
+        goto free_tp;
+    if (tp->dev.nopen == 0) {
+        rc = not_here("rdma: none of the eligible NICs could be opened (see the log)");
+        goto free_tp;
+    }
+    query_caps(tp);
+    log_opened(tp);
+    *tp_out = tp;
+    return 0;
+
+free_tp:
+    {
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        tp_free(tp);
+        if (rc == ORB_TP_NOT_HERE)
+            (void)orb_fail(ORB_EUNAVAILABLE, "%s", why);
+        else
+            (void)orb_fail(rc, "%s", why);
+    }
+    return rc;
+}
+
+static int rdma_start(orb_engine *engine, void **tp_out)
+{
+    return orb_rdma_tp_start_with(engine, &real_env, tp_out);
+}
+
+/* ---- registrations --------------------------------------------------------------------------- */
+
+static int charge_bytes(struct orb_rdma_tp *tp, uint64_t len)
+{
+    uint64_t cur = atomic_load(&tp->registered_bytes);
+    for (;;) {
+        if (len > tp->disc.max_registered_bytes || cur > tp->disc.max_registered_bytes - len)
+            return orb_fail(ORB_ERESOURCE, "rdma: the helper's policy allows %llu registered bytes; %llu are "
+                            "registered and this registration adds %llu",
+                            (unsigned long long)tp->disc.max_registered_bytes, (unsigned long long)cur,
+                            (unsigned long long)len);
+        if (atomic_compare_exchange_weak(&tp->registered_bytes, &cur, cur + len))
+            return 0;
+    }
+}
+
+static int rdma_reg_attach(void *tp_, const struct orb_reg *reg, void **state_out)
+{
+    struct orb_rdma_tp *tp = tp_;
+    *state_out = NULL;
+    /* Staged: the payload moves through private staging; the application's bytes get no MR.
+     * Other memory kinds come with their own policies. */
+    if (tp->cfg->host_memory == ORB_RDMA_HOST_STAGED || reg->kind->kind != ORB_MEM_HOST)
+        return 0;
+    int rc = charge_bytes(tp, reg->len);
+    if (rc != 0)
+        return rc;
+    void *cpu = reg->kind->cpu_view(reg, reg->base);
+    struct orb_rdma_reg_mrs *m = NULL;
+    rc = orb_rdma_reg_mrs_create(tp->env.mr_ops, tp->ops_impl, &tp->dev, cpu, reg->base, reg->len,
+                                 reg->perm != ORB_PERM_LOCAL, &m);
+    if (rc != 0) {
+        if (m != NULL) {
+            /* The undo failed: the device may still map these bytes, so they stay too. */
+            keep_forever(tp, m);
+            (void)orb_host_memory_ref(reg->owner);
+        } else {
+            atomic_fetch_sub(&tp->registered_bytes, reg->len);
+        }
+        return rc;
+    }
+    atomic_fetch_add(&tp->registrations, 1);
+    atomic_fetch_add(&tp->mrs, m->count);
+    *state_out = m;
+    return 0;
+}
+
+static int rdma_reg_retire(void *tp_, const struct orb_reg *reg, void *state)
+{
+    struct orb_rdma_tp *tp = tp_;
+    struct orb_rdma_reg_mrs *m = state;
+    uint32_t count = m->count;
+    int rc = orb_rdma_reg_mrs_destroy(tp->env.mr_ops, tp->ops_impl, m);
+    atomic_fetch_sub(&tp->registrations, 1);
+    if (rc != 0) {
+        atomic_fetch_sub(&tp->mrs, count);
+        keep_forever(tp, m);
+        return rc; /* the charge stays with the kept bytes */
+    }
+    atomic_fetch_sub(&tp->mrs, count);
+    atomic_fetch_sub(&tp->registered_bytes, reg->len);
+    return 0;
+}
+
+const struct orb_rdma_reg_mrs *orb_rdma_tp_reg_mrs(const struct orb_reg *reg)
+{
+    return reg->tp_state[ORB_TRANSPORT_RDMA];
+}
+
+void orb_rdma_tp_counters(const struct orb_rdma_tp *tp, struct orb_rdma_counters *out)
+{
+    struct orb_rdma_tp *t = (struct orb_rdma_tp *)(uintptr_t)tp;
+    out->registrations = atomic_load(&t->registrations);
+    out->mrs = atomic_load(&t->mrs);
+    out->registered_bytes = atomic_load(&t->registered_bytes);
+    out->kept_mrs = atomic_load(&t->kept_mrs);
+}
+
+/* ---- lifecycle and peers ------------------------------------------------------------------- */
+
+static void rdma_close_source(void *tp)
+{
+    (void)tp;
+}
+
+static void rdma_stop(void *tp)
+{
+    (void)tp; /* no worker threads yet */
+}
+
+static void rdma_destroy(void *tp)
+{
+    tp_free(tp);
+}
+
+static uint64_t rdma_inflight(void *tp)
+{
+    (void)tp;
+    return 0;
+}
+
+static int rdma_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
+                          void **peer_out)
+{
+    (void)tp, (void)expected, (void)deadline, (void)peer_out;
+    return orb_fail(ORB_EUNAVAILABLE, "rdma: %s: this release registers memory for RDMA but carries no "
+                    "request over it yet", endpoint);
+}
+
+static int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan)
+{
+    (void)peer, (void)in, (void)plan;
+    return orb_fail(ORB_EUNAVAILABLE, "rdma: no RDMA peer");
+}
+
+static int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
+{
+    (void)peer, (void)xfers, (void)n;
+    return orb_fail(ORB_EUNAVAILABLE, "rdma: no RDMA peer");
+}
+
+static void rdma_peer_release(void *peer)
+{
+    (void)peer;
+}
+
+const struct orb_transport_ops orb_rdma_transport = {
+    .id = ORB_TRANSPORT_RDMA,
+    .name = "rdma",
+    .request_private_size = 0,
+    .start = rdma_start,
+    .endpoint = NULL,
+    .close_source = rdma_close_source,
+    .stop = rdma_stop,
+    .destroy = rdma_destroy,
+    .inflight = rdma_inflight,
+    .reg_attach = rdma_reg_attach,
+    .reg_retire = rdma_reg_retire,
+    .peer_open = rdma_peer_open,
+    .peer_describe = NULL,
+    .peer_plan = rdma_peer_plan,
+    .peer_submit = rdma_peer_submit,
+    .peer_release = rdma_peer_release,
+};

@@ -1,0 +1,73 @@
+/* Internal: the memory regions of one host registration under the Direct policy.
+ *
+ * On every open context (paused ports included), before the range becomes visible:
+ *  - a local-only MR (LOCAL_WRITE): the key this process's own work requests use;
+ *  - for a range peers may access, a second MR, LOCAL_WRITE|MW_BIND, the parent that one-use
+ *    memory windows are bound on. It grants no remote access itself.
+ * Neither key ever leaves the process: peers only ever see a window's key, bound to the exact
+ * range and direction of one request. All or nothing: a failure deregisters the new copies. A
+ * deregistration the device refuses keeps that MR (never freed, never retried), and the caller
+ * must then keep the bytes too: a device may still map them.
+ *
+ * The two verbs calls go through an operation table, so that the rules above are tested
+ * without a device. */
+#ifndef ORB_RDMA_REG_MRS_H
+#define ORB_RDMA_REG_MRS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rdma/devices.h"
+
+#define ORB_RDMA_LOCAL_ACCESS ((unsigned)IBV_ACCESS_LOCAL_WRITE)
+#define ORB_RDMA_PARENT_ACCESS ((unsigned)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND))
+
+struct orb_rdma_mr_ops {
+    /* ibv_reg_mr_iova2; NULL with errno. */
+    struct ibv_mr *(*reg_mr)(void *impl, struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+                             unsigned access);
+    /* ibv_dereg_mr; 0 or an errno value. */
+    int (*dereg_mr)(void *impl, struct ibv_mr *mr);
+};
+
+/* The real table over the libibverbs in `impl` (a struct orb_rdma_verbs_impl). */
+extern const struct orb_rdma_mr_ops orb_rdma_verbs_mr_ops;
+
+struct orb_rdma_reg_mr {
+    struct ibv_mr *local;   /* LOCAL_WRITE */
+    struct ibv_mr *parent;  /* LOCAL_WRITE|MW_BIND; NULL for a local-only registration */
+};
+
+struct orb_rdma_reg_mrs {
+    const struct orb_rdma_devices *dev; /* borrowed: the contexts outlive their MRs */
+    uint64_t nic_mask;      /* NIC ids whose MRs are (still) registered */
+    uint32_t nslots;        /* entries of mr[] (the devices' slot count) */
+    uint32_t count;         /* MRs held */
+    uint64_t len;
+    struct orb_rdma_reg_mr mr[]; /* by NIC id */
+};
+
+/* Register [addr, +len) (CPU address `addr`, device address `iova`) on every open context of
+ * `dev`; with `remote`, also the MW_BIND parent. On success *out (the caller's, released with
+ * orb_rdma_reg_mrs_destroy) holds them all. On failure nothing stays registered and *out is
+ * NULL, unless the undo itself failed: then *out holds what was kept (count > 0) and the call
+ * still fails. Errors: ORB_EINVAL (NULL, len 0), ORB_EUNAVAILABLE (no open context),
+ * ORB_ENOMEM, ORB_ERESOURCE (the device's MR limit: ENOMEM/ENOSPC from the driver, which also
+ * means the memory lock limit), ORB_EPERM (EPERM/EACCES: the memory cannot be pinned with
+ * write access) or ORB_EINVAL (EFAULT/EINVAL: not mapped): each message names the NIC, the
+ * MR's role and the errno. */
+int orb_rdma_reg_mrs_create(const struct orb_rdma_mr_ops *ops, void *impl, const struct orb_rdma_devices *dev,
+                            void *addr, uint64_t iova, uint64_t len, bool remote, struct orb_rdma_reg_mrs **out);
+
+/* Deregister every MR of `m`. 0: all gone and `m` freed. ORB_EBUSY: some deregistration
+ * failed: those MRs stay in `m` (count says how many), which the caller must keep, with the
+ * bytes under it, for the process's lifetime. NULL: 0. */
+int orb_rdma_reg_mrs_destroy(const struct orb_rdma_mr_ops *ops, void *impl, struct orb_rdma_reg_mrs *m);
+
+/* The MRs of NIC `nic`, or NULL when it holds none. */
+static inline const struct orb_rdma_reg_mr *orb_rdma_reg_mrs_on(const struct orb_rdma_reg_mrs *m, uint32_t nic)
+{
+    return m != NULL && nic < m->nslots && ((m->nic_mask >> nic) & 1u) ? &m->mr[nic] : NULL;
+}
+
+#endif
