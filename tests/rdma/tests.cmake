@@ -48,3 +48,16 @@ orb_unit_test(test_rdma_engine_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_eng
                       orb_rdma_tp orb_helperlib orb_hproto
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_engine_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
+
+# The queue pair's pure rules: READ depths, signalling, exact WR identity.
+orb_unit_test(test_rdma_qp SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_qp.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+
+# Memory windows and their key history, on a scripted allocator.
+orb_unit_test(test_rdma_window SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_window.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+
+# The grant's verbs steps on real devices (the VM's rails topology; 77 elsewhere).
+orb_unit_test(test_rdma_grant_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_grant_device.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+set_tests_properties(test_rdma_grant_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
