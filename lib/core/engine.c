@@ -316,6 +316,20 @@ int orb_engine_deliver_notification(orb_engine *engine, const struct orb_epoch *
     return 0;
 }
 
+int orb_engine_control(orb_engine *engine, uint8_t transport, const struct orb_epoch *sender,
+                       const uint8_t *req, size_t len, uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    if (transport == ORB_TRANSPORT_TCP || transport >= ORB_TRANSPORT_SLOTS)
+        return orb_fail(ORB_EINVAL, "control message for transport %u", (unsigned)transport);
+    if (!atomic_load(&engine->source_open))
+        return orb_fail(ORB_ECLOSED, "the source is closed");
+    const struct orb_tp_slot *t = &engine->tp[transport];
+    if (t->ops == NULL || t->ops->control == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "this engine runs no transport %u that takes control messages%s%s",
+                        (unsigned)transport, t->absent_why[0] != '\0' ? ": " : "", t->absent_why);
+    return t->ops->control(t->state, sender, req, len, resp, cap, resp_len);
+}
+
 ORB_EXPORT int orb_engine_poll_notifications(orb_engine *engine, struct orb_notification_msg *out,
                                              size_t cap, size_t *count_out)
 {

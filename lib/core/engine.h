@@ -2,6 +2,7 @@
 #ifndef ORB_CORE_ENGINE_H
 #define ORB_CORE_ENGINE_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <orbite/orbite.h>
 
@@ -17,6 +18,12 @@ const struct orb_rdma_config *orb_engine_rdma_config(const orb_engine *engine);
  * ORB_ECLOSED when the source is fenced. */
 int orb_engine_deliver_notification(orb_engine *engine, const struct orb_epoch *sender,
                                     const uint8_t *data, uint32_t len);
+
+/* Hand a control message from engine `sender`'s `transport` to this engine's same transport
+ * (its ops->control). Errors: ORB_EUNAVAILABLE (this engine runs no such transport, or it takes
+ * no control messages), ORB_ECLOSED (the source is fenced), the transport's refusal. */
+int orb_engine_control(orb_engine *engine, uint8_t transport, const struct orb_epoch *sender,
+                       const uint8_t *req, size_t len, uint8_t *resp, size_t cap, size_t *resp_len);
 
 /* 1 while source admission is open. */
 int orb_engine_source_open(const orb_engine *engine);

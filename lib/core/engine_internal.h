@@ -85,6 +85,7 @@ struct orb_segment {
     void *peer[ORB_TRANSPORT_SLOTS];
     int peer_status[ORB_TRANSPORT_SLOTS];
     char peer_why[ORB_TRANSPORT_SLOTS][ORB_TP_WHY_MAX]; /* the detail of a failed peer_open */
+    struct orb_control_path control;   /* over the TCP peer, for the other transports */
     char endpoint[ORB_ENDPOINT_MAX];
     struct orb_epoch expected;
 };

@@ -59,19 +59,21 @@ ORB_EXPORT int orb_open_segment(orb_engine *engine, const char *endpoint,
 
     /* TCP first: it proves the epoch and carries the other transports' handshakes. */
     const struct orb_tp_slot *tcp = &engine->tp[ORB_TRANSPORT_TCP];
-    int rc = tcp->ops->peer_open(tcp->state, endpoint, expected, deadline,
+    int rc = tcp->ops->peer_open(tcp->state, endpoint, expected, deadline, NULL,
                                  &segment->peer[ORB_TRANSPORT_TCP]);
     if (rc != 0) {
         free(segment);
         return orb_fail_wrap(rc, "cannot open segment %s", endpoint);
     }
     segment->peer_status[ORB_TRANSPORT_TCP] = 0;
+    segment->control.peer = segment->peer[ORB_TRANSPORT_TCP];
+    segment->control.call = tcp->ops->peer_control;
     for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++) {
         const struct orb_tp_slot *t = &engine->tp[i];
         if (i == ORB_TRANSPORT_TCP || t->ops == NULL)
             continue;
         void *peer = NULL;
-        rc = t->ops->peer_open(t->state, endpoint, expected, deadline, &peer);
+        rc = t->ops->peer_open(t->state, endpoint, expected, deadline, &segment->control, &peer);
         segment->peer_status[i] = rc;
         if (rc == 0)
             segment->peer[i] = peer;
@@ -153,7 +155,7 @@ int orb_segment_classify_failure(struct orb_segment *segment, int status)
     void *probe = NULL;
     const struct orb_tp_slot *tcp = &segment->engine->tp[ORB_TRANSPORT_TCP];
     int rc = tcp->ops->peer_open(tcp->state, segment->endpoint, &segment->expected,
-                                 orb_deadline_after(ORB_STALE_PROBE_NS), &probe);
+                                 orb_deadline_after(ORB_STALE_PROBE_NS), NULL, &probe);
     if (rc == 0) {
         tcp->ops->peer_release(probe);
         return status;

@@ -71,7 +71,7 @@ struct orb_xfer {
  * (device memory: the transport stages it or uses the registration's keys). */
 static inline uint8_t *orb_xfer_local_cpu(const struct orb_xfer *x)
 {
-    if (x->op == ORB_XFER_NOTIFY)
+    if (x->op == ORB_XFER_NOTIFY || x->local_reg == NULL)
         return (uint8_t *)(uintptr_t)x->notify_data;
     const struct orb_reg *reg = x->local_reg;
     return (uint8_t *)reg->kind->cpu_view(reg, reg->base + x->local_offset);
@@ -140,6 +140,24 @@ int orb_plan_even(struct orb_plan *plan, uint64_t length, uint64_t piece_len);
 
 /* ---- the operation table ---------------------------------------------------------------------- */
 
+/* ---- the control path ------------------------------------------------------------------------ */
+
+/* Largest control message one transport sends another engine's same transport (and its answer). */
+#define ORB_CONTROL_MAX 4096u
+
+/* How a transport other than TCP talks to its counterpart at the source: through the segment's
+ * TCP control connection (wire CONTROL_REQ/CONTROL_RESP), request and answer. Given to peer_open;
+ * valid until that peer is released. */
+struct orb_control_path {
+    void *peer; /* the segment's TCP peer */
+    /* Send `req` (1..ORB_CONTROL_MAX bytes) to the source engine's `transport` and wait, until
+     * `deadline`, for its answer in `resp` (cap >= ORB_CONTROL_MAX). Errors: the source's refusal
+     * (its status and message), ORB_ETIMEDOUT, ORB_EPEER (the connection died), ORB_ECLOSED,
+     * ORB_EINVAL, ORB_ENOMEM. Thread-safe; calls from several threads queue on the connection. */
+    int (*call)(void *peer, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp, size_t cap,
+                size_t *resp_len, uint64_t deadline);
+};
+
 /* start()'s answer for a transport that is not on this host (positive: not an error). */
 #define ORB_TP_NOT_HERE 1
 
@@ -178,10 +196,20 @@ struct orb_transport_ops {
     int (*reg_attach)(void *tp, const struct orb_reg *reg, void **state_out);
     int (*reg_retire)(void *tp, const struct orb_reg *reg, void *state);
 
-    /* Connect to a peer and prove its epoch. ORB_ESTALE on a wrong epoch; ORB_EUNAVAILABLE when
-     * the peer has no compatible path for this transport (the segment goes on without it). */
+    /* Connect to a peer and prove its epoch. `ctl` is the segment's control path (NULL for TCP,
+     * which is it). ORB_ESTALE on a wrong epoch; ORB_EUNAVAILABLE when the peer has no
+     * compatible path for this transport (the segment goes on without it). */
     int (*peer_open)(void *tp, const char *endpoint, const struct orb_epoch *expected,
-                     uint64_t deadline, void **peer_out);
+                     uint64_t deadline, const struct orb_control_path *ctl, void **peer_out);
+    /* The control transport (TCP) only, NULL for others: orb_control_path.call on `peer`. */
+    int (*peer_control)(void *peer, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp,
+                        size_t cap, size_t *resp_len, uint64_t deadline);
+    /* At the source: answer a control message that the engine `sender`'s same transport sent
+     * (through orb_engine_control()). Writes at most `cap` (>= ORB_CONTROL_MAX) bytes. Runs on a
+     * TCP source worker: it must finish promptly (no waiting on a peer). NULL: no control
+     * messages. A negative return is sent back as the refusal, with the detail message. */
+    int (*control)(void *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
+                   size_t cap, size_t *resp_len);
     /* The peer's published regions. Only the control transport (TCP) answers; may be NULL. */
     int (*peer_describe)(void *peer, uint64_t deadline, struct orb_region_desc **regions_out,
                          size_t *count_out);

@@ -382,9 +382,9 @@ static uint64_t rdma_inflight(void *tp)
 }
 
 static int rdma_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
-                          void **peer_out)
+                          const struct orb_control_path *ctl, void **peer_out)
 {
-    (void)tp, (void)expected, (void)deadline, (void)peer_out;
+    (void)tp, (void)expected, (void)deadline, (void)ctl, (void)peer_out;
     return orb_fail(ORB_EUNAVAILABLE, "rdma: %s: this release registers memory for RDMA but carries no "
                     "request over it yet", endpoint);
 }

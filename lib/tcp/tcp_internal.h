@@ -27,8 +27,10 @@
 #define TCP_SLICE_ALIGN (64ull << 10)
 #define TCP_ACCEPT_BATCH 16u      /* connections accepted before other events get a turn */
 
-/* An internal op travelling in a requester connection's xfer queue. */
+/* Internal ops travelling in a requester connection's xfer queue: a caller waits for each. */
 #define TCP_OP_DESCRIBE 0x80u
+#define TCP_OP_CONTROL 0x81u     /* another transport's control message; its body is notify_data */
+#define TCP_OP_IS_CALL(op) ((op) == TCP_OP_DESCRIBE || (op) == TCP_OP_CONTROL)
 
 #define TCP_CONTAINER_OF(ptr, type, member) \
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
@@ -144,7 +146,9 @@ void tcp_req_conn_scan(struct tcp_req_conn *c, uint64_t now);
 void tcp_req_conn_kill(struct tcp_req_conn *c, int status);
 
 int tcp_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected,
-                  uint64_t deadline, void **peer_out);
+                  uint64_t deadline, const struct orb_control_path *ctl, void **peer_out);
+int tcp_peer_control(void *peer, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp,
+                     size_t cap, size_t *resp_len, uint64_t deadline);
 int tcp_peer_describe(void *peer, uint64_t deadline, struct orb_region_desc **regions_out,
                       size_t *count_out);
 uint64_t tcp_peer_slice_len(void *peer, uint64_t length);

@@ -86,16 +86,21 @@ struct tcp_peer {
     struct tcp_req_conn conns[];      /* [0] CONTROL, [1 + i] DATA stripe i */
 };
 
-/* A DESCRIBE in the control queue; the waiting caller and the connection each hold a reference. */
-struct tcp_describe_op {
-    struct orb_xfer x;                /* op TCP_OP_DESCRIBE */
+/* A DESCRIBE or CONTROL in the control queue; the waiting caller and the connection each hold a
+ * reference. */
+struct tcp_call_op {
+    struct orb_xfer x;                /* op TCP_OP_DESCRIBE or TCP_OP_CONTROL */
     pthread_mutex_t lock;
     pthread_cond_t cond;              /* CLOCK_MONOTONIC */
     int refs;
     int done;
     int status;
-    struct orb_region_desc *regions;  /* owned until handed to the caller */
+    struct orb_region_desc *regions;  /* DESCRIBE: owned until handed to the caller */
     size_t count;
+    uint8_t transport;                /* CONTROL: the transport it is for */
+    uint8_t req[4 + ORB_WIRE_MAX_CONTROL];  /* CONTROL: the body sent (transport, 0, 0, bytes) */
+    uint8_t resp[ORB_WIRE_MAX_CONTROL]; /* CONTROL: the answer's bytes */
+    size_t resp_len;
     char text[ORB_WIRE_MAX_ERROR_TEXT + 1];
 };
 
@@ -116,13 +121,13 @@ static size_t frame_prefix_len(const struct orb_xfer *x)
     case ORB_XFER_READ:
     case ORB_XFER_WRITE: return ORB_WIRE_HEADER_LEN + 32u;
     case ORB_XFER_NOTIFY: return ORB_WIRE_HEADER_LEN + 4u;
-    default: return ORB_WIRE_HEADER_LEN; /* DESCRIBE_REQ */
+    default: return ORB_WIRE_HEADER_LEN; /* DESCRIBE_REQ; CONTROL_REQ (its body is the payload) */
     }
 }
 
 static uint64_t frame_payload_len(const struct orb_xfer *x)
 {
-    return x->op == ORB_XFER_WRITE || x->op == ORB_XFER_NOTIFY ? x->length : 0;
+    return x->op == ORB_XFER_WRITE || x->op == ORB_XFER_NOTIFY || x->op == TCP_OP_CONTROL ? x->length : 0;
 }
 
 static uint64_t frame_len(const struct orb_xfer *x)
@@ -148,6 +153,10 @@ static void frame_prefix(const struct orb_xfer *x, uint8_t out[TCP_PREFIX_MAX])
         struct orb_writer w;
         orb_writer_init(&w, out + ORB_WIRE_HEADER_LEN, 4);
         orb_writer_u32(&w, (uint32_t)x->length);
+    } else if (x->op == TCP_OP_CONTROL) {
+        struct orb_wire_header h = {.type = ORB_WIRE_CONTROL_REQ, .body_len = (uint32_t)x->length,
+                                    .tag = wire_tag(x)};
+        orb_wire_header_encode(&h, out);
     } else {
         (void)orb_wire_describe_req_encode(wire_tag(x), out, TCP_PREFIX_MAX, &len);
     }
@@ -171,7 +180,7 @@ static enum orb_remote_effect mark_effect(const struct orb_xfer *x)
 
 /* ---- completion ------------------------------------------------------------------------------ */
 
-static void describe_put(struct tcp_describe_op *op)
+static void call_put(struct tcp_call_op *op)
 {
     pthread_mutex_lock(&op->lock);
     int last = --op->refs == 0;
@@ -184,7 +193,7 @@ static void describe_put(struct tcp_describe_op *op)
     free(op);
 }
 
-static void describe_finish(struct tcp_describe_op *op, int status, struct orb_region_desc *regions,
+static void describe_finish(struct tcp_call_op *op, int status, struct orb_region_desc *regions,
                             size_t count, const char *text)
 {
     pthread_mutex_lock(&op->lock);
@@ -195,15 +204,15 @@ static void describe_finish(struct tcp_describe_op *op, int status, struct orb_r
     snprintf(op->text, sizeof op->text, "%s", text);
     pthread_cond_broadcast(&op->cond);
     pthread_mutex_unlock(&op->lock);
-    describe_put(op);
+    call_put(op);
 }
 
 /* End `x` for good. Never called with a connection lock held. */
 static void req_complete(struct tcp_transport *tp, struct orb_xfer *x, int status,
                          enum orb_remote_effect effect, const char *text)
 {
-    if (x->op == TCP_OP_DESCRIBE) {
-        describe_finish(TCP_CONTAINER_OF(x, struct tcp_describe_op, x), status, NULL, 0,
+    if (TCP_OP_IS_CALL(x->op)) {
+        describe_finish(TCP_CONTAINER_OF(x, struct tcp_call_op, x), status, NULL, 0,
                         text ? text : orb_strerror(status));
         return;
     }
@@ -309,7 +318,7 @@ static int req_tx_locked(struct tcp_req_conn *c, struct orb_xfer **withdrawn, ui
         int any_withdrawn = 0;
         for (size_t i = 0; i < ncand; i++) {
             keep[i] = 1;
-            if ((cand[i]->tag & TAG_STARTED) || cand[i]->op == TCP_OP_DESCRIBE)
+            if ((cand[i]->tag & TAG_STARTED) || TCP_OP_IS_CALL(cand[i]->op))
                 continue;
             if (orb_xfer_may_start(cand[i])) {
                 cand[i]->tag |= TAG_STARTED;
@@ -556,6 +565,7 @@ static uint8_t expected_response(const struct orb_xfer *x)
     case ORB_XFER_READ: return ORB_WIRE_READ_RESP;
     case ORB_XFER_WRITE: return ORB_WIRE_WRITE_RESP;
     case ORB_XFER_NOTIFY: return ORB_WIRE_NOTIFY_RESP;
+    case TCP_OP_CONTROL: return ORB_WIRE_CONTROL_RESP;
     default: return ORB_WIRE_DESCRIBE_RESP;
     }
 }
@@ -625,7 +635,22 @@ static int req_on_response(struct tcp_req_conn *c, const uint8_t *body, size_t l
         if (orb_wire_describe_resp_decode(body, len, &regions, &count) != 0)
             return req_violation(c, "malformed DESCRIBE_RESP", orb_last_error());
         c->rx_xfer = NULL;
-        describe_finish(TCP_CONTAINER_OF(x, struct tcp_describe_op, x), 0, regions, count, "");
+        describe_finish(TCP_CONTAINER_OF(x, struct tcp_call_op, x), 0, regions, count, "");
+        return 0;
+    }
+    case ORB_WIRE_CONTROL_RESP: {
+        struct orb_wire_control m;
+        struct tcp_call_op *op = TCP_CONTAINER_OF(x, struct tcp_call_op, x);
+        if (orb_wire_control_decode(body, len, &m) != 0)
+            return req_violation(c, "malformed CONTROL_RESP", orb_last_error());
+        if (m.transport != op->transport)
+            return req_violation(c, "CONTROL_RESP from another transport", "");
+        c->rx_xfer = NULL;
+        pthread_mutex_lock(&op->lock);
+        memcpy(op->resp, m.data, m.length); /* m.length <= ORB_WIRE_MAX_CONTROL */
+        op->resp_len = m.length;
+        pthread_mutex_unlock(&op->lock);
+        describe_finish(op, 0, NULL, 0, "");
         return 0;
     }
     default: /* WRITE_RESP, NOTIFY_RESP */
@@ -653,6 +678,7 @@ static int req_rx(struct tcp_req_conn *c)
             switch (c->rx_hdr.type) {
             case ORB_WIRE_ERROR:
             case ORB_WIRE_DESCRIBE_RESP:
+            case ORB_WIRE_CONTROL_RESP:
             case ORB_WIRE_READ_RESP:
             case ORB_WIRE_WRITE_RESP:
             case ORB_WIRE_NOTIFY_RESP: break;
@@ -891,8 +917,9 @@ static int req_handshake(struct tcp_transport *tp, struct tcp_req_conn *c, const
 }
 
 int tcp_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expected,
-                  uint64_t deadline, void **peer_out)
+                  uint64_t deadline, const struct orb_control_path *ctl, void **peer_out)
 {
+    (void)ctl; /* TCP is the control path */
     struct tcp_transport *tp = tp_;
     if (endpoint == NULL || expected == NULL || peer_out == NULL)
         return orb_fail(ORB_EINVAL, "peer_open: NULL argument");
@@ -1097,36 +1124,23 @@ int tcp_peer_submit(void *peer_, struct orb_xfer *const *xfers, size_t n)
     return 0;
 }
 
-int tcp_peer_describe(void *peer_, uint64_t deadline, struct orb_region_desc **regions_out,
-                      size_t *count_out)
+/* Queue `op` (op->x.op set, one reference for the connection taken here) on the control
+ * connection and wait for its end until `deadline`. 0 when it ended (op->status says how), or a
+ * negative status (not queued, or the deadline passed). Drops the caller's reference only on the
+ * error paths that never queued it. */
+static int call_run(struct tcp_peer *p, struct tcp_call_op *op, uint64_t deadline, const char *what)
 {
-    struct tcp_peer *p = peer_;
-    if (regions_out == NULL || count_out == NULL)
-        return orb_fail(ORB_EINVAL, "peer_describe: NULL argument");
     if (atomic_load(&p->tp->stopping))
         return orb_fail(ORB_ECLOSED, "the TCP transport is stopped");
     int dead = atomic_load(&p->dead);
     if (dead != 0)
-        return orb_fail(dead, "the connection to %s was %s", p->endpoint,
-                        dead == ORB_EPEER ? "lost" : "broken");
-    struct tcp_describe_op *op = calloc(1, sizeof *op);
-    if (op == NULL)
-        return orb_fail(ORB_ENOMEM, "cannot allocate a DESCRIBE");
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&op->cond, &attr);
-    pthread_condattr_destroy(&attr);
-    pthread_mutex_init(&op->lock, NULL);
+        return orb_fail(dead, "the connection to %s was %s", p->endpoint, dead == ORB_EPEER ? "lost" : "broken");
     op->refs = 2;
-    op->x.op = TCP_OP_DESCRIBE;
     int rc = req_enqueue(&p->conns[0], &op->x, &op->x, 0);
     if (rc != 0) {
         op->refs = 1;
-        describe_put(op);
         return rc;
     }
-
     pthread_mutex_lock(&op->lock);
     while (!op->done) {
         if (deadline == ORB_DEADLINE_NONE) {
@@ -1138,24 +1152,94 @@ int tcp_peer_describe(void *peer_, uint64_t deadline, struct orb_region_desc **r
             break;
     }
     int done = op->done;
+    pthread_mutex_unlock(&op->lock);
+    if (!done)
+        return orb_fail(ORB_ETIMEDOUT, "%s of %s: deadline passed", what, p->endpoint);
+    return 0;
+}
+
+static struct tcp_call_op *call_new(uint8_t op_code)
+{
+    struct tcp_call_op *op = calloc(1, sizeof *op);
+    if (op == NULL)
+        return NULL;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&op->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&op->lock, NULL);
+    op->refs = 1;
+    op->x.op = op_code;
+    return op;
+}
+
+int tcp_peer_describe(void *peer_, uint64_t deadline, struct orb_region_desc **regions_out,
+                      size_t *count_out)
+{
+    struct tcp_peer *p = peer_;
+    if (regions_out == NULL || count_out == NULL)
+        return orb_fail(ORB_EINVAL, "peer_describe: NULL argument");
+    struct tcp_call_op *op = call_new(TCP_OP_DESCRIBE);
+    if (op == NULL)
+        return orb_fail(ORB_ENOMEM, "cannot allocate a DESCRIBE");
+    int rc = call_run(p, op, deadline, "DESCRIBE");
+    if (rc != 0) {
+        call_put(op);
+        return rc;
+    }
+    pthread_mutex_lock(&op->lock);
     int status = op->status;
     struct orb_region_desc *regions = NULL;
     size_t count = op->count;
     char text[sizeof op->text];
     snprintf(text, sizeof text, "%s", op->text);
-    if (done && status == 0) {
+    if (status == 0) {
         regions = op->regions;
         op->regions = NULL; /* now the caller's */
     }
     pthread_mutex_unlock(&op->lock);
-    describe_put(op);
-
-    if (!done)
-        return orb_fail(ORB_ETIMEDOUT, "DESCRIBE of %s: deadline passed", p->endpoint);
+    call_put(op);
     if (status != 0)
         return orb_fail(status, "DESCRIBE of %s failed: %s", p->endpoint, text);
     *regions_out = regions;
     *count_out = count;
+    return 0;
+}
+
+int tcp_peer_control(void *peer_, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp,
+                     size_t cap, size_t *resp_len, uint64_t deadline)
+{
+    struct tcp_peer *p = peer_;
+    if (p == NULL || req == NULL || resp == NULL || resp_len == NULL || len == 0 || len > ORB_WIRE_MAX_CONTROL ||
+        cap < ORB_WIRE_MAX_CONTROL || transport == ORB_TRANSPORT_TCP || transport >= ORB_TRANSPORT_SLOTS)
+        return orb_fail(ORB_EINVAL, "control call: NULL argument, bad transport, or a length outside 1..%u",
+                        ORB_WIRE_MAX_CONTROL);
+    struct tcp_call_op *op = call_new(TCP_OP_CONTROL);
+    if (op == NULL)
+        return orb_fail(ORB_ENOMEM, "cannot allocate a control call");
+    op->transport = transport;
+    op->req[0] = transport;
+    memcpy(op->req + 4, req, len);
+    op->x.notify_data = op->req;
+    op->x.length = 4 + len;
+    int rc = call_run(p, op, deadline, "a control call");
+    if (rc != 0) {
+        call_put(op);
+        return rc;
+    }
+    pthread_mutex_lock(&op->lock);
+    int status = op->status;
+    size_t got = op->resp_len;
+    char text[sizeof op->text];
+    snprintf(text, sizeof text, "%s", op->text);
+    if (status == 0)
+        memcpy(resp, op->resp, got);
+    pthread_mutex_unlock(&op->lock);
+    call_put(op);
+    if (status != 0)
+        return orb_fail(status, "%s", text);
+    *resp_len = got;
     return 0;
 }
 

@@ -414,6 +414,40 @@ static int src_notify(struct tcp_source_conn *s, const uint8_t *body, size_t len
     return src_tx_empty(s, ORB_WIRE_NOTIFY_RESP, s->hdr.tag);
 }
 
+/* Another transport's control message: answered by this engine's same transport, at once. */
+static int src_control(struct tcp_source_conn *s, const uint8_t *body, size_t len)
+{
+    uint64_t tag = s->hdr.tag;
+    struct orb_wire_control m;
+    if (orb_wire_control_decode(body, len, &m) != 0)
+        return src_violation(s, "malformed CONTROL_REQ", orb_last_error());
+    uint8_t answer[ORB_WIRE_MAX_CONTROL];
+    size_t answer_len = 0;
+    int rc = orb_engine_control(s->tp->engine, m.transport, &s->sender, m.data, m.length, answer, sizeof answer,
+                                &answer_len);
+    if (rc != 0)
+        return src_tx_failure(s, tag, rc);
+    if (answer_len == 0 || answer_len > sizeof answer)
+        return src_tx_error(s, tag, ORB_EPROTO, "the transport gave an empty or oversized answer");
+    size_t cap = ORB_WIRE_HEADER_LEN + 4u + answer_len;
+    uint8_t *buf = malloc(cap);
+    if (buf == NULL)
+        return src_tx_error(s, tag, ORB_ENOMEM, "out of memory for CONTROL_RESP");
+    struct orb_wire_control a = {.transport = m.transport, .length = (uint32_t)answer_len, .data = answer};
+    size_t out_len = 0;
+    rc = orb_wire_control_encode(ORB_WIRE_CONTROL_RESP, tag, &a, buf, cap, &out_len);
+    if (rc != 0) {
+        free(buf);
+        return src_tx_failure(s, tag, rc);
+    }
+    struct src_resp *r = src_tx_slot(s);
+    r->heap = buf;
+    r->head = buf;
+    r->head_len = out_len;
+    src_tx_push(s);
+    return 0;
+}
+
 /* The frame header just decoded may start here. 0 or ORB_EPROTO (logged). A fenced source
  * never gets here: src_rx_step stops reading before the next header. */
 static int src_admit_frame(struct tcp_source_conn *s)
@@ -426,7 +460,7 @@ static int src_admit_frame(struct tcp_source_conn *s)
     if (s->authed && type == ORB_WIRE_HELLO)
         return src_violation(s, "second HELLO", "");
     if (type != ORB_WIRE_HELLO && type != ORB_WIRE_DESCRIBE_REQ && type != ORB_WIRE_READ_REQ &&
-        type != ORB_WIRE_WRITE_REQ && type != ORB_WIRE_NOTIFY)
+        type != ORB_WIRE_WRITE_REQ && type != ORB_WIRE_NOTIFY && type != ORB_WIRE_CONTROL_REQ)
         return src_violation(s, "not a request", detail);
     if (s->hdr.body_len > TCP_RX_STAGE - ORB_WIRE_HEADER_LEN)
         return src_violation(s, "oversized body", detail); /* the codec's limits are tighter */
@@ -443,6 +477,7 @@ static int src_dispatch(struct tcp_source_conn *s, const uint8_t *body, size_t l
     case ORB_WIRE_READ_REQ: return src_read(s, body, len);
     case ORB_WIRE_WRITE_REQ: return src_write(s, body, len);
     case ORB_WIRE_NOTIFY: return src_notify(s, body, len);
+    case ORB_WIRE_CONTROL_REQ: return src_control(s, body, len);
     default: return src_violation(s, "not a request", "");
     }
 }

@@ -522,6 +522,7 @@ const struct orb_transport_ops orb_tcp_transport = {
     .inflight = tcp_inflight,
     .peer_open = tcp_peer_open,
     .peer_describe = tcp_peer_describe,
+    .peer_control = tcp_peer_control,
     .peer_plan = tcp_peer_plan,
     .peer_submit = tcp_peer_submit,
     .peer_release = tcp_peer_release,

@@ -19,6 +19,7 @@
 #define ORB_WIRE_ERROR_FIXED 6u  /* i32 status + u16 text_len */
 #define ORB_WIRE_NOTIFY_FIXED 4u /* u32 length */
 #define ORB_WIRE_DESCRIBE_FIXED 8u /* u32 count + u32 reserved */
+#define ORB_WIRE_CONTROL_FIXED 4u  /* u8 transport + u8 + u16 reserved */
 
 /* ---- cursor ---------------------------------------------------------------------------------- */
 
@@ -177,6 +178,8 @@ const char *orb_wire_type_name(uint8_t type)
     case ORB_WIRE_WRITE_RESP: return "WRITE_RESP";
     case ORB_WIRE_NOTIFY: return "NOTIFY";
     case ORB_WIRE_NOTIFY_RESP: return "NOTIFY_RESP";
+    case ORB_WIRE_CONTROL_REQ: return "CONTROL_REQ";
+    case ORB_WIRE_CONTROL_RESP: return "CONTROL_RESP";
     default: return "unknown";
     }
 }
@@ -204,6 +207,11 @@ void orb_wire_body_limits(uint8_t type, uint32_t *min_len, uint32_t *max_len)
     case ORB_WIRE_NOTIFY:
         lo = ORB_WIRE_NOTIFY_FIXED + 1;
         hi = ORB_WIRE_NOTIFY_FIXED + ORB_NOTIFY_MAX;
+        break;
+    case ORB_WIRE_CONTROL_REQ:
+    case ORB_WIRE_CONTROL_RESP:
+        lo = ORB_WIRE_CONTROL_FIXED + 1;
+        hi = ORB_WIRE_CONTROL_FIXED + ORB_WIRE_MAX_CONTROL;
         break;
     default: break;
     }
@@ -779,6 +787,63 @@ int orb_wire_notify_decode(const uint8_t *body, size_t len, struct orb_wire_noti
     const uint8_t *data = orb_cursor_bytes(&c, length);
     if (!data || orb_cursor_finish(&c) != 0)
         return orb_fail(ORB_EPROTO, "NOTIFY: malformed body");
+    m->length = length;
+    m->data = data;
+    return 0;
+}
+
+static int control_transport_ok(uint8_t transport)
+{
+    return transport == ORB_TRANSPORT_RDMA || transport == ORB_TRANSPORT_NVLINK;
+}
+
+int orb_wire_control_encode(uint8_t type, uint64_t tag, const struct orb_wire_control *m, uint8_t *out,
+                            size_t cap, size_t *len_out)
+{
+    if (!m)
+        return orb_fail(ORB_EINVAL, "CONTROL encode: NULL message");
+    if (type != ORB_WIRE_CONTROL_REQ && type != ORB_WIRE_CONTROL_RESP)
+        return orb_fail(ORB_EINVAL, "CONTROL encode: type %u is not CONTROL_REQ or CONTROL_RESP", (unsigned)type);
+    if (!control_transport_ok(m->transport))
+        return orb_fail(ORB_EINVAL, "CONTROL encode: transport %u carries no control messages",
+                        (unsigned)m->transport);
+    if (m->length == 0 || m->length > ORB_WIRE_MAX_CONTROL || !m->data)
+        return orb_fail(ORB_EINVAL, "CONTROL encode: length %u outside 1..%u, or no data", (unsigned)m->length,
+                        (unsigned)ORB_WIRE_MAX_CONTROL);
+    const char *what = orb_wire_type_name(type);
+    struct orb_writer w;
+    int rc = encode_begin(what, type, tag, ORB_WIRE_CONTROL_FIXED + (size_t)m->length, out, cap, len_out, &w);
+    if (rc != 0)
+        return rc;
+    orb_writer_u8(&w, m->transport);
+    orb_writer_u8(&w, 0);
+    orb_writer_u16(&w, 0);
+    orb_writer_bytes(&w, m->data, m->length);
+    return encode_end(what, &w, len_out);
+}
+
+int orb_wire_control_decode(const uint8_t *body, size_t len, struct orb_wire_control *m)
+{
+    int rc = body_args_ok("CONTROL", body, len, m);
+    if (rc != 0)
+        return rc;
+    if (len <= ORB_WIRE_CONTROL_FIXED || len > ORB_WIRE_CONTROL_FIXED + ORB_WIRE_MAX_CONTROL)
+        return orb_fail(ORB_EPROTO, "CONTROL: body of %zu bytes outside %u..%u", len, ORB_WIRE_CONTROL_FIXED + 1,
+                        ORB_WIRE_CONTROL_FIXED + ORB_WIRE_MAX_CONTROL);
+    struct orb_cursor c;
+    orb_cursor_init(&c, body, len);
+    uint8_t transport = orb_cursor_u8(&c);
+    uint8_t zero8 = orb_cursor_u8(&c);
+    uint16_t zero16 = orb_cursor_u16(&c);
+    if (zero8 != 0 || zero16 != 0)
+        return orb_fail(ORB_EPROTO, "CONTROL: reserved bytes are not zero");
+    if (!control_transport_ok(transport))
+        return orb_fail(ORB_EPROTO, "CONTROL: transport %u carries no control messages", (unsigned)transport);
+    uint32_t length = (uint32_t)(len - ORB_WIRE_CONTROL_FIXED);
+    const uint8_t *data = orb_cursor_bytes(&c, length);
+    if (!data || orb_cursor_finish(&c) != 0)
+        return orb_fail(ORB_EPROTO, "CONTROL: malformed body");
+    m->transport = transport;
     m->length = length;
     m->data = data;
     return 0;

@@ -12,12 +12,13 @@
 #include <orbite/orbite.h>
 
 #define ORB_WIRE_MAGIC 0x5442524Fu /* "ORBT" as little-endian bytes 'O' 'R' 'B' 'T' */
-#define ORB_WIRE_VERSION 2u
+#define ORB_WIRE_VERSION 3u
 #define ORB_WIRE_HEADER_LEN 24u
 #define ORB_WIRE_MAX_PAYLOAD (64u << 20)    /* payload bytes after one frame */
 #define ORB_WIRE_MAX_REGIONS 65536u         /* entries in one DESCRIBE_RESP */
 #define ORB_WIRE_REGION_LEN 20u             /* u64 addr, u64 length, u32 perm */
 #define ORB_WIRE_MAX_ERROR_TEXT 256u
+#define ORB_WIRE_MAX_CONTROL 4096u          /* payload bytes of one CONTROL_REQ/CONTROL_RESP */
 #define ORB_WIRE_MAX_BODY (8u + ORB_WIRE_MAX_REGIONS * ORB_WIRE_REGION_LEN)
 
 enum orb_wire_type {
@@ -32,7 +33,9 @@ enum orb_wire_type {
     ORB_WIRE_WRITE_RESP = 9,
     ORB_WIRE_NOTIFY = 10,
     ORB_WIRE_NOTIFY_RESP = 11,
-    ORB_WIRE_TYPE_MAX = 11
+    ORB_WIRE_CONTROL_REQ = 12,  /* another transport's control request (RDMA connections, grants) */
+    ORB_WIRE_CONTROL_RESP = 13,
+    ORB_WIRE_TYPE_MAX = 13
 };
 
 /* Connection roles announced in HELLO. */
@@ -136,6 +139,20 @@ struct orb_wire_notify {         /* body: u32 length | bytes; 1..ORB_NOTIFY_MAX 
 int orb_wire_notify_encode(uint64_t tag, const struct orb_wire_notify *m, uint8_t *out, size_t cap,
                            size_t *len_out);
 int orb_wire_notify_decode(const uint8_t *body, size_t len, struct orb_wire_notify *m);
+
+/* CONTROL_REQ / CONTROL_RESP body: u8 transport (enum orb_transport, not TCP) | u8 0 | u16 0 |
+ * 1..ORB_WIRE_MAX_CONTROL payload bytes, which the named transport encodes and decodes itself.
+ * The TCP transport only carries them: another transport's handshakes and grants travel on the
+ * control connection the segment already has. */
+struct orb_wire_control {
+    uint8_t transport;
+    uint32_t length;
+    const uint8_t *data;         /* decode: points into `body` */
+};
+/* `type` is CONTROL_REQ or CONTROL_RESP. */
+int orb_wire_control_encode(uint8_t type, uint64_t tag, const struct orb_wire_control *m, uint8_t *out,
+                            size_t cap, size_t *len_out);
+int orb_wire_control_decode(const uint8_t *body, size_t len, struct orb_wire_control *m);
 
 /* ---- cursor (exposed for tests and the helper codec later) ---------------------------------- */
 struct orb_cursor {

@@ -91,9 +91,9 @@ static uint64_t fake_inflight(void *tp)
     return n;
 }
 static int fake_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected,
-                          uint64_t deadline, void **peer)
+                          uint64_t deadline, const struct orb_control_path *ctl, void **peer)
 {
-    (void)tp, (void)endpoint, (void)deadline;
+    (void)tp, (void)endpoint, (void)deadline, (void)ctl;
     if (fake_open_status != 0)
         return fake_open_status;
     if (expected->bytes[0] == 0xEE)

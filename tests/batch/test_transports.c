@@ -110,9 +110,9 @@ static uint64_t s_inflight(void *tp)
     return n;
 }
 static int s_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected,
-                       uint64_t deadline, void **peer)
+                       uint64_t deadline, const struct orb_control_path *ctl, void **peer)
 {
-    (void)endpoint, (void)expected, (void)deadline;
+    (void)endpoint, (void)expected, (void)deadline, (void)ctl;
     struct script *s = tp;
     if (s->open_status != 0)
         return orb_fail(s->open_status, "%s: no path", s->name);

@@ -22,6 +22,7 @@
 
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/error.h"
 #include "core/registry.h"
 #include "wire/wire.h"
 
@@ -80,6 +81,18 @@ int orb_engine_deliver_notification(orb_engine *engine, const struct orb_epoch *
     }
     pthread_mutex_unlock(&th_lock);
     return rc;
+}
+
+int orb_engine_control(orb_engine *engine, uint8_t transport, const struct orb_epoch *sender,
+                       const uint8_t *req, size_t len, uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    pthread_mutex_lock(&th_lock);
+    engine->control_sender = *sender;
+    engine->control_calls++;
+    pthread_mutex_unlock(&th_lock);
+    if (engine->control == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "harness: no transport %u here", (unsigned)transport);
+    return engine->control(engine, transport, req, len, resp, cap, resp_len);
 }
 
 int orb_xfer_may_start(struct orb_xfer *x)
@@ -166,7 +179,7 @@ void *th_open(orb_engine *req, orb_engine *src)
     th_endpoint(src, ep, sizeof ep);
     void *peer = NULL;
     assert_int_equal(orb_tcp_transport.peer_open(req->tp, ep, &src->epoch,
-                                                 orb_deadline_after(5 * TH_SEC), &peer),
+                                                 orb_deadline_after(5 * TH_SEC), NULL, &peer),
                      0);
     assert_non_null(peer);
     return peer;

@@ -25,6 +25,12 @@ struct orb_engine {
     /* Notifications delivered to this engine as a source (guarded by the harness lock). */
     struct orb_notification_msg notes[TH_MAX_NOTES];
     size_t nnotes;
+    /* Control messages for this engine as a source (orb_engine_control): NULL answers
+     * ORB_EUNAVAILABLE; the last sender seen (guarded by the harness lock). */
+    int (*control)(orb_engine *e, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp,
+                   size_t cap, size_t *resp_len);
+    struct orb_epoch control_sender;
+    int control_calls;
 };
 
 /* A fake batch: it withdraws its xfers once `withdraw` is set. */

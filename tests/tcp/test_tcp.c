@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/error.h"
 #include "core/registry.h"
 #include "harness.h"
 #include "tcp/tcp_internal.h"
@@ -188,7 +189,7 @@ static void fake_stop(struct fake_source *f)
 static void *fake_open(orb_engine *req, struct fake_source *f)
 {
     void *peer = NULL;
-    assert_int_equal(T->peer_open(req->tp, f->endpoint, &f->epoch, orb_deadline_after(5 * TH_SEC),
+    assert_int_equal(T->peer_open(req->tp, f->endpoint, &f->epoch, orb_deadline_after(5 * TH_SEC), NULL,
                                   &peer),
                      0);
     return peer;
@@ -206,7 +207,7 @@ static void test_open_wrong_epoch_is_stale(void **state)
     struct orb_epoch wrong = src->epoch;
     wrong.bytes[15] ^= 1;
     void *peer = NULL;
-    assert_int_equal(T->peer_open(req->tp, ep, &wrong, orb_deadline_after(5 * TH_SEC), &peer),
+    assert_int_equal(T->peer_open(req->tp, ep, &wrong, orb_deadline_after(5 * TH_SEC), NULL, &peer),
                      ORB_ESTALE);
     assert_null(peer);
     /* The source keeps serving the right epoch. */
@@ -231,8 +232,8 @@ static void test_open_refused_is_epeer(void **state)
     orb_engine *req = requester_engine();
     struct orb_epoch any = {{1}};
     void *peer = NULL;
-    assert_int_equal(T->peer_open(req->tp, ep, &any, orb_deadline_after(TH_SEC), &peer), ORB_EPEER);
-    assert_int_equal(T->peer_open(req->tp, "no-port", &any, orb_deadline_after(TH_SEC), &peer),
+    assert_int_equal(T->peer_open(req->tp, ep, &any, orb_deadline_after(TH_SEC), NULL, &peer), ORB_EPEER);
+    assert_int_equal(T->peer_open(req->tp, "no-port", &any, orb_deadline_after(TH_SEC), NULL, &peer),
                      ORB_EINVAL);
     assert_null(peer);
     th_engine_free(req);
@@ -254,7 +255,7 @@ static void test_open_redials_a_dropped_hello(void **state)
     atomic_store(&f->drop_next, 1000);
     uint64_t start = orb_now_ns();
     peer = NULL;
-    assert_int_equal(T->peer_open(req->tp, f->endpoint, &f->epoch, orb_deadline_after(5 * TH_SEC),
+    assert_int_equal(T->peer_open(req->tp, f->endpoint, &f->epoch, orb_deadline_after(5 * TH_SEC), NULL,
                                   &peer),
                      ORB_EPEER);
     assert_null(peer);
@@ -280,7 +281,7 @@ static void test_open_honours_deadline(void **state)
     struct orb_epoch any = {{1}};
     void *peer = NULL;
     uint64_t t0 = orb_now_ns();
-    assert_int_equal(T->peer_open(req->tp, ep, &any, orb_deadline_after(200 * 1000 * 1000), &peer),
+    assert_int_equal(T->peer_open(req->tp, ep, &any, orb_deadline_after(200 * 1000 * 1000), NULL, &peer),
                      ORB_ETIMEDOUT);
     uint64_t took = orb_now_ns() - t0;
     assert_true(took >= 150ull * 1000 * 1000 && took < 3 * TH_SEC);
@@ -320,7 +321,7 @@ static void test_restarted_source_is_stale(void **state)
     orb_engine *again = th_engine_new(&cfg);
     orb_engine *req = requester_engine();
     void *peer = NULL;
-    assert_int_equal(T->peer_open(req->tp, ep, &old_epoch, orb_deadline_after(5 * TH_SEC), &peer),
+    assert_int_equal(T->peer_open(req->tp, ep, &old_epoch, orb_deadline_after(5 * TH_SEC), NULL, &peer),
                      ORB_ESTALE);
     th_engine_free(req);
     th_engine_free(again);
@@ -1062,6 +1063,86 @@ static void test_describe_deadline(void **state)
     fake_stop(f);
 }
 
+/* Another transport's control messages over the control connection: the answer comes back to
+ * the caller byte for byte, the source's refusal with its status and text, a source that has no
+ * such transport says so, and every wait has a deadline. */
+static int echo_control(orb_engine *e, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp,
+                        size_t cap, size_t *resp_len)
+{
+    (void)e;
+    assert_int_equal(transport, ORB_TRANSPORT_RDMA);
+    assert_true(cap >= ORB_CONTROL_MAX);
+    if (len == 1 && req[0] == 'X')
+        return orb_fail(ORB_EPERM, "scripted refusal of the grant");
+    if (len == 1 && req[0] == 'S') {
+        usleep(300 * 1000); /* an answer that comes too late */
+        resp[0] = 's';
+        *resp_len = 1;
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) /* the answer: the request reversed */
+        resp[i] = req[len - 1 - i];
+    *resp_len = len;
+    return 0;
+}
+
+static void test_control_calls(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    void *peer = th_open(req, src);
+    uint8_t in[ORB_CONTROL_MAX], out[ORB_CONTROL_MAX];
+    size_t got = 0;
+    /* No such transport at the source. */
+    in[0] = 1;
+    assert_int_equal(T->peer_control(peer, ORB_TRANSPORT_RDMA, in, 1, out, sizeof out, &got,
+                                     orb_deadline_after(5 * TH_SEC)), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "no transport 2 here"));
+    src->control = echo_control;
+    /* Every size up to the largest, byte for byte. */
+    static const size_t sizes[] = {1, 2, 141, 4095, ORB_CONTROL_MAX};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        for (size_t i = 0; i < n; i++)
+            in[i] = (uint8_t)(i * 7 + k);
+        if (n == 1)
+            in[0] = 'a';
+        assert_int_equal(T->peer_control(peer, ORB_TRANSPORT_RDMA, in, n, out, sizeof out, &got,
+                                         orb_deadline_after(5 * TH_SEC)), 0);
+        assert_int_equal(got, n);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(out[i], in[n - 1 - i]);
+    }
+    /* The source knows who asked: the requester engine's epoch from HELLO. */
+    assert_memory_equal(src->control_sender.bytes, req->epoch.bytes, sizeof req->epoch.bytes);
+    /* A refusal carries the source's status and message; the connection stays usable. */
+    in[0] = 'X';
+    assert_int_equal(T->peer_control(peer, ORB_TRANSPORT_RDMA, in, 1, out, sizeof out, &got,
+                                     orb_deadline_after(5 * TH_SEC)), ORB_EPERM);
+    assert_non_null(strstr(orb_last_error(), "scripted refusal"));
+    /* Arguments outside the rules never reach the wire. */
+    int calls = src->control_calls;
+    assert_int_equal(T->peer_control(peer, ORB_TRANSPORT_RDMA, in, 0, out, sizeof out, &got, 0), ORB_EINVAL);
+    assert_int_equal(T->peer_control(peer, ORB_TRANSPORT_RDMA, in, ORB_CONTROL_MAX + 1, out, sizeof out, &got, 0),
+                     ORB_EINVAL);
+    assert_int_equal(T->peer_control(peer, ORB_TRANSPORT_TCP, in, 1, out, sizeof out, &got, 0), ORB_EINVAL);
+    assert_int_equal(T->peer_control(peer, ORB_TRANSPORT_RDMA, in, 1, out, 16, &got, 0), ORB_EINVAL);
+    assert_int_equal(src->control_calls, calls);
+    /* The deadline holds; the late answer is dropped when it comes, and the next call works. */
+    in[0] = 'S';
+    assert_int_equal(T->peer_control(peer, ORB_TRANSPORT_RDMA, in, 1, out, sizeof out, &got,
+                                     orb_deadline_after(100 * 1000 * 1000)), ORB_ETIMEDOUT);
+    in[0] = 'b';
+    assert_int_equal(T->peer_control(peer, ORB_TRANSPORT_RDMA, in, 1, out, sizeof out, &got,
+                                     orb_deadline_after(5 * TH_SEC)), 0);
+    assert_int_equal(got, 1);
+    assert_int_equal(out[0], 'b');
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+}
+
 /* The plan TCP makes of one request: even pieces of the stripe length, back to back. */
 static void expect_plan(void *peer, uint64_t length, uint64_t piece, uint32_t count)
 {
@@ -1203,7 +1284,7 @@ static void test_close_source(void **state)
     }
     assert_int_equal(rc, ORB_EPEER);
     void *again = NULL;
-    assert_int_equal(T->peer_open(req->tp, ep, &src->epoch, orb_deadline_after(TH_SEC), &again),
+    assert_int_equal(T->peer_open(req->tp, ep, &src->epoch, orb_deadline_after(TH_SEC), NULL, &again),
                      ORB_EPEER);
     T->peer_release(peer);
     th_engine_free(req);
@@ -1224,7 +1305,7 @@ static void test_max_connections(void **state)
     th_endpoint(src, ep, sizeof ep);
     void *peer = NULL;
     /* The third connection is refused at HELLO with a reason, not dropped at accept. */
-    assert_int_equal(T->peer_open(req->tp, ep, &src->epoch, orb_deadline_after(5 * TH_SEC), &peer),
+    assert_int_equal(T->peer_open(req->tp, ep, &src->epoch, orb_deadline_after(5 * TH_SEC), NULL, &peer),
                      ORB_ERESOURCE);
     assert_non_null(strstr(orb_last_error(), "max_connections"));
     assert_true(th_log_contains("max_connections"));
@@ -1425,6 +1506,7 @@ int main(void)
         cmocka_unit_test(test_slice_len),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_describe_deadline),
+        cmocka_unit_test(test_control_calls),
         cmocka_unit_test(test_notification_delivery),
         cmocka_unit_test(test_notification_orders_data),
         cmocka_unit_test(test_read_write_small_and_unaligned),

@@ -198,7 +198,7 @@ static void *open_main(void *arg)
 {
     struct opener *o = arg;
     o->rc = T->peer_open(o->req->tp, o->src->endpoint, &o->src->epoch,
-                         orb_deadline_after(10 * TH_SEC), &o->peer);
+                         orb_deadline_after(10 * TH_SEC), NULL, &o->peer);
     return NULL;
 }
 

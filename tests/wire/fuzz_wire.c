@@ -109,6 +109,19 @@ static void decode_as(uint8_t type, const uint8_t *frame_bytes, const struct orb
         }
         break;
     }
+    case ORB_WIRE_CONTROL_REQ:
+    case ORB_WIRE_CONTROL_RESP: {
+        struct orb_wire_control m;
+        rc = orb_wire_control_decode(body, len, &m);
+        check_rc(rc, "control_decode");
+        if (rc == 0) {
+            check(m.data == body + 4 && m.length == len - 4 && m.length >= 1 && m.length <= ORB_WIRE_MAX_CONTROL,
+                  "control data bounds");
+            if (h)
+                enc = orb_wire_control_encode(type, h->tag, &m, out, sizeof out, &out_len);
+        }
+        break;
+    }
     case ORB_WIRE_DESCRIBE_REQ:
         if (h)
             enc = orb_wire_describe_req_encode(h->tag, out, sizeof out, &out_len);

@@ -10,9 +10,10 @@ import os
 import struct
 
 MAGIC = b"ORBT"
-VERSION = 2
+VERSION = 3
 HELLO, HELLO_OK, ERROR, DESCRIBE_REQ, DESCRIBE_RESP = 1, 2, 3, 4, 5
 READ_REQ, READ_RESP, WRITE_REQ, WRITE_RESP, NOTIFY, NOTIFY_RESP = 6, 7, 8, 9, 10, 11
+CONTROL_REQ, CONTROL_RESP = 12, 13
 PERM_READ, PERM_WRITE = 1, 3
 MAX_PAYLOAD = 64 << 20
 
@@ -58,6 +59,10 @@ def xreq(addr, length, req_addr=None, req_length=None):
                        length if req_length is None else req_length)
 
 
+def control(data, transport=2, r8=0, r16=0):
+    return struct.pack("<BBH", transport, r8, r16) + data
+
+
 def notify(data, length=None):
     return struct.pack("<I", len(data) if length is None else length) + data
 
@@ -83,6 +88,9 @@ def corpus():
         "valid-write-resp": frame(WRITE_RESP, b"", 8),
         "valid-notify": frame(NOTIFY, notify(b"layer 12 ready"), 9),
         "valid-notify-resp": frame(NOTIFY_RESP, b"", 9),
+        "valid-control-req": frame(CONTROL_REQ, control(b"\x01grant"), 10),
+        "valid-control-resp": frame(CONTROL_RESP, control(b"\x02ok"), 10),
+        "edge-control-4096": frame(CONTROL_REQ, control(b"c" * 4096), 11),
         # boundaries that are still valid
         "edge-error-text-256": frame(ERROR, error(-1, b"e" * 256), 4),
         "edge-xfer-ends-at-max": frame(READ_REQ, xreq(2**64 - 1 - 4096, 4096), 5),
@@ -93,8 +101,9 @@ def corpus():
         "bad-magic": frame(READ_REQ, xreq(0x1000, 1), 7, magic=b"TBRO"),
         "bad-version": frame(READ_REQ, xreq(0x1000, 1), 7, version=1),
         "bad-version-1-layout": frame(READ_REQ, xfer(0x1000, 1), 7, version=1),
+        "bad-version-2": frame(READ_REQ, xreq(0x1000, 1), 7, version=2),
         "bad-type-0": header(0, 0, 1),
-        "bad-type-12": header(12, 0, 1),
+        "bad-type-14": header(14, 0, 1),
         "bad-type-255": header(255, 16, 1) + bytes(16),
         "bad-flags": frame(READ_REQ, xreq(0x1000, 1), 7, flags=0x8000),
         "bad-reserved": frame(READ_REQ, xreq(0x1000, 1), 7, reserved=1),
@@ -130,6 +139,11 @@ def corpus():
         "bad-read-resp-32": frame(READ_RESP, xreq(0x1000, 4096), 7),
         "bad-notify-length-0": frame(NOTIFY, notify(b"", length=0), 9),
         "bad-notify-length": frame(NOTIFY, notify(b"abc", length=4), 9),
+        "bad-control-empty": frame(CONTROL_REQ, control(b""), 10),
+        "bad-control-tcp": frame(CONTROL_REQ, control(b"x", transport=1), 10),
+        "bad-control-reserved": frame(CONTROL_RESP, control(b"x", r16=1), 10),
+        "bad-control-4097": frame(CONTROL_REQ, control(b"c" * 4097), 11),
+        "bad-control-tag-0": frame(CONTROL_REQ, control(b"x"), 0),
     }
 
 

@@ -16,7 +16,7 @@
 /* ---- golden frames: written out by hand from the layout in docs/wire-protocol.md ------------ */
 
 #define HDR(type, len0, len1, tag0, tag1, tag2, tag3, tag4, tag5, tag6, tag7)                       \
-    0x4f, 0x52, 0x42, 0x54, 0x02, (type), 0x00, 0x00, (len0), (len1), 0x00, 0x00, 0x00, 0x00, 0x00,  \
+    0x4f, 0x52, 0x42, 0x54, 0x03, (type), 0x00, 0x00, (len0), (len1), 0x00, 0x00, 0x00, 0x00, 0x00,  \
         0x00, (tag0), (tag1), (tag2), (tag3), (tag4), (tag5), (tag6), (tag7)
 
 static const uint8_t golden_hello[] = {
@@ -385,7 +385,7 @@ static void test_header_bad_magic(void **state)
 static void test_header_bad_version(void **state)
 {
     (void)state;
-    const uint8_t versions[] = {0, 1, 3, 0x81, 0xff};
+    const uint8_t versions[] = {0, 1, 2, 4, 0x81, 0xff};
     for (size_t i = 0; i < sizeof versions; i++) {
         load(ORB_WIRE_READ_REQ);
         frame[4] = versions[i];
@@ -393,10 +393,63 @@ static void test_header_bad_version(void **state)
     }
 }
 
+/* CONTROL_REQ carrying 3 RDMA bytes, tag 0x21, by hand. */
+static const uint8_t golden_control[] = {
+    0x4f, 0x52, 0x42, 0x54, 0x03, 0x0c, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x21, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* header: CONTROL_REQ, body_len 7, tag 0x21 */
+    0x02, 0x00, 0x00, 0x00,                         /* transport RDMA, reserved */
+    0xaa, 0xbb, 0xcc,                               /* the transport's bytes */
+};
+
+static void test_control_golden_and_rules(void **state)
+{
+    (void)state;
+    const uint8_t data[3] = {0xaa, 0xbb, 0xcc};
+    struct orb_wire_control m = {.transport = ORB_TRANSPORT_RDMA, .length = 3, .data = data};
+    uint8_t out[64];
+    size_t len = 0;
+    assert_int_equal(orb_wire_control_encode(ORB_WIRE_CONTROL_REQ, 0x21, &m, out, sizeof out, &len), 0);
+    assert_int_equal(len, sizeof golden_control);
+    assert_memory_equal(out, golden_control, sizeof golden_control);
+    struct orb_wire_header h;
+    assert_int_equal(orb_wire_header_decode(golden_control, &h), 0);
+    assert_int_equal(h.type, ORB_WIRE_CONTROL_REQ);
+    struct orb_wire_control d;
+    assert_int_equal(orb_wire_control_decode(golden_control + 24, 7, &d), 0);
+    assert_int_equal(d.transport, ORB_TRANSPORT_RDMA);
+    assert_int_equal(d.length, 3);
+    assert_ptr_equal(d.data, golden_control + 28);
+    /* TCP and unknown transports carry no control messages; reserved bytes must be 0; an empty
+     * payload, or one past the maximum, is refused both ways. */
+    uint8_t body[8] = {0x01, 0, 0, 0, 1};
+    assert_int_equal(orb_wire_control_decode(body, 5, &d), ORB_EPROTO);
+    body[0] = 4;
+    assert_int_equal(orb_wire_control_decode(body, 5, &d), ORB_EPROTO);
+    body[0] = 2;
+    body[1] = 1;
+    assert_int_equal(orb_wire_control_decode(body, 5, &d), ORB_EPROTO);
+    body[1] = 0;
+    body[3] = 1;
+    assert_int_equal(orb_wire_control_decode(body, 5, &d), ORB_EPROTO);
+    body[3] = 0;
+    assert_int_equal(orb_wire_control_decode(body, 4, &d), ORB_EPROTO);
+    assert_int_equal(orb_wire_control_decode(body, 5, &d), 0);
+    m.transport = ORB_TRANSPORT_TCP;
+    assert_int_equal(orb_wire_control_encode(ORB_WIRE_CONTROL_REQ, 1, &m, out, sizeof out, &len), ORB_EINVAL);
+    m.transport = ORB_TRANSPORT_RDMA;
+    m.length = 0;
+    assert_int_equal(orb_wire_control_encode(ORB_WIRE_CONTROL_REQ, 1, &m, out, sizeof out, &len), ORB_EINVAL);
+    m.length = ORB_WIRE_MAX_CONTROL + 1;
+    assert_int_equal(orb_wire_control_encode(ORB_WIRE_CONTROL_RESP, 1, &m, out, sizeof out, &len), ORB_EINVAL);
+    m.length = 3;
+    assert_int_equal(orb_wire_control_encode(ORB_WIRE_CONTROL_RESP, 0, &m, out, sizeof out, &len), ORB_EINVAL);
+    assert_int_equal(orb_wire_control_encode(ORB_WIRE_NOTIFY, 1, &m, out, sizeof out, &len), ORB_EINVAL);
+}
+
 static void test_header_unknown_type(void **state)
 {
     (void)state;
-    const uint8_t types[] = {0, 12, 13, 0x80, 255};
+    const uint8_t types[] = {0, 14, 15, 0x80, 255};
     for (size_t i = 0; i < sizeof types; i++) {
         load(ORB_WIRE_DESCRIBE_REQ); /* body_len 0, tag non-zero */
         frame[5] = types[i];
@@ -467,8 +520,10 @@ static void test_header_body_limits_table(void **state)
         {ORB_WIRE_WRITE_RESP, 0, 0},
         {ORB_WIRE_NOTIFY, 5, 4 + ORB_NOTIFY_MAX},
         {ORB_WIRE_NOTIFY_RESP, 0, 0},
+        {ORB_WIRE_CONTROL_REQ, 5, 4 + ORB_WIRE_MAX_CONTROL},
+        {ORB_WIRE_CONTROL_RESP, 5, 4 + ORB_WIRE_MAX_CONTROL},
         {0, 0, 0},
-        {12, 0, 0},
+        {14, 0, 0},
         {255, 0, 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -481,7 +536,8 @@ static void test_header_body_limits_table(void **state)
     orb_wire_body_limits(ORB_WIRE_HELLO, NULL, NULL); /* NULL outputs are allowed */
     assert_string_equal(orb_wire_type_name(ORB_WIRE_WRITE_REQ), "WRITE_REQ");
     assert_string_equal(orb_wire_type_name(0), "unknown");
-    assert_string_equal(orb_wire_type_name(12), "unknown");
+    assert_string_equal(orb_wire_type_name(12), "CONTROL_REQ");
+    assert_string_equal(orb_wire_type_name(14), "unknown");
 }
 
 static void test_header_describe_resp_len_not_in_region_steps(void **state)
@@ -978,7 +1034,7 @@ static void test_encode_rejects_bad_fields(void **state)
 
     ASSERT_ENCODE_REJECTED(orb_wire_empty_encode(ORB_WIRE_READ_REQ, 1, enc, sizeof enc, len_out));
     ASSERT_ENCODE_REJECTED(orb_wire_empty_encode(ORB_WIRE_DESCRIBE_RESP, 1, enc, sizeof enc, len_out));
-    ASSERT_ENCODE_REJECTED(orb_wire_empty_encode(12, 1, enc, sizeof enc, len_out));
+    ASSERT_ENCODE_REJECTED(orb_wire_empty_encode(ORB_WIRE_CONTROL_REQ, 1, enc, sizeof enc, len_out));
 
     static const uint8_t big[ORB_NOTIFY_MAX + 1];
     struct orb_wire_notify n = {.length = 0, .data = big};
@@ -1341,6 +1397,7 @@ int main(void)
         cmocka_unit_test(test_writer_overflow_is_sticky),
         cmocka_unit_test(test_header_bad_magic),
         cmocka_unit_test(test_header_bad_version),
+        cmocka_unit_test(test_control_golden_and_rules),
         cmocka_unit_test(test_header_unknown_type),
         cmocka_unit_test(test_header_nonzero_flags_and_reserved),
         cmocka_unit_test(test_header_body_len_out_of_range_for_every_type),
