@@ -61,3 +61,13 @@ orb_unit_test(test_rdma_window SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_window.c
 orb_unit_test(test_rdma_grant_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_grant_device.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_grant_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
+
+# The RDMA transport's messages: unit test, corpus replay and libFuzzer target (clang):
+# ./fuzz_rdma_ctrl tests/rdma/ctrl_corpus
+orb_unit_test(test_rdma_ctrl SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_ctrl.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+orb_fuzz_target(fuzz_rdma_ctrl HARNESS ${ORB_RDMA_TEST_DIR}/fuzz_rdma_ctrl.c
+                CORPUS ${ORB_RDMA_TEST_DIR}/ctrl_corpus
+                OBJECTS orb_base orb_wire orb_rdma orb_helperlib orb_hproto LIBS ${CMAKE_DL_LIBS}
+                FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/rdma/ctrl.c ${PROJECT_SOURCE_DIR}/lib/wire/wire.c
+                FUZZ_OBJECTS orb_base)

@@ -1,0 +1,349 @@
+/* The RDMA transport's own messages (see ctrl.h). */
+#include "rdma/ctrl.h"
+
+#include <string.h>
+
+#include "core/error.h"
+#include "wire/wire.h"
+
+#define PREFIX_LEN 4u
+#define RAIL_LEN 28u
+
+static void put_prefix(struct orb_writer *w, uint8_t kind)
+{
+    orb_writer_u8(w, kind);
+    orb_writer_u8(w, ORB_RDMA_CTRL_VERSION);
+    orb_writer_u16(w, 0);
+}
+
+static int finish_encode(const char *what, const struct orb_writer *w, size_t *len_out)
+{
+    if (w->failed)
+        return orb_fail(ORB_EINVAL, "rdma %s encode: the buffer is too small", what);
+    *len_out = w->pos;
+    return 0;
+}
+
+int orb_rdma_ctrl_kind(const uint8_t *buf, size_t len, uint8_t *kind_out)
+{
+    if (buf == NULL || kind_out == NULL || len < PREFIX_LEN)
+        return orb_fail(ORB_EPROTO, "rdma control: a message of %zu bytes is shorter than its prefix", len);
+    if (buf[1] != ORB_RDMA_CTRL_VERSION)
+        return orb_fail(ORB_EPROTO, "rdma control: version %u, not %u", buf[1], ORB_RDMA_CTRL_VERSION);
+    if (buf[2] != 0 || buf[3] != 0)
+        return orb_fail(ORB_EPROTO, "rdma control: reserved prefix bytes are not zero");
+    *kind_out = buf[0];
+    return 0;
+}
+
+/* The prefix of `buf` names `kind`; the cursor is left after it. */
+static int begin_decode(const char *what, uint8_t kind, const uint8_t *buf, size_t len, struct orb_cursor *c)
+{
+    uint8_t got = 0;
+    int rc = orb_rdma_ctrl_kind(buf, len, &got);
+    if (rc != 0)
+        return rc;
+    if (got != kind)
+        return orb_fail(ORB_EPROTO, "rdma %s: the message is of kind %u", what, got);
+    orb_cursor_init(c, buf, len);
+    (void)orb_cursor_u32(c);
+    return 0;
+}
+
+static int zero_bytes(struct orb_cursor *c, size_t n)
+{
+    const uint8_t *p = orb_cursor_bytes(c, n);
+    if (p == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0)
+            return -1;
+    return 0;
+}
+
+/* ---- CONNECT / CONNECT_OK -------------------------------------------------------------------- */
+
+static int qp_addr_ok(const struct orb_rdma_qp_addr *a)
+{
+    return a->qpn != 0 && a->qpn <= 0xffffffu && a->psn <= 0xffffffu && a->mtu >= IBV_MTU_256 &&
+           a->mtu <= IBV_MTU_4096;
+}
+
+int orb_rdma_connect_encode(uint8_t kind, const struct orb_rdma_connect *m, uint8_t *out, size_t cap,
+                            size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || (kind != ORB_RDMA_CONNECT && kind != ORB_RDMA_CONNECT_OK))
+        return orb_fail(ORB_EINVAL, "rdma connect encode: bad arguments");
+    if (m->nrails == 0 || m->nrails > ORB_RDMA_MAX_RAILS)
+        return orb_fail(ORB_EINVAL, "rdma connect encode: %u rails, not 1..%u", m->nrails, ORB_RDMA_MAX_RAILS);
+    for (uint32_t i = 0; i < m->nrails; i++)
+        if (!qp_addr_ok(&m->rails[i].qp))
+            return orb_fail(ORB_EINVAL, "rdma connect encode: rail %u has a malformed address", i);
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, kind);
+    orb_writer_u64(&w, m->incarnation);
+    orb_writer_u8(&w, (uint8_t)m->nrails);
+    orb_writer_u8(&w, 0);
+    orb_writer_u16(&w, 0);
+    for (uint32_t i = 0; i < m->nrails; i++) {
+        const struct orb_rdma_rail_addr *r = &m->rails[i];
+        orb_writer_u8(&w, r->nic);
+        orb_writer_u8(&w, r->qp.mtu);
+        orb_writer_u16(&w, r->qp.lid);
+        orb_writer_u32(&w, r->qp.qpn);
+        orb_writer_u32(&w, r->qp.psn);
+        orb_writer_bytes(&w, r->qp.gid, sizeof r->qp.gid);
+    }
+    return finish_encode("connect", &w, len_out);
+}
+
+int orb_rdma_connect_decode(uint8_t kind, const uint8_t *buf, size_t len, struct orb_rdma_connect *m)
+{
+    struct orb_cursor c;
+    int rc = begin_decode(kind == ORB_RDMA_CONNECT ? "CONNECT" : "CONNECT_OK", kind, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    if (m == NULL)
+        return orb_fail(ORB_EPROTO, "rdma connect: NULL message");
+    struct orb_rdma_connect d;
+    memset(&d, 0, sizeof d);
+    d.incarnation = orb_cursor_u64(&c);
+    d.nrails = orb_cursor_u8(&c);
+    if (zero_bytes(&c, 3) != 0 || c.failed)
+        return orb_fail(ORB_EPROTO, "rdma connect: malformed head");
+    if (d.nrails == 0 || d.nrails > ORB_RDMA_MAX_RAILS)
+        return orb_fail(ORB_EPROTO, "rdma connect: %u rails, not 1..%u", d.nrails, ORB_RDMA_MAX_RAILS);
+    if (len != PREFIX_LEN + 12u + (size_t)d.nrails * RAIL_LEN)
+        return orb_fail(ORB_EPROTO, "rdma connect: %zu bytes for %u rails", len, d.nrails);
+    for (uint32_t i = 0; i < d.nrails; i++) {
+        struct orb_rdma_rail_addr *r = &d.rails[i];
+        r->nic = orb_cursor_u8(&c);
+        r->qp.mtu = orb_cursor_u8(&c);
+        r->qp.lid = orb_cursor_u16(&c);
+        r->qp.qpn = orb_cursor_u32(&c);
+        r->qp.psn = orb_cursor_u32(&c);
+        const uint8_t *gid = orb_cursor_bytes(&c, sizeof r->qp.gid);
+        if (gid == NULL)
+            return orb_fail(ORB_EPROTO, "rdma connect: truncated rail %u", i);
+        memcpy(r->qp.gid, gid, sizeof r->qp.gid);
+        if (r->nic >= 64 || !qp_addr_ok(&r->qp))
+            return orb_fail(ORB_EPROTO, "rdma connect: rail %u: NIC %u, qpn %u, psn %u, mtu %u", i, r->nic,
+                            r->qp.qpn, r->qp.psn, r->qp.mtu);
+    }
+    if (orb_cursor_finish(&c) != 0)
+        return orb_fail(ORB_EPROTO, "rdma connect: trailing bytes");
+    *m = d;
+    return 0;
+}
+
+/* ---- GRANT_REQ / GRANT ------------------------------------------------------------------------ */
+
+static int rail_mask_ok(uint32_t mask)
+{
+    return mask != 0 && (mask >> ORB_RDMA_MAX_RAILS) == 0;
+}
+
+int orb_rdma_grant_req_encode(const struct orb_rdma_grant_req *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL)
+        return orb_fail(ORB_EINVAL, "rdma grant request encode: NULL argument");
+    if ((m->op != ORB_OP_READ && m->op != ORB_OP_WRITE) || !rail_mask_ok(m->rail_mask) || m->length == 0 ||
+        m->addr + m->length < m->addr)
+        return orb_fail(ORB_EINVAL, "rdma grant request encode: op %u, rails 0x%x, [0x%llx, +%llu)", m->op,
+                        m->rail_mask, (unsigned long long)m->addr, (unsigned long long)m->length);
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_RDMA_GRANT_REQ);
+    orb_writer_u64(&w, m->incarnation);
+    orb_writer_u64(&w, m->request);
+    orb_writer_u8(&w, m->op);
+    orb_writer_u8(&w, 0);
+    orb_writer_u16(&w, 0);
+    orb_writer_u32(&w, m->rail_mask);
+    orb_writer_u64(&w, m->addr);
+    orb_writer_u64(&w, m->length);
+    return finish_encode("grant request", &w, len_out);
+}
+
+int orb_rdma_grant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant_req *m)
+{
+    struct orb_cursor c;
+    int rc = begin_decode("GRANT_REQ", ORB_RDMA_GRANT_REQ, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    if (m == NULL)
+        return orb_fail(ORB_EPROTO, "rdma grant request: NULL message");
+    struct orb_rdma_grant_req d;
+    memset(&d, 0, sizeof d);
+    d.incarnation = orb_cursor_u64(&c);
+    d.request = orb_cursor_u64(&c);
+    d.op = orb_cursor_u8(&c);
+    int bad = zero_bytes(&c, 3);
+    d.rail_mask = orb_cursor_u32(&c);
+    d.addr = orb_cursor_u64(&c);
+    d.length = orb_cursor_u64(&c);
+    if (bad != 0 || orb_cursor_finish(&c) != 0)
+        return orb_fail(ORB_EPROTO, "rdma grant request: malformed (%zu bytes)", len);
+    if (d.op != ORB_OP_READ && d.op != ORB_OP_WRITE)
+        return orb_fail(ORB_EPROTO, "rdma grant request: op %u", d.op);
+    if (!rail_mask_ok(d.rail_mask))
+        return orb_fail(ORB_EPROTO, "rdma grant request: rail mask 0x%x", d.rail_mask);
+    if (d.length == 0 || d.addr + d.length < d.addr)
+        return orb_fail(ORB_EPROTO, "rdma grant request: range [0x%llx, +%llu)", (unsigned long long)d.addr,
+                        (unsigned long long)d.length);
+    *m = d;
+    return 0;
+}
+
+int orb_rdma_grant_encode(const struct orb_rdma_grant *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || m->nkeys == 0 || m->nkeys > ORB_RDMA_MAX_RAILS)
+        return orb_fail(ORB_EINVAL, "rdma grant encode: bad arguments");
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_RDMA_GRANT);
+    orb_writer_u64(&w, m->grant);
+    orb_writer_u64(&w, m->generation);
+    orb_writer_bytes(&w, m->nonce, sizeof m->nonce);
+    orb_writer_u8(&w, (uint8_t)m->nkeys);
+    orb_writer_u8(&w, 0);
+    orb_writer_u16(&w, 0);
+    for (uint32_t i = 0; i < m->nkeys; i++)
+        orb_writer_u32(&w, m->rkeys[i]);
+    return finish_encode("grant", &w, len_out);
+}
+
+int orb_rdma_grant_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant *m)
+{
+    struct orb_cursor c;
+    int rc = begin_decode("GRANT", ORB_RDMA_GRANT, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    if (m == NULL)
+        return orb_fail(ORB_EPROTO, "rdma grant: NULL message");
+    struct orb_rdma_grant d;
+    memset(&d, 0, sizeof d);
+    d.grant = orb_cursor_u64(&c);
+    d.generation = orb_cursor_u64(&c);
+    const uint8_t *nonce = orb_cursor_bytes(&c, sizeof d.nonce);
+    d.nkeys = orb_cursor_u8(&c);
+    if (nonce == NULL || zero_bytes(&c, 3) != 0 || c.failed)
+        return orb_fail(ORB_EPROTO, "rdma grant: malformed head");
+    memcpy(d.nonce, nonce, sizeof d.nonce);
+    if (d.nkeys == 0 || d.nkeys > ORB_RDMA_MAX_RAILS || len != PREFIX_LEN + 52u + 4u * (size_t)d.nkeys)
+        return orb_fail(ORB_EPROTO, "rdma grant: %u keys in %zu bytes", d.nkeys, len);
+    for (uint32_t i = 0; i < d.nkeys; i++) {
+        d.rkeys[i] = orb_cursor_u32(&c);
+        if (d.rkeys[i] == 0)
+            return orb_fail(ORB_EPROTO, "rdma grant: key %u is 0", i);
+    }
+    if (orb_cursor_finish(&c) != 0)
+        return orb_fail(ORB_EPROTO, "rdma grant: trailing bytes");
+    *m = d;
+    return 0;
+}
+
+/* ---- BINDING and ACK ------------------------------------------------------------------------- */
+
+void orb_rdma_binding_encode(const struct orb_rdma_binding *m, uint8_t out[ORB_RDMA_BINDING_LEN])
+{
+    struct orb_writer w;
+    orb_writer_init(&w, out, ORB_RDMA_BINDING_LEN);
+    orb_writer_u32(&w, ORB_RDMA_BINDING_MAGIC);
+    orb_writer_u8(&w, ORB_RDMA_CTRL_VERSION);
+    orb_writer_u8(&w, 1);
+    orb_writer_u16(&w, m->rail);
+    orb_writer_bytes(&w, m->requester.bytes, sizeof m->requester.bytes);
+    orb_writer_bytes(&w, m->source.bytes, sizeof m->source.bytes);
+    orb_writer_u64(&w, m->incarnation);
+    orb_writer_u64(&w, m->request);
+    orb_writer_u64(&w, m->grant);
+    orb_writer_u64(&w, m->generation);
+    orb_writer_bytes(&w, m->nonce, sizeof m->nonce);
+    orb_writer_u64(&w, m->addr);
+    orb_writer_u64(&w, m->length);
+    orb_writer_u32(&w, m->rkey);
+    orb_writer_u8(&w, m->op);
+    orb_writer_u32(&w, m->rail_wrs);
+    orb_writer_u64(&w, m->rail_bytes);
+    orb_writer_u32(&w, 0);
+}
+
+int orb_rdma_binding_decode(const uint8_t *buf, size_t len, struct orb_rdma_binding *m)
+{
+    if (buf == NULL || m == NULL || len != ORB_RDMA_BINDING_LEN)
+        return orb_fail(ORB_EPROTO, "rdma binding: %zu bytes, not %u", len, ORB_RDMA_BINDING_LEN);
+    struct orb_cursor c;
+    orb_cursor_init(&c, buf, len);
+    struct orb_rdma_binding d;
+    memset(&d, 0, sizeof d);
+    uint32_t magic = orb_cursor_u32(&c);
+    uint8_t version = orb_cursor_u8(&c);
+    uint8_t kind = orb_cursor_u8(&c);
+    d.rail = orb_cursor_u16(&c);
+    const uint8_t *req = orb_cursor_bytes(&c, 16);
+    const uint8_t *src = orb_cursor_bytes(&c, 16);
+    d.incarnation = orb_cursor_u64(&c);
+    d.request = orb_cursor_u64(&c);
+    d.grant = orb_cursor_u64(&c);
+    d.generation = orb_cursor_u64(&c);
+    const uint8_t *nonce = orb_cursor_bytes(&c, ORB_RDMA_NONCE_LEN);
+    d.addr = orb_cursor_u64(&c);
+    d.length = orb_cursor_u64(&c);
+    d.rkey = orb_cursor_u32(&c);
+    d.op = orb_cursor_u8(&c);
+    d.rail_wrs = orb_cursor_u32(&c);
+    d.rail_bytes = orb_cursor_u64(&c);
+    uint32_t zero = orb_cursor_u32(&c);
+    if (orb_cursor_finish(&c) != 0 || req == NULL || src == NULL || nonce == NULL)
+        return orb_fail(ORB_EPROTO, "rdma binding: malformed");
+    if (magic != ORB_RDMA_BINDING_MAGIC || version != ORB_RDMA_CTRL_VERSION || kind != 1 || zero != 0)
+        return orb_fail(ORB_EPROTO, "rdma binding: magic 0x%x, version %u, kind %u", magic, version, kind);
+    if (d.rail >= ORB_RDMA_MAX_RAILS || (d.op != ORB_OP_READ && d.op != ORB_OP_WRITE) || d.rkey == 0 ||
+        d.rail_bytes > d.length)
+        return orb_fail(ORB_EPROTO, "rdma binding: rail %u, op %u, key 0x%x", d.rail, d.op, d.rkey);
+    memcpy(d.requester.bytes, req, 16);
+    memcpy(d.source.bytes, src, 16);
+    memcpy(d.nonce, nonce, sizeof d.nonce);
+    *m = d;
+    return 0;
+}
+
+void orb_rdma_ack_encode(const struct orb_rdma_ack *m, uint8_t out[ORB_RDMA_ACK_LEN])
+{
+    struct orb_writer w;
+    orb_writer_init(&w, out, ORB_RDMA_ACK_LEN);
+    orb_writer_u32(&w, ORB_RDMA_ACK_MAGIC);
+    orb_writer_u8(&w, ORB_RDMA_CTRL_VERSION);
+    orb_writer_u8(&w, 2);
+    orb_writer_u16(&w, 0);
+    orb_writer_u64(&w, m->request);
+    orb_writer_u64(&w, m->grant);
+    orb_writer_u32(&w, (uint32_t)m->status);
+    orb_writer_u32(&w, 0);
+}
+
+int orb_rdma_ack_decode(const uint8_t *buf, size_t len, struct orb_rdma_ack *m)
+{
+    if (buf == NULL || m == NULL || len != ORB_RDMA_ACK_LEN)
+        return orb_fail(ORB_EPROTO, "rdma ack: %zu bytes, not %u", len, ORB_RDMA_ACK_LEN);
+    struct orb_cursor c;
+    orb_cursor_init(&c, buf, len);
+    uint32_t magic = orb_cursor_u32(&c);
+    uint8_t version = orb_cursor_u8(&c);
+    uint8_t kind = orb_cursor_u8(&c);
+    uint16_t zero16 = orb_cursor_u16(&c);
+    struct orb_rdma_ack d;
+    d.request = orb_cursor_u64(&c);
+    d.grant = orb_cursor_u64(&c);
+    d.status = (int32_t)orb_cursor_u32(&c);
+    uint32_t zero = orb_cursor_u32(&c);
+    if (orb_cursor_finish(&c) != 0 || magic != ORB_RDMA_ACK_MAGIC || version != ORB_RDMA_CTRL_VERSION ||
+        kind != 2 || zero16 != 0 || zero != 0)
+        return orb_fail(ORB_EPROTO, "rdma ack: malformed");
+    if (d.status > 0 || d.status < ORB_EAGAIN)
+        return orb_fail(ORB_EPROTO, "rdma ack: status %d", d.status);
+    *m = d;
+    return 0;
+}

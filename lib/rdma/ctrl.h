@@ -1,0 +1,110 @@
+/* Internal: the RDMA transport's own messages.
+ *
+ *  - On the TCP control connection (wire CONTROL_REQ/CONTROL_RESP, transport 2): CONNECT and
+ *    CONNECT_OK (each end's queue-pair address per rail), GRANT_REQ and GRANT (a one-use window
+ *    key per rail for exactly one request's range and direction).
+ *  - On the queue pairs themselves: the requester's BINDING, the 141-byte body of the fenced
+ *    SEND_WITH_INV that ends a grant on one rail, and the source's ACK, the SEND that says the
+ *    grant is over and the request may complete.
+ *
+ * Every message starts u8 kind | u8 version (1) | u16 0. Little-endian, packed, every length
+ * and count checked against fixed maxima before use; decoders never read past `len` and fail
+ * closed with ORB_EPROTO naming the field. Documented in docs/wire-protocol.md. */
+#ifndef ORB_RDMA_CTRL_H
+#define ORB_RDMA_CTRL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <orbite/orbite.h>
+
+#include "rdma/qp.h"
+
+#define ORB_RDMA_CTRL_VERSION 1u
+#define ORB_RDMA_MAX_RAILS 16u        /* queue pairs per connection */
+#define ORB_RDMA_NONCE_LEN 32u
+#define ORB_RDMA_BINDING_LEN 141u
+#define ORB_RDMA_ACK_LEN 32u
+#define ORB_RDMA_BINDING_MAGIC 0x4242524Fu /* "ORBB" */
+#define ORB_RDMA_ACK_MAGIC 0x4142524Fu     /* "ORBA" */
+
+enum orb_rdma_ctrl_kind {
+    ORB_RDMA_CONNECT = 1,
+    ORB_RDMA_CONNECT_OK = 2,
+    ORB_RDMA_GRANT_REQ = 3,
+    ORB_RDMA_GRANT = 4,
+};
+
+struct orb_rdma_rail_addr {
+    uint8_t nic;                      /* the sender's NIC slot (for logs and stats) */
+    struct orb_rdma_qp_addr qp;
+};
+
+/* CONNECT / CONNECT_OK: u64 incarnation | u8 nrails | 3 x u8 0 | nrails x (u8 nic | u8 mtu |
+ * u16 lid | u32 qpn | u32 psn | 16 gid) */
+struct orb_rdma_connect {
+    uint64_t incarnation;             /* the sender's: names this set of queue pairs */
+    uint32_t nrails;                  /* 1..ORB_RDMA_MAX_RAILS */
+    struct orb_rdma_rail_addr rails[ORB_RDMA_MAX_RAILS];
+};
+
+/* GRANT_REQ: u64 incarnation | u64 request | u8 op | 3 x u8 0 | u32 rail_mask | u64 addr |
+ * u64 length */
+struct orb_rdma_grant_req {
+    uint64_t incarnation;             /* the requester's connection */
+    uint64_t request;                 /* the requester's id for the request */
+    uint8_t op;                       /* ORB_OP_READ or ORB_OP_WRITE: the peer's access */
+    uint32_t rail_mask;               /* rails that carry slices: non-zero, below ORB_RDMA_MAX_RAILS */
+    uint64_t addr, length;            /* the whole request's remote range: length > 0, no overflow */
+};
+
+/* GRANT: u64 grant | u64 generation | 32 nonce | u8 nkeys | 3 x u8 0 | nkeys x u32 rkey (in
+ * rail_mask order) */
+struct orb_rdma_grant {
+    uint64_t grant, generation;
+    uint8_t nonce[ORB_RDMA_NONCE_LEN];
+    uint32_t nkeys;                   /* the popcount of the request's rail_mask */
+    uint32_t rkeys[ORB_RDMA_MAX_RAILS];
+};
+
+/* BINDING (141 bytes): u32 magic | u8 version | u8 kind (1) | u16 rail | 16 requester epoch |
+ * 16 source epoch | u64 incarnation | u64 request | u64 grant | u64 generation | 32 nonce |
+ * u64 addr | u64 length | u32 rkey | u8 op | u32 rail_wrs | u64 rail_bytes | u32 0 */
+struct orb_rdma_binding {
+    uint16_t rail;
+    struct orb_epoch requester, source;
+    uint64_t incarnation, request, grant, generation;
+    uint8_t nonce[ORB_RDMA_NONCE_LEN];
+    uint64_t addr, length;
+    uint32_t rkey;
+    uint8_t op;
+    uint32_t rail_wrs;                /* payload WRs the requester posted on this rail */
+    uint64_t rail_bytes;              /* payload bytes they moved */
+};
+
+/* ACK (32 bytes): u32 magic | u8 version | u8 kind (2) | u16 0 | u64 request | u64 grant |
+ * i32 status | u32 0 */
+struct orb_rdma_ack {
+    uint64_t request, grant;
+    int32_t status;                   /* 0, or the negative ORB_E* the source ended the grant with */
+};
+
+/* The kind of a control message, or ORB_EPROTO (short, wrong version, reserved bytes). */
+int orb_rdma_ctrl_kind(const uint8_t *buf, size_t len, uint8_t *kind_out);
+
+/* Encoders write into `out` (capacity `cap`), set *len_out, and return 0 or ORB_EINVAL (a field
+ * out of range, too small a buffer). Decoders return 0 or ORB_EPROTO. */
+int orb_rdma_connect_encode(uint8_t kind, const struct orb_rdma_connect *m, uint8_t *out, size_t cap,
+                            size_t *len_out);
+int orb_rdma_connect_decode(uint8_t kind, const uint8_t *buf, size_t len, struct orb_rdma_connect *m);
+int orb_rdma_grant_req_encode(const struct orb_rdma_grant_req *m, uint8_t *out, size_t cap, size_t *len_out);
+int orb_rdma_grant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant_req *m);
+int orb_rdma_grant_encode(const struct orb_rdma_grant *m, uint8_t *out, size_t cap, size_t *len_out);
+int orb_rdma_grant_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant *m);
+/* Exactly ORB_RDMA_BINDING_LEN / ORB_RDMA_ACK_LEN bytes. */
+void orb_rdma_binding_encode(const struct orb_rdma_binding *m, uint8_t out[ORB_RDMA_BINDING_LEN]);
+int orb_rdma_binding_decode(const uint8_t *buf, size_t len, struct orb_rdma_binding *m);
+void orb_rdma_ack_encode(const struct orb_rdma_ack *m, uint8_t out[ORB_RDMA_ACK_LEN]);
+int orb_rdma_ack_decode(const uint8_t *buf, size_t len, struct orb_rdma_ack *m);
+
+#endif

@@ -1,0 +1,87 @@
+/* Fuzz target for the RDMA transport's messages (lib/rdma/ctrl.c). The input is decoded as every
+ * kind of message; beyond memory safety it checks (abort on failure):
+ *  - the only outcomes are 0 and ORB_EPROTO;
+ *  - a decoded message satisfies the decoder's promises (counts, ranges, non-zero keys);
+ *  - it encodes back to exactly the input bytes. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <orbite/orbite.h>
+
+#include "rdma/ctrl.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check(int cond, const char *what)
+{
+    if (!cond) {
+        fprintf(stderr, "fuzz_rdma_ctrl: invariant broken: %s (last error: %s)\n", what, orb_last_error());
+        abort();
+    }
+}
+
+static void check_rc(int rc, const char *what)
+{
+    check(rc == 0 || rc == ORB_EPROTO, what);
+}
+
+static void same(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen, const char *what)
+{
+    check(alen == blen && memcmp(a, b, alen) == 0, what);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    uint8_t out[8192];
+    size_t len = 0;
+    uint8_t kind;
+    check_rc(orb_rdma_ctrl_kind(data, size, &kind), "kind");
+
+    for (uint8_t k = ORB_RDMA_CONNECT; k <= ORB_RDMA_CONNECT_OK; k++) {
+        struct orb_rdma_connect m;
+        int rc = orb_rdma_connect_decode(k, data, size, &m);
+        check_rc(rc, "connect decode");
+        if (rc == 0) {
+            check(m.nrails >= 1 && m.nrails <= ORB_RDMA_MAX_RAILS, "connect rails");
+            check(orb_rdma_connect_encode(k, &m, out, sizeof out, &len) == 0, "connect re-encode");
+            same(out, len, data, size, "connect bytes");
+        }
+    }
+    struct orb_rdma_grant_req gr;
+    int rc = orb_rdma_grant_req_decode(data, size, &gr);
+    check_rc(rc, "grant request decode");
+    if (rc == 0) {
+        check(gr.length > 0 && gr.addr + gr.length >= gr.addr && gr.rail_mask != 0, "grant request range");
+        check(orb_rdma_grant_req_encode(&gr, out, sizeof out, &len) == 0, "grant request re-encode");
+        same(out, len, data, size, "grant request bytes");
+    }
+    struct orb_rdma_grant g;
+    rc = orb_rdma_grant_decode(data, size, &g);
+    check_rc(rc, "grant decode");
+    if (rc == 0) {
+        for (uint32_t i = 0; i < g.nkeys; i++)
+            check(g.rkeys[i] != 0, "grant key");
+        check(orb_rdma_grant_encode(&g, out, sizeof out, &len) == 0, "grant re-encode");
+        same(out, len, data, size, "grant bytes");
+    }
+    struct orb_rdma_binding b;
+    rc = orb_rdma_binding_decode(data, size, &b);
+    check_rc(rc, "binding decode");
+    if (rc == 0) {
+        check(b.rkey != 0 && b.rail_bytes <= b.length, "binding fields");
+        orb_rdma_binding_encode(&b, out);
+        same(out, ORB_RDMA_BINDING_LEN, data, size, "binding bytes");
+    }
+    struct orb_rdma_ack a;
+    rc = orb_rdma_ack_decode(data, size, &a);
+    check_rc(rc, "ack decode");
+    if (rc == 0) {
+        check(a.status <= 0, "ack status");
+        orb_rdma_ack_encode(&a, out);
+        same(out, ORB_RDMA_ACK_LEN, data, size, "ack bytes");
+    }
+    return 0;
+}

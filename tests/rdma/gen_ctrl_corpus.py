@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Writes tests/rdma/ctrl_corpus/: valid and broken RDMA transport messages (lib/rdma/ctrl.h)."""
+import os
+import struct
+
+V = 1
+CONNECT, CONNECT_OK, GRANT_REQ, GRANT = 1, 2, 3, 4
+GID = bytes([0] * 10 + [0xFF, 0xFF, 10, 77, 1, 1])
+NONCE = bytes(range(32))
+
+
+def prefix(kind, version=V, r=0):
+    return struct.pack("<BBH", kind, version, r)
+
+
+def rail(nic=0, mtu=3, lid=0, qpn=17, psn=0x123456, gid=GID):
+    return struct.pack("<BBHII", nic, mtu, lid, qpn, psn) + gid
+
+
+def connect(kind, rails, n=None, incarnation=0x1122334455667788, pad=b"\0\0\0"):
+    return prefix(kind) + struct.pack("<QB", incarnation, len(rails) if n is None else n) + pad + b"".join(rails)
+
+
+def grant_req(op=0, mask=1, addr=0x7F0000001000, length=4096, pad=b"\0\0\0"):
+    return prefix(GRANT_REQ) + struct.pack("<QQB", 9, 0x55, op) + pad + struct.pack("<IQQ", mask, addr, length)
+
+
+def grant(keys, n=None):
+    return prefix(GRANT) + struct.pack("<QQ", 3, 1) + NONCE + struct.pack("<B", len(keys) if n is None else n) + \
+        b"\0\0\0" + b"".join(struct.pack("<I", k) for k in keys)
+
+
+def binding(rail_i=0, op=0, rkey=0x1234, length=4096, rail_bytes=4096, magic=0x4242524F, zero=0):
+    return struct.pack("<IBBH", magic, V, 1, rail_i) + bytes(range(16)) + bytes(range(16, 32)) + \
+        struct.pack("<QQQQ", 7, 8, 9, 10) + NONCE + struct.pack("<QQIBIQI", 0x1000, length, rkey, op, 2,
+                                                                rail_bytes, zero)
+
+
+def ack(status=0, kind=2):
+    return struct.pack("<IBBHQQiI", 0x4142524F, V, kind, 0, 8, 9, status, 0)
+
+
+def corpus():
+    return {
+        "valid-connect-1": connect(CONNECT, [rail()]),
+        "valid-connect-ok-2": connect(CONNECT_OK, [rail(0), rail(1, mtu=5, qpn=0xFFFFFF)]),
+        "valid-connect-16": connect(CONNECT, [rail(i % 64, qpn=i + 1) for i in range(16)]),
+        "valid-grant-req": grant_req(),
+        "valid-grant-req-write-rails": grant_req(op=1, mask=0x8001, addr=2**64 - 4097, length=4096),
+        "valid-grant-1": grant([0x1234]),
+        "valid-grant-16": grant([i + 1 for i in range(16)]),
+        "valid-binding": binding(),
+        "valid-ack": ack(),
+        "valid-ack-error": ack(-4),
+        "bad-empty": b"",
+        "bad-prefix-version": prefix(CONNECT, version=2) + b"\0" * 40,
+        "bad-prefix-reserved": prefix(GRANT_REQ, r=1) + b"\0" * 40,
+        "bad-connect-0-rails": connect(CONNECT, [], n=0),
+        "bad-connect-17-rails": connect(CONNECT, [rail(qpn=i + 1) for i in range(17)]),
+        "bad-connect-count-high": connect(CONNECT, [rail()], n=2),
+        "bad-connect-pad": connect(CONNECT, [rail()], pad=b"\0\1\0"),
+        "bad-connect-qpn-0": connect(CONNECT, [rail(qpn=0)]),
+        "bad-connect-qpn-25-bits": connect(CONNECT, [rail(qpn=1 << 24)]),
+        "bad-connect-mtu": connect(CONNECT, [rail(mtu=6)]),
+        "bad-connect-nic-64": connect(CONNECT, [rail(nic=64)]),
+        "bad-connect-trailing": connect(CONNECT, [rail()]) + b"\0",
+        "bad-grant-req-op": grant_req(op=2),
+        "bad-grant-req-mask-0": grant_req(mask=0),
+        "bad-grant-req-mask-high": grant_req(mask=1 << 16),
+        "bad-grant-req-length-0": grant_req(length=0),
+        "bad-grant-req-overflow": grant_req(addr=2**64 - 10, length=11),
+        "bad-grant-req-pad": grant_req(pad=b"\1\0\0"),
+        "bad-grant-keys-0": grant([], n=0),
+        "bad-grant-count": grant([1, 2], n=3),
+        "bad-grant-key-0": grant([5, 0]),
+        "bad-binding-short": binding()[:-1],
+        "bad-binding-magic": binding(magic=0x4242524E),
+        "bad-binding-rail": binding(rail_i=16),
+        "bad-binding-key-0": binding(rkey=0),
+        "bad-binding-bytes": binding(length=10, rail_bytes=11),
+        "bad-binding-zero": binding(zero=1),
+        "bad-ack-kind": ack(kind=1),
+        "bad-ack-status": ack(status=1),
+        "bad-ack-status-low": ack(status=-17),
+    }
+
+
+def main():
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ctrl_corpus")
+    os.makedirs(out_dir, exist_ok=True)
+    for name in os.listdir(out_dir):
+        if not name.startswith("crash-"):
+            os.remove(os.path.join(out_dir, name))
+    for name, data in sorted(corpus().items()):
+        with open(os.path.join(out_dir, name + ".bin"), "wb") as f:
+            f.write(data)
+
+
+if __name__ == "__main__":
+    main()
