@@ -244,6 +244,30 @@ int orb_rdma_grant_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant 
     return 0;
 }
 
+int orb_rdma_disconnect_encode(uint64_t incarnation, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (out == NULL || len_out == NULL)
+        return orb_fail(ORB_EINVAL, "rdma disconnect encode: NULL argument");
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_RDMA_DISCONNECT);
+    orb_writer_u64(&w, incarnation);
+    return finish_encode("disconnect", &w, len_out);
+}
+
+int orb_rdma_disconnect_decode(const uint8_t *buf, size_t len, uint64_t *incarnation)
+{
+    struct orb_cursor c;
+    int rc = begin_decode("DISCONNECT", ORB_RDMA_DISCONNECT, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    uint64_t v = orb_cursor_u64(&c);
+    if (incarnation == NULL || orb_cursor_finish(&c) != 0)
+        return orb_fail(ORB_EPROTO, "rdma disconnect: %zu bytes, not 12", len);
+    *incarnation = v;
+    return 0;
+}
+
 /* ---- BINDING and ACK ------------------------------------------------------------------------- */
 
 void orb_rdma_binding_encode(const struct orb_rdma_binding *m, uint8_t out[ORB_RDMA_BINDING_LEN])

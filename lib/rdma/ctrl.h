@@ -33,6 +33,7 @@ enum orb_rdma_ctrl_kind {
     ORB_RDMA_CONNECT_OK = 2,
     ORB_RDMA_GRANT_REQ = 3,
     ORB_RDMA_GRANT = 4,
+    ORB_RDMA_DISCONNECT = 5,          /* requester -> source, and the source's echo */
 };
 
 struct orb_rdma_rail_addr {
@@ -101,6 +102,9 @@ int orb_rdma_grant_req_encode(const struct orb_rdma_grant_req *m, uint8_t *out, 
 int orb_rdma_grant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant_req *m);
 int orb_rdma_grant_encode(const struct orb_rdma_grant *m, uint8_t *out, size_t cap, size_t *len_out);
 int orb_rdma_grant_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant *m);
+/* DISCONNECT: u64 incarnation (12 bytes in all). */
+int orb_rdma_disconnect_encode(uint64_t incarnation, uint8_t *out, size_t cap, size_t *len_out);
+int orb_rdma_disconnect_decode(const uint8_t *buf, size_t len, uint64_t *incarnation);
 /* Exactly ORB_RDMA_BINDING_LEN / ORB_RDMA_ACK_LEN bytes. */
 void orb_rdma_binding_encode(const struct orb_rdma_binding *m, uint8_t out[ORB_RDMA_BINDING_LEN]);
 int orb_rdma_binding_decode(const uint8_t *buf, size_t len, struct orb_rdma_binding *m);

@@ -12,6 +12,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "rdma/rdma_data.h"
 #include "helper/helper_client.h"
 #include "topo/sysfs.h"
 #include "topo/topo_config.h"
@@ -105,6 +106,12 @@ static int real_query_device(void *impl, struct ibv_context *ctx, struct ibv_dev
     return vi->v->query_device(ctx, out);
 }
 
+static int real_query_port(void *impl, struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *out)
+{
+    const struct orb_rdma_verbs_impl *vi = impl;
+    return orb_verbs_query_port(vi->v, ctx, port, out);
+}
+
 static const struct orb_rdma_env real_env = {
     .impl = NULL,
     .load_verbs = real_load_verbs,
@@ -112,6 +119,7 @@ static const struct orb_rdma_env real_env = {
     .open_ops = NULL,
     .mr_ops = NULL,
     .query_device = real_query_device,
+    .query_port = real_query_port,
 };
 
 /* ---- start --------------------------------------------------------------------------------- */
@@ -258,6 +266,11 @@ int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, v
         goto free_tp;
     }
     query_caps(tp);
+    rc = rdma_data_start(tp);
+    if (rc != 0) {
+        ORB_LOGW("%s: requests travel on TCP", orb_last_error());
+        rc = 0;
+    }
     log_opened(tp);
     *tp_out = tp;
     return 0;
@@ -362,54 +375,32 @@ void orb_rdma_tp_counters(const struct orb_rdma_tp *tp, struct orb_rdma_counters
 
 static void rdma_close_source(void *tp)
 {
-    (void)tp;
+    (void)tp; /* the engine's source flag fences control messages (orb_engine_control) */
 }
 
 static void rdma_stop(void *tp)
 {
-    (void)tp; /* no worker threads yet */
+    rdma_data_stop(tp);
 }
 
-static void rdma_destroy(void *tp)
+static void rdma_destroy(void *tp_)
 {
+    struct orb_rdma_tp *tp = tp_;
+    rdma_data_stop(tp);
+    rdma_data_destroy(tp);
     tp_free(tp);
 }
 
-static uint64_t rdma_inflight(void *tp)
+static uint64_t rdma_inflight(void *tp_)
 {
-    (void)tp;
-    return 0;
-}
-
-static int rdma_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
-                          const struct orb_control_path *ctl, void **peer_out)
-{
-    (void)tp, (void)expected, (void)deadline, (void)ctl, (void)peer_out;
-    return orb_fail(ORB_EUNAVAILABLE, "rdma: %s: this release registers memory for RDMA but carries no "
-                    "request over it yet", endpoint);
-}
-
-static int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan)
-{
-    (void)peer, (void)in, (void)plan;
-    return orb_fail(ORB_EUNAVAILABLE, "rdma: no RDMA peer");
-}
-
-static int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
-{
-    (void)peer, (void)xfers, (void)n;
-    return orb_fail(ORB_EUNAVAILABLE, "rdma: no RDMA peer");
-}
-
-static void rdma_peer_release(void *peer)
-{
-    (void)peer;
+    struct orb_rdma_tp *tp = tp_;
+    return atomic_load(&tp->inflight_reqs) + atomic_load(&tp->active_grants);
 }
 
 const struct orb_transport_ops orb_rdma_transport = {
     .id = ORB_TRANSPORT_RDMA,
     .name = "rdma",
-    .request_private_size = 0,
+    .request_private_size = sizeof(struct rdma_req),
     .start = rdma_start,
     .endpoint = NULL,
     .close_source = rdma_close_source,
@@ -423,4 +414,5 @@ const struct orb_transport_ops orb_rdma_transport = {
     .peer_plan = rdma_peer_plan,
     .peer_submit = rdma_peer_submit,
     .peer_release = rdma_peer_release,
+    .control = rdma_source_control,
 };

@@ -19,8 +19,7 @@
  *     visible, charged to the helper policy's max_registered_bytes when a policy applies;
  *   - staged: none: the payload moves through the transport's private registered staging.
  *
- * In this release the transport registers memory but does not move bytes yet: peer_open()
- * answers ORB_EUNAVAILABLE, so a segment carries every request on TCP. */
+ * The data path (connections, grants, READ/WRITE) is rdma_data.h's. */
 #ifndef ORB_RDMA_TRANSPORT_H
 #define ORB_RDMA_TRANSPORT_H
 
@@ -56,6 +55,8 @@ struct orb_rdma_env {
     const struct orb_rdma_mr_ops *mr_ops;
     /* ibv_query_device; 0 or an errno value. */
     int (*query_device)(void *impl, struct ibv_context *ctx, struct ibv_device_attr *out);
+    /* ibv_query_port; 0 or an errno value. NULL: no data path (registrations only). */
+    int (*query_port)(void *impl, struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *out);
 };
 
 /* The device limits a NIC reported when it was opened. */
@@ -74,6 +75,12 @@ struct orb_rdma_counters {
     uint64_t kept_mrs;           /* MRs a device refused to deregister (kept forever) */
 };
 
+struct rdma_ctx;
+struct rdma_link;
+struct rdma_src_conn;
+struct rdma_req;
+struct rdma_peer;
+
 struct orb_rdma_tp {
     orb_engine *engine;
     const struct orb_rdma_config *cfg;   /* the engine's copy; the engine outlives the transport */
@@ -85,6 +92,29 @@ struct orb_rdma_tp {
     struct orb_rdma_devices dev;
     struct orb_rdma_nic_caps caps[ORB_TOPO_MAX_NICS];
     atomic_uint_fast64_t registrations, mrs, registered_bytes, kept_mrs;
+
+    /* The data path (rdma_data.h); data is false where it does not run. */
+    bool data;
+    uint64_t io_timeout_ns;
+    struct rdma_ctx *dctx[ORB_TOPO_MAX_NICS];   /* by NIC slot; NULL when not ready */
+    uint32_t nrails;
+    uint32_t rail_nic[16];                      /* ORB_RDMA_MAX_RAILS: rail k's NIC slot */
+    pthread_mutex_t lock;                       /* links, conns, endpoints, CQ charges */
+    struct rdma_link *links;
+    struct rdma_peer *peers;
+    struct rdma_src_conn *conns;
+    struct rdma_peer *reap_peers;               /* released, freed by the lane */
+    struct rdma_src_conn *reap_conns;           /* closing, freed by the lane */
+    uint64_t drain_deadline;
+    uint32_t endpoints;                         /* QPs, against max_endpoints */
+    atomic_int stopping;
+    pthread_t lane, granter;
+    bool lane_started, granter_started;
+    pthread_mutex_t glock;                      /* the grant queue */
+    pthread_cond_t gcond;
+    struct rdma_req *gq_head, *gq_tail;
+    atomic_uint_fast64_t inflight_reqs, active_grants;
+    atomic_uint_fast64_t completed_reads, completed_writes, payload_send_cqes, grants_served;
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */

@@ -67,6 +67,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(orb_rdma_grant_encode(&g, out, sizeof out, &len) == 0, "grant re-encode");
         same(out, len, data, size, "grant bytes");
     }
+    uint64_t inc;
+    rc = orb_rdma_disconnect_decode(data, size, &inc);
+    check_rc(rc, "disconnect decode");
+    if (rc == 0) {
+        check(orb_rdma_disconnect_encode(inc, out, sizeof out, &len) == 0, "disconnect re-encode");
+        same(out, len, data, size, "disconnect bytes");
+    }
     struct orb_rdma_binding b;
     rc = orb_rdma_binding_decode(data, size, &b);
     check_rc(rc, "binding decode");

@@ -51,6 +51,8 @@ def corpus():
         "valid-grant-16": grant([i + 1 for i in range(16)]),
         "valid-binding": binding(),
         "valid-ack": ack(),
+        "valid-disconnect": prefix(5) + struct.pack("<Q", 0x1122334455667788),
+        "bad-disconnect-short": prefix(5) + struct.pack("<I", 1),
         "valid-ack-error": ack(-4),
         "bad-empty": b"",
         "bad-prefix-version": prefix(CONNECT, version=2) + b"\0" * 40,

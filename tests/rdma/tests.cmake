@@ -71,3 +71,10 @@ orb_fuzz_target(fuzz_rdma_ctrl HARNESS ${ORB_RDMA_TEST_DIR}/fuzz_rdma_ctrl.c
                 OBJECTS orb_base orb_wire orb_rdma orb_helperlib orb_hproto LIBS ${CMAKE_DL_LIBS}
                 FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/rdma/ctrl.c ${PROJECT_SOURCE_DIR}/lib/wire/wire.c
                 FUZZ_OBJECTS orb_base)
+
+# Requests over RDMA between two engines across the rails topology (77 without it).
+orb_unit_test(test_rdma_xfer_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_xfer_device.c
+              OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
+                      orb_rdma_tp orb_helperlib orb_hproto
+              LIBS ${CMAKE_DL_LIBS})
+set_tests_properties(test_rdma_xfer_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)

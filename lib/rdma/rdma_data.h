@@ -1,0 +1,253 @@
+/* Internal: the RDMA transport's data path, shared by rdma_link.c (contexts, links, the lane
+ * thread), rdma_requester.c and rdma_source.c.
+ *
+ * A request, end to end (docs/wire-protocol.md, "RDMA"):
+ *  1. peer_open: the requester makes one RC queue pair per rail (rail k on its k-th open NIC)
+ *     and sends CONNECT on the segment's control connection; the source makes its queue pairs
+ *     (rail k on its (k mod n)-th NIC), connects them and answers CONNECT_OK; the requester
+ *     connects its own.
+ *  2. peer_plan cuts the request into TENT's slices (lib/topo/slicing.h), each on a rail.
+ *  3. Once every piece is submitted, the grant thread asks for a GRANT: the source pins the one
+ *     registration that contains the whole range with the operation's permission, binds a
+ *     one-use window per rail to exactly that range and direction on that rail's queue pair,
+ *     and answers with the keys only after every bind completed.
+ *  4. The requester posts the READ/WRITE slices on their rails; when a rail's slices are done it
+ *     posts a fenced SEND_WITH_INV of the rail's key carrying the 141-byte BINDING.
+ *  5. The source accepts a rail's end only for the exact binding and the invalidated key; when
+ *     every rail ended it unpins and sends the ACK; the requester completes the request's
+ *     pieces when its own sends completed and the ACK arrived.
+ * A work completion in error, a refused post or a broken message fails the request (and the
+ * link); a request whose ACK does not come within io_timeout_s fails with ORB_ETIMEDOUT.
+ *
+ * Threads: the lane thread polls every context's CQ pair and drives completions; the grant
+ * thread runs the requesters' GRANT calls; the source's control messages run on a TCP source
+ * worker and wait (bounded) only for their own binds. Lock order: a peer's or source
+ * connection's lock, then a link's lock; nothing is called out with a link lock held. */
+#ifndef ORB_RDMA_DATA_H
+#define ORB_RDMA_DATA_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/transport.h"
+#include "rdma/ctrl.h"
+#include "rdma/qp.h"
+#include "rdma/window.h"
+#include "topo/slicing.h"
+
+struct orb_rdma_tp;
+
+#define RDMA_RQ_DEPTH 32u          /* receives per link: ACKs (requester), BINDINGs (source) */
+#define RDMA_MSG_SLOT 256u         /* bytes per receive or send message slot */
+#define RDMA_BIND_WAIT_NS (5ull * 1000000000ull)
+#define RDMA_DRAIN_NS (2ull * 1000000000ull) /* stop: flushes of failed links */
+
+/* One open NIC's data-path state. */
+struct rdma_ctx {
+    bool ready;                    /* CQs made, an address found: it can carry rails */
+    uint32_t nic;
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    uint8_t port, gid_index;
+    union ibv_gid gid;
+    uint16_t lid;
+    enum ibv_mtu mtu;
+    struct orb_rdma_hca_limits hca;
+    struct ibv_cq *scq, *rcq;
+    uint32_t cqe;                  /* each CQ's capacity */
+    uint32_t cqe_charged;          /* WR slots of the links on it (tp->lock) */
+    pthread_mutex_t wlock;         /* the window pool */
+    struct orb_rdma_window_pool windows;
+};
+
+enum rdma_role { RDMA_ROLE_REQUESTER = 1, RDMA_ROLE_SOURCE = 2 };
+
+/* What a send WR's cookie points at when it is not a payload piece (tagged with bit 0). */
+enum rdma_wr_kind { RDMA_WR_BIND = 1, RDMA_WR_SENDINV = 2 };
+struct rdma_wr_ctx {
+    uint8_t kind;
+    uint8_t rail;
+    void *owner;                   /* struct rdma_grant (BIND) or struct rdma_req (SENDINV) */
+};
+#define RDMA_COOKIE_CTX 1u
+
+/* A payload piece's place in a link's wait queue while the send queue is full. */
+struct rdma_wait {
+    struct rdma_wait *next;
+    struct orb_xfer *x;            /* NULL: a SEND_WITH_INV of req's rail `rail` */
+    struct rdma_req *req;
+    uint32_t rail;
+};
+
+/* One queue pair and its message buffers. */
+struct rdma_link {
+    struct orb_rdma_tp *tp;
+    struct rdma_ctx *ctx;
+    enum rdma_role role;
+    uint32_t rail;
+    void *owner;                   /* struct rdma_peer or struct rdma_src_conn */
+    pthread_mutex_t lock;          /* the QP's posts, its tracker, the wait queue, the slots */
+    struct orb_rdma_qp *qp;
+    int failed;                    /* 0, or why it is dead */
+    uint8_t *buf;                  /* RDMA_RQ_DEPTH receive slots, then sq_depth send slots */
+    struct ibv_mr *buf_mr;
+    uint32_t send_next;
+    uint32_t cqe_charge;
+    struct rdma_wait *wait_head, *wait_tail;
+    struct rdma_link *all_next;    /* tp's list (tp->lock) */
+};
+
+/* Requester side: one per segment peer. */
+struct rdma_peer {
+    struct rdma_peer *all_next;    /* tp's list (tp->lock) */
+    struct orb_rdma_tp *tp;
+    struct orb_control_path ctl;
+    char endpoint[ORB_ENDPOINT_MAX];
+    uint64_t incarnation;
+    struct orb_epoch source_epoch;
+    uint32_t nrails;
+    struct rdma_link *links[ORB_RDMA_MAX_RAILS];
+    pthread_mutex_t lock;          /* the fields below */
+    uint64_t next_request;
+    uint32_t inflight;             /* requests granted and not ended (<= RDMA_RQ_DEPTH) */
+    struct rdma_req *active;       /* granted, by id (a list) */
+    bool released;                 /* the core let go (peer lock) */
+    bool reap_queued;
+    struct rdma_peer *reap_next;   /* tp->reap_peers (tp->lock) */
+};
+
+/* A request's state: the core's per-request space (ops->request_private_size). */
+struct rdma_req {
+    struct rdma_req *next;         /* the grant queue, then peer->active */
+    struct rdma_peer *peer;
+    uint64_t id;
+    uint8_t op;                    /* ORB_XFER_READ / ORB_XFER_WRITE */
+    uint64_t addr, length;         /* the whole request's remote range */
+    uint64_t local_base;           /* CPU address of the request's first local byte */
+    uint32_t npieces, arrived;
+    struct orb_xfer *pieces[ORB_SLICE_MAX];
+    uint32_t rail_mask;
+    struct orb_rdma_grant grant;
+    uint32_t key_of_rail[ORB_RDMA_MAX_RAILS];
+    /* Under peer->lock once granted: */
+    uint32_t rail_left[ORB_RDMA_MAX_RAILS];   /* payload WRs not completed per rail */
+    uint32_t rail_wrs[ORB_RDMA_MAX_RAILS];
+    uint64_t rail_bytes[ORB_RDMA_MAX_RAILS];
+    uint32_t outstanding;          /* WRs posted or queued and not completed */
+    uint32_t sends_left;           /* SEND_WITH_INVs not completed */
+    bool granted, acked, ended, posted_write;
+    int status;                    /* the first failure */
+    uint64_t deadline;             /* the ACK's */
+    struct rdma_wr_ctx send_ctx[ORB_RDMA_MAX_RAILS];
+    struct rdma_wait waits[ORB_SLICE_MAX + ORB_RDMA_MAX_RAILS];
+};
+
+/* Source side: one per requester peer (CONNECT). */
+struct rdma_src_conn {
+    struct rdma_src_conn *next;    /* tp's list (tp->lock) */
+    struct orb_rdma_tp *tp;
+    struct orb_epoch sender;
+    uint64_t incarnation;          /* the requester's */
+    uint32_t nrails;
+    struct rdma_link *links[ORB_RDMA_MAX_RAILS];
+    pthread_mutex_t lock;          /* grants */
+    pthread_cond_t cond;           /* bind completions */
+    struct rdma_grant *grants;
+    uint32_t ngrants[ORB_RDMA_MAX_RAILS]; /* grants holding a receive of each rail */
+    uint64_t next_grant;
+    int failed;
+    bool closing;                  /* on tp->reap_conns (tp->lock) */
+    uint32_t users;                /* control handlers using it (tp->lock): not reaped meanwhile */
+    struct rdma_src_conn *reap_next;
+};
+
+struct rdma_grant {
+    struct rdma_grant *next;
+    struct rdma_src_conn *conn;
+    uint64_t id, generation;
+    uint8_t nonce[ORB_RDMA_NONCE_LEN];
+    uint64_t request;
+    uint8_t op;
+    uint64_t addr, length;
+    uint32_t rail_mask, done_mask;
+    struct orb_reg *pin;
+    struct orb_rdma_window *win[ORB_RDMA_MAX_RAILS];
+    uint32_t key[ORB_RDMA_MAX_RAILS];
+    uint32_t binds_left;
+    int bind_status;
+    bool abandoned;                /* its GRANT call gave up: the lane frees it */
+    bool published;
+    struct rdma_wr_ctx bind_ctx[ORB_RDMA_MAX_RAILS];
+};
+
+/* ---- rdma_link.c ------------------------------------------------------------------------------ */
+
+/* Prepare every open NIC's data path (address, CQs, window pool) and start the lane thread.
+ * NICs that cannot carry rails are logged and left out. 0 or ORB_ENOMEM/ORB_EUNAVAILABLE. */
+int rdma_data_start(struct orb_rdma_tp *tp);
+/* Stop: no new work; every link to the error state and its flushes drained (bounded); the
+ * lane and grant threads joined; every pending request ended with ORB_ECLOSED; the source's
+ * connections torn down. Requester links stay until their peers are released. Idempotent. */
+void rdma_data_stop(struct orb_rdma_tp *tp);
+/* After every peer was released: free the contexts' CQs and windows. */
+void rdma_data_destroy(struct orb_rdma_tp *tp);
+
+/* A link on context `c`: a QP in RESET with its message buffers, receives posted once
+ * connected. Charged to max_endpoints and the CQ's capacity. */
+int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, void *owner,
+                  struct rdma_link **out);
+/* Connect to `remote` and post every receive. */
+int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote);
+/* Post one send WR (wr->wr_id is set here from the tracker) with `cookie`; with `msg`, its
+ * `msg_len` (<= RDMA_MSG_SLOT) bytes are copied into the next send slot, which becomes the WR's
+ * only SGE. ORB_ERESOURCE when the send queue is full (nothing posted), ORB_EPEER when the link
+ * is dead or the post was refused (the link is failed then). rdma_link_post takes the link's
+ * lock; the _locked form expects it held. */
+int rdma_link_post(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg, uint32_t msg_len);
+int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
+                          uint32_t msg_len);
+/* Queue `w` until the send queue has room (link lock held). */
+void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w);
+/* Move the QP to the error state (every outstanding WR flushes) and remember `status`. */
+void rdma_link_fail(struct rdma_link *l, int status);
+/* Unhook from the lane and destroy (the QP must hold no bound window). */
+void rdma_link_free(struct rdma_link *l);
+
+/* ---- rdma_requester.c ------------------------------------------------------------------------- */
+
+int rdma_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
+                   const struct orb_control_path *ctl, void **peer_out);
+int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan);
+int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n);
+void rdma_peer_release(void *peer);
+/* Completions the lane hands over. */
+void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc, bool is_this);
+void rdma_req_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg);
+/* The lane's periodic look at ACK deadlines. */
+void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now);
+/* End every request still pending (stop). */
+void rdma_req_fail_all(struct orb_rdma_tp *tp, int status);
+/* Post what waits for send-queue room on `l` (after completions freed some). */
+void rdma_link_drain_waits(struct rdma_link *l);
+/* The WR (and message) of a queued wait; a queued wait that could not be posted. */
+void rdma_req_build(struct rdma_wait *w, const struct rdma_link *l, struct ibv_send_wr *wr, struct ibv_sge *sge,
+                    uint64_t *cookie, uint8_t *msg, uint32_t *msg_len);
+void rdma_req_wait_failed(struct rdma_wait *w, int status);
+/* Free released peers whose requests all ended (`force`: the lane is gone: all of them). */
+void rdma_req_reap(struct orb_rdma_tp *tp, bool force);
+void *rdma_grant_thread(void *arg);
+
+/* ---- rdma_source.c ---------------------------------------------------------------------------- */
+
+int rdma_source_control(void *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
+                        size_t cap, size_t *resp_len);
+void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc);
+void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg);
+/* Mark every source connection for teardown (stop). */
+void rdma_src_close_all(struct orb_rdma_tp *tp);
+/* Tear down connections marked for it once their work requests are in (`force`: now). */
+void rdma_src_reap(struct orb_rdma_tp *tp, bool force);
+
+#endif

@@ -1,0 +1,601 @@
+/* The RDMA data path's contexts, links and lane thread (see rdma_data.h). */
+#include "rdma/rdma_data.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "rdma/rdma_transport.h"
+
+#define LANE_BATCH 16
+#define LANE_IDLE_SPINS 256        /* empty polls before the lane naps */
+#define LANE_NAP_NS 50000          /* 50 us */
+#define SCAN_EVERY_NS 100000000ull /* ACK deadlines, every 100 ms */
+
+/* ---- contexts --------------------------------------------------------------------------------- */
+
+/* The port and GID a NIC's rails use: the settings' pins, else the first active port's first
+ * IPv4-mapped RoCE v2 GID, else its first RoCE v2, v1 or IB GID. */
+static int pick_address(const struct orb_rdma_tp *tp, const struct orb_topo_nic *n, uint8_t *port,
+                        uint8_t *gid_index, union ibv_gid *gid)
+{
+    int best = -1;
+    for (uint32_t p = 0; p < n->nports && p < ORB_TOPO_MAX_PORTS; p++) {
+        const struct orb_topo_port *pt = &n->ports[p];
+        if (tp->cfg->port != 0 && pt->num != tp->cfg->port)
+            continue;
+        if (pt->state != ORB_PORT_ACTIVE && pt->state != ORB_PORT_ACTIVE_DEFER)
+            continue;
+        for (uint32_t g = 0; g < pt->ngids; g++) {
+            const struct orb_topo_gid *e = &pt->gids[g];
+            if (tp->cfg->gid_index >= 0 && e->index != (uint16_t)tp->cfg->gid_index)
+                continue;
+            int score = (e->type == ORB_GID_ROCE_V2 ? 4 : e->type == ORB_GID_ROCE_V1 ? 2 : 1) + (e->is_ipv4 ? 8 : 0);
+            if (score > best) {
+                best = score;
+                *port = pt->num;
+                *gid_index = (uint8_t)e->index;
+                memcpy(gid->raw, e->raw, sizeof gid->raw);
+            }
+        }
+        if (best >= 0)
+            return 0;
+    }
+    return -1;
+}
+
+static const struct orb_topo_nic *inventory_nic(const struct orb_rdma_tp *tp, uint32_t id)
+{
+    for (uint32_t i = 0; i < tp->disc.inv.nnics; i++)
+        if (tp->disc.inv.nics[i].id == id)
+            return &tp->disc.inv.nics[i];
+    return NULL;
+}
+
+static void ctx_free(struct orb_rdma_tp *tp, struct rdma_ctx *c)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->wlock);
+    uint32_t kept = orb_rdma_window_pool_fini(&c->windows);
+    pthread_mutex_unlock(&c->wlock);
+    if (kept > 0)
+        ORB_LOGE("rdma: NIC %u: %u memory windows could not be freed", c->nic, kept);
+    if (c->scq != NULL && tp->v->destroy_cq(c->scq) != 0)
+        ORB_LOGE("rdma: NIC %u: a completion queue could not be destroyed: kept", c->nic);
+    if (c->rcq != NULL && tp->v->destroy_cq(c->rcq) != 0)
+        ORB_LOGE("rdma: NIC %u: a completion queue could not be destroyed: kept", c->nic);
+    pthread_mutex_destroy(&c->wlock);
+    free(c);
+}
+
+static int ctx_new(struct orb_rdma_tp *tp, uint32_t nic, struct rdma_ctx **out)
+{
+    const struct orb_rdma_nic *n = &tp->dev.nics[nic];
+    const struct orb_topo_nic *inv = inventory_nic(tp, nic);
+    if (inv == NULL || !tp->caps[nic].queried)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: %s: no inventory entry or limits", n->name);
+    if (!tp->caps[nic].mw_type_2b)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: %s: no type-2B memory windows, so it cannot serve grants",
+                        n->name);
+    struct rdma_ctx *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return orb_fail(ORB_ENOMEM, "rdma: out of memory");
+    pthread_mutex_init(&c->wlock, NULL);
+    c->nic = nic;
+    c->ctx = n->ctx;
+    c->pd = n->pd;
+    int rc;
+    if (pick_address(tp, inv, &c->port, &c->gid_index, &c->gid) != 0) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: no active port with a usable GID", n->name);
+        goto free_ctx;
+    }
+    struct ibv_port_attr pa;
+    memset(&pa, 0, sizeof pa);
+    int err = tp->env.query_port(tp->ops_impl, c->ctx, c->port, &pa);
+    if (err != 0) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: cannot query port %u: %s", n->name, c->port, strerror(err));
+        goto free_ctx;
+    }
+    c->mtu = pa.active_mtu;
+    c->lid = pa.lid;
+    c->hca.max_qp_wr = tp->caps[nic].max_qp_wr;
+    c->hca.max_qp_rd_atom = tp->caps[nic].max_qp_rd_atom;
+    c->hca.max_qp_init_rd_atom = tp->caps[nic].max_qp_init_rd_atom;
+    c->cqe = tp->cfg->max_cqes;
+    if (tp->caps[nic].max_cqe > 0 && c->cqe > tp->caps[nic].max_cqe)
+        c->cqe = tp->caps[nic].max_cqe;
+    c->scq = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, NULL, 0);
+    c->rcq = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, NULL, 0);
+    if (c->scq == NULL || c->rcq == NULL) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: cannot create its completion queues (%u entries): %s", n->name,
+                      c->cqe, strerror(errno));
+        goto free_ctx;
+    }
+    orb_rdma_window_pool_init(&c->windows, &orb_rdma_verbs_mw_ops, NULL, c->pd, tp->cfg->max_window_key_indices);
+    c->ready = true;
+    *out = c;
+    return 0;
+
+free_ctx:
+    ctx_free(tp, c);
+    return rc;
+}
+
+/* ---- links ------------------------------------------------------------------------------------ */
+
+static uint32_t random_u32(void)
+{
+    uint32_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+        v = (uint32_t)orb_now_ns();
+    return v;
+}
+
+int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, void *owner,
+                  struct rdma_link **out)
+{
+    uint32_t sq = tp->cfg->max_send_wr;
+    if (c->hca.max_qp_wr > 0 && sq > c->hca.max_qp_wr)
+        sq = c->hca.max_qp_wr;
+    uint32_t charge = sq + RDMA_RQ_DEPTH;
+    pthread_mutex_lock(&tp->lock);
+    if (tp->endpoints >= tp->cfg->max_endpoints) {
+        pthread_mutex_unlock(&tp->lock);
+        return orb_fail(ORB_ERESOURCE, "rdma: max_endpoints (%u) queue pairs exist already", tp->cfg->max_endpoints);
+    }
+    if (c->cqe_charged + charge > c->cqe) {
+        pthread_mutex_unlock(&tp->lock);
+        return orb_fail(ORB_ERESOURCE, "rdma: NIC %u: its completion queues (max_cqes %u) are full", c->nic,
+                        c->cqe);
+    }
+    tp->endpoints++;
+    c->cqe_charged += charge;
+    pthread_mutex_unlock(&tp->lock);
+
+    int rc;
+    struct rdma_link *l = calloc(1, sizeof *l);
+    if (l == NULL) {
+        rc = orb_fail(ORB_ENOMEM, "rdma: out of memory for a link");
+        goto uncharge;
+    }
+    l->tp = tp;
+    l->ctx = c;
+    l->role = role;
+    l->rail = rail;
+    l->owner = owner;
+    l->cqe_charge = charge;
+    pthread_mutex_init(&l->lock, NULL);
+    struct orb_rdma_qp_params p = {
+        .port = c->port, .gid_index = c->gid_index, .gid = c->gid, .lid = c->lid, .mtu = c->mtu,
+        .max_send_wr = sq, .max_recv_wr = RDMA_RQ_DEPTH, .max_rd_atomic = tp->cfg->max_rd_atomic,
+        .max_dest_rd_atomic = tp->cfg->max_dest_rd_atomic, .psn = random_u32() & 0xffffffu,
+        .incarnation = random_u32() & 0xffffffu,
+    };
+    rc = orb_rdma_qp_create(tp->v, c->pd, c->scq, c->rcq, &p, &c->hca, &l->qp);
+    if (rc != 0)
+        goto free_link;
+    size_t bytes = (size_t)(RDMA_RQ_DEPTH + l->qp->sq_depth) * RDMA_MSG_SLOT;
+    l->buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (l->buf == NULL) {
+        rc = orb_fail(ORB_ENOMEM, "rdma: out of memory for a link's messages");
+        goto free_qp;
+    }
+    memset(l->buf, 0, bytes);
+    l->buf_mr = tp->v->reg_mr_iova2(c->pd, l->buf, bytes, (uint64_t)(uintptr_t)l->buf, ORB_RDMA_LOCAL_ACCESS);
+    if (l->buf_mr == NULL) {
+        rc = orb_fail(ORB_ERESOURCE, "rdma: cannot register a link's message buffers: %s", strerror(errno));
+        goto free_buf;
+    }
+    pthread_mutex_lock(&tp->lock);
+    l->all_next = tp->links;
+    tp->links = l;
+    pthread_mutex_unlock(&tp->lock);
+    *out = l;
+    return 0;
+
+free_buf:
+    free(l->buf);
+free_qp:
+    (void)orb_rdma_qp_destroy(l->qp);
+free_link:
+    pthread_mutex_destroy(&l->lock);
+    free(l);
+uncharge:
+    pthread_mutex_lock(&tp->lock);
+    tp->endpoints--;
+    c->cqe_charged -= charge;
+    pthread_mutex_unlock(&tp->lock);
+    return rc;
+}
+
+static int post_recv(struct rdma_link *l, uint32_t slot)
+{
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(l->buf + (size_t)slot * RDMA_MSG_SLOT),
+                          .length = RDMA_MSG_SLOT, .lkey = l->buf_mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
+    return ibv_post_recv(l->qp->qp, &wr, &bad);
+}
+
+int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote)
+{
+    int rc = orb_rdma_qp_connect(l->qp, remote);
+    if (rc != 0)
+        return rc;
+    for (uint32_t i = 0; i < RDMA_RQ_DEPTH; i++) {
+        int err = post_recv(l, i);
+        if (err != 0)
+            return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot post a receive: %s", strerror(err));
+    }
+    return 0;
+}
+
+int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
+                          uint32_t msg_len)
+{
+    if (l->failed != 0)
+        return orb_fail(ORB_EPEER, "rdma: the link of rail %u is dead (%s)", l->rail, orb_strerror(l->failed));
+    if (!orb_rdma_wr_track_room(&l->qp->track, 1))
+        return ORB_ERESOURCE;
+    struct ibv_sge sge;
+    if (msg != NULL) {
+        uint32_t slot = RDMA_RQ_DEPTH + (l->send_next++ % l->qp->sq_depth);
+        uint8_t *buf = l->buf + (size_t)slot * RDMA_MSG_SLOT;
+        memcpy(buf, msg, msg_len);
+        sge.addr = (uint64_t)(uintptr_t)buf;
+        sge.length = msg_len;
+        sge.lkey = l->buf_mr->lkey;
+        wr->sg_list = &sge;
+        wr->num_sge = 1;
+    }
+    uint64_t id;
+    (void)orb_rdma_wr_track_add(&l->qp->track, 1, &cookie, &id);
+    wr->wr_id = id;
+    wr->next = NULL;
+    wr->send_flags |= IBV_SEND_SIGNALED;
+    struct ibv_send_wr *bad = NULL;
+    int err = ibv_post_send(l->qp->qp, wr, &bad);
+    if (err != 0) {
+        (void)orb_rdma_wr_track_withdraw(&l->qp->track, id);
+        l->failed = ORB_EPEER;
+        (void)orb_rdma_qp_fail(l->qp);
+        return orb_fail(ORB_EPEER, "rdma: the device refused a work request on rail %u: %s", l->rail, strerror(err));
+    }
+    return 0;
+}
+
+int rdma_link_post(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg, uint32_t msg_len)
+{
+    pthread_mutex_lock(&l->lock);
+    int rc = rdma_link_post_locked(l, wr, cookie, msg, msg_len);
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w)
+{
+    w->next = NULL;
+    if (l->wait_tail != NULL)
+        l->wait_tail->next = w;
+    else
+        l->wait_head = w;
+    l->wait_tail = w;
+}
+
+void rdma_link_drain_waits(struct rdma_link *l)
+{
+    struct rdma_wait *failed = NULL;
+    int failed_status = 0;
+    pthread_mutex_lock(&l->lock);
+    while (l->wait_head != NULL) {
+        struct rdma_wait *w = l->wait_head;
+        struct ibv_send_wr wr;
+        uint64_t cookie;
+        uint8_t msg[RDMA_MSG_SLOT];
+        uint32_t msg_len = 0;
+        struct ibv_sge sge;
+        rdma_req_build(w, l, &wr, &sge, &cookie, msg, &msg_len);
+        int rc = rdma_link_post_locked(l, &wr, cookie, msg_len > 0 ? msg : NULL, msg_len);
+        if (rc == ORB_ERESOURCE)
+            break;
+        l->wait_head = w->next;
+        if (l->wait_head == NULL)
+            l->wait_tail = NULL;
+        if (rc != 0) {
+            w->next = failed;
+            failed = w;
+            failed_status = rc;
+        }
+    }
+    pthread_mutex_unlock(&l->lock);
+    while (failed != NULL) {
+        struct rdma_wait *next = failed->next;
+        rdma_req_wait_failed(failed, failed_status);
+        failed = next;
+    }
+}
+
+void rdma_link_fail(struct rdma_link *l, int status)
+{
+    pthread_mutex_lock(&l->lock);
+    int first = l->failed == 0;
+    if (first)
+        l->failed = status != 0 ? status : ORB_EPEER;
+    pthread_mutex_unlock(&l->lock);
+    if (first && orb_rdma_qp_fail(l->qp) != 0)
+        ORB_LOGW("%s", orb_last_error());
+}
+
+void rdma_link_free(struct rdma_link *l)
+{
+    if (l == NULL)
+        return;
+    struct orb_rdma_tp *tp = l->tp;
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_link **pp = &tp->links; *pp != NULL; pp = &(*pp)->all_next) {
+        if (*pp == l) {
+            *pp = l->all_next;
+            break;
+        }
+    }
+    tp->endpoints--;
+    l->ctx->cqe_charged -= l->cqe_charge;
+    pthread_mutex_unlock(&tp->lock);
+    if (orb_rdma_qp_destroy(l->qp) != 0) {
+        ORB_LOGE("%s: the link's buffers are kept", orb_last_error());
+        return;
+    }
+    if (tp->v->dereg_mr(l->buf_mr) != 0) {
+        ORB_LOGE("rdma: a link's message buffers could not be deregistered: kept");
+        return;
+    }
+    free(l->buf);
+    pthread_mutex_destroy(&l->lock);
+    free(l);
+}
+
+/* ---- the lane --------------------------------------------------------------------------------- */
+
+/* The link whose QP has number `qpn` on context `c` (tp->lock held), or NULL. */
+static struct rdma_link *link_of(struct orb_rdma_tp *tp, const struct rdma_ctx *c, uint32_t qpn)
+{
+    for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next)
+        if (l->ctx == c && l->qp->local.qpn == qpn)
+            return l;
+    return NULL;
+}
+
+struct retired {
+    uint64_t cookie;
+    bool is_this;
+};
+struct retire_list {
+    struct retired items[1024];
+    uint32_t n;
+};
+
+static void note_retired(void *ctx, uint64_t cookie, bool is_this)
+{
+    struct retire_list *r = ctx;
+    if (r->n < sizeof r->items / sizeof r->items[0])
+        r->items[r->n++] = (struct retired){cookie, is_this};
+}
+
+static void on_send_wc(struct orb_rdma_tp *tp, struct rdma_link *l, const struct ibv_wc *wc)
+{
+    static _Thread_local struct retire_list r;
+    r.n = 0;
+    pthread_mutex_lock(&l->lock);
+    int rc = orb_rdma_wr_track_complete(&l->qp->track, wc->wr_id, note_retired, &r);
+    pthread_mutex_unlock(&l->lock);
+    if (rc < 0) {
+        ORB_LOGW("rdma: rail %u: %s; the link is failed", l->rail, orb_last_error());
+        rdma_link_fail(l, ORB_EPROTO);
+        return;
+    }
+    if (wc->status != IBV_WC_SUCCESS) {
+        ORB_LOGI("rdma: rail %u: a work request ended with %s", l->rail, tp->v->wc_status_str(wc->status));
+        rdma_link_fail(l, ORB_EPEER);
+    }
+    for (uint32_t i = 0; i < r.n; i++) {
+        if (l->role == RDMA_ROLE_REQUESTER)
+            rdma_req_on_send(l, r.items[i].cookie, wc, r.items[i].is_this);
+        else
+            rdma_src_on_send(l, r.items[i].cookie, r.items[i].is_this ? wc : NULL);
+    }
+    rdma_link_drain_waits(l);
+}
+
+static void on_recv_wc(struct rdma_link *l, const struct ibv_wc *wc)
+{
+    uint64_t slot = wc->wr_id;
+    if (slot >= RDMA_RQ_DEPTH) {
+        rdma_link_fail(l, ORB_EPROTO);
+        return;
+    }
+    if (wc->status != IBV_WC_SUCCESS) {
+        rdma_link_fail(l, ORB_EPEER);
+        if (l->role == RDMA_ROLE_SOURCE)
+            rdma_src_on_recv(l, wc, NULL);
+        return;
+    }
+    const uint8_t *msg = l->buf + slot * RDMA_MSG_SLOT;
+    if (l->role == RDMA_ROLE_REQUESTER)
+        rdma_req_on_recv(l, wc, msg);
+    else
+        rdma_src_on_recv(l, wc, msg);
+    pthread_mutex_lock(&l->lock);
+    int dead = l->failed;
+    pthread_mutex_unlock(&l->lock);
+    if (!dead && post_recv(l, (uint32_t)slot) != 0)
+        rdma_link_fail(l, ORB_EPEER);
+}
+
+static int poll_cq(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_cq *cq, bool send)
+{
+    struct ibv_wc wc[LANE_BATCH];
+    int n = ibv_poll_cq(cq, LANE_BATCH, wc);
+    if (n <= 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&tp->lock);
+        struct rdma_link *l = link_of(tp, c, wc[i].qp_num);
+        pthread_mutex_unlock(&tp->lock);
+        if (l == NULL)
+            continue; /* a link being destroyed: its flushes need no one */
+        if (send)
+            on_send_wc(tp, l, &wc[i]);
+        else
+            on_recv_wc(l, &wc[i]);
+    }
+    return n;
+}
+
+/* Send WRs outstanding on any link (tp->lock taken here). */
+static uint32_t outstanding_wrs(struct orb_rdma_tp *tp)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next) {
+        pthread_mutex_lock(&l->lock);
+        n += l->qp->track.count;
+        pthread_mutex_unlock(&l->lock);
+    }
+    pthread_mutex_unlock(&tp->lock);
+    return n;
+}
+
+static void *lane_main(void *arg)
+{
+    struct orb_rdma_tp *tp = arg;
+    uint32_t idle = 0;
+    uint64_t next_scan = orb_now_ns() + SCAN_EVERY_NS;
+    for (;;) {
+        /* Stopping: every link is in the error state; run until their flushes are in, so that
+         * no device access is left behind the completions, or until the drain's deadline. */
+        if (atomic_load(&tp->stopping) &&
+            (orb_now_ns() >= tp->drain_deadline || outstanding_wrs(tp) == 0))
+            break;
+        int got = 0;
+        for (uint32_t i = 0; i < tp->dev.nslots; i++) {
+            struct rdma_ctx *c = tp->dctx[i];
+            if (c == NULL)
+                continue;
+            got += poll_cq(tp, c, c->scq, true);
+            got += poll_cq(tp, c, c->rcq, false);
+        }
+        uint64_t now = orb_now_ns();
+        if (now >= next_scan) {
+            rdma_req_scan(tp, now);
+            next_scan = now + SCAN_EVERY_NS;
+        }
+        /* The only place links are freed while the lane runs: no completion is in hand. */
+        rdma_req_reap(tp, false);
+        rdma_src_reap(tp, false);
+        if (got > 0) {
+            idle = 0;
+            continue;
+        }
+        if (++idle >= LANE_IDLE_SPINS) {
+            struct timespec ts = {0, LANE_NAP_NS};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+int rdma_data_start(struct orb_rdma_tp *tp)
+{
+    pthread_mutex_init(&tp->lock, NULL);
+    pthread_mutex_init(&tp->glock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&tp->gcond, &attr);
+    pthread_condattr_destroy(&attr);
+    tp->io_timeout_ns = (uint64_t)orb_engine_cfg(tp->engine)->io_timeout_s * ORB_NS_PER_SEC;
+    if (tp->env.query_port == NULL)
+        return 0; /* registrations only */
+    for (uint32_t i = 0; i < tp->dev.nslots && tp->nrails < ORB_RDMA_MAX_RAILS; i++) {
+        if (tp->dev.nics[i].pd == NULL)
+            continue;
+        struct rdma_ctx *c = NULL;
+        if (ctx_new(tp, i, &c) != 0) {
+            ORB_LOGW("%s: it carries no requests", orb_last_error());
+            continue;
+        }
+        tp->dctx[i] = c;
+        tp->rail_nic[tp->nrails++] = i;
+    }
+    if (tp->nrails == 0)
+        return 0;
+    tp->data = true;
+    atomic_store(&tp->stopping, 0);
+    if (pthread_create(&tp->lane, NULL, lane_main, tp) != 0) {
+        tp->data = false;
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot start the lane thread");
+    }
+    tp->lane_started = true;
+    if (pthread_create(&tp->granter, NULL, rdma_grant_thread, tp) != 0) {
+        rdma_data_stop(tp);
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot start the grant thread");
+    }
+    tp->granter_started = true;
+    return 0;
+}
+
+void rdma_data_stop(struct orb_rdma_tp *tp)
+{
+    if (!tp->data || atomic_load(&tp->stopping))
+        return;
+    tp->drain_deadline = orb_now_ns() + RDMA_DRAIN_NS;
+    atomic_store(&tp->stopping, 1);
+    pthread_mutex_lock(&tp->glock);
+    pthread_cond_broadcast(&tp->gcond);
+    pthread_mutex_unlock(&tp->glock);
+    if (tp->granter_started)
+        pthread_join(tp->granter, NULL);
+    tp->granter_started = false;
+    /* Nothing new is posted now; what is posted flushes. */
+    pthread_mutex_lock(&tp->lock);
+    struct rdma_link *all[256];
+    uint32_t n = 0;
+    for (struct rdma_link *l = tp->links; l != NULL && n < 256; l = l->all_next)
+        all[n++] = l;
+    pthread_mutex_unlock(&tp->lock);
+    for (uint32_t i = 0; i < n; i++)
+        rdma_link_fail(all[i], ORB_ECLOSED);
+    if (tp->lane_started)
+        pthread_join(tp->lane, NULL);
+    tp->lane_started = false;
+    if (outstanding_wrs(tp) > 0)
+        ORB_LOGE("rdma: stop: work requests did not flush within the drain window");
+    rdma_req_fail_all(tp, ORB_ECLOSED);
+    rdma_src_close_all(tp);
+    rdma_src_reap(tp, true);
+    rdma_req_reap(tp, true);
+}
+
+void rdma_data_destroy(struct orb_rdma_tp *tp)
+{
+    if (tp->links != NULL) {
+        ORB_LOGE("rdma: links are left at destroy: their contexts are kept");
+        return;
+    }
+    for (uint32_t i = 0; i < ORB_TOPO_MAX_NICS; i++) {
+        ctx_free(tp, tp->dctx[i]);
+        tp->dctx[i] = NULL;
+    }
+    pthread_cond_destroy(&tp->gcond);
+    pthread_mutex_destroy(&tp->glock);
+    pthread_mutex_destroy(&tp->lock);
+}

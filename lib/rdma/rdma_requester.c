@@ -1,0 +1,739 @@
+/* The RDMA transport's requester side: peers, plans, grants, posting and completion (see
+ * rdma_data.h). */
+#include "rdma/rdma_data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "core/clock.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "rdma/rdma_transport.h"
+
+#define DISCONNECT_WAIT_NS (1ull * 1000000000ull)
+#define MAX_REQUEST_BYTES (64ull << 30) /* 64 slices of at most 1 GiB: one WR each */
+
+static uint64_t random_u64(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+        v = orb_now_ns() ^ (uint64_t)(uintptr_t)&v;
+    return v;
+}
+
+static uint32_t popcount(uint32_t v)
+{
+    return (uint32_t)__builtin_popcount(v);
+}
+
+/* ---- peers ------------------------------------------------------------------------------------- */
+
+static void peer_free_now(struct rdma_peer *p)
+{
+    struct orb_rdma_tp *tp = p->tp;
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_peer **pp = &tp->peers; *pp != NULL; pp = &(*pp)->all_next) {
+        if (*pp == p) {
+            *pp = p->all_next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&tp->lock);
+    for (uint32_t k = 0; k < p->nrails; k++) {
+        if (p->links[k] == NULL)
+            continue;
+        rdma_link_fail(p->links[k], ORB_ECLOSED);
+        rdma_link_free(p->links[k]);
+    }
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
+                   const struct orb_control_path *ctl, void **peer_out)
+{
+    struct orb_rdma_tp *tp = tp_;
+    if (!tp->data)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: no NIC of this engine carries requests");
+    if (ctl == NULL || ctl->call == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: no control path to %s", endpoint);
+    if (atomic_load(&tp->stopping))
+        return orb_fail(ORB_ECLOSED, "rdma: the transport is stopped");
+    struct rdma_peer *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return orb_fail(ORB_ENOMEM, "rdma: out of memory for a peer");
+    p->tp = tp;
+    p->ctl = *ctl;
+    snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint);
+    p->source_epoch = *expected;
+    p->incarnation = random_u64();
+    pthread_mutex_init(&p->lock, NULL);
+    int rc = 0;
+    struct orb_rdma_connect c;
+    memset(&c, 0, sizeof c);
+    c.incarnation = p->incarnation;
+    for (uint32_t k = 0; k < tp->nrails; k++) {
+        struct rdma_ctx *x = tp->dctx[tp->rail_nic[k]];
+        rc = rdma_link_new(tp, x, RDMA_ROLE_REQUESTER, k, p, &p->links[k]);
+        if (rc != 0)
+            goto free_peer;
+        p->nrails++;
+        c.rails[k].nic = (uint8_t)x->nic;
+        c.rails[k].qp = p->links[k]->qp->local;
+    }
+    c.nrails = p->nrails;
+    uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
+    size_t len = 0, rlen = 0;
+    if ((rc = orb_rdma_connect_encode(ORB_RDMA_CONNECT, &c, msg, sizeof msg, &len)) != 0)
+        goto free_peer;
+    rc = ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
+    if (rc != 0) {
+        rc = orb_fail_wrap(rc, "rdma: CONNECT to %s", endpoint);
+        goto free_peer;
+    }
+    struct orb_rdma_connect ok;
+    if (orb_rdma_connect_decode(ORB_RDMA_CONNECT_OK, resp, rlen, &ok) != 0 || ok.nrails != p->nrails) {
+        rc = orb_fail(ORB_EPROTO, "rdma: %s answered CONNECT with a malformed CONNECT_OK", endpoint);
+        goto free_peer;
+    }
+    for (uint32_t k = 0; k < p->nrails; k++) {
+        if ((rc = rdma_link_connect(p->links[k], &ok.rails[k].qp)) != 0)
+            goto free_peer;
+    }
+    pthread_mutex_lock(&tp->lock);
+    p->all_next = tp->peers;
+    tp->peers = p;
+    pthread_mutex_unlock(&tp->lock);
+    ORB_LOGI("rdma: %s: %u rail(s) connected", endpoint, p->nrails);
+    *peer_out = p;
+    return 0;
+
+free_peer:
+    {
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        peer_free_now(p);
+        (void)orb_fail(rc, "%s", why);
+    }
+    return rc;
+}
+
+void rdma_peer_release(void *peer)
+{
+    struct rdma_peer *p = peer;
+    if (p == NULL)
+        return;
+    struct orb_rdma_tp *tp = p->tp;
+    /* Tell the source, briefly: its queue pairs and their receives go. */
+    uint8_t msg[16], resp[ORB_CONTROL_MAX];
+    size_t len = 0, rlen = 0;
+    if (!atomic_load(&tp->stopping) && orb_rdma_disconnect_encode(p->incarnation, msg, sizeof msg, &len) == 0 &&
+        p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
+                    orb_deadline_after(DISCONNECT_WAIT_NS)) != 0)
+        ORB_LOGD("rdma: DISCONNECT of %s: %s", p->endpoint, orb_last_error());
+    pthread_mutex_lock(&tp->lock);
+    pthread_mutex_lock(&p->lock);
+    p->released = true;
+    p->reap_queued = true;
+    pthread_mutex_unlock(&p->lock);
+    p->reap_next = tp->reap_peers;
+    tp->reap_peers = p;
+    bool lane = tp->lane_started;
+    pthread_mutex_unlock(&tp->lock);
+    if (!lane)
+        rdma_req_reap(tp, true);
+}
+
+void rdma_req_reap(struct orb_rdma_tp *tp, bool force)
+{
+    pthread_mutex_lock(&tp->lock);
+    if (tp->reap_peers == NULL) {
+        pthread_mutex_unlock(&tp->lock);
+        return;
+    }
+    struct rdma_peer *ready = NULL, *keep = NULL;
+    while (tp->reap_peers != NULL) {
+        struct rdma_peer *p = tp->reap_peers;
+        tp->reap_peers = p->reap_next;
+        pthread_mutex_lock(&p->lock);
+        bool idle = p->inflight == 0 && p->active == NULL;
+        pthread_mutex_unlock(&p->lock);
+        if (idle || force) {
+            p->reap_next = ready;
+            ready = p;
+        } else {
+            p->reap_next = keep;
+            keep = p;
+        }
+    }
+    tp->reap_peers = keep;
+    pthread_mutex_unlock(&tp->lock);
+    while (ready != NULL) {
+        struct rdma_peer *next = ready->reap_next;
+        peer_free_now(ready);
+        ready = next;
+    }
+}
+
+/* ---- plans and submission --------------------------------------------------------------------- */
+
+int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan)
+{
+    struct rdma_peer *p = peer;
+    struct orb_rdma_tp *tp = p->tp;
+    if (in->mem_kind != ORB_MEM_HOST)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: this release moves host memory only");
+    const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(in->local_reg);
+    if (m == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: the local registration has no memory regions (the staged host "
+                        "memory policy has no RDMA path in this release)");
+    for (uint32_t k = 0; k < p->nrails; k++)
+        if (orb_rdma_reg_mrs_on(m, tp->rail_nic[k]) == NULL)
+            return orb_fail(ORB_EUNAVAILABLE, "rdma: the local registration has no memory region on rail %u", k);
+    if (in->length > MAX_REQUEST_BYTES)
+        return orb_fail(ORB_EINVAL, "rdma: a request of %llu bytes is above the %llu this release moves in one",
+                        (unsigned long long)in->length, (unsigned long long)MAX_REQUEST_BYTES);
+    struct orb_slice s[ORB_SLICE_MAX];
+    uint32_t count = 0;
+    int rc = orb_slice_plan(in->length, orb_slice_limit(in->op == ORB_XFER_WRITE, false), s, &count, NULL);
+    if (rc != 0)
+        return rc;
+    struct orb_plan_piece *pieces;
+    if ((rc = orb_plan_pieces(plan, count, &pieces)) != 0)
+        return rc;
+    struct rdma_req *r = in->request_private;
+    r->peer = p;
+    r->op = in->op;
+    r->addr = in->remote_addr;
+    r->length = in->length;
+    r->npieces = count;
+    for (uint32_t i = 0; i < count; i++) {
+        pieces[i].offset = s[i].offset;
+        pieces[i].length = s[i].length;
+        pieces[i].rail = i % p->nrails;
+        r->rail_mask |= 1u << pieces[i].rail;
+    }
+    return 0;
+}
+
+int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
+{
+    struct rdma_peer *p = peer;
+    struct orb_rdma_tp *tp = p->tp;
+    if (atomic_load(&tp->stopping))
+        return orb_fail(ORB_ECLOSED, "rdma: the transport is stopped");
+    struct rdma_req *ready[64];
+    size_t nready = 0;
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < n; i++) {
+        struct orb_xfer *x = xfers[i];
+        struct rdma_req *r = x->request_private;
+        if (x->piece_index >= r->npieces || r->pieces[x->piece_index] != NULL) {
+            pthread_mutex_unlock(&p->lock);
+            return orb_fail(ORB_EINVAL, "rdma: piece %u of a request is not its plan's", x->piece_index);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct orb_xfer *x = xfers[i];
+        struct rdma_req *r = x->request_private;
+        r->pieces[x->piece_index] = x;
+        if (++r->arrived == r->npieces) {
+            if (nready == sizeof ready / sizeof ready[0]) {
+                /* Hand over what we have and go on. */
+                pthread_mutex_lock(&tp->glock);
+                for (size_t k = 0; k < nready; k++) {
+                    ready[k]->next = NULL;
+                    if (tp->gq_tail != NULL)
+                        tp->gq_tail->next = ready[k];
+                    else
+                        tp->gq_head = ready[k];
+                    tp->gq_tail = ready[k];
+                }
+                pthread_cond_signal(&tp->gcond);
+                pthread_mutex_unlock(&tp->glock);
+                nready = 0;
+            }
+            ready[nready++] = r;
+            atomic_fetch_add(&tp->inflight_reqs, 1);
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_lock(&tp->glock);
+    for (size_t k = 0; k < nready; k++) {
+        ready[k]->next = NULL;
+        if (tp->gq_tail != NULL)
+            tp->gq_tail->next = ready[k];
+        else
+            tp->gq_head = ready[k];
+        tp->gq_tail = ready[k];
+    }
+    if (nready > 0)
+        pthread_cond_signal(&tp->gcond);
+    pthread_mutex_unlock(&tp->glock);
+    return 0;
+}
+
+/* ---- ending requests -------------------------------------------------------------------------- */
+
+/* End `r` (peer lock held): unhook it and collect its pieces; the caller reports them with
+ * report_pieces() after unlocking (the core frees `r` with its last piece). */
+struct ending {
+    struct orb_xfer *pieces[ORB_SLICE_MAX];
+    uint32_t n;
+    int status;
+    enum orb_remote_effect effect;
+};
+
+static void end_locked(struct rdma_req *r, int status, struct ending *e)
+{
+    struct rdma_peer *p = r->peer;
+    r->ended = true;
+    if (r->granted) {
+        for (struct rdma_req **pp = &p->active; *pp != NULL; pp = &(*pp)->next) {
+            if (*pp == r) {
+                *pp = r->next;
+                break;
+            }
+        }
+        p->inflight--;
+    }
+    e->n = 0;
+    for (uint32_t i = 0; i < r->npieces; i++)
+        if (r->pieces[i] != NULL)
+            e->pieces[e->n++] = r->pieces[i];
+    e->status = status;
+    e->effect = status != 0 && r->op == ORB_XFER_WRITE && r->posted_write ? ORB_REMOTE_EFFECT_UNKNOWN
+                                                                          : ORB_REMOTE_EFFECT_NONE;
+}
+
+static void report_pieces(struct orb_rdma_tp *tp, const struct ending *e)
+{
+    for (uint32_t i = 0; i < e->n; i++)
+        orb_xfer_done(e->pieces[i], e->status, e->effect);
+    atomic_fetch_sub(&tp->inflight_reqs, 1);
+}
+
+/* Whether `r` may end now (peer lock held); fills `e` when it does. */
+static bool maybe_end(struct rdma_req *r, struct ending *e)
+{
+    if (r->ended)
+        return false;
+    if (r->status != 0 && r->outstanding == 0) {
+        end_locked(r, r->status, e);
+        return true;
+    }
+    if (r->status == 0 && r->outstanding == 0 && r->sends_left == 0 && r->acked) {
+        end_locked(r, r->status, e);
+        return true;
+    }
+    return false;
+}
+
+static void fail_locked(struct rdma_req *r, int status)
+{
+    if (r->status == 0)
+        r->status = status;
+}
+
+/* ---- posting ------------------------------------------------------------------------------------- */
+
+static void build_piece(const struct rdma_req *r, const struct rdma_link *l, struct orb_xfer *x,
+                        struct ibv_send_wr *wr, struct ibv_sge *sge)
+{
+    const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(x->local_reg);
+    const struct orb_rdma_reg_mr *mr = orb_rdma_reg_mrs_on(m, l->ctx->nic);
+    sge->addr = (uint64_t)(uintptr_t)orb_xfer_local_cpu(x);
+    sge->length = (uint32_t)x->length;
+    sge->lkey = mr->local->lkey;
+    memset(wr, 0, sizeof *wr);
+    wr->opcode = x->op == ORB_XFER_READ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+    wr->sg_list = sge;
+    wr->num_sge = 1;
+    wr->wr.rdma.remote_addr = x->remote_addr;
+    wr->wr.rdma.rkey = r->key_of_rail[x->rail];
+}
+
+static void build_sendinv(struct rdma_req *r, uint32_t rail, struct ibv_send_wr *wr, uint8_t *msg, uint32_t *len)
+{
+    struct rdma_peer *p = r->peer;
+    struct orb_rdma_binding b;
+    memset(&b, 0, sizeof b);
+    b.rail = (uint16_t)rail;
+    b.requester = *orb_engine_epoch(p->tp->engine);
+    b.source = p->source_epoch;
+    b.incarnation = p->incarnation;
+    b.request = r->id;
+    b.grant = r->grant.grant;
+    b.generation = r->grant.generation;
+    memcpy(b.nonce, r->grant.nonce, sizeof b.nonce);
+    b.addr = r->addr;
+    b.length = r->length;
+    b.rkey = r->key_of_rail[rail];
+    b.op = r->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE;
+    b.rail_wrs = r->rail_wrs[rail];
+    b.rail_bytes = r->rail_bytes[rail];
+    orb_rdma_binding_encode(&b, msg);
+    *len = ORB_RDMA_BINDING_LEN;
+    memset(wr, 0, sizeof *wr);
+    wr->opcode = IBV_WR_SEND_WITH_INV;
+    wr->send_flags = IBV_SEND_FENCE; /* after every READ of the rail has its data */
+    wr->invalidate_rkey = r->key_of_rail[rail];
+    r->send_ctx[rail].kind = RDMA_WR_SENDINV;
+    r->send_ctx[rail].rail = (uint8_t)rail;
+    r->send_ctx[rail].owner = r;
+}
+
+void rdma_req_build(struct rdma_wait *w, const struct rdma_link *l, struct ibv_send_wr *wr, struct ibv_sge *sge,
+                    uint64_t *cookie, uint8_t *msg, uint32_t *msg_len)
+{
+    if (w->x != NULL) {
+        build_piece(w->req, l, w->x, wr, sge);
+        *cookie = (uint64_t)(uintptr_t)w->x;
+        *msg_len = 0;
+        return;
+    }
+    pthread_mutex_lock(&w->req->peer->lock);
+    build_sendinv(w->req, w->rail, wr, msg, msg_len);
+    pthread_mutex_unlock(&w->req->peer->lock);
+    *cookie = (uint64_t)(uintptr_t)&w->req->send_ctx[w->rail] | RDMA_COOKIE_CTX;
+}
+
+void rdma_req_wait_failed(struct rdma_wait *w, int status)
+{
+    struct rdma_req *r = w->req;
+    struct rdma_peer *p = r->peer;
+    struct ending e;
+    pthread_mutex_lock(&p->lock);
+    r->outstanding--;
+    if (w->x == NULL)
+        r->sends_left--;
+    fail_locked(r, status);
+    bool end = maybe_end(r, &e);
+    pthread_mutex_unlock(&p->lock);
+    if (end)
+        report_pieces(p->tp, &e);
+}
+
+/* Post a piece, or queue it when the send queue is full. */
+static void post_piece(struct rdma_req *r, uint32_t index)
+{
+    struct orb_xfer *x = r->pieces[index];
+    struct rdma_link *l = r->peer->links[x->rail];
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+    build_piece(r, l, x, &wr, &sge);
+    pthread_mutex_lock(&l->lock);
+    int rc = rdma_link_post_locked(l, &wr, (uint64_t)(uintptr_t)x, NULL, 0);
+    if (rc == ORB_ERESOURCE) {
+        struct rdma_wait *w = &r->waits[index];
+        w->x = x;
+        w->req = r;
+        w->rail = x->rail;
+        rdma_link_enqueue(l, w);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&l->lock);
+    if (rc != 0) {
+        struct rdma_wait w = {.x = x, .req = r, .rail = x->rail};
+        rdma_req_wait_failed(&w, rc);
+    }
+}
+
+/* Post the SEND_WITH_INV that ends rail `rail` of `r`. */
+static void post_sendinv(struct rdma_req *r, uint32_t rail)
+{
+    struct rdma_link *l = r->peer->links[rail];
+    struct ibv_send_wr wr;
+    uint8_t msg[ORB_RDMA_BINDING_LEN];
+    uint32_t len = 0;
+    pthread_mutex_lock(&r->peer->lock);
+    build_sendinv(r, rail, &wr, msg, &len);
+    r->outstanding++;
+    pthread_mutex_unlock(&r->peer->lock);
+    pthread_mutex_lock(&l->lock);
+    int rc = rdma_link_post_locked(l, &wr, (uint64_t)(uintptr_t)&r->send_ctx[rail] | RDMA_COOKIE_CTX, msg, len);
+    if (rc == ORB_ERESOURCE) {
+        struct rdma_wait *w = &r->waits[ORB_SLICE_MAX + rail];
+        w->x = NULL;
+        w->req = r;
+        w->rail = rail;
+        rdma_link_enqueue(l, w);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&l->lock);
+    if (rc != 0) {
+        struct rdma_wait w = {.x = NULL, .req = r, .rail = rail};
+        rdma_req_wait_failed(&w, rc);
+    }
+}
+
+/* ---- grants ----------------------------------------------------------------------------------- */
+
+static int grant_call(struct rdma_req *r)
+{
+    struct rdma_peer *p = r->peer;
+    struct orb_rdma_grant_req g = {
+        .incarnation = p->incarnation, .request = r->id,
+        .op = r->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE, .rail_mask = r->rail_mask,
+        .addr = r->addr, .length = r->length,
+    };
+    uint8_t msg[64], resp[ORB_CONTROL_MAX];
+    size_t len = 0, rlen = 0;
+    int rc = orb_rdma_grant_req_encode(&g, msg, sizeof msg, &len);
+    if (rc != 0)
+        return rc;
+    rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
+                     orb_deadline_after(p->tp->io_timeout_ns));
+    if (rc != 0)
+        return rc;
+    if (orb_rdma_grant_decode(resp, rlen, &r->grant) != 0 || r->grant.nkeys != popcount(r->rail_mask))
+        return orb_fail(ORB_EPROTO, "rdma: %s answered GRANT_REQ with a malformed GRANT", p->endpoint);
+    uint32_t k = 0;
+    for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
+        if (r->rail_mask & (1u << rail))
+            r->key_of_rail[rail] = r->grant.rkeys[k++];
+    return 0;
+}
+
+static void serve(struct orb_rdma_tp *tp, struct rdma_req *r)
+{
+    struct rdma_peer *p = r->peer;
+    struct ending e;
+    /* Ask each piece once, right before anything of the request moves. */
+    struct orb_xfer *withdrawn[ORB_SLICE_MAX];
+    uint32_t live = 0, nw = 0;
+    pthread_mutex_lock(&p->lock);
+    for (uint32_t i = 0; i < r->npieces; i++) {
+        if (orb_xfer_may_start(r->pieces[i])) {
+            live++;
+        } else {
+            withdrawn[nw++] = r->pieces[i];
+            r->pieces[i] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (live == 0) {
+        /* The request's space goes with its last piece: count it out first. */
+        atomic_fetch_sub(&tp->inflight_reqs, 1);
+        for (uint32_t i = 0; i < nw; i++)
+            orb_xfer_done(withdrawn[i], ORB_ETIMEDOUT, ORB_REMOTE_EFFECT_NONE);
+        return;
+    }
+    for (uint32_t i = 0; i < nw; i++) /* live pieces keep the space alive */
+        orb_xfer_done(withdrawn[i], ORB_ETIMEDOUT, ORB_REMOTE_EFFECT_NONE);
+    pthread_mutex_lock(&p->lock);
+    r->id = ++p->next_request;
+    pthread_mutex_unlock(&p->lock);
+    int rc = grant_call(r);
+    if (rc != 0) {
+        pthread_mutex_lock(&p->lock);
+        end_locked(r, rc, &e);
+        pthread_mutex_unlock(&p->lock);
+        report_pieces(tp, &e);
+        return;
+    }
+    uint32_t empty_rails = r->rail_mask;
+    pthread_mutex_lock(&p->lock);
+    r->granted = true;
+    r->next = p->active;
+    p->active = r;
+    p->inflight++;
+    r->deadline = orb_deadline_after(tp->io_timeout_ns);
+    r->sends_left = popcount(r->rail_mask);
+    r->outstanding = 1; /* this thread's hold while it posts: the request cannot end under it */
+    for (uint32_t i = 0; i < r->npieces; i++) {
+        const struct orb_xfer *x = r->pieces[i];
+        if (x == NULL)
+            continue;
+        r->rail_left[x->rail]++;
+        r->outstanding++;
+        empty_rails &= ~(1u << x->rail);
+    }
+    r->posted_write = r->op == ORB_XFER_WRITE;
+    pthread_mutex_unlock(&p->lock);
+    for (uint32_t i = 0; i < r->npieces; i++)
+        if (r->pieces[i] != NULL)
+            post_piece(r, i);
+    /* A rail whose pieces were all withdrawn still ends its window. */
+    for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
+        if (empty_rails & (1u << rail))
+            post_sendinv(r, rail);
+    pthread_mutex_lock(&p->lock);
+    r->outstanding--;
+    bool end = maybe_end(r, &e);
+    pthread_mutex_unlock(&p->lock);
+    if (end)
+        report_pieces(tp, &e);
+}
+
+void *rdma_grant_thread(void *arg)
+{
+    struct orb_rdma_tp *tp = arg;
+    pthread_mutex_lock(&tp->glock);
+    while (!atomic_load(&tp->stopping)) {
+        struct rdma_req *r = tp->gq_head;
+        if (r == NULL) {
+            struct timespec ts = orb_deadline_timespec(orb_deadline_after(100ull * 1000000ull));
+            pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
+            continue;
+        }
+        /* At most RDMA_RQ_DEPTH granted requests per peer: each may need an ACK receive. */
+        pthread_mutex_lock(&r->peer->lock);
+        bool room = r->peer->inflight < RDMA_RQ_DEPTH;
+        pthread_mutex_unlock(&r->peer->lock);
+        if (!room) {
+            struct timespec ts = orb_deadline_timespec(orb_deadline_after(1000000ull));
+            pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
+            continue;
+        }
+        tp->gq_head = r->next;
+        if (tp->gq_head == NULL)
+            tp->gq_tail = NULL;
+        pthread_mutex_unlock(&tp->glock);
+        serve(tp, r);
+        pthread_mutex_lock(&tp->glock);
+    }
+    /* Stopping: what was never granted ends here. */
+    struct rdma_req *left = tp->gq_head;
+    tp->gq_head = tp->gq_tail = NULL;
+    pthread_mutex_unlock(&tp->glock);
+    while (left != NULL) {
+        struct rdma_req *next = left->next;
+        struct ending e;
+        pthread_mutex_lock(&left->peer->lock);
+        end_locked(left, ORB_ECLOSED, &e);
+        pthread_mutex_unlock(&left->peer->lock);
+        report_pieces(tp, &e);
+        left = next;
+    }
+    return NULL;
+}
+
+/* ---- completions -------------------------------------------------------------------------------- */
+
+void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc, bool is_this)
+{
+    struct orb_rdma_tp *tp = l->tp;
+    bool ok = !is_this || wc->status == IBV_WC_SUCCESS;
+    struct rdma_req *r;
+    bool sendinv = false;
+    uint32_t rail = l->rail;
+    struct orb_xfer *x = NULL;
+    if (cookie & RDMA_COOKIE_CTX) {
+        struct rdma_wr_ctx *c = (struct rdma_wr_ctx *)(uintptr_t)(cookie & ~(uint64_t)RDMA_COOKIE_CTX);
+        r = c->owner;
+        sendinv = true;
+    } else {
+        x = (struct orb_xfer *)(uintptr_t)cookie;
+        r = x->request_private;
+    }
+    struct rdma_peer *p = r->peer;
+    struct ending e;
+    bool post_end_of_rail = false;
+    pthread_mutex_lock(&p->lock);
+    r->outstanding--;
+    if (sendinv) {
+        r->sends_left--;
+    } else if (ok) {
+        r->rail_wrs[rail]++;
+        r->rail_bytes[rail] += x->length;
+        atomic_fetch_add(&tp->payload_send_cqes, 1);
+        atomic_fetch_add(x->op == ORB_XFER_READ ? &tp->completed_reads : &tp->completed_writes, 1);
+    }
+    if (!ok) {
+        ORB_LOGD("rdma: %s: rail %u: %s", p->endpoint, rail, tp->v->wc_status_str(wc->status));
+        fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER);
+    }
+    if (!sendinv && --r->rail_left[rail] == 0 && r->status == 0)
+        post_end_of_rail = true;
+    bool end = maybe_end(r, &e);
+    pthread_mutex_unlock(&p->lock);
+    if (end)
+        report_pieces(tp, &e);
+    else if (post_end_of_rail)
+        post_sendinv(r, rail);
+}
+
+void rdma_req_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg)
+{
+    struct rdma_peer *p = l->owner;
+    struct orb_rdma_ack a;
+    if (orb_rdma_ack_decode(msg, wc->byte_len, &a) != 0) {
+        ORB_LOGW("rdma: %s sent a malformed ACK (%s): rail %u is failed", p->endpoint, orb_last_error(), l->rail);
+        rdma_link_fail(l, ORB_EPROTO);
+        return;
+    }
+    struct ending e;
+    bool end = false;
+    pthread_mutex_lock(&p->lock);
+    struct rdma_req *r = p->active;
+    while (r != NULL && r->id != a.request)
+        r = r->next;
+    if (r != NULL && r->grant.grant == a.grant && !r->acked) {
+        r->acked = true;
+        if (a.status != 0)
+            fail_locked(r, a.status);
+        end = maybe_end(r, &e);
+    } else {
+        ORB_LOGD("rdma: %s: an ACK for request %llu, which is not waiting for one", p->endpoint,
+                 (unsigned long long)a.request);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (end)
+        report_pieces(l->tp, &e);
+}
+
+void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
+{
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_peer *p = tp->peers; p != NULL; p = p->all_next) {
+        struct ending e[8];
+        uint32_t ne = 0;
+        uint32_t fail_mask = 0;
+        pthread_mutex_lock(&p->lock);
+        for (struct rdma_req *r = p->active, *next; r != NULL && ne < 8; r = next) {
+            next = r->next;
+            if (r->ended || now < r->deadline)
+                continue;
+            ORB_LOGW("rdma: %s: request %llu got no ACK within io_timeout_s: it fails", p->endpoint,
+                     (unsigned long long)r->id);
+            fail_locked(r, ORB_ETIMEDOUT);
+            fail_mask |= r->rail_mask;
+            if (maybe_end(r, &e[ne]))
+                ne++;
+        }
+        pthread_mutex_unlock(&p->lock);
+        /* Outstanding work of a timed-out request flushes once its rails are failed. */
+        for (uint32_t k = 0; k < p->nrails; k++)
+            if (fail_mask & (1u << k))
+                rdma_link_fail(p->links[k], ORB_ETIMEDOUT);
+        for (uint32_t i = 0; i < ne; i++)
+            report_pieces(tp, &e[i]);
+    }
+    pthread_mutex_unlock(&tp->lock);
+}
+
+void rdma_req_fail_all(struct orb_rdma_tp *tp, int status)
+{
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_peer *p = tp->peers; p != NULL; p = p->all_next) {
+        for (;;) {
+            struct ending e;
+            pthread_mutex_lock(&p->lock);
+            struct rdma_req *r = p->active;
+            if (r == NULL) {
+                pthread_mutex_unlock(&p->lock);
+                break;
+            }
+            fail_locked(r, status);
+            end_locked(r, r->status, &e);
+            pthread_mutex_unlock(&p->lock);
+            report_pieces(tp, &e);
+        }
+    }
+    pthread_mutex_unlock(&tp->lock);
+}

@@ -1,0 +1,586 @@
+/* The RDMA transport's source side: connections, grants, the end of a grant and its ACK (see
+ * rdma_data.h). */
+#include "rdma/rdma_data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "core/clock.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/registry.h"
+#include "rdma/rdma_transport.h"
+
+static int fill_random(void *p, size_t n)
+{
+    uint8_t *b = p;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom(b + got, n - got, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return orb_fail(ORB_EUNAVAILABLE, "rdma: getrandom: %s", strerror(errno));
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* ---- connections ------------------------------------------------------------------------------ */
+
+/* The connection (sender, incarnation), or NULL (tp->lock held). */
+static struct rdma_src_conn *find_conn(struct orb_rdma_tp *tp, const struct orb_epoch *sender, uint64_t incarnation)
+{
+    for (struct rdma_src_conn *c = tp->conns; c != NULL; c = c->next)
+        if (c->incarnation == incarnation && memcmp(c->sender.bytes, sender->bytes, sizeof sender->bytes) == 0 &&
+            !c->closing)
+            return c;
+    return NULL;
+}
+
+/* find_conn() for a handler: the connection is not torn down until conn_put(). */
+static struct rdma_src_conn *conn_get(struct orb_rdma_tp *tp, const struct orb_epoch *sender, uint64_t incarnation)
+{
+    pthread_mutex_lock(&tp->lock);
+    struct rdma_src_conn *c = find_conn(tp, sender, incarnation);
+    if (c != NULL)
+        c->users++;
+    pthread_mutex_unlock(&tp->lock);
+    return c;
+}
+
+static void conn_put(struct orb_rdma_tp *tp, struct rdma_src_conn *c)
+{
+    pthread_mutex_lock(&tp->lock);
+    c->users--;
+    pthread_mutex_unlock(&tp->lock);
+}
+
+static void conn_free_links(struct rdma_src_conn *c)
+{
+    for (uint32_t k = 0; k < c->nrails; k++) {
+        if (c->links[k] == NULL)
+            continue;
+        rdma_link_fail(c->links[k], ORB_ECLOSED);
+        rdma_link_free(c->links[k]);
+        c->links[k] = NULL;
+    }
+}
+
+/* Undo a grant's windows and pin. Windows whose binding may still be in force are discarded
+ * (freed: that revokes them), invalidated ones go back to their pool. */
+static void grant_release(struct rdma_src_conn *c, struct rdma_grant *g, bool invalidated_only_put)
+{
+    for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++) {
+        if (g->win[k] == NULL)
+            continue;
+        struct rdma_ctx *x = c->links[k]->ctx;
+        pthread_mutex_lock(&x->wlock);
+        if (invalidated_only_put && (g->done_mask & (1u << k)))
+            orb_rdma_window_put(&x->windows, g->win[k]);
+        else
+            orb_rdma_window_discard(&x->windows, g->win[k]);
+        pthread_mutex_unlock(&x->wlock);
+        g->win[k] = NULL;
+    }
+    if (g->pin != NULL) {
+        orb_registry_release(g->pin);
+        g->pin = NULL;
+    }
+}
+
+/* Unhook `g` from its connection (conn lock held). */
+static void grant_unlink(struct rdma_src_conn *c, struct rdma_grant *g)
+{
+    for (struct rdma_grant **pp = &c->grants; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    }
+    if (g->published) {
+        for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
+            if (g->rail_mask & (1u << k))
+                c->ngrants[k]--;
+        atomic_fetch_sub(&c->tp->active_grants, 1);
+    }
+}
+
+/* Fail a connection: its queue pairs to the error state, its published grants revoked. The
+ * links themselves go later (rdma_src_reap), once their flushes are in. */
+static void conn_fail(struct rdma_src_conn *c, int status, const char *why)
+{
+    pthread_mutex_lock(&c->lock);
+    int first = c->failed == 0;
+    if (first)
+        c->failed = status;
+    pthread_mutex_unlock(&c->lock);
+    if (!first)
+        return;
+    if (status == ORB_ECLOSED)
+        ORB_LOGD("rdma: a requester's connection closes: %s", why);
+    else
+        ORB_LOGW("rdma: a requester's connection is failed: %s", why);
+    for (uint32_t k = 0; k < c->nrails; k++)
+        if (c->links[k] != NULL)
+            rdma_link_fail(c->links[k], status);
+}
+
+static void conn_mark_closing(struct orb_rdma_tp *tp, struct rdma_src_conn *c)
+{
+    /* tp->lock held */
+    if (c->closing)
+        return;
+    c->closing = true;
+    for (struct rdma_src_conn **pp = &tp->conns; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    c->reap_next = tp->reap_conns;
+    tp->reap_conns = c;
+}
+
+static uint32_t conn_outstanding(struct rdma_src_conn *c)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < c->nrails; k++) {
+        if (c->links[k] == NULL)
+            continue;
+        pthread_mutex_lock(&c->links[k]->lock);
+        n += c->links[k]->qp->track.count;
+        pthread_mutex_unlock(&c->links[k]->lock);
+    }
+    return n;
+}
+
+static void conn_destroy(struct rdma_src_conn *c)
+{
+    /* Every grant goes: windows discarded (their QPs are failed), pins dropped. */
+    pthread_mutex_lock(&c->lock);
+    while (c->grants != NULL) {
+        struct rdma_grant *g = c->grants;
+        grant_unlink(c, g);
+        pthread_mutex_unlock(&c->lock);
+        grant_release(c, g, false);
+        free(g);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    conn_free_links(c);
+    pthread_cond_destroy(&c->cond);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+void rdma_src_reap(struct orb_rdma_tp *tp, bool force)
+{
+    pthread_mutex_lock(&tp->lock);
+    struct rdma_src_conn *list = tp->reap_conns, *keep = NULL;
+    tp->reap_conns = NULL;
+    pthread_mutex_unlock(&tp->lock);
+    while (list != NULL) {
+        struct rdma_src_conn *c = list;
+        list = c->reap_next;
+        pthread_mutex_lock(&tp->lock);
+        bool used = c->users > 0;
+        pthread_mutex_unlock(&tp->lock);
+        pthread_mutex_lock(&c->lock);
+        bool binding = false;
+        for (struct rdma_grant *g = c->grants; g != NULL; g = g->next)
+            binding |= g->binds_left > 0;
+        pthread_mutex_unlock(&c->lock);
+        if (used || (!force && (binding || conn_outstanding(c) > 0))) {
+            c->reap_next = keep;
+            keep = c;
+            continue;
+        }
+        conn_destroy(c);
+    }
+    if (keep != NULL) {
+        pthread_mutex_lock(&tp->lock);
+        struct rdma_src_conn *tail = keep;
+        while (tail->reap_next != NULL)
+            tail = tail->reap_next;
+        tail->reap_next = tp->reap_conns;
+        tp->reap_conns = keep;
+        pthread_mutex_unlock(&tp->lock);
+    }
+}
+
+void rdma_src_close_all(struct orb_rdma_tp *tp)
+{
+    pthread_mutex_lock(&tp->lock);
+    while (tp->conns != NULL) {
+        struct rdma_src_conn *c = tp->conns;
+        pthread_mutex_unlock(&tp->lock);
+        conn_fail(c, ORB_ECLOSED, "the transport stops");
+        pthread_mutex_lock(&tp->lock);
+        conn_mark_closing(tp, c);
+    }
+    pthread_mutex_unlock(&tp->lock);
+}
+
+static int src_connect(struct orb_rdma_tp *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len,
+                       uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    struct orb_rdma_connect in;
+    int rc = orb_rdma_connect_decode(ORB_RDMA_CONNECT, req, len, &in);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&tp->lock);
+    bool exists = find_conn(tp, sender, in.incarnation) != NULL;
+    pthread_mutex_unlock(&tp->lock);
+    if (exists)
+        return orb_fail(ORB_EEXIST, "rdma: this requester's connection %llx exists already",
+                        (unsigned long long)in.incarnation);
+    struct rdma_src_conn *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return orb_fail(ORB_ENOMEM, "rdma: out of memory for a connection");
+    c->tp = tp;
+    c->sender = *sender;
+    c->incarnation = in.incarnation;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    struct orb_rdma_connect out;
+    memset(&out, 0, sizeof out);
+    out.incarnation = in.incarnation;
+    out.nrails = in.nrails;
+    for (uint32_t k = 0; k < in.nrails; k++) {
+        struct rdma_ctx *x = tp->dctx[tp->rail_nic[k % tp->nrails]];
+        rc = rdma_link_new(tp, x, RDMA_ROLE_SOURCE, k, c, &c->links[k]);
+        if (rc == 0)
+            rc = rdma_link_connect(c->links[k], &in.rails[k].qp);
+        c->nrails = k + 1;
+        if (rc != 0)
+            goto free_conn;
+        out.rails[k].nic = (uint8_t)x->nic;
+        out.rails[k].qp = c->links[k]->qp->local;
+    }
+    if ((rc = orb_rdma_connect_encode(ORB_RDMA_CONNECT_OK, &out, resp, cap, resp_len)) != 0)
+        goto free_conn;
+    pthread_mutex_lock(&tp->lock);
+    c->next = tp->conns;
+    tp->conns = c;
+    pthread_mutex_unlock(&tp->lock);
+    return 0;
+
+free_conn:
+    {
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        conn_destroy(c);
+        return orb_fail(rc, "%s", why);
+    }
+}
+
+static int src_disconnect(struct orb_rdma_tp *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len,
+                          uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    uint64_t incarnation;
+    int rc = orb_rdma_disconnect_decode(req, len, &incarnation);
+    if (rc != 0)
+        return rc;
+    struct rdma_src_conn *c = conn_get(tp, sender, incarnation);
+    if (c == NULL)
+        return orb_fail(ORB_ENOENT, "rdma: no connection %llx of this requester", (unsigned long long)incarnation);
+    conn_fail(c, ORB_ECLOSED, "the requester disconnected");
+    pthread_mutex_lock(&tp->lock);
+    conn_mark_closing(tp, c);
+    c->users--;
+    bool lane = tp->lane_started;
+    pthread_mutex_unlock(&tp->lock);
+    if (!lane)
+        rdma_src_reap(tp, true);
+    return orb_rdma_disconnect_encode(incarnation, resp, cap, resp_len);
+}
+
+/* ---- grants ----------------------------------------------------------------------------------- */
+
+static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_req *inp,
+                    uint8_t *resp, size_t cap, size_t *resp_len);
+
+static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len,
+                     uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    struct orb_rdma_grant_req in;
+    int rc = orb_rdma_grant_req_decode(req, len, &in);
+    if (rc != 0)
+        return rc;
+    struct rdma_src_conn *c = conn_get(tp, sender, in.incarnation);
+    if (c == NULL)
+        return orb_fail(ORB_ENOENT, "rdma: no connection %llx of this requester", (unsigned long long)in.incarnation);
+    rc = grant_on(tp, c, &in, resp, cap, resp_len);
+    conn_put(tp, c);
+    return rc;
+}
+
+static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_req *inp,
+                    uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    const struct orb_rdma_grant_req in = *inp;
+    int rc;
+    if ((in.rail_mask >> c->nrails) != 0)
+        return orb_fail(ORB_EPROTO, "rdma: rails 0x%x asked for on a connection of %u", in.rail_mask, c->nrails);
+    struct orb_reg *pin = NULL;
+    rc = orb_registry_acquire(orb_engine_registry(tp->engine), in.addr, in.length,
+                              in.op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);
+    if (rc != 0)
+        return rc;
+    const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(pin);
+    if (m == NULL) {
+        orb_registry_release(pin);
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no memory regions here (the staged host "
+                        "memory policy has no RDMA path in this release)");
+    }
+    struct rdma_grant *g = calloc(1, sizeof *g);
+    if (g == NULL) {
+        orb_registry_release(pin);
+        return orb_fail(ORB_ENOMEM, "rdma: out of memory for a grant");
+    }
+    g->conn = c;
+    g->pin = pin;
+    g->request = in.request;
+    g->op = in.op;
+    g->addr = in.addr;
+    g->length = in.length;
+    g->rail_mask = in.rail_mask;
+    g->generation = 1;
+    if ((rc = fill_random(g->nonce, sizeof g->nonce)) != 0)
+        goto release;
+
+    /* Reserve: the grant budget and a receive on every rail. */
+    pthread_mutex_lock(&c->lock);
+    if (c->failed != 0) {
+        pthread_mutex_unlock(&c->lock);
+        rc = orb_fail(ORB_EPEER, "rdma: the connection is failed");
+        goto release;
+    }
+    if (atomic_fetch_add(&tp->active_grants, 1) >= tp->cfg->max_grants) {
+        atomic_fetch_sub(&tp->active_grants, 1);
+        pthread_mutex_unlock(&c->lock);
+        rc = orb_fail(ORB_ERESOURCE, "rdma: max_grants (%u) grants are active", tp->cfg->max_grants);
+        goto release;
+    }
+    for (uint32_t k = 0; k < c->nrails; k++) {
+        if ((g->rail_mask & (1u << k)) && c->ngrants[k] >= RDMA_RQ_DEPTH) {
+            atomic_fetch_sub(&tp->active_grants, 1);
+            pthread_mutex_unlock(&c->lock);
+            rc = orb_fail(ORB_ERESOURCE, "rdma: rail %u holds %u grants, as many as it has receives", k,
+                          RDMA_RQ_DEPTH);
+            goto release;
+        }
+    }
+    for (uint32_t k = 0; k < c->nrails; k++)
+        if (g->rail_mask & (1u << k))
+            c->ngrants[k]++;
+    g->published = true; /* charged; published to the requester only below */
+    g->id = ++c->next_grant;
+    g->next = c->grants;
+    c->grants = g;
+    pthread_mutex_unlock(&c->lock);
+
+    /* Bind a window per rail on that rail's queue pair, exactly the range, one direction. */
+    int post_rc = 0;
+    for (uint32_t k = 0; k < c->nrails && post_rc == 0; k++) {
+        if (!(g->rail_mask & (1u << k)))
+            continue;
+        struct rdma_link *l = c->links[k];
+        const struct orb_rdma_reg_mr *mr = orb_rdma_reg_mrs_on(m, l->ctx->nic);
+        if (mr == NULL || mr->parent == NULL) {
+            post_rc = orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no window parent on NIC %u",
+                               l->ctx->nic);
+            break;
+        }
+        struct ibv_send_wr wr;
+        uint32_t key = 0;
+        pthread_mutex_lock(&l->ctx->wlock);
+        post_rc = orb_rdma_window_take(&l->ctx->windows, &g->win[k]);
+        if (post_rc == 0)
+            post_rc = orb_rdma_window_bind_wr(&l->ctx->windows, g->win[k], mr->parent, in.addr, in.length, in.op, 0,
+                                              &wr, &key);
+        pthread_mutex_unlock(&l->ctx->wlock);
+        if (post_rc != 0)
+            break;
+        g->key[k] = key;
+        g->bind_ctx[k] = (struct rdma_wr_ctx){.kind = RDMA_WR_BIND, .rail = (uint8_t)k, .owner = g};
+        pthread_mutex_lock(&c->lock);
+        g->binds_left++;
+        pthread_mutex_unlock(&c->lock);
+        post_rc = rdma_link_post(l, &wr, (uint64_t)(uintptr_t)&g->bind_ctx[k] | RDMA_COOKIE_CTX, NULL, 0);
+        if (post_rc != 0) {
+            pthread_mutex_lock(&c->lock);
+            g->binds_left--;
+            pthread_mutex_unlock(&c->lock);
+            if (post_rc == ORB_ERESOURCE)
+                post_rc = orb_fail(ORB_ERESOURCE, "rdma: rail %u's send queue is full", k);
+        }
+    }
+
+    /* Wait for the binds (bounded): only then may the keys be published. */
+    uint64_t deadline = orb_deadline_after(RDMA_BIND_WAIT_NS);
+    pthread_mutex_lock(&c->lock);
+    while (g->binds_left > 0) {
+        struct timespec ts = orb_deadline_timespec(deadline);
+        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT && g->binds_left > 0)
+            break;
+    }
+    if (g->binds_left > 0) {
+        /* The lane frees it when the binds come back (or the connection goes). */
+        g->abandoned = true;
+        pthread_mutex_unlock(&c->lock);
+        conn_fail(c, ORB_ETIMEDOUT, "a window bind did not complete in time");
+        return orb_fail(ORB_ETIMEDOUT, "rdma: binding the grant's windows did not complete in time");
+    }
+    if (post_rc == 0 && g->bind_status != 0)
+        post_rc = orb_fail(g->bind_status, "rdma: a window bind failed at the device");
+    if (post_rc != 0) {
+        grant_unlink(c, g);
+        pthread_mutex_unlock(&c->lock);
+        rc = post_rc;
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        grant_release(c, g, false);
+        free(g);
+        return orb_fail(rc, "%s", why);
+    }
+    struct orb_rdma_grant out;
+    memset(&out, 0, sizeof out);
+    out.grant = g->id;
+    out.generation = g->generation;
+    memcpy(out.nonce, g->nonce, sizeof out.nonce);
+    for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
+        if (g->rail_mask & (1u << k))
+            out.rkeys[out.nkeys++] = g->key[k];
+    pthread_mutex_unlock(&c->lock);
+    return orb_rdma_grant_encode(&out, resp, cap, resp_len);
+
+release:
+    orb_registry_release(g->pin);
+    free(g);
+    return rc;
+}
+
+int rdma_source_control(void *tp_, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
+                        size_t cap, size_t *resp_len)
+{
+    struct orb_rdma_tp *tp = tp_;
+    if (!tp->data)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: no NIC of the source carries requests");
+    if (atomic_load(&tp->stopping))
+        return orb_fail(ORB_ECLOSED, "rdma: the source's transport is stopped");
+    uint8_t kind;
+    int rc = orb_rdma_ctrl_kind(req, len, &kind);
+    if (rc != 0)
+        return rc;
+    switch (kind) {
+    case ORB_RDMA_CONNECT: return src_connect(tp, sender, req, len, resp, cap, resp_len);
+    case ORB_RDMA_GRANT_REQ: return src_grant(tp, sender, req, len, resp, cap, resp_len);
+    case ORB_RDMA_DISCONNECT: return src_disconnect(tp, sender, req, len, resp, cap, resp_len);
+    default: return orb_fail(ORB_EPROTO, "rdma: control message of kind %u is not a request", kind);
+    }
+}
+
+/* ---- completions ------------------------------------------------------------------------------- */
+
+void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc)
+{
+    if (!(cookie & RDMA_COOKIE_CTX))
+        return; /* an ACK: nothing waits for it */
+    struct rdma_wr_ctx *x = (struct rdma_wr_ctx *)(uintptr_t)(cookie & ~(uint64_t)RDMA_COOKIE_CTX);
+    struct rdma_grant *g = x->owner;
+    struct rdma_src_conn *c = g->conn;
+    bool ok = wc == NULL || wc->status == IBV_WC_SUCCESS;
+    pthread_mutex_lock(&c->lock);
+    if (ok)
+        orb_rdma_window_bound(g->win[x->rail], g->key[x->rail]);
+    else if (g->bind_status == 0)
+        g->bind_status = ORB_EPEER;
+    g->binds_left--;
+    bool orphan = g->binds_left == 0 && g->abandoned;
+    if (orphan)
+        grant_unlink(c, g);
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    if (orphan) {
+        grant_release(c, g, false);
+        free(g);
+    }
+    (void)l;
+}
+
+void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg)
+{
+    struct rdma_src_conn *c = l->owner;
+    struct orb_rdma_tp *tp = l->tp;
+    if (msg == NULL) {
+        conn_fail(c, ORB_EPEER, "a receive completed in error");
+        return;
+    }
+    struct orb_rdma_binding b;
+    if (orb_rdma_binding_decode(msg, wc->byte_len, &b) != 0) {
+        conn_fail(c, ORB_EPROTO, orb_last_error());
+        return;
+    }
+    char why[160] = "";
+    pthread_mutex_lock(&c->lock);
+    struct rdma_grant *g = c->grants;
+    while (g != NULL && g->id != b.grant)
+        g = g->next;
+    uint32_t bit = 1u << l->rail;
+    if (g == NULL || g->binds_left > 0 || g->abandoned)
+        snprintf(why, sizeof why, "a completion for grant %llu, which is not active", (unsigned long long)b.grant);
+    else if (b.rail != l->rail || !(g->rail_mask & bit) || (g->done_mask & bit))
+        snprintf(why, sizeof why, "grant %llu: a completion for rail %u, which it does not hold", (unsigned long long)b.grant,
+                 b.rail);
+    else if (b.generation != g->generation || memcmp(b.nonce, g->nonce, sizeof g->nonce) != 0 ||
+             b.request != g->request || b.addr != g->addr || b.length != g->length || b.op != g->op ||
+             b.rkey != g->key[l->rail] || b.incarnation != c->incarnation ||
+             memcmp(b.requester.bytes, c->sender.bytes, 16) != 0 ||
+             memcmp(b.source.bytes, orb_engine_epoch(tp->engine)->bytes, 16) != 0)
+        snprintf(why, sizeof why, "grant %llu: the completion's binding is not the grant's", (unsigned long long)b.grant);
+    else if (!orb_rdma_wc_invalidates(wc, g->key[l->rail]))
+        snprintf(why, sizeof why, "grant %llu: the completion did not invalidate the rail's key",
+                 (unsigned long long)b.grant);
+    if (why[0] != '\0') {
+        pthread_mutex_unlock(&c->lock);
+        conn_fail(c, ORB_EPROTO, why);
+        return;
+    }
+    /* The window is dead now: it goes back to its pool. */
+    struct rdma_ctx *x = l->ctx;
+    pthread_mutex_lock(&x->wlock);
+    orb_rdma_window_put(&x->windows, g->win[l->rail]);
+    pthread_mutex_unlock(&x->wlock);
+    g->win[l->rail] = NULL;
+    g->done_mask |= bit;
+    bool done = g->done_mask == g->rail_mask;
+    if (done)
+        grant_unlink(c, g);
+    pthread_mutex_unlock(&c->lock);
+    if (!done)
+        return;
+    uint64_t request = g->request, id = g->id;
+    grant_release(c, g, true);
+    free(g);
+    atomic_fetch_add(&tp->grants_served, 1);
+    uint8_t ack[ORB_RDMA_ACK_LEN];
+    struct orb_rdma_ack a = {.request = request, .grant = id, .status = 0};
+    orb_rdma_ack_encode(&a, ack);
+    struct ibv_send_wr wr;
+    memset(&wr, 0, sizeof wr);
+    wr.opcode = IBV_WR_SEND;
+    int rc = rdma_link_post(l, &wr, 0, ack, sizeof ack);
+    if (rc != 0)
+        conn_fail(c, rc, "the ACK could not be posted");
+}

@@ -1,0 +1,255 @@
+/* Requests over RDMA between two engines on the rails topology's two "hosts" (the requester on
+ * rxe_a0/rxe_a1, the source on rxe_b0/rxe_b1): READ and WRITE from 1 byte to 64 MiB with every
+ * byte checked, on both rails; ORB_TRANSPORT_UNSPEC takes RDMA; the source's authority holds (a
+ * range it did not register, a WRITE into a read-only registration, a READ past its end); many
+ * requests at once across two segments. With `--fork` the source runs in a child process.
+ *
+ * A hardware check: it exits 77 without the rails topology's devices; inside the test VM it runs
+ * for real. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <orbite/orbite.h>
+
+#include "core/engine_internal.h"
+#include "rdma/rdma_transport.h"
+#include "rdma/verbs.h"
+
+#define BIG (64u << 20)
+#define TIMEOUT_NS (120ull * 1000000000ull)
+
+static orb_engine *src, *req;
+static orb_host_memory *src_mem, *ro_mem, *req_mem;
+static orb_reg_id src_id, ro_id, req_id;
+static char endpoint[ORB_ENDPOINT_MAX];
+static struct orb_epoch epoch;
+static orb_segment *seg;
+static uint8_t *sbytes, *rbytes;
+
+static orb_engine *engine(const char *whitelist, int source)
+{
+    orb_rdma_config *rdma;
+    assert_int_equal(orb_rdma_config_new(&rdma), 0);
+    assert_int_equal(orb_rdma_config_set(rdma, "rdma_whitelist", whitelist), 0);
+    struct orb_engine_config cfg;
+    orb_engine_config_init(&cfg);
+    cfg.helper_mode = ORB_HELPER_OFF;
+    cfg.enable_source = source;
+    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
+                                  .rdma = rdma};
+    orb_engine *e = NULL;
+    if (orb_engine_create_params(&p, &e) != 0)
+        fail_msg("engine on %s: %s", whitelist, orb_last_error());
+    orb_rdma_config_free(rdma);
+    assert_non_null(e->tp[ORB_TRANSPORT_RDMA].ops);
+    return e;
+}
+
+static uint8_t pattern(uint64_t i, uint32_t seed)
+{
+    return (uint8_t)((i * 2654435761u) >> 13) ^ (uint8_t)seed;
+}
+
+static void fill(uint8_t *p, uint64_t n, uint32_t seed)
+{
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = pattern(i, seed);
+}
+
+static bool have_rails(void)
+{
+    const struct orb_verbs *v;
+    int n = 0;
+    struct ibv_device **list = NULL;
+    if (orb_verbs_get(&v) == 0)
+        list = v->get_device_list(&n);
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = v->get_device_name(list[i]);
+        found += strcmp(name, "rxe_a0") == 0 || strcmp(name, "rxe_b0") == 0 || strcmp(name, "rxe_a1") == 0 ||
+                 strcmp(name, "rxe_b1") == 0;
+    }
+    if (list != NULL)
+        v->free_device_list(list);
+    return found == 4;
+}
+
+/* The source side: an engine with a 64 MiB remote-write region and a 1 MiB read-only one. */
+static void source_up(void)
+{
+    src = engine("rxe_b0,rxe_b1", 1);
+    assert_int_equal(orb_host_memory_alloc(BIG, 0, &src_mem), 0);
+    assert_int_equal(orb_host_memory_alloc(1u << 20, 0, &ro_mem), 0);
+    sbytes = orb_host_memory_data(src_mem);
+    fill(sbytes, BIG, 1);
+    fill(orb_host_memory_data(ro_mem), 1u << 20, 2);
+    assert_int_equal(orb_register_host_memory(src, src_mem, 0, BIG, ORB_PERM_REMOTE_WRITE, &src_id), 0);
+    assert_int_equal(orb_register_host_memory(src, ro_mem, 0, 1u << 20, ORB_PERM_REMOTE_READ, &ro_id), 0);
+    assert_int_equal(orb_engine_endpoint(src, endpoint, sizeof endpoint), 0);
+    assert_int_equal(orb_engine_source_epoch(src, &epoch), 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (!have_rails()) {
+        if (getenv("ORBITE_VM_TOPOLOGY") != NULL && strcmp(getenv("ORBITE_VM_TOPOLOGY"), "rails") == 0)
+            fail_msg("the rails topology lacks its four rxe devices");
+        printf("skipped: no rails topology (rxe_a0, rxe_a1, rxe_b0, rxe_b1)\n");
+        exit(77);
+    }
+    source_up();
+    req = engine("rxe_a0,rxe_a1", 0);
+    assert_int_equal(orb_host_memory_alloc(BIG, 0, &req_mem), 0);
+    rbytes = orb_host_memory_data(req_mem);
+    assert_int_equal(orb_register_host_memory(req, req_mem, 0, BIG, ORB_PERM_LOCAL, &req_id), 0);
+    assert_int_equal(orb_open_segment(req, endpoint, &epoch, TIMEOUT_NS, &seg), 0);
+    assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    orb_segment_close(seg);
+    assert_int_equal(orb_unregister_memory(req, req_id), 0);
+    orb_engine_free(req);
+    assert_int_equal(orb_unregister_memory(src, src_id), 0);
+    assert_int_equal(orb_unregister_memory(src, ro_id), 0);
+    orb_engine_free(src);
+    orb_host_memory_unref(src_mem);
+    orb_host_memory_unref(ro_mem);
+    orb_host_memory_unref(req_mem);
+    return 0;
+}
+
+static int one(enum orb_op op, enum orb_transport t, uint64_t local_off, uint64_t remote, uint64_t len)
+{
+    struct orb_request r;
+    memset(&r, 0, sizeof r);
+    r.transport = t;
+    r.op = op;
+    r.local_addr = (uint64_t)(uintptr_t)rbytes + local_off;
+    r.remote_addr = remote;
+    r.length = len;
+    struct orb_batch_report rep;
+    return orb_submit_and_wait(req, seg, &r, 1, NULL, TIMEOUT_NS, &rep);
+}
+
+static struct orb_rdma_tp *tp_of(orb_engine *e)
+{
+    return e->tp[ORB_TRANSPORT_RDMA].state;
+}
+
+static void test_read_write_every_size(void **state)
+{
+    (void)state;
+    static const uint64_t sizes[] = {1, 7, 4096, 65537, 1u << 20, (4u << 20) + 3, BIG};
+    uint64_t reads0 = atomic_load(&tp_of(req)->completed_reads);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint64_t len = sizes[i];
+        uint64_t off = len < BIG ? 13 : 0;
+        memset(rbytes, 0, BIG);
+        int rc = one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)sbytes + off, len);
+        if (rc != 0)
+            fail_msg("READ of %llu bytes: %s", (unsigned long long)len, orb_last_error());
+        assert_memory_equal(rbytes, sbytes + off, len);
+        if (len < BIG)
+            assert_int_equal(rbytes[len], 0);
+    }
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint64_t len = sizes[i];
+        uint64_t off = len < BIG ? 5 : 0;
+        fill(rbytes, len, (uint32_t)(10 + i));
+        uint8_t after = off + len < BIG ? sbytes[off + len] : 0;
+        int rc = one(ORB_OP_WRITE, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)sbytes + off, len);
+        if (rc != 0)
+            fail_msg("WRITE of %llu bytes: %s", (unsigned long long)len, orb_last_error());
+        assert_memory_equal(sbytes + off, rbytes, len);
+        if (off + len < BIG)
+            assert_int_equal(sbytes[off + len], after); /* not a byte past */
+    }
+    struct orb_rdma_tp *t = tp_of(req);
+    assert_true(atomic_load(&t->completed_reads) > reads0);
+    assert_true(atomic_load(&t->completed_writes) > 0);
+    assert_int_equal(t->nrails, 2);
+    assert_true(atomic_load(&tp_of(src)->grants_served) >= 14);
+    print_message("reads %llu, writes %llu WRs; the source served %llu grants\n",
+                  (unsigned long long)atomic_load(&t->completed_reads),
+                  (unsigned long long)atomic_load(&t->completed_writes),
+                  (unsigned long long)atomic_load(&tp_of(src)->grants_served));
+    fill(sbytes, BIG, 1);
+}
+
+static void test_unspec_takes_rdma(void **state)
+{
+    (void)state;
+    uint64_t before = atomic_load(&tp_of(req)->completed_reads);
+    memset(rbytes, 0, 1u << 20);
+    assert_int_equal(one(ORB_OP_READ, ORB_TRANSPORT_UNSPEC, 0, (uint64_t)(uintptr_t)sbytes, 1u << 20), 0);
+    assert_memory_equal(rbytes, sbytes, 1u << 20);
+    assert_true(atomic_load(&tp_of(req)->completed_reads) > before);
+}
+
+static void test_source_authority(void **state)
+{
+    (void)state;
+    uint8_t *ro = orb_host_memory_data(ro_mem);
+    /* Not registered at the source. */
+    int rc = one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)rbytes, 4096);
+    assert_int_equal(rc, ORB_ENOENT);
+    /* A WRITE into a read-only registration. */
+    fill(rbytes, 4096, 99);
+    rc = one(ORB_OP_WRITE, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)ro, 4096);
+    assert_int_equal(rc, ORB_EPERM);
+    for (uint32_t i = 0; i < 4096; i++)
+        assert_int_equal(ro[i], pattern(i, 2));
+    /* A READ one byte past the registration's end. */
+    rc = one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)ro + (1u << 20) - 4095, 4096);
+    assert_int_equal(rc, ORB_ENOENT);
+    /* The transport still works afterwards. */
+    assert_int_equal(one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)ro, 4096), 0);
+    assert_memory_equal(rbytes, ro, 4096);
+}
+
+static void test_many_in_flight(void **state)
+{
+    (void)state;
+    enum { N = 48 };
+    struct orb_request r[N];
+    memset(r, 0, sizeof r);
+    memset(rbytes, 0, BIG);
+    for (int i = 0; i < N; i++) {
+        r[i].transport = ORB_TRANSPORT_RDMA;
+        r[i].op = ORB_OP_READ;
+        r[i].length = 300000;
+        r[i].local_addr = (uint64_t)(uintptr_t)rbytes + (uint64_t)i * 400000;
+        r[i].remote_addr = (uint64_t)(uintptr_t)sbytes + (uint64_t)i * 333333;
+    }
+    struct orb_batch_report rep;
+    assert_int_equal(orb_submit_and_wait(req, seg, r, N, NULL, TIMEOUT_NS, &rep), 0);
+    for (int i = 0; i < N; i++)
+        assert_memory_equal(rbytes + (size_t)i * 400000, sbytes + (size_t)i * 333333, 300000);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_read_write_every_size),
+        cmocka_unit_test(test_unspec_takes_rdma),
+        cmocka_unit_test(test_source_authority),
+        cmocka_unit_test(test_many_in_flight),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
