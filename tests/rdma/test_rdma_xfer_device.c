@@ -2,7 +2,7 @@
  * rxe_a0/rxe_a1, the source on rxe_b0/rxe_b1): READ and WRITE from 1 byte to 64 MiB with every
  * byte checked, on both rails; ORB_TRANSPORT_UNSPEC takes RDMA; the source's authority holds (a
  * range it did not register, a WRITE into a read-only registration, a READ past its end); many
- * requests at once across two segments. With `--fork` the source runs in a child process.
+ * requests in one batch; and the same with the source engine in another process.
  *
  * A hardware check: it exits 77 without the rails topology's devices; inside the test VM it runs
  * for real. */
@@ -242,14 +242,107 @@ static void test_many_in_flight(void **state)
         assert_memory_equal(rbytes + (size_t)i * 400000, sbytes + (size_t)i * 333333, 300000);
 }
 
+/* Two processes: the source engine in a child, which answers "verify" over a pipe. */
+struct child_hello {
+    char endpoint[ORB_ENDPOINT_MAX];
+    struct orb_epoch epoch;
+    uint64_t base;
+};
+
+static _Noreturn void child_main(int to_parent, int from_parent)
+{
+    source_up();
+    struct child_hello h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.endpoint, endpoint, sizeof h.endpoint);
+    h.epoch = epoch;
+    h.base = (uint64_t)(uintptr_t)sbytes;
+    if (write(to_parent, &h, sizeof h) != (ssize_t)sizeof h)
+        _exit(2);
+    for (;;) {
+        uint8_t cmd;
+        if (read(from_parent, &cmd, 1) != 1 || cmd == 'q')
+            break;
+        /* 'v': are bytes [1 MiB, 2 MiB) the pattern of seed 50? */
+        uint8_t ok = 1;
+        for (uint64_t i = 0; i < (1u << 20); i++)
+            ok &= sbytes[(1u << 20) + i] == pattern(i, 50);
+        if (write(to_parent, &ok, 1) != 1)
+            _exit(3);
+    }
+    orb_engine_free(src);
+    _exit(0);
+}
+
+static void test_two_processes(void **state)
+{
+    (void)state;
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* A fresh process image: nothing of this one's engines or locks comes along. */
+        close(up[0]);
+        close(down[1]);
+        char a[16], b[16];
+        snprintf(a, sizeof a, "%d", up[1]);
+        snprintf(b, sizeof b, "%d", down[0]);
+        execl("/proc/self/exe", "test_rdma_xfer_device", "--source", a, b, (char *)NULL);
+        _exit(127);
+    }
+    close(up[1]);
+    close(down[0]);
+    struct child_hello h;
+    assert_int_equal(read(up[0], &h, sizeof h), (ssize_t)sizeof h);
+    orb_segment *s2;
+    assert_int_equal(orb_open_segment(req, h.endpoint, &h.epoch, TIMEOUT_NS, &s2), 0);
+    assert_non_null(s2->peer[ORB_TRANSPORT_RDMA]);
+    struct orb_request r;
+    memset(&r, 0, sizeof r);
+    r.transport = ORB_TRANSPORT_RDMA;
+    r.op = ORB_OP_READ;
+    r.local_addr = (uint64_t)(uintptr_t)rbytes;
+    r.remote_addr = h.base;
+    r.length = (4u << 20) + 3;
+    memset(rbytes, 0, BIG);
+    struct orb_batch_report rep;
+    assert_int_equal(orb_submit_and_wait(req, s2, &r, 1, NULL, TIMEOUT_NS, &rep), 0);
+    for (uint64_t i = 0; i < r.length; i++)
+        if (rbytes[i] != pattern(i, 1))
+            fail_msg("byte %llu of the other process's memory differs", (unsigned long long)i);
+    /* A WRITE into the other process, checked there. */
+    fill(rbytes, 1u << 20, 50);
+    r.op = ORB_OP_WRITE;
+    r.remote_addr = h.base + (1u << 20);
+    r.length = 1u << 20;
+    assert_int_equal(orb_submit_and_wait(req, s2, &r, 1, NULL, TIMEOUT_NS, &rep), 0);
+    uint8_t cmd = 'v', ok = 0;
+    assert_int_equal(write(down[1], &cmd, 1), 1);
+    assert_int_equal(read(up[0], &ok, 1), 1);
+    assert_int_equal(ok, 1);
+    orb_segment_close(s2);
+    cmd = 'q';
+    assert_int_equal(write(down[1], &cmd, 1), 1);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(up[0]);
+    close(down[1]);
+}
+
 int main(int argc, char **argv)
 {
-    (void)argc, (void)argv;
+    if (argc == 4 && strcmp(argv[1], "--source") == 0)
+        child_main(atoi(argv[2]), atoi(argv[3]));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_write_every_size),
         cmocka_unit_test(test_unspec_takes_rdma),
         cmocka_unit_test(test_source_authority),
         cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_two_processes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
