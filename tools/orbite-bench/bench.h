@@ -42,6 +42,9 @@ struct bench_options {
     int quiet;
     int progress;                         /* -1 auto (stderr is a tty), 0 off, 1 on */
     const char *config_json;              /* engine configuration overrides; borrowed from argv */
+    /* RDMA settings (JSON objects, borrowed from argv) of the source and requester engines; an
+     * engine gets RDMA settings when its JSON is given or the transport is rdma/unspec. */
+    const char *rdma_source_json, *rdma_requester_json;
 };
 
 /* Parse a byte count: decimal digits with an optional K, M or G suffix (binary multiples,

@@ -27,7 +27,12 @@ static const char usage_text[] =
     "  -d, --duration SECONDS   measured time per (op, block size) cell (default 3)\n"
     "  --warmup SECONDS         unmeasured time before each cell (default 0.5)\n"
     "  --timeout SECONDS        bound of every single wait (default 10)\n"
-    "  --transport tcp|unspec   transport of the requests (default tcp)\n"
+    "  --transport tcp|rdma|unspec\n"
+    "                           transport of the requests (default tcp); rdma and unspec give\n"
+    "                           both engines RDMA settings\n"
+    "  --rdma JSON              RDMA settings of both engines, e.g. '{\"rdma_whitelist\":[\"mlx5_0\"]}'\n"
+    "  --rdma-source JSON, --rdma-requester JSON\n"
+    "                           the same for one engine (both on one host: different NICs)\n"
     "  --buffer-size SIZE       source buffer (default 256M, grown to threads*depth*batch blocks)\n"
     "  --seed N                 seed of the source's byte pattern (default 0xb17e5eed;\n"
     "                           source and requester must agree)\n"
@@ -73,6 +78,9 @@ enum long_only {
     OPT_BUFFER,
     OPT_SEED,
     OPT_CONFIG,
+    OPT_RDMA,
+    OPT_RDMA_SOURCE,
+    OPT_RDMA_REQUESTER,
     OPT_VERIFY,
     OPT_NO_VERIFY,
     OPT_JSON,
@@ -96,6 +104,9 @@ static const struct option long_options[] = {
     {"buffer-size", required_argument, NULL, OPT_BUFFER},
     {"seed", required_argument, NULL, OPT_SEED},
     {"config", required_argument, NULL, OPT_CONFIG},
+    {"rdma", required_argument, NULL, OPT_RDMA},
+    {"rdma-source", required_argument, NULL, OPT_RDMA_SOURCE},
+    {"rdma-requester", required_argument, NULL, OPT_RDMA_REQUESTER},
     {"verify", no_argument, NULL, OPT_VERIFY},
     {"no-verify", no_argument, NULL, OPT_NO_VERIFY},
     {"json", no_argument, NULL, OPT_JSON},
@@ -290,10 +301,12 @@ int bench_parse_options(int argc, char **argv, struct bench_options *opt)
         case OPT_TRANSPORT:
             if (strcmp(optarg, "tcp") == 0)
                 opt->transport = ORB_TRANSPORT_TCP;
+            else if (strcmp(optarg, "rdma") == 0)
+                opt->transport = ORB_TRANSPORT_RDMA;
             else if (strcmp(optarg, "unspec") == 0)
                 opt->transport = ORB_TRANSPORT_UNSPEC;
             else
-                return usage_error(prog, "--transport (tcp or unspec)", optarg);
+                return usage_error(prog, "--transport (tcp, rdma or unspec)", optarg);
             break;
         case OPT_MODE:
             if (strcmp(optarg, "both") == 0)
@@ -326,6 +339,15 @@ int bench_parse_options(int argc, char **argv, struct bench_options *opt)
             opt->seed = v;
             break;
         }
+        case OPT_RDMA:
+            opt->rdma_source_json = opt->rdma_requester_json = optarg;
+            break;
+        case OPT_RDMA_SOURCE:
+            opt->rdma_source_json = optarg;
+            break;
+        case OPT_RDMA_REQUESTER:
+            opt->rdma_requester_json = optarg;
+            break;
         case OPT_CONFIG:
             opt->config_json = optarg;
             break;

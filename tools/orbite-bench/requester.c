@@ -129,12 +129,9 @@ int bench_requester_open(const struct bench_options *opt, const char *endpoint,
     size_t count = 0;
     struct orb_region_desc region = {0};
 
-    int rc = orb_engine_create(&cfg, &req->engine);
-    if (rc != 0) {
-        errf(err, errlen, "orb_engine_create (requester): %s (%s)", orb_strerror(rc),
-             orb_last_error());
+    int rc;
+    if (bench_engine_create(opt, 0, &cfg, &req->engine, err, errlen) != 0)
         goto fail_free_struct;
-    }
     rc = orb_open_segment(req->engine, endpoint, epoch, OPEN_TIMEOUT_NS, &req->segment);
     if (rc != 0) {
         errf(err, errlen, "orb_open_segment(%s): %s (%s)", endpoint, orb_strerror(rc),

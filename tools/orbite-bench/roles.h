@@ -16,6 +16,11 @@
 int bench_engine_config(const struct bench_options *opt, int source, struct orb_engine_config *cfg,
                         char *err, size_t errlen);
 
+/* Create the role's engine from `cfg`, with RDMA settings when the role's --rdma JSON is given
+ * or the transport is rdma/unspec. Returns 0, or -1 with `err` filled. */
+int bench_engine_create(const struct bench_options *opt, int source, const struct orb_engine_config *cfg,
+                        orb_engine **out, char *err, size_t errlen);
+
 /* ---- source ---- */
 
 struct bench_source;

@@ -40,6 +40,37 @@ int bench_engine_config(const struct bench_options *opt, int source, struct orb_
     return 0;
 }
 
+int bench_engine_create(const struct bench_options *opt, int source, const struct orb_engine_config *cfg,
+                        orb_engine **out, char *err, size_t errlen)
+{
+    const char *json = source ? opt->rdma_source_json : opt->rdma_requester_json;
+    const char *role = source ? "source" : "requester";
+    if (json == NULL && opt->transport == ORB_TRANSPORT_TCP) {
+        int rc = orb_engine_create(cfg, out);
+        if (rc != 0)
+            snprintf(err, errlen, "orb_engine_create (%s): %s (%s)", role, orb_strerror(rc), orb_last_error());
+        return rc == 0 ? 0 : -1;
+    }
+    orb_rdma_config *rdma = NULL;
+    int rc = orb_rdma_config_new(&rdma);
+    if (rc == 0 && json != NULL)
+        rc = orb_rdma_config_load_json(rdma, json);
+    if (rc != 0) {
+        snprintf(err, errlen, "--rdma (%s): %s (%s)", role, orb_strerror(rc), orb_last_error());
+        orb_rdma_config_free(rdma);
+        return -1;
+    }
+    struct orb_engine_params params = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA,
+                                       .config = cfg, .rdma = rdma};
+    rc = orb_engine_create_params(&params, out);
+    orb_rdma_config_free(rdma);
+    if (rc != 0) {
+        snprintf(err, errlen, "orb_engine_create_params (%s): %s (%s)", role, orb_strerror(rc), orb_last_error());
+        return -1;
+    }
+    return 0;
+}
+
 int bench_source_start(const struct bench_options *opt, uint64_t size, struct bench_source **out,
                        char *err, size_t errlen)
 {
@@ -56,12 +87,9 @@ int bench_source_start(const struct bench_options *opt, uint64_t size, struct be
         return -1;
     }
     src->size = size;
-    int rc = orb_engine_create(&cfg, &src->engine);
-    if (rc != 0) {
-        snprintf(err, errlen, "orb_engine_create (source, %s): %s (%s)", cfg.endpoint,
-                 orb_strerror(rc), orb_last_error());
+    int rc;
+    if (bench_engine_create(opt, 1, &cfg, &src->engine, err, errlen) != 0)
         goto fail_free_struct;
-    }
     rc = orb_host_memory_alloc((size_t)size, 0, &src->memory);
     if (rc != 0) {
         snprintf(err, errlen, "orb_host_memory_alloc(%llu): %s (%s)", (unsigned long long)size,

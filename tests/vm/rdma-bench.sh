@@ -1,0 +1,82 @@
+#!/bin/bash
+# OrbiTE over RDMA against perftest on the same soft-RoCE devices in the same VM boot (the rails
+# topology: requester side rxe_a0/rxe_a1, source side rxe_b0/rxe_b1). For each round, size and
+# operation it runs ib_{read,write}_bw on one rail, then on both rails at once (two pairs, summed),
+# then orbite-bench with the same rails, and prints the ratios. Under emulation (TCG) the figures
+# measure the emulator: only the ratios mean something.
+#
+#   tests/vm/vm-run.sh --topology rails -- tests/vm/rdma-bench.sh [ROUNDS] [SECONDS]
+#
+# Needs perftest (ib_write_bw, ib_read_bw) on the host's root file system and build/ built.
+set -euo pipefail
+ROUNDS=${1:-3}
+SECS=${2:-3}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BENCH=$ROOT/build/tools/orbite-bench
+for t in ib_write_bw ib_read_bw; do
+    command -v "$t" >/dev/null || { echo "rdma-bench: $t is missing (apt-get install perftest)"; exit 77; }
+done
+[[ -x $BENCH ]] || { echo "rdma-bench: build $BENCH first"; exit 77; }
+
+# The GID index of the IPv4-mapped RoCE v2 GID of port 1 of $1.
+gid_index() {
+    local d=/sys/class/infiniband/$1/ports/1
+    for g in "$d"/gids/*; do
+        local i=${g##*/}
+        local v; v=$(cat "$g" 2>/dev/null) || continue
+        [[ $v == 0000:0000:0000:0000:0000:ffff:* ]] || continue
+        [[ $(cat "$d/gid_attrs/types/$i" 2>/dev/null) == "RoCE v2" ]] && { echo "$i"; return; }
+    done
+    echo 1
+}
+
+# MB/s (perftest's "BW average" column) of one pair: $1 tool, $2 size, $3 client dev, $4 server
+# dev, $5 server address, $6 port.
+perf_pair() {
+    local tool=$1 size=$2 cdev=$3 sdev=$4 addr=$5 port=$6
+    "$tool" -d "$sdev" -x "$(gid_index "$sdev")" -s "$size" -D "$SECS" -F -p "$port" >/dev/null 2>&1 &
+    local spid=$!
+    sleep 0.5
+    local out
+    out=$("$tool" -d "$cdev" -x "$(gid_index "$cdev")" -s "$size" -D "$SECS" -F -p "$port" "$addr" 2>/dev/null) || true
+    wait "$spid" 2>/dev/null || true
+    # The result line starts with the size: #bytes #iterations BW_peak BW_average MsgRate
+    awk -v s="$size" '$1 == s { print $4; found = 1 } END { if (!found) print 0 }' <<<"$out"
+}
+
+# GB/s of orbite-bench: $1 op, $2 size, $3 source NICs, $4 requester NICs (JSON strings).
+orbite() {
+    "$BENCH" --op "$1" -b "$2" -d "$SECS" --warmup 0.5 --buffer-size 64M --transport rdma --json -q \
+        --rdma-source "{\"rdma_whitelist\":[$3]}" --rdma-requester "{\"rdma_whitelist\":[$4]}" 2>/dev/null |
+        python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; print(r["gbps"] if r["ran"] and r["verified"] else 0)'
+}
+
+printf '%-5s %-5s %-6s %-6s %12s %12s %8s\n' round op size rails perftest_GBs orbite_GBs ratio
+for round in $(seq 1 "$ROUNDS"); do
+    for op in write read; do
+        tool=ib_${op}_bw
+        for size in 65536 1048576; do
+            one=$(perf_pair "$tool" "$size" rxe_a0 rxe_b0 10.77.1.2 18515)
+            o1=$(orbite "$op" "$size" '"rxe_b0"' '"rxe_a0"')
+            # Both rails at once: two pairs in parallel, summed.
+            tmp=$(mktemp)
+            (perf_pair "$tool" "$size" rxe_a0 rxe_b0 10.77.1.2 18516 >"$tmp.0") &
+            (perf_pair "$tool" "$size" rxe_a1 rxe_b1 10.77.2.2 18517 >"$tmp.1") &
+            wait
+            two=$(awk '{ s += $1 } END { print s }' "$tmp.0" "$tmp.1")
+            rm -f "$tmp" "$tmp.0" "$tmp.1"
+            o2=$(orbite "$op" "$size" '"rxe_b0","rxe_b1"' '"rxe_a0","rxe_a1"')
+            for pair in "1 $one $o1" "2 $two $o2"; do
+                set -- $pair
+                python3 - "$round" "$op" "$size" "$1" "$2" "$3" <<'EOF'
+import sys
+rnd, op, size, rails, perf_mbs, orb_gbs = sys.argv[1:]
+perf = float(perf_mbs) * 1.048576e6 / 1e9  # perftest MB/s (2^20) -> GB/s (1e9)
+orb = float(orb_gbs)
+ratio = orb / perf if perf > 0 else float("nan")
+print(f"{rnd:<5} {op:<5} {int(size)//1024:>4}K  {rails:<6} {perf:12.4f} {orb:12.4f} {ratio:8.2f}")
+EOF
+            done
+        done
+    done
+done
