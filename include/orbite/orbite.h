@@ -128,8 +128,7 @@ int orb_epoch_parse(const char *text, struct orb_epoch *out);
 /**
  * Whether an engine may use orbite-helper, the small privileged program that opens RDMA devices
  * and probes the host under the administrator's policy (docs/operations.md). Only RDMA
- * transports need it: an engine without an RDMA transport never starts it, whatever this says.
- * In this release every engine is TCP-only, so no engine starts the helper yet.
+ * transports need it: an engine without RDMA settings never starts it, whatever this says.
  */
 enum orb_helper_mode {
     ORB_HELPER_AUTO = 0,     /* use it when an RDMA transport needs it and it is installed */
@@ -304,8 +303,8 @@ int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out);
  * filters and the helper's policy leave, and registers host memory with them (Direct policy).
  * On a host without usable devices or libibverbs, or under a policy without RDMA, the engine
  * runs without it (an info log says why) and requests that name ORB_TRANSPORT_RDMA fail with
- * ORB_EUNAVAILABLE giving the reason. This release carries no request over RDMA yet: requests
- * travel on TCP.
+ * ORB_EUNAVAILABLE giving the reason. Where both engines run it, requests naming
+ * ORB_TRANSPORT_RDMA or ORB_TRANSPORT_UNSPEC travel on RDMA.
  * Errors: as orb_engine_create(), and ORB_EINVAL (unknown field_mask bit), ORB_ECONFIG (the RDMA
  * settings' cross-key checks; a pin that does not hold, a whitelist name not present, or
  * filters that leave no NIC: the message names the key), ORB_EUNAVAILABLE (helper required but
@@ -546,7 +545,7 @@ void orb_segment_close(orb_segment *segment);
 /* ------------------------------------------------------------------------ */
 
 enum orb_transport {
-    ORB_TRANSPORT_UNSPEC = 0, /* the best transport with a path to the peer (TCP in this release) */
+    ORB_TRANSPORT_UNSPEC = 0, /* the best transport with a path to the peer (RDMA, else TCP) */
     ORB_TRANSPORT_TCP = 1,
     ORB_TRANSPORT_RDMA = 2,
     ORB_TRANSPORT_NVLINK = 3

@@ -18,7 +18,8 @@
 
 #define LANE_BATCH 16
 #define LANE_IDLE_SPINS 256        /* empty polls before the lane naps */
-#define LANE_NAP_NS 50000          /* 50 us */
+#define LANE_NAP_NS 50000          /* the first nap: 50 us, doubling while idle */
+#define LANE_NAP_MAX_NS 1000000    /* at most 1 ms: an idle engine costs next to no CPU */
 #define SCAN_EVERY_NS 100000000ull /* ACK deadlines, every 100 ms */
 
 /* ---- contexts --------------------------------------------------------------------------------- */
@@ -478,6 +479,7 @@ static void *lane_main(void *arg)
 {
     struct orb_rdma_tp *tp = arg;
     uint32_t idle = 0;
+    uint64_t nap = LANE_NAP_NS;
     uint64_t next_scan = orb_now_ns() + SCAN_EVERY_NS;
     for (;;) {
         /* Stopping: every link is in the error state; run until their flushes are in, so that
@@ -503,11 +505,14 @@ static void *lane_main(void *arg)
         rdma_src_reap(tp, false);
         if (got > 0) {
             idle = 0;
+            nap = LANE_NAP_NS;
             continue;
         }
         if (++idle >= LANE_IDLE_SPINS) {
-            struct timespec ts = {0, LANE_NAP_NS};
+            struct timespec ts = {0, (long)nap};
             nanosleep(&ts, NULL);
+            if (nap < LANE_NAP_MAX_NS)
+                nap *= 2;
         }
     }
     return NULL;

@@ -370,6 +370,29 @@ static void test_write_grant(void **state)
     end_grant(w, key);
 }
 
+/* One byte past the window, inside the MR: real HCAs refuse it; soft-RoCE checks only the MR
+ * (its known deviation), so here the outcome is reported, and with ORBITE_HW_STRICT=1 (the
+ * hardware runner) it is a hard check. The library never posts outside a grant either way. */
+static void test_one_byte_past_the_window(void **state)
+{
+    (void)state;
+    struct orb_rdma_window *w;
+    uint32_t key = grant(&w, 8192, 4096, ORB_OP_READ);
+    struct ibv_wc wc = rdma(IBV_WR_RDMA_READ, 0, (uint64_t)(uintptr_t)data + 8192 + 1, key, 4096);
+    bool refused = wc.status != IBV_WC_SUCCESS;
+    const char *strict = getenv("ORBITE_HW_STRICT");
+    if (strict != NULL && strcmp(strict, "1") == 0)
+        assert_true(refused);
+    print_message("a READ one byte past the window: %s%s\n", refused ? "refused: " : "allowed",
+                  refused ? v->wc_status_str(wc.status) : " (soft-RoCE deviation: it checks the MR only)");
+    if (refused) {
+        orb_rdma_window_discard(&pool, w);
+        connect_pair(60);
+    } else {
+        end_grant(w, key);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -377,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_write_grant),
         cmocka_unit_test(test_write_through_read_grant_refused),
         cmocka_unit_test(test_forged_key_refused),
+        cmocka_unit_test(test_one_byte_past_the_window),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -34,11 +34,14 @@ gid_index() {
 # dev, $5 server address, $6 port.
 perf_pair() {
     local tool=$1 size=$2 cdev=$3 sdev=$4 addr=$5 port=$6
-    "$tool" -d "$sdev" -x "$(gid_index "$sdev")" -s "$size" -D "$SECS" -F -p "$port" >/dev/null 2>&1 &
+    # Iterations for about $SECS seconds at the emulator's ~64 MB/s (perftest's duration mode
+    # reports 0 when few large messages fit its measuring window).
+    local n=$(( SECS * (64 << 20) / size )); (( n < 50 )) && n=50
+    "$tool" -d "$sdev" -x "$(gid_index "$sdev")" -s "$size" -n "$n" -F -p "$port" >/dev/null 2>&1 &
     local spid=$!
     sleep 0.5
     local out
-    out=$("$tool" -d "$cdev" -x "$(gid_index "$cdev")" -s "$size" -D "$SECS" -F -p "$port" "$addr" 2>/dev/null) || true
+    out=$("$tool" -d "$cdev" -x "$(gid_index "$cdev")" -s "$size" -n "$n" -F -p "$port" "$addr" 2>/dev/null) || true
     wait "$spid" 2>/dev/null || true
     # The result line starts with the size: #bytes #iterations BW_peak BW_average MsgRate
     awk -v s="$size" '$1 == s { print $4; found = 1 } END { if (!found) print 0 }' <<<"$out"
@@ -48,7 +51,7 @@ perf_pair() {
 orbite() {
     "$BENCH" --op "$1" -b "$2" -d "$SECS" --warmup 0.5 --buffer-size 64M --transport rdma --json -q \
         --rdma-source "{\"rdma_whitelist\":[$3]}" --rdma-requester "{\"rdma_whitelist\":[$4]}" 2>/dev/null |
-        python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; print(r["gbps"] if r["ran"] and r["verified"] else 0)'
+        python3 -c 'import json,sys; r=(json.load(sys.stdin).get("results") or [{}])[0]; print(r["gbps"] if r.get("ran") and r.get("verified") else 0)' || echo 0
 }
 
 printf '%-5s %-5s %-6s %-6s %12s %12s %8s\n' round op size rails perftest_GBs orbite_GBs ratio
