@@ -164,8 +164,12 @@ static int start_transports(orb_engine *engine, const struct orb_transport_ops *
             rc = ORB_EUNAVAILABLE;
         if (rc != 0)
             return orb_fail_wrap(rc, "cannot start the %s transport", t->name);
+        /* Published under the lock: the TCP workers already run and may read the slots
+         * (orb_engine_control) while later transports start. */
+        pthread_mutex_lock(&engine->lock);
         engine->tp[id].ops = t;
         engine->tp[id].state = state;
+        pthread_mutex_unlock(&engine->lock);
     }
     if (engine->tp[ORB_TRANSPORT_TCP].ops == NULL)
         return orb_fail(ORB_EINVAL, "an engine needs the TCP transport (its control connection)");
@@ -323,11 +327,14 @@ int orb_engine_control(orb_engine *engine, uint8_t transport, const struct orb_e
         return orb_fail(ORB_EINVAL, "control message for transport %u", (unsigned)transport);
     if (!atomic_load(&engine->source_open))
         return orb_fail(ORB_ECLOSED, "the source is closed");
-    const struct orb_tp_slot *t = &engine->tp[transport];
-    if (t->ops == NULL || t->ops->control == NULL)
-        return orb_fail(ORB_EUNAVAILABLE, "this engine runs no transport %u that takes control messages%s%s",
-                        (unsigned)transport, t->absent_why[0] != '\0' ? ": " : "", t->absent_why);
-    return t->ops->control(t->state, sender, req, len, resp, cap, resp_len);
+    pthread_mutex_lock(&engine->lock);
+    const struct orb_transport_ops *ops = engine->tp[transport].ops;
+    void *state = engine->tp[transport].state;
+    pthread_mutex_unlock(&engine->lock);
+    if (ops == NULL || ops->control == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "this engine runs no transport %u that takes control messages",
+                        (unsigned)transport);
+    return ops->control(state, sender, req, len, resp, cap, resp_len);
 }
 
 ORB_EXPORT int orb_engine_poll_notifications(orb_engine *engine, struct orb_notification_msg *out,

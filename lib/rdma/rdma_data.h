@@ -20,7 +20,7 @@
  * link); a request whose ACK does not come within io_timeout_s fails with ORB_ETIMEDOUT.
  *
  * Threads: the lane thread polls every context's CQ pair and drives completions; the grant
- * thread runs the requesters' GRANT calls; the source's control messages run on a TCP source
+ * threads (RDMA_GRANT_THREADS) run the requesters' GRANT calls, several at once; the source's control messages run on a TCP source
  * worker and wait (bounded) only for their own binds. Lock order: a peer's or source
  * connection's lock, then a link's lock; nothing is called out with a link lock held. */
 #ifndef ORB_RDMA_DATA_H
@@ -43,6 +43,7 @@ struct orb_rdma_tp;
 #define RDMA_MSG_SLOT 256u         /* bytes per receive or send message slot */
 #define RDMA_BIND_WAIT_NS (5ull * 1000000000ull)
 #define RDMA_DRAIN_NS (2ull * 1000000000ull) /* stop: flushes of failed links */
+#define RDMA_GRANT_THREADS 4u     /* GRANT calls in flight at once (they overlap the data) */
 
 /* One open NIC's data-path state. */
 struct rdma_ctx {
@@ -111,7 +112,7 @@ struct rdma_peer {
     struct rdma_link *links[ORB_RDMA_MAX_RAILS];
     pthread_mutex_t lock;          /* the fields below */
     uint64_t next_request;
-    uint32_t inflight;             /* requests granted and not ended (<= RDMA_RQ_DEPTH) */
+    uint32_t inflight;             /* requests taken for a grant and not ended (<= RDMA_RQ_DEPTH) */
     struct rdma_req *active;       /* granted, by id (a list) */
     bool released;                 /* the core let go (peer lock) */
     bool reap_queued;
@@ -137,7 +138,7 @@ struct rdma_req {
     uint64_t rail_bytes[ORB_RDMA_MAX_RAILS];
     uint32_t outstanding;          /* WRs posted or queued and not completed */
     uint32_t sends_left;           /* SEND_WITH_INVs not completed */
-    bool granted, acked, ended, posted_write;
+    bool counted, granted, acked, ended, posted_write; /* counted: in peer->inflight */
     int status;                    /* the first failure */
     uint64_t deadline;             /* the ACK's */
     struct rdma_wr_ctx send_ctx[ORB_RDMA_MAX_RAILS];

@@ -550,11 +550,13 @@ int rdma_data_start(struct orb_rdma_tp *tp)
         return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot start the lane thread");
     }
     tp->lane_started = true;
-    if (pthread_create(&tp->granter, NULL, rdma_grant_thread, tp) != 0) {
-        rdma_data_stop(tp);
-        return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot start the grant thread");
+    for (uint32_t i = 0; i < RDMA_GRANT_THREADS; i++) {
+        if (pthread_create(&tp->granter[i], NULL, rdma_grant_thread, tp) != 0) {
+            rdma_data_stop(tp);
+            return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot start the grant threads");
+        }
+        tp->granters++;
     }
-    tp->granter_started = true;
     return 0;
 }
 
@@ -567,9 +569,9 @@ void rdma_data_stop(struct orb_rdma_tp *tp)
     pthread_mutex_lock(&tp->glock);
     pthread_cond_broadcast(&tp->gcond);
     pthread_mutex_unlock(&tp->glock);
-    if (tp->granter_started)
-        pthread_join(tp->granter, NULL);
-    tp->granter_started = false;
+    for (uint32_t i = 0; i < tp->granters; i++)
+        pthread_join(tp->granter[i], NULL);
+    tp->granters = 0;
     /* Nothing new is posted now; what is posted flushes. */
     pthread_mutex_lock(&tp->lock);
     struct rdma_link *all[256];

@@ -299,6 +299,9 @@ static void end_locked(struct rdma_req *r, int status, struct ending *e)
                 break;
             }
         }
+    }
+    if (r->counted) {
+        r->counted = false;
         p->inflight--;
     }
     e->n = 0;
@@ -515,6 +518,10 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req *r)
             r->pieces[i] = NULL;
         }
     }
+    if (live == 0) {
+        p->inflight--;
+        r->counted = false;
+    }
     pthread_mutex_unlock(&p->lock);
     if (live == 0) {
         /* The request's space goes with its last piece: count it out first. */
@@ -541,7 +548,6 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req *r)
     r->granted = true;
     r->next = p->active;
     p->active = r;
-    p->inflight++;
     r->deadline = orb_deadline_after(tp->io_timeout_ns);
     r->sends_left = popcount(r->rail_mask);
     r->outstanding = 1; /* this thread's hold while it posts: the request cannot end under it */
@@ -581,9 +587,15 @@ void *rdma_grant_thread(void *arg)
             pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
             continue;
         }
-        /* At most RDMA_RQ_DEPTH granted requests per peer: each may need an ACK receive. */
+        /* At most RDMA_RQ_DEPTH requests per peer past this point: each may need an ACK
+         * receive. The place is taken here, under both locks, so concurrent grant threads
+         * cannot overshoot. */
         pthread_mutex_lock(&r->peer->lock);
         bool room = r->peer->inflight < RDMA_RQ_DEPTH;
+        if (room) {
+            r->peer->inflight++;
+            r->counted = true;
+        }
         pthread_mutex_unlock(&r->peer->lock);
         if (!room) {
             struct timespec ts = orb_deadline_timespec(orb_deadline_after(1000000ull));

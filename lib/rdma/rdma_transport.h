@@ -108,8 +108,10 @@ struct orb_rdma_tp {
     uint64_t drain_deadline;
     uint32_t endpoints;                         /* QPs, against max_endpoints */
     atomic_int stopping;
-    pthread_t lane, granter;
-    bool lane_started, granter_started;
+    pthread_t lane;
+    pthread_t granter[4];                       /* RDMA_GRANT_THREADS */
+    bool lane_started;
+    uint32_t granters;                          /* started */
     pthread_mutex_t glock;                      /* the grant queue */
     pthread_cond_t gcond;
     struct rdma_req *gq_head, *gq_tail;
