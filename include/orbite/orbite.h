@@ -314,6 +314,36 @@ int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out);
 int orb_engine_create_params(const struct orb_engine_params *params, orb_engine **out);
 
 /**
+ * Counters of an engine's RDMA transport, since the engine was created (gauges: now).
+ * Filled by orb_engine_rdma_stats(); fields a later release adds are named in comp_mask.
+ */
+struct orb_rdma_stats {
+    uint32_t comp_mask;            /* 0 in this release */
+    uint32_t nics_open;            /* NICs opened (protection domain allocated) */
+    uint32_t rails;                /* NICs that carry requests (queue pairs per segment) */
+    uint32_t reserved32;
+    uint64_t completed_reads;      /* READ work requests that completed successfully */
+    uint64_t completed_writes;     /* WRITE work requests that completed successfully */
+    uint64_t payload_send_cqes;    /* payload completions received (one per signaled WR) */
+    uint64_t errors;               /* work completions in error and posts the device refused */
+    uint64_t registrations;        /* gauge: registrations holding memory regions */
+    uint64_t memory_regions;       /* gauge: memory regions across NICs */
+    uint64_t registered_bytes;     /* gauge: bytes of those registrations */
+    uint64_t kept_memory_regions;  /* regions a NIC refused to deregister (kept for good) */
+    uint64_t requests_in_flight;   /* gauge: requester side */
+    uint64_t grants_active;        /* gauge: source side, published and not ended */
+    uint64_t grants_served;        /* source side: grants ended, acknowledged */
+    uint64_t reserved[8];          /* 0 */
+};
+
+/**
+ * Copy the RDMA transport's counters into `*out` (written only on success; the caller owns it).
+ * Errors: ORB_EINVAL (NULL), ORB_EUNAVAILABLE (the engine runs no RDMA transport: the message
+ * says why).
+ */
+int orb_engine_rdma_stats(const orb_engine *engine, struct orb_rdma_stats *out);
+
+/**
  * Write the bound source endpoint "host:port" (NUL-terminated) into `buf`.
  * Errors: ORB_EINVAL (NULL or `len` too small), ORB_EUNAVAILABLE (source disabled).
  */

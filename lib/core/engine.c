@@ -280,6 +280,17 @@ ORB_EXPORT int orb_engine_endpoint(const orb_engine *engine, char *buf, size_t l
     return tcp->ops->endpoint(tcp->state, buf, len);
 }
 
+ORB_EXPORT int orb_engine_rdma_stats(const orb_engine *engine, struct orb_rdma_stats *out)
+{
+    if (engine == NULL || out == NULL)
+        return orb_fail(ORB_EINVAL, "orb_engine_rdma_stats: NULL argument");
+    const struct orb_tp_slot *t = &engine->tp[ORB_TRANSPORT_RDMA];
+    if (t->ops == NULL || t->ops->stats == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "this engine runs no RDMA transport%s%s",
+                        t->absent_why[0] != '\0' ? ": " : "", t->absent_why);
+    return t->ops->stats(t->state, out, sizeof *out);
+}
+
 ORB_EXPORT int orb_engine_source_epoch(const orb_engine *engine, struct orb_epoch *out)
 {
     if (engine == NULL || out == NULL)

@@ -210,6 +210,8 @@ struct orb_transport_ops {
      * messages. A negative return is sent back as the refusal, with the detail message. */
     int (*control)(void *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
                    size_t cap, size_t *resp_len);
+    /* The transport's public counters (struct orb_rdma_stats for RDMA); NULL: none. */
+    int (*stats)(void *tp, void *out, size_t len);
     /* The peer's published regions. Only the control transport (TCP) answers; may be NULL. */
     int (*peer_describe)(void *peer, uint64_t deadline, struct orb_region_desc **regions_out,
                          size_t *count_out);

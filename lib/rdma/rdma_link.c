@@ -267,6 +267,7 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
     int err = ibv_post_send(l->qp->qp, wr, &bad);
     if (err != 0) {
         (void)orb_rdma_wr_track_withdraw(&l->qp->track, id);
+        atomic_fetch_add(&l->tp->errors, 1);
         l->failed = ORB_EPEER;
         (void)orb_rdma_qp_fail(l->qp);
         return orb_fail(ORB_EPEER, "rdma: the device refused a work request on rail %u: %s", l->rail, strerror(err));
@@ -405,6 +406,8 @@ static void on_send_wc(struct orb_rdma_tp *tp, struct rdma_link *l, const struct
     }
     if (wc->status != IBV_WC_SUCCESS) {
         ORB_LOGI("rdma: rail %u: a work request ended with %s", l->rail, tp->v->wc_status_str(wc->status));
+        if (wc->status != IBV_WC_WR_FLUSH_ERR)
+            atomic_fetch_add(&tp->errors, 1);
         rdma_link_fail(l, ORB_EPEER);
     }
     for (uint32_t i = 0; i < r.n; i++) {
@@ -424,6 +427,8 @@ static void on_recv_wc(struct rdma_link *l, const struct ibv_wc *wc)
         return;
     }
     if (wc->status != IBV_WC_SUCCESS) {
+        if (wc->status != IBV_WC_WR_FLUSH_ERR)
+            atomic_fetch_add(&l->tp->errors, 1);
         rdma_link_fail(l, ORB_EPEER);
         if (l->role == RDMA_ROLE_SOURCE)
             rdma_src_on_recv(l, wc, NULL);

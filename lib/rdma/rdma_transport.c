@@ -371,6 +371,30 @@ void orb_rdma_tp_counters(const struct orb_rdma_tp *tp, struct orb_rdma_counters
     out->kept_mrs = atomic_load(&t->kept_mrs);
 }
 
+static int rdma_stats(void *tp_, void *out, size_t len)
+{
+    struct orb_rdma_tp *tp = tp_;
+    struct orb_rdma_stats st;
+    if (len != sizeof st)
+        return orb_fail(ORB_EINVAL, "rdma stats: %zu bytes asked for, not %zu", len, sizeof st);
+    memset(&st, 0, sizeof st);
+    st.nics_open = tp->dev.nopen;
+    st.rails = tp->nrails;
+    st.completed_reads = atomic_load(&tp->completed_reads);
+    st.completed_writes = atomic_load(&tp->completed_writes);
+    st.payload_send_cqes = atomic_load(&tp->payload_send_cqes);
+    st.errors = atomic_load(&tp->errors);
+    st.registrations = atomic_load(&tp->registrations);
+    st.memory_regions = atomic_load(&tp->mrs);
+    st.registered_bytes = atomic_load(&tp->registered_bytes);
+    st.kept_memory_regions = atomic_load(&tp->kept_mrs);
+    st.requests_in_flight = atomic_load(&tp->inflight_reqs);
+    st.grants_active = atomic_load(&tp->active_grants);
+    st.grants_served = atomic_load(&tp->grants_served);
+    memcpy(out, &st, sizeof st);
+    return 0;
+}
+
 /* ---- lifecycle and peers ------------------------------------------------------------------- */
 
 static void rdma_close_source(void *tp)
@@ -415,4 +439,5 @@ const struct orb_transport_ops orb_rdma_transport = {
     .peer_submit = rdma_peer_submit,
     .peer_release = rdma_peer_release,
     .control = rdma_source_control,
+    .stats = rdma_stats,
 };

@@ -116,7 +116,7 @@ struct orb_rdma_tp {
     pthread_cond_t gcond;
     struct rdma_req *gq_head, *gq_tail;
     atomic_uint_fast64_t inflight_reqs, active_grants;
-    atomic_uint_fast64_t completed_reads, completed_writes, payload_send_cqes, grants_served;
+    atomic_uint_fast64_t completed_reads, completed_writes, payload_send_cqes, grants_served, errors;
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */

@@ -291,6 +291,11 @@ static void test_no_settings_no_rdma(void **state)
     assert_int_equal(make_engine(NULL, ORB_HELPER_OFF, &e), 0);
     assert_null(e->tp[ORB_TRANSPORT_RDMA].ops);
     assert_int_equal(sc.verbs_loads, 0); /* never even looked for the library */
+    struct orb_rdma_stats st;
+    assert_int_equal(orb_engine_rdma_stats(e, &st), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "without RDMA settings"));
+    assert_int_equal(orb_engine_rdma_stats(NULL, &st), ORB_EINVAL);
+    assert_int_equal(orb_engine_rdma_stats(e, NULL), ORB_EINVAL);
     orb_engine_free(e);
 }
 
@@ -447,6 +452,16 @@ static void test_direct_registration(void **state)
     assert_int_equal(c.registrations, 1);
     assert_int_equal(c.mrs, 4);
     assert_int_equal(c.registered_bytes, 8192);
+    struct orb_rdma_stats st;
+    memset(&st, 0xff, sizeof st);
+    assert_int_equal(orb_engine_rdma_stats(e, &st), 0);
+    assert_int_equal(st.registrations, 1);
+    assert_int_equal(st.memory_regions, 4);
+    assert_int_equal(st.registered_bytes, 8192);
+    assert_int_equal(st.nics_open, 2);
+    assert_int_equal(st.rails, 0); /* this environment has no data path */
+    assert_int_equal(st.comp_mask, 0);
+    assert_int_equal(st.reserved[7], 0);
 
     /* Local only: the local-only MR alone. */
     uint8_t *b = malloc(4096);

@@ -179,15 +179,23 @@ static void test_read_write_every_size(void **state)
         if (off + len < BIG)
             assert_int_equal(sbytes[off + len], after); /* not a byte past */
     }
-    struct orb_rdma_tp *t = tp_of(req);
-    assert_true(atomic_load(&t->completed_reads) > reads0);
-    assert_true(atomic_load(&t->completed_writes) > 0);
-    assert_int_equal(t->nrails, 2);
-    assert_true(atomic_load(&tp_of(src)->grants_served) >= 14);
+    struct orb_rdma_stats rs, ss;
+    assert_int_equal(orb_engine_rdma_stats(req, &rs), 0);
+    assert_int_equal(orb_engine_rdma_stats(src, &ss), 0);
+    assert_true(rs.completed_reads > reads0);
+    assert_true(rs.completed_writes > 0);
+    assert_int_equal(rs.payload_send_cqes, rs.completed_reads + rs.completed_writes);
+    assert_int_equal(rs.rails, 2);
+    assert_int_equal(rs.nics_open, 2);
+    assert_int_equal(rs.errors, 0);
+    assert_int_equal(rs.requests_in_flight, 0);
+    assert_true(ss.grants_served >= 14);
+    assert_int_equal(ss.grants_active, 0);
+    assert_int_equal(ss.registrations, 2);
+    assert_int_equal(ss.memory_regions, 8); /* 2 registrations x 2 NICs x (local + parent) */
     print_message("reads %llu, writes %llu WRs; the source served %llu grants\n",
-                  (unsigned long long)atomic_load(&t->completed_reads),
-                  (unsigned long long)atomic_load(&t->completed_writes),
-                  (unsigned long long)atomic_load(&tp_of(src)->grants_served));
+                  (unsigned long long)rs.completed_reads, (unsigned long long)rs.completed_writes,
+                  (unsigned long long)ss.grants_served);
     fill(sbytes, BIG, 1);
 }
 
