@@ -250,6 +250,39 @@ static void test_many_in_flight(void **state)
         assert_memory_equal(rbytes + (size_t)i * 400000, sbytes + (size_t)i * 333333, 300000);
 }
 
+/* A notification of a batch of RDMA WRITEs reaches the source after all of its bytes. */
+static void test_notification_follows_the_data(void **state)
+{
+    (void)state;
+    enum { N = 8, LEN = 200000 };
+    struct orb_request r[N];
+    memset(r, 0, sizeof r);
+    fill(rbytes, (uint64_t)N * LEN, 77);
+    for (int i = 0; i < N; i++) {
+        r[i].transport = ORB_TRANSPORT_RDMA;
+        r[i].op = ORB_OP_WRITE;
+        r[i].length = LEN;
+        r[i].local_addr = (uint64_t)(uintptr_t)rbytes + (uint64_t)i * LEN;
+        r[i].remote_addr = (uint64_t)(uintptr_t)sbytes + (uint64_t)i * LEN;
+    }
+    struct orb_notification note = {.data = "layer 7 ready", .length = 13};
+    struct orb_batch_report rep;
+    assert_int_equal(orb_submit_and_wait(req, seg, r, N, &note, TIMEOUT_NS, &rep), 0);
+    assert_int_equal(rep.notification, ORB_NOTIFY_DELIVERED);
+    struct orb_notification_msg msg;
+    size_t got = 0;
+    for (int i = 0; i < 5000 && got == 0; i++) {
+        assert_int_equal(orb_engine_poll_notifications(src, &msg, 1, &got), 0);
+        if (got == 0)
+            usleep(1000);
+    }
+    assert_int_equal(got, 1);
+    assert_int_equal(msg.length, 13);
+    assert_memory_equal(msg.data, "layer 7 ready", 13);
+    assert_memory_equal(sbytes, rbytes, (size_t)N * LEN);
+    fill(sbytes, BIG, 1);
+}
+
 /* Two processes: the source engine in a child, which answers "verify" over a pipe. */
 struct child_hello {
     char endpoint[ORB_ENDPOINT_MAX];
@@ -350,6 +383,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unspec_takes_rdma),
         cmocka_unit_test(test_source_authority),
         cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_notification_follows_the_data),
         cmocka_unit_test(test_two_processes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
