@@ -11,8 +11,10 @@
 #define SEQ_MASK ((UINT64_C(1) << SEQ_BITS) - 1)
 #define TRACK_CAP_MAX (1u << 20)
 
-/* RC retransmission: 4.096 us x 2^18 ~ 1 s per try, 7 tries; RNR retries without end are
- * avoided (7 = infinite in verbs, so 6). */
+/* RC retransmission: 4.096 us x 2^18 ~ 1 s per try, 7 tries. A receiver that is not ready
+ * (its receive queue momentarily empty while its progress thread is descheduled) is retried
+ * without end (7): the transport's own flow control (receives per grant and per ACK) makes
+ * room eventually, and a peer that is gone still fails by the transport timeout above. */
 #define QP_TIMEOUT 18
 #define QP_RETRY_CNT 7
 #define QP_RNR_RETRY 6

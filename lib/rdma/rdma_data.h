@@ -97,7 +97,14 @@ struct rdma_link {
     uint32_t send_next;
     uint32_t cqe_charge;
     struct rdma_wait *wait_head, *wait_tail;
+    struct rdma_ack_wait *acks_head, *acks_tail; /* source: ACKs waiting for send-queue room */
     struct rdma_link *all_next;    /* tp's list (tp->lock) */
+};
+
+/* A source's ACK that found the send queue full. */
+struct rdma_ack_wait {
+    struct rdma_ack_wait *next;
+    uint8_t msg[ORB_RDMA_ACK_LEN];
 };
 
 /* Requester side: one per segment peer. */
@@ -209,6 +216,8 @@ int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote
 int rdma_link_post(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg, uint32_t msg_len);
 int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
                           uint32_t msg_len);
+/* Post a source's ACK, or queue it behind earlier ones while the send queue is full. */
+int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
 /* Queue `w` until the send queue has room (link lock held). */
 void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w);
 /* Move the QP to the error state (every outstanding WR flushes) and remember `status`. */

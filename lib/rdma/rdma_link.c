@@ -19,7 +19,7 @@
 #define LANE_BATCH 16
 #define LANE_IDLE_SPINS 256        /* empty polls before the lane naps */
 #define LANE_NAP_NS 50000          /* the first nap: 50 us, doubling while idle */
-#define LANE_NAP_MAX_NS 1000000    /* at most 1 ms: an idle engine costs next to no CPU */
+#define LANE_NAP_MAX_NS 200000     /* at most 200 us: queued work waits no longer than that */
 #define SCAN_EVERY_NS 100000000ull /* ACK deadlines, every 100 ms */
 
 /* ---- contexts --------------------------------------------------------------------------------- */
@@ -293,11 +293,76 @@ void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w)
     l->wait_tail = w;
 }
 
+int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
+{
+    struct ibv_send_wr wr;
+    memset(&wr, 0, sizeof wr);
+    wr.opcode = IBV_WR_SEND;
+    pthread_mutex_lock(&l->lock);
+    int rc = l->acks_head != NULL ? ORB_ERESOURCE : rdma_link_post_locked(l, &wr, 0, msg, ORB_RDMA_ACK_LEN);
+    if (rc == ORB_ERESOURCE) {
+        /* Queued behind the others: it goes out when completions free the send queue. */
+        struct rdma_ack_wait *w = malloc(sizeof *w);
+        if (w == NULL) {
+            rc = orb_fail(ORB_ENOMEM, "rdma: out of memory for a queued ACK");
+        } else {
+            memcpy(w->msg, msg, ORB_RDMA_ACK_LEN);
+            w->next = NULL;
+            if (l->acks_tail != NULL)
+                l->acks_tail->next = w;
+            else
+                l->acks_head = w;
+            l->acks_tail = w;
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+/* Post queued ACKs while the send queue has room (link lock held). */
+static int drain_acks_locked(struct rdma_link *l)
+{
+    while (l->acks_head != NULL) {
+        struct rdma_ack_wait *w = l->acks_head;
+        struct ibv_send_wr wr;
+        memset(&wr, 0, sizeof wr);
+        wr.opcode = IBV_WR_SEND;
+        int rc = rdma_link_post_locked(l, &wr, 0, w->msg, ORB_RDMA_ACK_LEN);
+        if (rc == ORB_ERESOURCE)
+            return 0;
+        l->acks_head = w->next;
+        if (l->acks_head == NULL)
+            l->acks_tail = NULL;
+        free(w);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void free_acks_locked(struct rdma_link *l)
+{
+    while (l->acks_head != NULL) {
+        struct rdma_ack_wait *w = l->acks_head;
+        l->acks_head = w->next;
+        free(w);
+    }
+    l->acks_tail = NULL;
+}
+
 void rdma_link_drain_waits(struct rdma_link *l)
 {
     struct rdma_wait *failed = NULL;
     int failed_status = 0;
     pthread_mutex_lock(&l->lock);
+    if (l->role == RDMA_ROLE_SOURCE) {
+        int rc = drain_acks_locked(l);
+        pthread_mutex_unlock(&l->lock);
+        if (rc != 0)
+            ORB_LOGW("rdma: rail %u: a queued ACK could not be posted: %s", l->rail, orb_last_error());
+        return;
+    }
     while (l->wait_head != NULL) {
         struct rdma_wait *w = l->wait_head;
         struct ibv_send_wr wr;
@@ -361,6 +426,7 @@ void rdma_link_free(struct rdma_link *l)
         return;
     }
     free(l->buf);
+    free_acks_locked(l);
     pthread_mutex_destroy(&l->lock);
     free(l);
 }
@@ -405,9 +471,11 @@ static void on_send_wc(struct orb_rdma_tp *tp, struct rdma_link *l, const struct
         return;
     }
     if (wc->status != IBV_WC_SUCCESS) {
-        ORB_LOGI("rdma: rail %u: a work request ended with %s", l->rail, tp->v->wc_status_str(wc->status));
-        if (wc->status != IBV_WC_WR_FLUSH_ERR)
+        if (wc->status != IBV_WC_WR_FLUSH_ERR) {
+            ORB_LOGW("rdma: %s rail %u: a work request ended with %s", l->role == RDMA_ROLE_SOURCE ? "source" : "requester",
+                     l->rail, tp->v->wc_status_str(wc->status));
             atomic_fetch_add(&tp->errors, 1);
+        }
         rdma_link_fail(l, ORB_EPEER);
     }
     for (uint32_t i = 0; i < r.n; i++) {
@@ -427,8 +495,10 @@ static void on_recv_wc(struct rdma_link *l, const struct ibv_wc *wc)
         return;
     }
     if (wc->status != IBV_WC_SUCCESS) {
-        if (wc->status != IBV_WC_WR_FLUSH_ERR)
+        if (wc->status != IBV_WC_WR_FLUSH_ERR) {
+            ORB_LOGW("rdma: rail %u: a receive ended with %s", l->rail, l->tp->v->wc_status_str(wc->status));
             atomic_fetch_add(&l->tp->errors, 1);
+        }
         rdma_link_fail(l, ORB_EPEER);
         if (l->role == RDMA_ROLE_SOURCE)
             rdma_src_on_recv(l, wc, NULL);
@@ -466,6 +536,21 @@ static int poll_cq(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_cq *cq
     return n;
 }
 
+/* Post what the grant threads queued, on every link (the lane alone rings doorbells). */
+static int drain_all(struct orb_rdma_tp *tp)
+{
+    struct rdma_link *todo[256];
+    uint32_t n = 0;
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_link *l = tp->links; l != NULL && n < 256; l = l->all_next)
+        if (l->role == RDMA_ROLE_REQUESTER && l->wait_head != NULL)
+            todo[n++] = l;
+    pthread_mutex_unlock(&tp->lock);
+    for (uint32_t i = 0; i < n; i++)
+        rdma_link_drain_waits(todo[i]);
+    return (int)n;
+}
+
 /* Send WRs outstanding on any link (tp->lock taken here). */
 static uint32_t outstanding_wrs(struct orb_rdma_tp *tp)
 {
@@ -493,6 +578,8 @@ static void *lane_main(void *arg)
             (orb_now_ns() >= tp->drain_deadline || outstanding_wrs(tp) == 0))
             break;
         int got = 0;
+        if (atomic_exchange(&tp->kick, 0))
+            got += drain_all(tp);
         for (uint32_t i = 0; i < tp->dev.nslots; i++) {
             struct rdma_ctx *c = tp->dctx[i];
             if (c == NULL)

@@ -430,7 +430,10 @@ static void post_piece(struct rdma_req *r, uint32_t index)
     struct ibv_sge sge;
     build_piece(r, l, x, &wr, &sge);
     pthread_mutex_lock(&l->lock);
-    int rc = rdma_link_post_locked(l, &wr, (uint64_t)(uintptr_t)x, NULL, 0);
+    /* Only the lane posts: a grant thread queues the piece and kicks it (one thread per queue
+     * pair's doorbell; soft-RoCE stalls queue pairs rung from several threads at once). */
+    bool lane = pthread_equal(pthread_self(), r->peer->tp->lane);
+    int rc = lane ? rdma_link_post_locked(l, &wr, (uint64_t)(uintptr_t)x, NULL, 0) : ORB_ERESOURCE;
     if (rc == ORB_ERESOURCE) {
         struct rdma_wait *w = &r->waits[index];
         w->x = x;
@@ -440,6 +443,8 @@ static void post_piece(struct rdma_req *r, uint32_t index)
         rc = 0;
     }
     pthread_mutex_unlock(&l->lock);
+    if (!lane)
+        atomic_store(&r->peer->tp->kick, 1);
     if (rc != 0) {
         struct rdma_wait w = {.x = x, .req = r, .rail = x->rail};
         rdma_req_wait_failed(&w, rc);
@@ -458,7 +463,10 @@ static void post_sendinv(struct rdma_req *r, uint32_t rail)
     r->outstanding++;
     pthread_mutex_unlock(&r->peer->lock);
     pthread_mutex_lock(&l->lock);
-    int rc = rdma_link_post_locked(l, &wr, (uint64_t)(uintptr_t)&r->send_ctx[rail] | RDMA_COOKIE_CTX, msg, len);
+    bool lane = pthread_equal(pthread_self(), r->peer->tp->lane);
+    int rc = lane ? rdma_link_post_locked(l, &wr, (uint64_t)(uintptr_t)&r->send_ctx[rail] | RDMA_COOKIE_CTX, msg,
+                                          len)
+                  : ORB_ERESOURCE;
     if (rc == ORB_ERESOURCE) {
         struct rdma_wait *w = &r->waits[ORB_SLICE_MAX + rail];
         w->x = NULL;
@@ -468,6 +476,8 @@ static void post_sendinv(struct rdma_req *r, uint32_t rail)
         rc = 0;
     }
     pthread_mutex_unlock(&l->lock);
+    if (!lane)
+        atomic_store(&r->peer->tp->kick, 1);
     if (rc != 0) {
         struct rdma_wait w = {.x = NULL, .req = r, .rail = rail};
         rdma_req_wait_failed(&w, rc);
@@ -711,8 +721,10 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
             next = r->next;
             if (r->ended || now < r->deadline)
                 continue;
-            ORB_LOGW("rdma: %s: request %llu got no ACK within io_timeout_s: it fails", p->endpoint,
-                     (unsigned long long)r->id);
+            ORB_LOGW("rdma: %s: request %llu got no ACK within io_timeout_s: it fails (%u work requests "
+                     "outstanding, %u rail ends to send, ACK %s, rails 0x%x)",
+                     p->endpoint, (unsigned long long)r->id, r->outstanding, r->sends_left,
+                     r->acked ? "in" : "missing", r->rail_mask);
             fail_locked(r, ORB_ETIMEDOUT);
             fail_mask |= r->rail_mask;
             if (maybe_end(r, &e[ne]))

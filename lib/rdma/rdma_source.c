@@ -577,10 +577,7 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     uint8_t ack[ORB_RDMA_ACK_LEN];
     struct orb_rdma_ack a = {.request = request, .grant = id, .status = 0};
     orb_rdma_ack_encode(&a, ack);
-    struct ibv_send_wr wr;
-    memset(&wr, 0, sizeof wr);
-    wr.opcode = IBV_WR_SEND;
-    int rc = rdma_link_post(l, &wr, 0, ack, sizeof ack);
+    int rc = rdma_link_post_ack(l, ack);
     if (rc != 0)
         conn_fail(c, rc, "the ACK could not be posted");
 }

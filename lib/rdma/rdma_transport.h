@@ -108,6 +108,7 @@ struct orb_rdma_tp {
     uint64_t drain_deadline;
     uint32_t endpoints;                         /* QPs, against max_endpoints */
     atomic_int stopping;
+    atomic_int kick;                            /* work queued for the lane to post */
     pthread_t lane;
     pthread_t granter[4];                       /* RDMA_GRANT_THREADS */
     bool lane_started;

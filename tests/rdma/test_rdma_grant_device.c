@@ -90,6 +90,8 @@ static void open_side(struct side *s, struct ibv_device *dev)
     for (int i = 0; i < port.gid_tbl_len && s->gid_index < 0; i++)
         if (v->query_gid(s->ctx, 1, i, &s->gid) == 0 && ipv4_mapped(&s->gid))
             s->gid_index = i;
+    if (s->gid_index < 0 && v->query_gid(s->ctx, 1, 0, &s->gid) == 0)
+        s->gid_index = 0; /* InfiniBand: the port's first GID */
     assert_true(s->gid_index >= 0);
     struct ibv_device_attr a;
     assert_int_equal(v->query_device(s->ctx, &a), 0);
@@ -148,17 +150,24 @@ static int setup(void **state)
     int n = 0;
     if (orb_verbs_get(&v) == 0)
         list = v->get_device_list(&n);
+    /* The first NIC of each side: the rails topology's, or the hardware runner's. */
+    char a[64] = "rxe_a0", b[64] = "rxe_b0";
+    const char *ea = getenv("ORBITE_RDMA_REQUESTER_NICS"), *eb = getenv("ORBITE_RDMA_SOURCE_NICS");
+    if (ea != NULL && ea[0] != '\0')
+        snprintf(a, sizeof a, "%.*s", (int)strcspn(ea, ","), ea);
+    if (eb != NULL && eb[0] != '\0')
+        snprintf(b, sizeof b, "%.*s", (int)strcspn(eb, ","), eb);
     struct ibv_device *da = NULL, *db = NULL;
     for (int i = 0; i < n; i++) {
-        if (strcmp(v->get_device_name(list[i]), "rxe_a0") == 0)
+        if (strcmp(v->get_device_name(list[i]), a) == 0)
             da = list[i];
-        if (strcmp(v->get_device_name(list[i]), "rxe_b0") == 0)
+        if (strcmp(v->get_device_name(list[i]), b) == 0)
             db = list[i];
     }
     if (da == NULL || db == NULL) {
         if (getenv("ORBITE_VM_TOPOLOGY") != NULL && strcmp(getenv("ORBITE_VM_TOPOLOGY"), "rails") == 0)
             fail_msg("the rails topology has no rxe_a0/rxe_b0");
-        printf("skipped: no rxe_a0/rxe_b0 pair (the VM's rails topology has one)\n");
+        printf("skipped: no %s/%s pair (the VM's rails topology has rxe_a0/rxe_b0)\n", a, b);
         exit(77);
     }
     open_side(&req, da);
