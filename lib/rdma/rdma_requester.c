@@ -220,6 +220,24 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     return 0;
 }
 
+/* Append `n` requests, whole, to the grant queue and wake a grant thread. */
+static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *const *reqs, size_t n)
+{
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&tp->glock);
+    for (size_t k = 0; k < n; k++) {
+        reqs[k]->next = NULL;
+        if (tp->gq_tail != NULL)
+            tp->gq_tail->next = reqs[k];
+        else
+            tp->gq_head = reqs[k];
+        tp->gq_tail = reqs[k];
+    }
+    pthread_cond_signal(&tp->gcond);
+    pthread_mutex_unlock(&tp->glock);
+}
+
 int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
 {
     struct rdma_peer *p = peer;
@@ -243,18 +261,7 @@ int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
         r->pieces[x->piece_index] = x;
         if (++r->arrived == r->npieces) {
             if (nready == sizeof ready / sizeof ready[0]) {
-                /* Hand over what we have and go on. */
-                pthread_mutex_lock(&tp->glock);
-                for (size_t k = 0; k < nready; k++) {
-                    ready[k]->next = NULL;
-                    if (tp->gq_tail != NULL)
-                        tp->gq_tail->next = ready[k];
-                    else
-                        tp->gq_head = ready[k];
-                    tp->gq_tail = ready[k];
-                }
-                pthread_cond_signal(&tp->gcond);
-                pthread_mutex_unlock(&tp->glock);
+                queue_for_grants(tp, ready, nready); /* hand over what we have and go on */
                 nready = 0;
             }
             ready[nready++] = r;
@@ -262,18 +269,7 @@ int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
         }
     }
     pthread_mutex_unlock(&p->lock);
-    pthread_mutex_lock(&tp->glock);
-    for (size_t k = 0; k < nready; k++) {
-        ready[k]->next = NULL;
-        if (tp->gq_tail != NULL)
-            tp->gq_tail->next = ready[k];
-        else
-            tp->gq_head = ready[k];
-        tp->gq_tail = ready[k];
-    }
-    if (nready > 0)
-        pthread_cond_signal(&tp->gcond);
-    pthread_mutex_unlock(&tp->glock);
+    queue_for_grants(tp, ready, nready);
     return 0;
 }
 

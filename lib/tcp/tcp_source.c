@@ -223,6 +223,17 @@ static int src_tx_failure(struct tcp_source_conn *s, uint64_t tag, int status)
     return src_tx_error(s, tag, status, text);
 }
 
+/* Queue a response encoded in `buf` (len bytes, malloc'd): freed once it is sent. */
+static int src_tx_heap(struct tcp_source_conn *s, uint8_t *buf, size_t len)
+{
+    struct src_resp *r = src_tx_slot(s);
+    r->heap = buf;
+    r->head = buf;
+    r->head_len = len;
+    src_tx_push(s);
+    return 0;
+}
+
 static int src_tx_empty(struct tcp_source_conn *s, uint8_t type, uint64_t tag)
 {
     struct src_resp *r = src_tx_slot(s);
@@ -350,12 +361,7 @@ static int src_describe(struct tcp_source_conn *s, uint64_t tag)
         free(buf);
         return src_tx_failure(s, tag, rc);
     }
-    struct src_resp *r = src_tx_slot(s);
-    r->heap = buf;
-    r->head = buf;
-    r->head_len = len;
-    src_tx_push(s);
-    return 0;
+    return src_tx_heap(s, buf, len);
 }
 
 static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
@@ -440,12 +446,7 @@ static int src_control(struct tcp_source_conn *s, const uint8_t *body, size_t le
         free(buf);
         return src_tx_failure(s, tag, rc);
     }
-    struct src_resp *r = src_tx_slot(s);
-    r->heap = buf;
-    r->head = buf;
-    r->head_len = out_len;
-    src_tx_push(s);
-    return 0;
+    return src_tx_heap(s, buf, out_len);
 }
 
 /* The frame header just decoded may start here. 0 or ORB_EPROTO (logged). A fenced source

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/rdma/ctrl_corpus/: valid and broken RDMA transport messages (lib/rdma/ctrl.h)."""
 import os
+import sys
 import struct
 
 V = 1
@@ -88,14 +89,10 @@ def corpus():
 
 
 def main():
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ctrl_corpus")
-    os.makedirs(out_dir, exist_ok=True)
-    for name in os.listdir(out_dir):
-        if not name.startswith("crash-"):
-            os.remove(os.path.join(out_dir, name))
-    for name, data in sorted(corpus().items()):
-        with open(os.path.join(out_dir, name + ".bin"), "wb") as f:
-            f.write(data)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "util"))
+    from corpus_writer import write_corpus
+    write_corpus(os.path.join(here, "ctrl_corpus"), corpus())
 
 
 if __name__ == "__main__":

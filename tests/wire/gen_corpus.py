@@ -7,6 +7,7 @@ edge-* boundary cases. Run from anywhere: python3 tests/wire/gen_corpus.py
 Files whose names start with crash- are inputs the fuzzer once found; this script leaves them alone.
 """
 import os
+import sys
 import struct
 
 MAGIC = b"ORBT"
@@ -148,14 +149,10 @@ def corpus():
 
 
 def main():
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
-    os.makedirs(out_dir, exist_ok=True)
-    for name in os.listdir(out_dir):
-        if not name.startswith("crash-"):
-            os.remove(os.path.join(out_dir, name))
-    for name, data in sorted(corpus().items()):
-        with open(os.path.join(out_dir, name + ".bin"), "wb") as f:
-            f.write(data)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "util"))
+    from corpus_writer import write_corpus
+    write_corpus(os.path.join(here, "corpus"), corpus())
 
 
 if __name__ == "__main__":
