@@ -98,7 +98,15 @@ struct rdma_link {
     uint32_t cqe_charge;
     struct rdma_wait *wait_head, *wait_tail;
     struct rdma_ack_wait *acks_head, *acks_tail; /* source: ACKs waiting for send-queue room */
+    struct rdma_bind_wait *binds_head, *binds_tail; /* source: window binds for the lane to post */
     struct rdma_link *all_next;    /* tp's list (tp->lock) */
+};
+
+/* A window bind a control handler queued for the lane (a grant's, for one rail). */
+struct rdma_bind_wait {
+    struct rdma_bind_wait *next;
+    struct rdma_grant *grant;
+    uint32_t rail;
 };
 
 /* A source's ACK that found the send queue full. */
@@ -188,6 +196,8 @@ struct rdma_grant {
     bool abandoned;                /* its GRANT call gave up: the lane frees it */
     bool published;
     struct rdma_wr_ctx bind_ctx[ORB_RDMA_MAX_RAILS];
+    struct ibv_send_wr bind_wr[ORB_RDMA_MAX_RAILS];   /* built by the handler, posted by the lane */
+    struct rdma_bind_wait bind_wait[ORB_RDMA_MAX_RAILS];
 };
 
 /* ---- rdma_link.c ------------------------------------------------------------------------------ */
@@ -216,6 +226,8 @@ int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote
 int rdma_link_post(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg, uint32_t msg_len);
 int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
                           uint32_t msg_len);
+/* Queue a grant's bind for the lane to post, and kick it. */
+void rdma_link_queue_bind(struct rdma_link *l, struct rdma_bind_wait *w);
 /* Post a source's ACK, or queue it behind earlier ones while the send queue is full. */
 int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
 /* Queue `w` until the send queue has room (link lock held). */
@@ -254,6 +266,8 @@ void *rdma_grant_thread(void *arg);
 int rdma_source_control(void *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
                         size_t cap, size_t *resp_len);
 void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc);
+/* A queued bind the lane could not post (the link is dead). */
+void rdma_src_bind_failed(struct rdma_grant *g, int status);
 void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg);
 /* Mark every source connection for teardown (stop). */
 void rdma_src_close_all(struct orb_rdma_tp *tp);

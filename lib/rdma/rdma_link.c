@@ -320,6 +320,41 @@ int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
     return rc;
 }
 
+/* Post queued binds while the send queue has room (link lock held). Binds that cannot be posted
+ * (a dead link) are handed back in *failed. */
+static void drain_binds_locked(struct rdma_link *l, struct rdma_bind_wait **failed, int *failed_status)
+{
+    while (l->binds_head != NULL) {
+        struct rdma_bind_wait *w = l->binds_head;
+        struct rdma_grant *g = w->grant;
+        int rc = rdma_link_post_locked(l, &g->bind_wr[w->rail],
+                                       (uint64_t)(uintptr_t)&g->bind_ctx[w->rail] | RDMA_COOKIE_CTX, NULL, 0);
+        if (rc == ORB_ERESOURCE)
+            return;
+        l->binds_head = w->next;
+        if (l->binds_head == NULL)
+            l->binds_tail = NULL;
+        if (rc != 0) {
+            w->next = *failed;
+            *failed = w;
+            *failed_status = rc;
+        }
+    }
+}
+
+void rdma_link_queue_bind(struct rdma_link *l, struct rdma_bind_wait *w)
+{
+    pthread_mutex_lock(&l->lock);
+    w->next = NULL;
+    if (l->binds_tail != NULL)
+        l->binds_tail->next = w;
+    else
+        l->binds_head = w;
+    l->binds_tail = w;
+    pthread_mutex_unlock(&l->lock);
+    atomic_store(&l->tp->kick, 1);
+}
+
 /* Post queued ACKs while the send queue has room (link lock held). */
 static int drain_acks_locked(struct rdma_link *l)
 {
@@ -357,10 +392,18 @@ void rdma_link_drain_waits(struct rdma_link *l)
     int failed_status = 0;
     pthread_mutex_lock(&l->lock);
     if (l->role == RDMA_ROLE_SOURCE) {
+        struct rdma_bind_wait *bfailed = NULL;
+        int bstatus = 0;
+        drain_binds_locked(l, &bfailed, &bstatus);
         int rc = drain_acks_locked(l);
         pthread_mutex_unlock(&l->lock);
         if (rc != 0)
             ORB_LOGW("rdma: rail %u: a queued ACK could not be posted: %s", l->rail, orb_last_error());
+        while (bfailed != NULL) {
+            struct rdma_bind_wait *next = bfailed->next;
+            rdma_src_bind_failed(bfailed->grant, bstatus);
+            bfailed = next;
+        }
         return;
     }
     while (l->wait_head != NULL) {
@@ -536,15 +579,15 @@ static int poll_cq(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_cq *cq
     return n;
 }
 
-/* Post what the grant threads queued, on every link (the lane alone rings doorbells). */
+/* Post what the grant threads and control handlers queued, on every link (the lane alone rings
+ * doorbells). */
 static int drain_all(struct orb_rdma_tp *tp)
 {
     struct rdma_link *todo[256];
     uint32_t n = 0;
     pthread_mutex_lock(&tp->lock);
     for (struct rdma_link *l = tp->links; l != NULL && n < 256; l = l->all_next)
-        if (l->role == RDMA_ROLE_REQUESTER && l->wait_head != NULL)
-            todo[n++] = l;
+        todo[n++] = l; /* each looks at its own queues under its own lock */
     pthread_mutex_unlock(&tp->lock);
     for (uint32_t i = 0; i < n; i++)
         rdma_link_drain_waits(todo[i]);

@@ -402,29 +402,22 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
                                l->ctx->nic);
             break;
         }
-        struct ibv_send_wr wr;
         uint32_t key = 0;
         pthread_mutex_lock(&l->ctx->wlock);
         post_rc = orb_rdma_window_take(&l->ctx->windows, &g->win[k]);
         if (post_rc == 0)
             post_rc = orb_rdma_window_bind_wr(&l->ctx->windows, g->win[k], mr->parent, in.addr, in.length, in.op, 0,
-                                              &wr, &key);
+                                              &g->bind_wr[k], &key);
         pthread_mutex_unlock(&l->ctx->wlock);
         if (post_rc != 0)
             break;
         g->key[k] = key;
         g->bind_ctx[k] = (struct rdma_wr_ctx){.kind = RDMA_WR_BIND, .rail = (uint8_t)k, .owner = g};
+        g->bind_wait[k] = (struct rdma_bind_wait){.grant = g, .rail = k};
         pthread_mutex_lock(&c->lock);
         g->binds_left++;
         pthread_mutex_unlock(&c->lock);
-        post_rc = rdma_link_post(l, &wr, (uint64_t)(uintptr_t)&g->bind_ctx[k] | RDMA_COOKIE_CTX, NULL, 0);
-        if (post_rc != 0) {
-            pthread_mutex_lock(&c->lock);
-            g->binds_left--;
-            pthread_mutex_unlock(&c->lock);
-            if (post_rc == ORB_ERESOURCE)
-                post_rc = orb_fail(ORB_ERESOURCE, "rdma: rail %u's send queue is full", k);
-        }
+        rdma_link_queue_bind(l, &g->bind_wait[k]); /* the lane posts it */
     }
 
     /* Wait for the binds (bounded): only then may the keys be published. */
@@ -517,6 +510,24 @@ void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
         free(g);
     }
     (void)l;
+}
+
+void rdma_src_bind_failed(struct rdma_grant *g, int status)
+{
+    struct rdma_src_conn *c = g->conn;
+    pthread_mutex_lock(&c->lock);
+    if (g->bind_status == 0)
+        g->bind_status = status;
+    g->binds_left--;
+    bool orphan = g->binds_left == 0 && g->abandoned;
+    if (orphan)
+        grant_unlink(c, g);
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    if (orphan) {
+        grant_release(c, g, false);
+        free(g);
+    }
 }
 
 void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg)
