@@ -1,12 +1,10 @@
 /* The engine: configuration, source epoch, registrations, transports, close and drain. */
 #include "engine_internal.h"
 
-#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -14,6 +12,7 @@
 #include "error.h"
 #include "log.h"
 #include "memory.h"
+#include "random.h"
 #include "rdma_config.h"
 
 /* Default deadline orb_engine_free() gives a close the caller did not make. */
@@ -27,21 +26,6 @@ static unsigned usable_cpus(void)
         return (unsigned)CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (unsigned)n : 1;
-}
-
-static int draw_epoch(struct orb_epoch *epoch)
-{
-    size_t got = 0;
-    while (got < sizeof epoch->bytes) {
-        ssize_t n = getrandom(epoch->bytes + got, sizeof epoch->bytes - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return orb_fail(ORB_EUNAVAILABLE, "getrandom failed: %s", strerror(errno));
-        }
-        got += (size_t)n;
-    }
-    return 0;
 }
 
 static int engine_create(const struct orb_engine_config *cfg, const struct orb_rdma_config *rdma,
@@ -211,7 +195,7 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
         rc = orb_fail(ORB_ENOMEM, "cannot initialise the engine lock");
         goto free_engine;
     }
-    rc = draw_epoch(&engine->epoch);
+    rc = orb_random_bytes(engine->epoch.bytes, sizeof engine->epoch.bytes);
     if (rc != 0)
         goto destroy_lock;
     rc = orb_reaper_new(&engine->reaper);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/random.h"
 #include "rdma/rdma_transport.h"
 
 #define LANE_BATCH 16
@@ -134,14 +134,6 @@ free_ctx:
 
 /* ---- links ------------------------------------------------------------------------------------ */
 
-static uint32_t random_u32(void)
-{
-    uint32_t v = 0;
-    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
-        v = (uint32_t)orb_now_ns();
-    return v;
-}
-
 int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, void *owner,
                   struct rdma_link **out)
 {
@@ -179,8 +171,8 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     struct orb_rdma_qp_params p = {
         .port = c->port, .gid_index = c->gid_index, .gid = c->gid, .lid = c->lid, .mtu = c->mtu,
         .max_send_wr = sq, .max_recv_wr = RDMA_RQ_DEPTH, .max_rd_atomic = tp->cfg->max_rd_atomic,
-        .max_dest_rd_atomic = tp->cfg->max_dest_rd_atomic, .psn = random_u32() & 0xffffffu,
-        .incarnation = random_u32() & 0xffffffu,
+        .max_dest_rd_atomic = tp->cfg->max_dest_rd_atomic, .psn = (uint32_t)orb_random_u64() & 0xffffffu,
+        .incarnation = orb_random_u64() & 0xffffffu,
     };
     rc = orb_rdma_qp_create(tp->v, c->pd, c->scq, c->rcq, &p, &c->hca, &l->qp);
     if (rc != 0)

@@ -2,28 +2,19 @@
  * rdma_data.h). */
 #include "rdma/rdma_data.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "core/clock.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/random.h"
 #include "rdma/rdma_transport.h"
 
 #define DISCONNECT_WAIT_NS (1ull * 1000000000ull)
 #define MAX_REQUEST_BYTES (64ull << 30) /* 64 slices of at most 1 GiB: one WR each */
-
-static uint64_t random_u64(void)
-{
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
-        v = orb_now_ns() ^ (uint64_t)(uintptr_t)&v;
-    return v;
-}
 
 static uint32_t popcount(uint32_t v)
 {
@@ -70,7 +61,7 @@ int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expe
     p->ctl = *ctl;
     snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint);
     p->source_epoch = *expected;
-    p->incarnation = random_u64();
+    p->incarnation = orb_random_u64();
     pthread_mutex_init(&p->lock, NULL);
     int rc = 0;
     struct orb_rdma_connect c;

@@ -6,30 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "core/clock.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/random.h"
 #include "core/registry.h"
 #include "rdma/rdma_transport.h"
-
-static int fill_random(void *p, size_t n)
-{
-    uint8_t *b = p;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = getrandom(b + got, n - got, 0);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return orb_fail(ORB_EUNAVAILABLE, "rdma: getrandom: %s", strerror(errno));
-        }
-        got += (size_t)r;
-    }
-    return 0;
-}
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
@@ -356,7 +340,7 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
     g->length = in.length;
     g->rail_mask = in.rail_mask;
     g->generation = 1;
-    if ((rc = fill_random(g->nonce, sizeof g->nonce)) != 0)
+    if ((rc = orb_random_bytes(g->nonce, sizeof g->nonce)) != 0)
         goto release;
 
     /* Reserve: the grant budget and a receive on every rail. */
