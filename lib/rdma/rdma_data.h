@@ -221,9 +221,8 @@ int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote
 /* Post one send WR (wr->wr_id is set here from the tracker) with `cookie`; with `msg`, its
  * `msg_len` (<= RDMA_MSG_SLOT) bytes are copied into the next send slot, which becomes the WR's
  * only SGE. ORB_ERESOURCE when the send queue is full (nothing posted), ORB_EPEER when the link
- * is dead or the post was refused (the link is failed then). rdma_link_post takes the link's
- * lock; the _locked form expects it held. */
-int rdma_link_post(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg, uint32_t msg_len);
+ * is dead or the post was refused (the link is failed then). The link's lock is held; only the
+ * lane posts. */
 int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
                           uint32_t msg_len);
 /* Queue a grant's bind for the lane to post, and kick it. */
@@ -267,7 +266,7 @@ int rdma_source_control(void *tp, const struct orb_epoch *sender, const uint8_t 
                         size_t cap, size_t *resp_len);
 void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc);
 /* A queued bind the lane could not post (the link is dead). */
-void rdma_src_bind_failed(struct rdma_grant *g, int status);
+void rdma_src_bind_failed(struct rdma_grant *g, uint32_t rail, int status);
 void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg);
 /* Mark every source connection for teardown (stop). */
 void rdma_src_close_all(struct orb_rdma_tp *tp);

@@ -267,14 +267,6 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
     return 0;
 }
 
-int rdma_link_post(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg, uint32_t msg_len)
-{
-    pthread_mutex_lock(&l->lock);
-    int rc = rdma_link_post_locked(l, wr, cookie, msg, msg_len);
-    pthread_mutex_unlock(&l->lock);
-    return rc;
-}
-
 void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w)
 {
     w->next = NULL;
@@ -393,7 +385,7 @@ void rdma_link_drain_waits(struct rdma_link *l)
             ORB_LOGW("rdma: rail %u: a queued ACK could not be posted: %s", l->rail, orb_last_error());
         while (bfailed != NULL) {
             struct rdma_bind_wait *next = bfailed->next;
-            rdma_src_bind_failed(bfailed->grant, bstatus);
+            rdma_src_bind_failed(bfailed->grant, bfailed->rail, bstatus);
             bfailed = next;
         }
         return;

@@ -408,67 +408,42 @@ void rdma_req_wait_failed(struct rdma_wait *w, int status)
         report_pieces(p->tp, &e);
 }
 
-/* Post a piece, or queue it when the send queue is full. */
+/* Hand `w` to its rail's link, in order behind what waits there. Only the lane posts (one thread
+ * per queue pair's doorbell: soft-RoCE stalls queue pairs rung from several threads at once), so
+ * the lane posts what fits now and a grant thread kicks the lane. */
+static void submit_wait(struct rdma_req *r, struct rdma_wait *w)
+{
+    struct rdma_link *l = r->peer->links[w->rail];
+    pthread_mutex_lock(&l->lock);
+    rdma_link_enqueue(l, w);
+    pthread_mutex_unlock(&l->lock);
+    if (pthread_equal(pthread_self(), r->peer->tp->lane))
+        rdma_link_drain_waits(l);
+    else
+        atomic_store(&r->peer->tp->kick, 1);
+}
+
+/* Post piece `index` of `r`. */
 static void post_piece(struct rdma_req *r, uint32_t index)
 {
-    struct orb_xfer *x = r->pieces[index];
-    struct rdma_link *l = r->peer->links[x->rail];
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
-    build_piece(r, l, x, &wr, &sge);
-    pthread_mutex_lock(&l->lock);
-    /* Only the lane posts: a grant thread queues the piece and kicks it (one thread per queue
-     * pair's doorbell; soft-RoCE stalls queue pairs rung from several threads at once). */
-    bool lane = pthread_equal(pthread_self(), r->peer->tp->lane);
-    int rc = lane ? rdma_link_post_locked(l, &wr, (uint64_t)(uintptr_t)x, NULL, 0) : ORB_ERESOURCE;
-    if (rc == ORB_ERESOURCE) {
-        struct rdma_wait *w = &r->waits[index];
-        w->x = x;
-        w->req = r;
-        w->rail = x->rail;
-        rdma_link_enqueue(l, w);
-        rc = 0;
-    }
-    pthread_mutex_unlock(&l->lock);
-    if (!lane)
-        atomic_store(&r->peer->tp->kick, 1);
-    if (rc != 0) {
-        struct rdma_wait w = {.x = x, .req = r, .rail = x->rail};
-        rdma_req_wait_failed(&w, rc);
-    }
+    struct rdma_wait *w = &r->waits[index];
+    w->x = r->pieces[index];
+    w->req = r;
+    w->rail = w->x->rail;
+    submit_wait(r, w);
 }
 
 /* Post the SEND_WITH_INV that ends rail `rail` of `r`. */
 static void post_sendinv(struct rdma_req *r, uint32_t rail)
 {
-    struct rdma_link *l = r->peer->links[rail];
-    struct ibv_send_wr wr;
-    uint8_t msg[ORB_RDMA_BINDING_LEN];
-    uint32_t len = 0;
     pthread_mutex_lock(&r->peer->lock);
-    build_sendinv(r, rail, &wr, msg, &len);
     r->outstanding++;
     pthread_mutex_unlock(&r->peer->lock);
-    pthread_mutex_lock(&l->lock);
-    bool lane = pthread_equal(pthread_self(), r->peer->tp->lane);
-    int rc = lane ? rdma_link_post_locked(l, &wr, (uint64_t)(uintptr_t)&r->send_ctx[rail] | RDMA_COOKIE_CTX, msg,
-                                          len)
-                  : ORB_ERESOURCE;
-    if (rc == ORB_ERESOURCE) {
-        struct rdma_wait *w = &r->waits[ORB_SLICE_MAX + rail];
-        w->x = NULL;
-        w->req = r;
-        w->rail = rail;
-        rdma_link_enqueue(l, w);
-        rc = 0;
-    }
-    pthread_mutex_unlock(&l->lock);
-    if (!lane)
-        atomic_store(&r->peer->tp->kick, 1);
-    if (rc != 0) {
-        struct rdma_wait w = {.x = NULL, .req = r, .rail = rail};
-        rdma_req_wait_failed(&w, rc);
-    }
+    struct rdma_wait *w = &r->waits[ORB_SLICE_MAX + rail];
+    w->x = NULL;
+    w->req = r;
+    w->rail = rail;
+    submit_wait(r, w);
 }
 
 /* ---- grants ----------------------------------------------------------------------------------- */

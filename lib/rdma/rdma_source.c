@@ -470,37 +470,15 @@ int rdma_source_control(void *tp_, const struct orb_epoch *sender, const uint8_t
 
 /* ---- completions ------------------------------------------------------------------------------- */
 
-void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc)
+/* One of `g`'s binds ended: bound (status 0: the window of `rail` carries its key now) or not.
+ * The waiting control handler is woken; an abandoned grant is freed with its last bind. */
+static void bind_ended(struct rdma_grant *g, uint32_t rail, int status)
 {
-    if (!(cookie & RDMA_COOKIE_CTX))
-        return; /* an ACK: nothing waits for it */
-    struct rdma_wr_ctx *x = (struct rdma_wr_ctx *)(uintptr_t)(cookie & ~(uint64_t)RDMA_COOKIE_CTX);
-    struct rdma_grant *g = x->owner;
     struct rdma_src_conn *c = g->conn;
-    bool ok = wc == NULL || wc->status == IBV_WC_SUCCESS;
     pthread_mutex_lock(&c->lock);
-    if (ok)
-        orb_rdma_window_bound(g->win[x->rail], g->key[x->rail]);
+    if (status == 0)
+        orb_rdma_window_bound(g->win[rail], g->key[rail]);
     else if (g->bind_status == 0)
-        g->bind_status = ORB_EPEER;
-    g->binds_left--;
-    bool orphan = g->binds_left == 0 && g->abandoned;
-    if (orphan)
-        grant_unlink(c, g);
-    pthread_cond_broadcast(&c->cond);
-    pthread_mutex_unlock(&c->lock);
-    if (orphan) {
-        grant_release(c, g, false);
-        free(g);
-    }
-    (void)l;
-}
-
-void rdma_src_bind_failed(struct rdma_grant *g, int status)
-{
-    struct rdma_src_conn *c = g->conn;
-    pthread_mutex_lock(&c->lock);
-    if (g->bind_status == 0)
         g->bind_status = status;
     g->binds_left--;
     bool orphan = g->binds_left == 0 && g->abandoned;
@@ -512,6 +490,21 @@ void rdma_src_bind_failed(struct rdma_grant *g, int status)
         grant_release(c, g, false);
         free(g);
     }
+}
+
+void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc)
+{
+    if (!(cookie & RDMA_COOKIE_CTX))
+        return; /* an ACK: nothing waits for it */
+    struct rdma_wr_ctx *x = (struct rdma_wr_ctx *)(uintptr_t)(cookie & ~(uint64_t)RDMA_COOKIE_CTX);
+    bool ok = wc == NULL || wc->status == IBV_WC_SUCCESS;
+    bind_ended(x->owner, x->rail, ok ? 0 : ORB_EPEER);
+    (void)l;
+}
+
+void rdma_src_bind_failed(struct rdma_grant *g, uint32_t rail, int status)
+{
+    bind_ended(g, rail, status);
 }
 
 void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg)
