@@ -362,14 +362,6 @@ const struct orb_rdma_reg_mrs *orb_rdma_tp_reg_mrs(const struct orb_reg *reg)
     return reg->tp_state[ORB_TRANSPORT_RDMA];
 }
 
-void orb_rdma_tp_counters(const struct orb_rdma_tp *tp, struct orb_rdma_counters *out)
-{
-    struct orb_rdma_tp *t = (struct orb_rdma_tp *)(uintptr_t)tp;
-    out->registrations = atomic_load(&t->registrations);
-    out->mrs = atomic_load(&t->mrs);
-    out->registered_bytes = atomic_load(&t->registered_bytes);
-    out->kept_mrs = atomic_load(&t->kept_mrs);
-}
 
 static int rdma_stats(void *tp_, void *out, size_t len)
 {

@@ -67,14 +67,6 @@ struct orb_rdma_nic_caps {
     uint32_t max_qp_wr, max_cqe, max_qp_rd_atom, max_qp_init_rd_atom;
 };
 
-/* Counters, read with orb_rdma_tp_counters(). */
-struct orb_rdma_counters {
-    uint64_t registrations;      /* registrations holding MRs now */
-    uint64_t mrs;                /* MRs held now, across contexts */
-    uint64_t registered_bytes;   /* bytes of those registrations (each counted once) */
-    uint64_t kept_mrs;           /* MRs a device refused to deregister (kept forever) */
-};
-
 struct rdma_ctx;
 struct rdma_link;
 struct rdma_src_conn;
@@ -91,7 +83,7 @@ struct orb_rdma_tp {
     struct orb_rdma_discovery disc;
     struct orb_rdma_devices dev;
     struct orb_rdma_nic_caps caps[ORB_TOPO_MAX_NICS];
-    atomic_uint_fast64_t registrations, mrs, registered_bytes, kept_mrs;
+    atomic_uint_fast64_t registrations, mrs, registered_bytes, kept_mrs; /* orb_engine_rdma_stats */
 
     /* The data path (rdma_data.h); data is false where it does not run. */
     bool data;
@@ -122,8 +114,6 @@ struct orb_rdma_tp {
 
 /* start() with `env` (copied; its impl must outlive the transport). */
 int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, void **tp_out);
-
-void orb_rdma_tp_counters(const struct orb_rdma_tp *tp, struct orb_rdma_counters *out);
 
 /* The registration state the transport attached to `reg` (NULL: none: staged, or no RDMA). */
 const struct orb_rdma_reg_mrs *orb_rdma_tp_reg_mrs(const struct orb_reg *reg);

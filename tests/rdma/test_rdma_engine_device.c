@@ -166,24 +166,24 @@ static void test_direct_registration(void **state)
     check_mrs(e, orb_host_memory_data(m), len, true);
     check_mrs(e, orb_host_memory_data(l), 65536, false);
     check_mrs(e, (uint8_t *)orb_host_memory_data(l) + 65536 + 3, 14, true);
-    struct orb_rdma_counters c;
-    orb_rdma_tp_counters(tp_of(e), &c);
+    struct orb_rdma_stats c;
+    assert_int_equal(orb_engine_rdma_stats(e, &c), 0);
     assert_int_equal(c.registrations, 3);
-    assert_int_equal(c.mrs, (uint64_t)ndevices * 5);
+    assert_int_equal(c.memory_regions, (uint64_t)ndevices * 5);
     assert_int_equal(c.registered_bytes, len + 65536 + 14);
 
     assert_int_equal(orb_unregister_memory(e, remote_id), 0);
     assert_int_equal(orb_unregister_memory(e, local_id), 0);
     assert_int_equal(orb_unregister_memory(e, odd_id), 0);
     for (int i = 0; i < 5000; i++) {
-        orb_rdma_tp_counters(tp_of(e), &c);
-        if (c.mrs == 0)
+        assert_int_equal(orb_engine_rdma_stats(e, &c), 0);
+        if (c.memory_regions == 0)
             break;
         usleep(1000);
     }
-    assert_int_equal(c.mrs, 0);
+    assert_int_equal(c.memory_regions, 0);
     assert_int_equal(c.registrations, 0);
-    assert_int_equal(c.kept_mrs, 0);
+    assert_int_equal(c.kept_memory_regions, 0);
     orb_host_memory_unref(m);
     orb_host_memory_unref(l);
     orb_engine_free(e);
@@ -203,9 +203,9 @@ static void test_direct_registration_failure_is_an_error(void **state)
     int rc = orb_register_host_memory(e, m, 0, sizeof ro, ORB_PERM_REMOTE_READ, &id);
     assert_int_not_equal(rc, 0);
     assert_non_null(strstr(orb_last_error(), "rdma"));
-    struct orb_rdma_counters c;
-    orb_rdma_tp_counters(tp_of(e), &c);
-    assert_int_equal(c.mrs, 0);
+    struct orb_rdma_stats c;
+    assert_int_equal(orb_engine_rdma_stats(e, &c), 0);
+    assert_int_equal(c.memory_regions, 0);
     assert_int_equal(c.registered_bytes, 0);
     orb_host_memory_unref(m);
     orb_engine_free(e);
@@ -221,9 +221,9 @@ static void test_staged_registers_nothing(void **state)
     assert_int_equal(orb_host_memory_alloc(65536, 0, &m), 0);
     orb_reg_id id;
     assert_int_equal(orb_register_host_memory(e, m, 0, 65536, ORB_PERM_REMOTE_WRITE, &id), 0);
-    struct orb_rdma_counters c;
-    orb_rdma_tp_counters(tp_of(e), &c);
-    assert_int_equal(c.mrs, 0);
+    struct orb_rdma_stats c;
+    assert_int_equal(orb_engine_rdma_stats(e, &c), 0);
+    assert_int_equal(c.memory_regions, 0);
     assert_int_equal(orb_unregister_memory(e, id), 0);
     orb_host_memory_unref(m);
     orb_engine_free(e);

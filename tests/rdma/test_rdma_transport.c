@@ -268,9 +268,9 @@ static struct orb_rdma_tp *rdma_of(orb_engine *e)
     return e->tp[ORB_TRANSPORT_RDMA].state;
 }
 
-static void counters(orb_engine *e, struct orb_rdma_counters *c)
+static void counters(orb_engine *e, struct orb_rdma_stats *c)
 {
-    orb_rdma_tp_counters(rdma_of(e), c);
+    assert_int_equal(orb_engine_rdma_stats(e, c), 0);
 }
 
 static int setup(void **state)
@@ -447,10 +447,10 @@ static void test_direct_registration(void **state)
         if (sc.mrs[i] != NULL)
             assert_int_equal(sc.mrs[i]->access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE), 0);
     pthread_mutex_unlock(&fake_lock);
-    struct orb_rdma_counters c;
+    struct orb_rdma_stats c;
     counters(e, &c);
     assert_int_equal(c.registrations, 1);
-    assert_int_equal(c.mrs, 4);
+    assert_int_equal(c.memory_regions, 4);
     assert_int_equal(c.registered_bytes, 8192);
     struct orb_rdma_stats st;
     memset(&st, 0xff, sizeof st);
@@ -490,9 +490,9 @@ static void test_direct_registration(void **state)
     assert_int_equal(LIVE_MRS(), 0);
     counters(e, &c);
     assert_int_equal(c.registrations, 0);
-    assert_int_equal(c.mrs, 0);
+    assert_int_equal(c.memory_regions, 0);
     assert_int_equal(c.registered_bytes, 0);
-    assert_int_equal(c.kept_mrs, 0);
+    assert_int_equal(c.kept_memory_regions, 0);
     orb_engine_free(e);
 }
 
@@ -517,7 +517,7 @@ static void test_direct_registration_all_or_nothing(void **state)
     assert_int_equal(DEREG_CALLS(), 3);
     struct orb_local_region region;
     assert_int_equal(orb_resolve_local_address(e, (uint64_t)(uintptr_t)a, 1, &region), ORB_ENOENT);
-    struct orb_rdma_counters c;
+    struct orb_rdma_stats c;
     counters(e, &c);
     assert_int_equal(c.registrations, 0);
     assert_int_equal(c.registered_bytes, 0);
@@ -573,10 +573,10 @@ static void test_refused_deregistration_keeps_bytes(void **state)
     usleep(20000);
     assert_int_equal(DEREG_CALLS(), 2);
     assert_int_equal(atomic_load(&released), 0);
-    struct orb_rdma_counters c;
+    struct orb_rdma_stats c;
     counters(e, &c);
-    assert_int_equal(c.kept_mrs, 2);
-    assert_int_equal(c.mrs, 0);
+    assert_int_equal(c.kept_memory_regions, 2);
+    assert_int_equal(c.memory_regions, 0);
     assert_int_equal(c.registrations, 0);
     orb_engine_free(e);
     assert_int_equal(atomic_load(&released), 0);
