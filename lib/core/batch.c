@@ -80,6 +80,8 @@ struct orb_batch {
     size_t rejected_index;       /* request named by the last rejected submission */
     size_t rejected_count;       /* requests that share that rejection */
     size_t first_failed;         /* lowest failed request index, SIZE_MAX if none; lock */
+    size_t why_index;            /* the request fail_why belongs to, SIZE_MAX if none; lock */
+    char fail_why[256];          /* the transport's cause for that request's failure; lock */
     size_t prefix_reqs;          /* leading requests that succeeded; lock */
     uint64_t prefix_bytes;       /* their bytes; lock */
     const struct orb_group *prefix_group; /* the group holding request prefix_reqs; lock */
@@ -184,6 +186,11 @@ static void batch_live_drop(struct orb_batch *b)
 
 void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect)
 {
+    orb_xfer_done_why(x, status, effect, NULL);
+}
+
+void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect effect, const char *why)
+{
     struct orb_piece *s = slice_of(x);
     struct orb_batch *b = x->batch;
     struct orb_reg *unpin = NULL;
@@ -206,6 +213,10 @@ void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect
             }
             if (status != 0 && r->status == 0)
                 r->status = status;
+            if (status != 0 && why != NULL && why[0] != '\0' && x->request_index < b->why_index) {
+                b->why_index = x->request_index;
+                snprintf(b->fail_why, sizeof b->fail_why, "%s", why);
+            }
             if (r->op == ORB_OP_WRITE && started &&
                 (status == 0 || effect == ORB_REMOTE_EFFECT_UNKNOWN))
                 r->effect_unknown = 1;
@@ -268,6 +279,7 @@ static int batch_new(orb_engine *engine, orb_segment *segment, struct orb_batch 
     b->engine = engine;
     b->segment = segment;
     b->first_failed = SIZE_MAX;
+    b->why_index = SIZE_MAX;
     atomic_init(&b->withdraw_above, SIZE_MAX);
     atomic_init(&b->withdraw_all, 0);
     atomic_init(&b->attempted_end, 0);
@@ -776,14 +788,23 @@ static int fill_report(struct orb_batch *b, struct orb_batch_report *rep)
     return rep->status;
 }
 
-static void report_failure_message(int status, const struct orb_batch_report *rep)
+/* The transport's cause of the report's first failure, or "" (lock held). */
+static void failure_why(const struct orb_batch *b, const struct orb_batch_report *rep, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (rep->has_failure && b->why_index == rep->failure.request_index)
+        snprintf(out, cap, "%s", b->fail_why);
+}
+
+/* The report's message; `why` is the batch's fail_why when it belongs to the first failure. */
+static void report_failure_message(int status, const struct orb_batch_report *rep, const char *why)
 {
     if (status == 0 || status == ORB_EAGAIN)
         return;
     if (rep->has_failure)
-        orb_fail(status, "request %zu failed (%s); %zu request(s) from there were attempted or "
+        orb_fail(status, "request %zu failed (%s%s%s); %zu request(s) from there were attempted or "
                  "share the failure, remote effect %s",
-                 rep->failure.request_index, orb_strerror(rep->failure.status),
+                 rep->failure.request_index, orb_strerror(rep->failure.status), why[0] != '\0' ? ": " : "", why,
                  rep->failure.affected_requests,
                  rep->failure.remote_effect == ORB_REMOTE_EFFECT_UNKNOWN ? "unknown" : "none");
     else if (status == ORB_ETIMEDOUT)
@@ -800,8 +821,10 @@ ORB_EXPORT int orb_batch_poll(orb_batch *b, struct orb_batch_report *report)
         maybe_send_notification(b);
     pthread_mutex_lock(&b->lock);
     int rc = fill_report(b, report);
+    char why[256];
+    failure_why(b, report, why, sizeof why);
     pthread_mutex_unlock(&b->lock);
-    report_failure_message(rc, report);
+    report_failure_message(rc, report, why);
     return rc;
 }
 
@@ -873,10 +896,12 @@ ORB_EXPORT int orb_batch_wait(orb_batch *b, uint64_t timeout_ns, struct orb_batc
     int waited = wait_settled(b, deadline);
     pthread_mutex_lock(&b->lock);
     int rc = fill_report(b, report);
+    char why[256];
+    failure_why(b, report, why, sizeof why);
     pthread_mutex_unlock(&b->lock);
     if (waited == ORB_ETIMEDOUT && rc == ORB_EAGAIN)
         rc = ORB_ETIMEDOUT;
-    report_failure_message(rc, report);
+    report_failure_message(rc, report, why);
     return rc;
 }
 
@@ -942,13 +967,15 @@ ORB_EXPORT int orb_submit_and_wait(orb_engine *engine, orb_segment *segment,
         atomic_store(&b->withdraw_all, 1);
     }
     rc = fill_report(b, report);
+    char why[256];
+    failure_why(b, report, why, sizeof why);
     if (rc == ORB_EAGAIN)
         rc = ORB_ETIMEDOUT;
     int live = atomic_load(&b->live) > 0;
     if (live)
         b->orphaned = 1; /* the last completion parks it for reaping */
     pthread_mutex_unlock(&b->lock);
-    report_failure_message(rc, report);
+    report_failure_message(rc, report, why);
     if (!live)
         orb_batch_destroy(b);
     return rc;

@@ -91,6 +91,10 @@ int orb_xfer_may_start(struct orb_xfer *x);
  * retired (reg_retire, owners' release callbacks) on the engine's release thread. So transports
  * may call it with their own locks held. */
 void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect);
+/* The same with the failure's cause (copied; NULL or "" for none): the batch's report message
+ * names it when this request is the batch's first failure, so the caller learns why (a budget,
+ * the device's completion status, the source's answer) and not only the status. */
+void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect effect, const char *why);
 
 /* ---- plans ----------------------------------------------------------------------------------- */
 

@@ -206,6 +206,7 @@ int orb_rdma_grant_encode(const struct orb_rdma_grant *m, uint8_t *out, size_t c
     orb_writer_u64(&w, m->grant);
     orb_writer_u64(&w, m->generation);
     orb_writer_bytes(&w, m->nonce, sizeof m->nonce);
+    orb_writer_u64(&w, m->target);
     orb_writer_u8(&w, (uint8_t)m->nkeys);
     orb_writer_u8(&w, 0);
     orb_writer_u16(&w, 0);
@@ -227,11 +228,12 @@ int orb_rdma_grant_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant 
     d.grant = orb_cursor_u64(&c);
     d.generation = orb_cursor_u64(&c);
     const uint8_t *nonce = orb_cursor_bytes(&c, sizeof d.nonce);
+    d.target = orb_cursor_u64(&c);
     d.nkeys = orb_cursor_u8(&c);
     if (nonce == NULL || zero_bytes(&c, 3) != 0 || c.failed)
         return orb_fail(ORB_EPROTO, "rdma grant: malformed head");
     memcpy(d.nonce, nonce, sizeof d.nonce);
-    if (d.nkeys == 0 || d.nkeys > ORB_RDMA_MAX_RAILS || len != PREFIX_LEN + 52u + 4u * (size_t)d.nkeys)
+    if (d.nkeys == 0 || d.nkeys > ORB_RDMA_MAX_RAILS || len != PREFIX_LEN + 60u + 4u * (size_t)d.nkeys)
         return orb_fail(ORB_EPROTO, "rdma grant: %u keys in %zu bytes", d.nkeys, len);
     for (uint32_t i = 0; i < d.nkeys; i++) {
         d.rkeys[i] = orb_cursor_u32(&c);

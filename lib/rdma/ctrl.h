@@ -7,7 +7,7 @@
  *    SEND_WITH_INV that ends a grant on one rail, and the source's ACK, the SEND that says the
  *    grant is over and the request may complete.
  *
- * Every message starts u8 kind | u8 version (1) | u16 0. Little-endian, packed, every length
+ * Every message starts u8 kind | u8 version (2) | u16 0. Little-endian, packed, every length
  * and count checked against fixed maxima before use; decoders never read past `len` and fail
  * closed with ORB_EPROTO naming the field. Documented in docs/wire-protocol.md. */
 #ifndef ORB_RDMA_CTRL_H
@@ -20,7 +20,7 @@
 
 #include "rdma/qp.h"
 
-#define ORB_RDMA_CTRL_VERSION 1u
+#define ORB_RDMA_CTRL_VERSION 2u
 #define ORB_RDMA_MAX_RAILS 16u        /* queue pairs per connection */
 #define ORB_RDMA_NONCE_LEN 32u
 #define ORB_RDMA_BINDING_LEN 141u
@@ -59,11 +59,13 @@ struct orb_rdma_grant_req {
     uint64_t addr, length;            /* the whole request's remote range: length > 0, no overflow */
 };
 
-/* GRANT: u64 grant | u64 generation | 32 nonce | u8 nkeys | 3 x u8 0 | nkeys x u32 rkey (in
- * rail_mask order) */
+/* GRANT: u64 grant | u64 generation | 32 nonce | u64 target | u8 nkeys | 3 x u8 0 | nkeys x
+ * u32 rkey (in rail_mask order) */
 struct orb_rdma_grant {
     uint64_t grant, generation;
     uint8_t nonce[ORB_RDMA_NONCE_LEN];
+    uint64_t target;                  /* where the windows start: the request's first byte there
+                                         (its own address, or a staging extent's) */
     uint32_t nkeys;                   /* the popcount of the request's rail_mask */
     uint32_t rkeys[ORB_RDMA_MAX_RAILS];
 };

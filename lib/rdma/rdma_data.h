@@ -33,7 +33,9 @@
 
 #include "core/transport.h"
 #include "rdma/ctrl.h"
+#include "rdma/extents.h"
 #include "rdma/qp.h"
+#include "rdma/reg_mrs.h"
 #include "rdma/window.h"
 #include "topo/slicing.h"
 
@@ -44,6 +46,26 @@ struct orb_rdma_tp;
 #define RDMA_BIND_WAIT_NS (5ull * 1000000000ull)
 #define RDMA_DRAIN_NS (2ull * 1000000000ull) /* stop: flushes of failed links */
 #define RDMA_GRANT_THREADS 4u     /* GRANT calls in flight at once (they overlap the data) */
+
+/* One request's extent of the staging arena (rdma_staging.c); cpu NULL: none. */
+struct rdma_stage {
+    uint8_t *cpu;
+    uint64_t off, len;
+};
+
+/* The Staged host-memory policy's arena: max_staging_bytes, mapped and registered on every open
+ * NIC on first use. */
+struct rdma_staging {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;           /* an extent came back */
+    uint32_t waiters;
+    uint8_t *base;                 /* NULL until made */
+    struct orb_rdma_reg_mrs *mrs;
+    struct orb_rdma_reg_mrs *kept; /* a failed make whose MRs could not be undone */
+    int made_rc;                   /* a failed make, remembered */
+    char made_why[256];
+    struct orb_rdma_extents ext;
+};
 
 /* One open NIC's data-path state. */
 struct rdma_ctx {
@@ -141,7 +163,9 @@ struct rdma_req {
     uint64_t id;
     uint8_t op;                    /* ORB_XFER_READ / ORB_XFER_WRITE */
     uint64_t addr, length;         /* the whole request's remote range */
-    uint64_t local_base;           /* CPU address of the request's first local byte */
+    uint64_t remote_target;        /* the address the grant's windows start at (GRANT's target) */
+    bool staged;                   /* moves through stage: this engine stages */
+    struct rdma_stage stage;
     uint32_t npieces, arrived;
     struct orb_xfer *pieces[ORB_SLICE_MAX];
     uint32_t rail_mask;
@@ -155,6 +179,7 @@ struct rdma_req {
     uint32_t sends_left;           /* SEND_WITH_INVs not completed */
     bool counted, granted, acked, ended, posted_write; /* counted: in peer->inflight */
     int status;                    /* the first failure */
+    char why[160];                 /* its cause */
     uint64_t deadline;             /* the ACK's */
     struct rdma_wr_ctx send_ctx[ORB_RDMA_MAX_RAILS];
     struct rdma_wait waits[ORB_SLICE_MAX + ORB_RDMA_MAX_RAILS];
@@ -189,6 +214,7 @@ struct rdma_grant {
     uint64_t addr, length;
     uint32_t rail_mask, done_mask;
     struct orb_reg *pin;
+    struct rdma_stage stage;       /* the source stages: the windows cover this, not the pin */
     struct orb_rdma_window *win[ORB_RDMA_MAX_RAILS];
     uint32_t key[ORB_RDMA_MAX_RAILS];
     uint32_t binds_left;
@@ -235,6 +261,24 @@ void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w);
 void rdma_link_fail(struct rdma_link *l, int status);
 /* Unhook from the lane and destroy (the QP must hold no bound window). */
 void rdma_link_free(struct rdma_link *l);
+
+/* ---- rdma_staging.c --------------------------------------------------------------------------- */
+
+/* The staging arena's bookkeeping when host_memory is staged (none otherwise). 0 or ORB_ENOMEM. */
+int rdma_staging_start(struct orb_rdma_tp *tp);
+/* An extent of `len` bytes, waiting until `deadline` while staging is full (0: no wait, and
+ * ORB_EAGAIN when full). Errors: ORB_EUNAVAILABLE (this engine does not stage), ORB_ERESOURCE
+ * (above max_staging_bytes, or still full at the deadline), ORB_ENOMEM/ORB_ERESOURCE/ORB_EPERM (the arena could not be made: every
+ * later take fails the same way), ORB_ECLOSED (stopping). */
+int rdma_stage_take(struct orb_rdma_tp *tp, uint64_t len, uint64_t deadline, struct rdma_stage *out);
+/* Give an extent back (cpu NULL: nothing); wakes waiters. */
+void rdma_stage_put(struct orb_rdma_tp *tp, struct rdma_stage *s);
+/* The arena's MRs on NIC `nic` (a caller holding an extent), or NULL. */
+const struct orb_rdma_reg_mr *rdma_stage_mr(const struct orb_rdma_tp *tp, uint32_t nic);
+/* Bytes of staging in use now. */
+uint64_t rdma_staging_in_use(struct orb_rdma_tp *tp);
+/* After the data path stopped: unregister and unmap (kept where a NIC refuses). */
+void rdma_staging_destroy(struct orb_rdma_tp *tp);
 
 /* ---- rdma_requester.c ------------------------------------------------------------------------- */
 

@@ -662,6 +662,9 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     }
     if (tp->nrails == 0)
         return 0;
+    int rc = rdma_staging_start(tp);
+    if (rc != 0)
+        return rc;
     tp->data = true;
     atomic_store(&tp->stopping, 0);
     if (pthread_create(&tp->lane, NULL, lane_main, tp) != 0) {
@@ -717,6 +720,7 @@ void rdma_data_destroy(struct orb_rdma_tp *tp)
         ORB_LOGE("rdma: links are left at destroy: their contexts are kept");
         return;
     }
+    rdma_staging_destroy(tp);
     for (uint32_t i = 0; i < ORB_TOPO_MAX_NICS; i++) {
         ctx_free(tp, tp->dctx[i]);
         tp->dctx[i] = NULL;

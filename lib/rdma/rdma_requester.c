@@ -2,9 +2,11 @@
  * rdma_data.h). */
 #include "rdma/rdma_data.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "core/engine.h"
@@ -178,13 +180,17 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     struct orb_rdma_tp *tp = p->tp;
     if (in->mem_kind != ORB_MEM_HOST)
         return orb_fail(ORB_EUNAVAILABLE, "rdma: this release moves host memory only");
-    const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(in->local_reg);
-    if (m == NULL)
-        return orb_fail(ORB_EUNAVAILABLE, "rdma: the local registration has no memory regions (the staged host "
-                        "memory policy has no RDMA path in this release)");
-    for (uint32_t k = 0; k < p->nrails; k++)
-        if (orb_rdma_reg_mrs_on(m, tp->rail_nic[k]) == NULL)
-            return orb_fail(ORB_EUNAVAILABLE, "rdma: the local registration has no memory region on rail %u", k);
+    /* Direct: the registration's own MRs on every rail. Staged: none; the staging arena's. */
+    bool staged = tp->staging != NULL;
+    if (!staged) {
+        const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(in->local_reg);
+        if (m == NULL)
+            return orb_fail(ORB_EUNAVAILABLE, "rdma: the local registration has no memory regions");
+        for (uint32_t k = 0; k < p->nrails; k++)
+            if (orb_rdma_reg_mrs_on(m, tp->rail_nic[k]) == NULL)
+                return orb_fail(ORB_EUNAVAILABLE, "rdma: the local registration has no memory region on rail %u",
+                                k);
+    }
     if (in->length > MAX_REQUEST_BYTES)
         return orb_fail(ORB_EINVAL, "rdma: a request of %llu bytes is above the %llu this release moves in one",
                         (unsigned long long)in->length, (unsigned long long)MAX_REQUEST_BYTES);
@@ -198,6 +204,7 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
         return rc;
     struct rdma_req *r = in->request_private;
     r->peer = p;
+    r->staged = staged;
     r->op = in->op;
     r->addr = in->remote_addr;
     r->length = in->length;
@@ -269,10 +276,12 @@ int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
 /* End `r` (peer lock held): unhook it and collect its pieces; the caller reports them with
  * report_pieces() after unlocking (the core frees `r` with its last piece). */
 struct ending {
+    struct rdma_req *r;
     struct orb_xfer *pieces[ORB_SLICE_MAX];
     uint32_t n;
     int status;
     enum orb_remote_effect effect;
+    char why[160];
 };
 
 static void end_locked(struct rdma_req *r, int status, struct ending *e)
@@ -291,19 +300,37 @@ static void end_locked(struct rdma_req *r, int status, struct ending *e)
         r->counted = false;
         p->inflight--;
     }
+    e->r = r;
     e->n = 0;
     for (uint32_t i = 0; i < r->npieces; i++)
         if (r->pieces[i] != NULL)
             e->pieces[e->n++] = r->pieces[i];
     e->status = status;
+    snprintf(e->why, sizeof e->why, "%s", status != 0 ? r->why : "");
     e->effect = status != 0 && r->op == ORB_XFER_WRITE && r->posted_write ? ORB_REMOTE_EFFECT_UNKNOWN
                                                                           : ORB_REMOTE_EFFECT_NONE;
 }
 
+/* The offset of piece `x` in its request (local and remote offsets move together). */
+static uint64_t piece_offset(const struct rdma_req *r, const struct orb_xfer *x)
+{
+    return x->remote_addr - r->addr;
+}
+
 static void report_pieces(struct orb_rdma_tp *tp, const struct ending *e)
 {
+    struct rdma_req *r = e->r;
+    if (r->stage.cpu != NULL) {
+        /* A staged READ that succeeded lands in the application's bytes now; a failed one leaves
+         * them as they were. */
+        if (e->status == 0 && r->op == ORB_XFER_READ)
+            for (uint32_t i = 0; i < e->n; i++)
+                memcpy(orb_xfer_local_cpu(e->pieces[i]), r->stage.cpu + piece_offset(r, e->pieces[i]),
+                       e->pieces[i]->length);
+        rdma_stage_put(tp, &r->stage);
+    }
     for (uint32_t i = 0; i < e->n; i++)
-        orb_xfer_done(e->pieces[i], e->status, e->effect);
+        orb_xfer_done_why(e->pieces[i], e->status, e->effect, e->why);
     atomic_fetch_sub(&tp->inflight_reqs, 1);
 }
 
@@ -323,10 +350,16 @@ static bool maybe_end(struct rdma_req *r, struct ending *e)
     return false;
 }
 
-static void fail_locked(struct rdma_req *r, int status)
+/* The request's first failure and its cause (peer lock held); later ones are dropped. */
+__attribute__((format(printf, 3, 4))) static void fail_locked(struct rdma_req *r, int status, const char *fmt, ...)
 {
-    if (r->status == 0)
-        r->status = status;
+    if (r->status != 0)
+        return;
+    r->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why, sizeof r->why, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- posting ------------------------------------------------------------------------------------- */
@@ -334,16 +367,20 @@ static void fail_locked(struct rdma_req *r, int status)
 static void build_piece(const struct rdma_req *r, const struct rdma_link *l, struct orb_xfer *x,
                         struct ibv_send_wr *wr, struct ibv_sge *sge)
 {
-    const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(x->local_reg);
-    const struct orb_rdma_reg_mr *mr = orb_rdma_reg_mrs_on(m, l->ctx->nic);
-    sge->addr = (uint64_t)(uintptr_t)orb_xfer_local_cpu(x);
+    if (r->staged) {
+        sge->addr = (uint64_t)(uintptr_t)(r->stage.cpu + piece_offset(r, x));
+        sge->lkey = rdma_stage_mr(l->tp, l->ctx->nic)->local->lkey;
+    } else {
+        const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(x->local_reg);
+        sge->addr = (uint64_t)(uintptr_t)orb_xfer_local_cpu(x);
+        sge->lkey = orb_rdma_reg_mrs_on(m, l->ctx->nic)->local->lkey;
+    }
     sge->length = (uint32_t)x->length;
-    sge->lkey = mr->local->lkey;
     memset(wr, 0, sizeof *wr);
     wr->opcode = x->op == ORB_XFER_READ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
     wr->sg_list = sge;
     wr->num_sge = 1;
-    wr->wr.rdma.remote_addr = x->remote_addr;
+    wr->wr.rdma.remote_addr = r->remote_target + piece_offset(r, x);
     wr->wr.rdma.rkey = r->key_of_rail[x->rail];
 }
 
@@ -401,7 +438,7 @@ void rdma_req_wait_failed(struct rdma_wait *w, int status)
     r->outstanding--;
     if (w->x == NULL)
         r->sends_left--;
-    fail_locked(r, status);
+    fail_locked(r, status, "rdma: rail %u: a work request could not be posted (%s)", w->rail, orb_strerror(status));
     bool end = maybe_end(r, &e);
     pthread_mutex_unlock(&p->lock);
     if (end)
@@ -467,10 +504,48 @@ static int grant_call(struct rdma_req *r)
         return rc;
     if (orb_rdma_grant_decode(resp, rlen, &r->grant) != 0 || r->grant.nkeys != popcount(r->rail_mask))
         return orb_fail(ORB_EPROTO, "rdma: %s answered GRANT_REQ with a malformed GRANT", p->endpoint);
+    if (r->grant.target > UINT64_MAX - r->length)
+        return orb_fail(ORB_EPROTO, "rdma: %s granted a window that wraps the address space", p->endpoint);
+    r->remote_target = r->grant.target;
     uint32_t k = 0;
     for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
         if (r->rail_mask & (1u << rail))
             r->key_of_rail[rail] = r->grant.rkeys[k++];
+    return 0;
+}
+
+/* GRANT_REQ until granted. The source answers ORB_EAGAIN while a budget of its own is spent for
+ * now (max_grants, a rail's receives, its staging): asked again, backing off, until io_timeout;
+ * then the request fails with ORB_ERESOURCE. */
+static int grant_until(struct rdma_req *r)
+{
+    uint64_t deadline = orb_deadline_after(r->peer->tp->io_timeout_ns);
+    uint64_t nap = 200000; /* 0.2 ms, doubling to 25.6 ms */
+    for (;;) {
+        int rc = grant_call(r);
+        if (rc != ORB_EAGAIN)
+            return rc;
+        if (orb_now_ns() + nap >= deadline || atomic_load(&r->peer->tp->stopping))
+            return orb_fail(ORB_ERESOURCE, "rdma: %s: the source's budget stayed spent for io_timeout_s (%s)",
+                            r->peer->endpoint, orb_last_error());
+        struct timespec ts = {(time_t)(nap / ORB_NS_PER_SEC), (long)(nap % ORB_NS_PER_SEC)};
+        nanosleep(&ts, NULL);
+        if (nap < 25600000)
+            nap *= 2;
+    }
+}
+
+/* A staged request's extent; a WRITE's bytes copied in (only the pieces that will move). */
+static int stage_in(struct orb_rdma_tp *tp, struct rdma_req *r)
+{
+    int rc = rdma_stage_take(tp, r->length, orb_deadline_after(tp->io_timeout_ns), &r->stage);
+    if (rc != 0 || r->op != ORB_XFER_WRITE)
+        return rc;
+    for (uint32_t i = 0; i < r->npieces; i++) {
+        const struct orb_xfer *x = r->pieces[i];
+        if (x != NULL)
+            memcpy(r->stage.cpu + piece_offset(r, x), orb_xfer_local_cpu(x), x->length);
+    }
     return 0;
 }
 
@@ -507,9 +582,12 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req *r)
     pthread_mutex_lock(&p->lock);
     r->id = ++p->next_request;
     pthread_mutex_unlock(&p->lock);
-    int rc = grant_call(r);
+    int rc = r->staged ? stage_in(tp, r) : 0;
+    if (rc == 0)
+        rc = grant_until(r);
     if (rc != 0) {
         pthread_mutex_lock(&p->lock);
+        fail_locked(r, rc, "%s", orb_last_error());
         end_locked(r, rc, &e);
         pthread_mutex_unlock(&p->lock);
         report_pieces(tp, &e);
@@ -589,6 +667,7 @@ void *rdma_grant_thread(void *arg)
         struct rdma_req *next = left->next;
         struct ending e;
         pthread_mutex_lock(&left->peer->lock);
+        fail_locked(left, ORB_ECLOSED, "rdma: the transport stopped before the request was granted");
         end_locked(left, ORB_ECLOSED, &e);
         pthread_mutex_unlock(&left->peer->lock);
         report_pieces(tp, &e);
@@ -630,7 +709,9 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
     }
     if (!ok) {
         ORB_LOGD("rdma: %s: rail %u: %s", p->endpoint, rail, tp->v->wc_status_str(wc->status));
-        fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER);
+        fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER,
+                    "rdma: rail %u: the device completed a work request with \"%s\"", rail,
+                    tp->v->wc_status_str(wc->status));
     }
     if (!sendinv && --r->rail_left[rail] == 0 && r->status == 0)
         post_end_of_rail = true;
@@ -660,7 +741,7 @@ void rdma_req_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     if (r != NULL && r->grant.grant == a.grant && !r->acked) {
         r->acked = true;
         if (a.status != 0)
-            fail_locked(r, a.status);
+            fail_locked(r, a.status, "rdma: the source ended the grant with %s", orb_strerror(a.status));
         end = maybe_end(r, &e);
     } else {
         ORB_LOGD("rdma: %s: an ACK for request %llu, which is not waiting for one", p->endpoint,
@@ -687,7 +768,7 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
                      "outstanding, %u rail ends to send, ACK %s, rails 0x%x)",
                      p->endpoint, (unsigned long long)r->id, r->outstanding, r->sends_left,
                      r->acked ? "in" : "missing", r->rail_mask);
-            fail_locked(r, ORB_ETIMEDOUT);
+            fail_locked(r, ORB_ETIMEDOUT, "rdma: no ACK from the source within io_timeout_s");
             fail_mask |= r->rail_mask;
             if (maybe_end(r, &e[ne]))
                 ne++;
@@ -715,7 +796,7 @@ void rdma_req_fail_all(struct orb_rdma_tp *tp, int status)
                 pthread_mutex_unlock(&p->lock);
                 break;
             }
-            fail_locked(r, status);
+            fail_locked(r, status, "rdma: the transport stopped (%s)", orb_strerror(status));
             end_locked(r, r->status, &e);
             pthread_mutex_unlock(&p->lock);
             report_pieces(tp, &e);

@@ -72,6 +72,7 @@ static void grant_release(struct rdma_src_conn *c, struct rdma_grant *g, bool in
         pthread_mutex_unlock(&x->wlock);
         g->win[k] = NULL;
     }
+    rdma_stage_put(c->tp, &g->stage); /* after the windows on it are gone */
     if (g->pin != NULL) {
         orb_registry_release(g->pin);
         g->pin = NULL;
@@ -321,11 +322,13 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
                               in.op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);
     if (rc != 0)
         return rc;
+    /* Direct: windows on the registration's own parent MRs. Staged: on an extent of the staging
+     * arena, which holds a READ's bytes before the grant and a WRITE's until its end. */
+    bool staged = tp->staging != NULL;
     const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(pin);
-    if (m == NULL) {
+    if (m == NULL && !staged) {
         orb_registry_release(pin);
-        return orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no memory regions here (the staged host "
-                        "memory policy has no RDMA path in this release)");
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no memory regions here");
     }
     struct rdma_grant *g = calloc(1, sizeof *g);
     if (g == NULL) {
@@ -353,14 +356,14 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
     if (atomic_fetch_add(&tp->active_grants, 1) >= tp->cfg->max_grants) {
         atomic_fetch_sub(&tp->active_grants, 1);
         pthread_mutex_unlock(&c->lock);
-        rc = orb_fail(ORB_ERESOURCE, "rdma: max_grants (%u) grants are active", tp->cfg->max_grants);
+        rc = orb_fail(ORB_EAGAIN, "rdma: max_grants (%u) grants are active", tp->cfg->max_grants);
         goto release;
     }
     for (uint32_t k = 0; k < c->nrails; k++) {
         if ((g->rail_mask & (1u << k)) && c->ngrants[k] >= RDMA_RQ_DEPTH) {
             atomic_fetch_sub(&tp->active_grants, 1);
             pthread_mutex_unlock(&c->lock);
-            rc = orb_fail(ORB_ERESOURCE, "rdma: rail %u holds %u grants, as many as it has receives", k,
+            rc = orb_fail(ORB_EAGAIN, "rdma: rail %u holds %u grants, as many as it has receives", k,
                           RDMA_RQ_DEPTH);
             goto release;
         }
@@ -374,13 +377,22 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
     c->grants = g;
     pthread_mutex_unlock(&c->lock);
 
+    uint64_t target = in.addr;
+    if (staged) {
+        if ((rc = rdma_stage_take(tp, in.length, 0, &g->stage)) != 0)
+            goto unlink;
+        if (in.op == ORB_OP_READ)
+            memcpy(g->stage.cpu, pin->kind->cpu_view(pin, in.addr), in.length);
+        target = (uint64_t)(uintptr_t)g->stage.cpu;
+    }
+
     /* Bind a window per rail on that rail's queue pair, exactly the range, one direction. */
     int post_rc = 0;
     for (uint32_t k = 0; k < c->nrails && post_rc == 0; k++) {
         if (!(g->rail_mask & (1u << k)))
             continue;
         struct rdma_link *l = c->links[k];
-        const struct orb_rdma_reg_mr *mr = orb_rdma_reg_mrs_on(m, l->ctx->nic);
+        const struct orb_rdma_reg_mr *mr = staged ? rdma_stage_mr(tp, l->ctx->nic) : orb_rdma_reg_mrs_on(m, l->ctx->nic);
         if (mr == NULL || mr->parent == NULL) {
             post_rc = orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no window parent on NIC %u",
                                l->ctx->nic);
@@ -390,7 +402,7 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
         pthread_mutex_lock(&l->ctx->wlock);
         post_rc = orb_rdma_window_take(&l->ctx->windows, &g->win[k]);
         if (post_rc == 0)
-            post_rc = orb_rdma_window_bind_wr(&l->ctx->windows, g->win[k], mr->parent, in.addr, in.length, in.op, 0,
+            post_rc = orb_rdma_window_bind_wr(&l->ctx->windows, g->win[k], mr->parent, target, in.length, in.op, 0,
                                               &g->bind_wr[k], &key);
         pthread_mutex_unlock(&l->ctx->wlock);
         if (post_rc != 0)
@@ -436,11 +448,20 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
     out.grant = g->id;
     out.generation = g->generation;
     memcpy(out.nonce, g->nonce, sizeof out.nonce);
+    out.target = target;
     for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
         if (g->rail_mask & (1u << k))
             out.rkeys[out.nkeys++] = g->key[k];
     pthread_mutex_unlock(&c->lock);
     return orb_rdma_grant_encode(&out, resp, cap, resp_len);
+
+unlink:
+    pthread_mutex_lock(&c->lock);
+    grant_unlink(c, g);
+    pthread_mutex_unlock(&c->lock);
+    grant_release(c, g, false);
+    free(g);
+    return rc;
 
 release:
     orb_registry_release(g->pin);
@@ -558,6 +579,8 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     pthread_mutex_unlock(&c->lock);
     if (!done)
         return;
+    if (g->stage.cpu != NULL && g->op == ORB_OP_WRITE) /* the pin still holds the range */
+        memcpy(g->pin->kind->cpu_view(g->pin, g->addr), g->stage.cpu, g->length);
     uint64_t request = g->request, id = g->id;
     grant_release(c, g, true);
     free(g);

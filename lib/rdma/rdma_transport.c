@@ -383,6 +383,8 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.requests_in_flight = atomic_load(&tp->inflight_reqs);
     st.grants_active = atomic_load(&tp->active_grants);
     st.grants_served = atomic_load(&tp->grants_served);
+    st.staging_bytes = tp->data ? rdma_staging_in_use(tp) : 0;
+    st.staged_transfers = atomic_load(&tp->staged_transfers);
     memcpy(out, &st, sizeof st);
     return 0;
 }

@@ -72,6 +72,7 @@ struct rdma_link;
 struct rdma_src_conn;
 struct rdma_req;
 struct rdma_peer;
+struct rdma_staging;
 
 struct orb_rdma_tp {
     orb_engine *engine;
@@ -108,8 +109,10 @@ struct orb_rdma_tp {
     pthread_mutex_t glock;                      /* the grant queue */
     pthread_cond_t gcond;
     struct rdma_req *gq_head, *gq_tail;
+    struct rdma_staging *staging;               /* host_memory staged: the arena; else NULL */
     atomic_uint_fast64_t inflight_reqs, active_grants;
     atomic_uint_fast64_t completed_reads, completed_writes, payload_send_cqes, grants_served, errors;
+    atomic_uint_fast64_t staged_transfers;
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */

@@ -216,7 +216,13 @@ static void req_complete(struct tcp_transport *tp, struct orb_xfer *x, int statu
                         text ? text : orb_strerror(status));
         return;
     }
-    orb_xfer_done(x, status, effect);
+    if (text != NULL) {
+        char why[200];
+        snprintf(why, sizeof why, "the source answered: %s", text);
+        orb_xfer_done_why(x, status, effect, why);
+    } else {
+        orb_xfer_done(x, status, effect);
+    }
     atomic_fetch_sub(&tp->inflight_xfers, 1);
 }
 

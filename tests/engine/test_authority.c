@@ -25,6 +25,9 @@ static void assert_refused_untouched(orb_engine *req, orb_segment *seg, struct o
     int rc = orb_submit_and_wait(req, seg, &r, 1, NULL, 30 * EU_SEC, &rep);
     if (rc != ORB_ENOENT)
         fail_msg("%s: rc %d (%s), want ORB_ENOENT", what, rc, orb_last_error());
+    /* The message names the source's cause, not only the status. */
+    if (strstr(orb_last_error(), "the source answered") == NULL)
+        fail_msg("%s: the message gives no cause: %s", what, orb_last_error());
     assert_true(rep.done);
     assert_int_equal(rep.completed_requests, 0);
     assert_int_equal(rep.completed_bytes, 0);

@@ -4,7 +4,7 @@ import os
 import sys
 import struct
 
-V = 1
+V = 2
 CONNECT, CONNECT_OK, GRANT_REQ, GRANT = 1, 2, 3, 4
 GID = bytes([0] * 10 + [0xFF, 0xFF, 10, 77, 1, 1])
 NONCE = bytes(range(32))
@@ -26,8 +26,9 @@ def grant_req(op=0, mask=1, addr=0x7F0000001000, length=4096, pad=b"\0\0\0"):
     return prefix(GRANT_REQ) + struct.pack("<QQB", 9, 0x55, op) + pad + struct.pack("<IQQ", mask, addr, length)
 
 
-def grant(keys, n=None):
-    return prefix(GRANT) + struct.pack("<QQ", 3, 1) + NONCE + struct.pack("<B", len(keys) if n is None else n) + \
+def grant(keys, n=None, target=0x7F0000001000):
+    return prefix(GRANT) + struct.pack("<QQ", 3, 1) + NONCE + struct.pack("<QB", target, len(keys) if n is None
+                                                                             else n) + \
         b"\0\0\0" + b"".join(struct.pack("<I", k) for k in keys)
 
 
@@ -56,7 +57,7 @@ def corpus():
         "bad-disconnect-short": prefix(5) + struct.pack("<I", 1),
         "valid-ack-error": ack(-4),
         "bad-empty": b"",
-        "bad-prefix-version": prefix(CONNECT, version=2) + b"\0" * 40,
+        "bad-prefix-version": prefix(CONNECT, version=1) + b"\0" * 40,
         "bad-prefix-reserved": prefix(GRANT_REQ, r=1) + b"\0" * 40,
         "bad-connect-0-rails": connect(CONNECT, [], n=0),
         "bad-connect-17-rails": connect(CONNECT, [rail(qpn=i + 1) for i in range(17)]),

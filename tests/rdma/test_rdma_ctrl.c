@@ -63,7 +63,7 @@ static void test_connect_round_trip(void **state)
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, 20, &len), ORB_EINVAL);
     /* A different version. */
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, sizeof buf, &len), 0);
-    buf[1] = 2;
+    buf[1] = ORB_RDMA_CTRL_VERSION - 1; /* the layout before GRANT carried its target */
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), ORB_EPROTO);
 }
 
@@ -96,16 +96,18 @@ static void test_grant_round_trip(void **state)
     g.generation = 2;
     for (int i = 0; i < 32; i++)
         g.nonce[i] = (uint8_t)(i * 3);
+    g.target = 0x7f1234560000ull;
     g.nkeys = 2;
     g.rkeys[0] = 0x1101;
     g.rkeys[1] = 0x2202;
     assert_int_equal(orb_rdma_grant_encode(&g, buf, sizeof buf, &len), 0);
-    assert_int_equal(len, 4 + 52 + 8);
+    assert_int_equal(len, 4 + 60 + 8);
     struct orb_rdma_grant gd;
     assert_int_equal(orb_rdma_grant_decode(buf, len, &gd), 0);
     assert_int_equal(gd.grant, 9);
     assert_int_equal(gd.generation, 2);
     assert_memory_equal(gd.nonce, g.nonce, 32);
+    assert_int_equal(gd.target, 0x7f1234560000ull);
     assert_int_equal(gd.nkeys, 2);
     assert_int_equal(gd.rkeys[1], 0x2202);
     /* A zero key is never a grant. */

@@ -5,6 +5,12 @@
  * range it did not register, a WRITE into a read-only registration, a READ past its end); many
  * requests in one batch; and the same with the source engine in another process.
  *
+ * `--policy P` picks the host memory policy of each side: direct (both, the default), staged
+ * (both), requester-staged or source-staged (that side stages, the other registers directly). The
+ * staged runs also check that staging is private (no MR of the application's memory), that
+ * requests larger than the free staging wait for it, and that one larger than max_staging_bytes
+ * fails with ORB_ERESOURCE.
+ *
  * A hardware check: it exits 77 without the rails topology's devices; inside the test VM it runs
  * for real. */
 #include <stdarg.h>
@@ -37,12 +43,22 @@ static struct orb_epoch epoch;
 static orb_segment *seg;
 static uint8_t *sbytes, *rbytes;
 
-static orb_engine *engine(const char *whitelist, int source)
+static const char *policy = "direct";
+
+static bool stages(int source)
+{
+    return strcmp(policy, "staged") == 0 || strcmp(policy, source ? "source-staged" : "requester-staged") == 0;
+}
+
+static orb_engine *engine_with(const char *whitelist, int source, const char *max_staging)
 {
     orb_rdma_config *rdma;
     assert_int_equal(orb_rdma_config_new(&rdma), 0);
     if (orb_rdma_config_set(rdma, "rdma_whitelist", whitelist) != 0)
         fail_msg("rdma_whitelist %s: %s", whitelist, orb_last_error());
+    assert_int_equal(orb_rdma_config_set(rdma, "host_memory", stages(source) ? "staged" : "direct"), 0);
+    if (max_staging != NULL)
+        assert_int_equal(orb_rdma_config_set(rdma, "max_staging_bytes", max_staging), 0);
     struct orb_engine_config cfg;
     orb_engine_config_init(&cfg);
     cfg.helper_mode = ORB_HELPER_OFF;
@@ -55,6 +71,11 @@ static orb_engine *engine(const char *whitelist, int source)
     orb_rdma_config_free(rdma);
     assert_non_null(e->tp[ORB_TRANSPORT_RDMA].ops);
     return e;
+}
+
+static orb_engine *engine(const char *whitelist, int source)
+{
+    return engine_with(whitelist, source, NULL);
 }
 
 static uint8_t pattern(uint64_t i, uint32_t seed)
@@ -223,8 +244,24 @@ static void test_read_write_every_size(void **state)
     assert_int_equal(rs.requests_in_flight, 0);
     assert_true(ss.grants_served >= 14);
     assert_int_equal(ss.grants_active, 0);
-    assert_int_equal(ss.registrations, 2);
-    assert_int_equal(ss.memory_regions, 4 * count_names(SOURCE_NICS)); /* 2 x NICs x (local + parent) */
+    if (stages(1)) {
+        /* Staged: the application's memory has no MR; every grant went through staging. */
+        assert_int_equal(ss.registrations, 0);
+        assert_int_equal(ss.memory_regions, 0);
+        assert_true(ss.staged_transfers >= 14);
+    } else {
+        assert_int_equal(ss.registrations, 2);
+        assert_int_equal(ss.memory_regions, 4 * count_names(SOURCE_NICS)); /* 2 x NICs x (local + parent) */
+        assert_int_equal(ss.staged_transfers, 0);
+    }
+    if (stages(0)) {
+        assert_int_equal(rs.memory_regions, 0);
+        assert_true(rs.staged_transfers >= 14);
+    } else {
+        assert_int_equal(rs.staged_transfers, 0);
+    }
+    assert_int_equal(rs.staging_bytes, 0); /* every extent came back */
+    assert_int_equal(ss.staging_bytes, 0);
     print_message("reads %llu, writes %llu WRs; the source served %llu grants\n",
                   (unsigned long long)rs.completed_reads, (unsigned long long)rs.completed_writes,
                   (unsigned long long)ss.grants_served);
@@ -280,6 +317,94 @@ static void test_many_in_flight(void **state)
     assert_int_equal(orb_submit_and_wait(req, seg, r, N, NULL, TIMEOUT_NS, &rep), 0);
     for (int i = 0; i < N; i++)
         assert_memory_equal(rbytes + (size_t)i * 400000, sbytes + (size_t)i * 333333, 300000);
+}
+
+/* Two 40 MiB READs at once: a staging side (64 MiB of staging) holds one at a time, so the
+ * requester waits for its own extent, or the source answers "not now" and the requester asks
+ * again. Both complete with every byte right. */
+static void test_staging_waits_for_room(void **state)
+{
+    (void)state;
+    enum { LEN = 40u << 20 };
+    orb_host_memory *extra;
+    orb_reg_id extra_id;
+    assert_int_equal(orb_host_memory_alloc(LEN, 0, &extra), 0);
+    uint8_t *xbytes = orb_host_memory_data(extra);
+    assert_int_equal(orb_register_host_memory(req, extra, 0, LEN, ORB_PERM_LOCAL, &extra_id), 0);
+    memset(rbytes, 0, LEN);
+    memset(xbytes, 0, LEN);
+    struct orb_request r[2];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 2; i++) {
+        r[i].transport = ORB_TRANSPORT_RDMA;
+        r[i].op = ORB_OP_READ;
+        r[i].length = LEN;
+        r[i].local_addr = (uint64_t)(uintptr_t)(i == 0 ? rbytes : xbytes);
+        r[i].remote_addr = (uint64_t)(uintptr_t)sbytes + 4096u * (uint64_t)i;
+    }
+    struct orb_batch_report rep;
+    if (orb_submit_and_wait(req, seg, r, 2, NULL, TIMEOUT_NS, &rep) != 0)
+        fail_msg("two 40 MiB READs: %s", orb_last_error());
+    assert_memory_equal(rbytes, sbytes, LEN);
+    assert_memory_equal(xbytes, sbytes + 4096, LEN);
+    struct orb_rdma_stats rs, ss;
+    assert_int_equal(orb_engine_rdma_stats(req, &rs), 0);
+    assert_int_equal(orb_engine_rdma_stats(src, &ss), 0);
+    assert_int_equal(rs.staging_bytes, 0);
+    assert_int_equal(ss.staging_bytes, 0);
+    assert_int_equal(orb_unregister_memory(req, extra_id), 0);
+    orb_host_memory_unref(extra);
+}
+
+/* A request larger than a staging side's max_staging_bytes fails with ORB_ERESOURCE (it could
+ * never fit) and changes nothing; one that fits goes through. */
+static void test_staging_budget(void **state)
+{
+    (void)state;
+    if (!stages(0) && !stages(1))
+        skip();
+    /* Small staging on whichever side stages: a second engine of that side. */
+    orb_engine *r2 = stages(0) ? engine_with(REQUESTER_NICS, 0, "1048576") : req;
+    orb_engine *s2 = stages(1) ? engine_with(SOURCE_NICS, 1, "1048576") : src;
+    orb_reg_id rid = 0, sid = 0;
+    if (r2 != req)
+        assert_int_equal(orb_register_host_memory(r2, req_mem, 0, BIG, ORB_PERM_LOCAL, &rid), 0);
+    if (s2 != src)
+        assert_int_equal(orb_register_host_memory(s2, src_mem, 0, BIG, ORB_PERM_REMOTE_WRITE, &sid), 0);
+    char ep[ORB_ENDPOINT_MAX];
+    struct orb_epoch ep_epoch;
+    assert_int_equal(orb_engine_endpoint(s2, ep, sizeof ep), 0);
+    assert_int_equal(orb_engine_source_epoch(s2, &ep_epoch), 0);
+    orb_segment *sg;
+    assert_int_equal(orb_open_segment(r2, ep, &ep_epoch, TIMEOUT_NS, &sg), 0);
+    struct orb_request r;
+    memset(&r, 0, sizeof r);
+    r.transport = ORB_TRANSPORT_RDMA;
+    r.op = ORB_OP_READ;
+    r.local_addr = (uint64_t)(uintptr_t)rbytes;
+    r.remote_addr = (uint64_t)(uintptr_t)sbytes;
+    r.length = (1u << 20) + 1;
+    memset(rbytes, 0, 2u << 20);
+    struct orb_batch_report rep;
+    assert_int_equal(orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep), ORB_ERESOURCE);
+    if (strstr(orb_last_error(), "max_staging_bytes") == NULL)
+        fail_msg("the refusal does not name the budget: %s", orb_last_error());
+    print_message("refused: %s\n", orb_last_error());
+    for (uint32_t i = 0; i < (2u << 20); i++)
+        if (rbytes[i] != 0)
+            fail_msg("a refused READ changed byte %u", i);
+    r.length = 1u << 20;
+    assert_int_equal(orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep), 0);
+    assert_memory_equal(rbytes, sbytes, 1u << 20);
+    orb_segment_close(sg);
+    if (r2 != req) {
+        assert_int_equal(orb_unregister_memory(r2, rid), 0);
+        orb_engine_free(r2);
+    }
+    if (s2 != src) {
+        assert_int_equal(orb_unregister_memory(s2, sid), 0);
+        orb_engine_free(s2);
+    }
 }
 
 /* A notification of a batch of RDMA WRITEs reaches the source after all of its bytes. */
@@ -363,7 +488,7 @@ static void test_two_processes(void **state)
         char a[16], b[16];
         snprintf(a, sizeof a, "%d", up[1]);
         snprintf(b, sizeof b, "%d", down[0]);
-        execl("/proc/self/exe", "test_rdma_xfer_device", "--source", a, b, (char *)NULL);
+        execl("/proc/self/exe", "test_rdma_xfer_device", "--source", a, b, "--policy", policy, (char *)NULL);
         _exit(127);
     }
     close(up[1]);
@@ -408,13 +533,22 @@ static void test_two_processes(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "--source") == 0)
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--policy") == 0)
+            policy = argv[i + 1];
+    if (strcmp(policy, "direct") != 0 && !stages(0) && !stages(1)) {
+        fprintf(stderr, "--policy: direct, staged, requester-staged or source-staged\n");
+        return 2;
+    }
+    if (argc >= 4 && strcmp(argv[1], "--source") == 0)
         child_main(atoi(argv[2]), atoi(argv[3]));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_write_every_size),
         cmocka_unit_test(test_unspec_takes_rdma),
         cmocka_unit_test(test_source_authority),
         cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_staging_waits_for_room),
+        cmocka_unit_test(test_staging_budget),
         cmocka_unit_test(test_notification_follows_the_data),
         cmocka_unit_test(test_two_processes),
     };

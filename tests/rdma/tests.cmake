@@ -53,6 +53,10 @@ set_tests_properties(test_rdma_engine_device PROPERTIES SKIP_RETURN_CODE 77 LABE
 orb_unit_test(test_rdma_qp SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_qp.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
 
+# The staging arena's extent allocator.
+orb_unit_test(test_rdma_extents SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_extents.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+
 # Memory windows and their key history, on a scripted allocator.
 orb_unit_test(test_rdma_window SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_window.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
@@ -78,3 +82,10 @@ orb_unit_test(test_rdma_xfer_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_xfer_
                       orb_rdma_tp orb_helperlib orb_hproto
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_xfer_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
+# The same with both sides staging, and with only the source staging (the requester's own
+# staging is the "staged" run's; the source-staged run also covers a direct requester against a
+# source that answers "not now").
+foreach(p staged source-staged)
+  add_test(NAME test_rdma_xfer_${p}_device COMMAND test_rdma_xfer_device --policy ${p})
+  set_tests_properties(test_rdma_xfer_${p}_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 600)
+endforeach()

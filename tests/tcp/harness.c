@@ -103,11 +103,17 @@ int orb_xfer_may_start(struct orb_xfer *x)
 
 void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect)
 {
+    orb_xfer_done_why(x, status, effect, NULL);
+}
+
+void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect effect, const char *why)
+{
     struct th_xfer *t = (struct th_xfer *)x;
     pthread_mutex_lock(&th_lock);
     t->done_calls++;
     t->status = status;
     t->effect = effect;
+    snprintf(t->why, sizeof t->why, "%s", why != NULL ? why : "");
     pthread_cond_broadcast(&th_cond);
     pthread_mutex_unlock(&th_lock);
 }

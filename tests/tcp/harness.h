@@ -46,6 +46,7 @@ struct th_xfer {
     int done_calls;          /* harness lock */
     int status;
     enum orb_remote_effect effect;
+    char why[256];           /* the cause given with a failure ("" without) */
 };
 
 /* Start an engine with `cfg` (NULL: defaults, two stripes, two workers, 5 s io timeout) and a

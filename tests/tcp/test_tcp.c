@@ -607,6 +607,7 @@ static void test_write_to_read_only_is_eperm(void **state)
     assert_int_equal(T->peer_submit(peer, xp, 3), 0);
     assert_int_equal(th_wait(t, 3, 30 * TH_SEC), 0);
     assert_int_equal(t[0].status, ORB_EPERM);
+    assert_non_null(strstr(t[0].why, "the source answered")); /* the cause comes with the status */
     assert_int_equal(t[0].effect, ORB_REMOTE_EFFECT_NONE);
     assert_int_equal(t[1].status, ORB_EPERM);
     assert_int_equal(t[2].status, 0);
