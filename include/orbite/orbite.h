@@ -346,6 +346,38 @@ struct orb_rdma_stats {
 int orb_engine_rdma_stats(const orb_engine *engine, struct orb_rdma_stats *out);
 
 /**
+ * One rail's NIC as the RDMA transport's selector sees it (filled by orb_engine_rdma_nic_load()).
+ * Rates are bytes per second; gauges are marked "now"; fields a later release adds are named in
+ * comp_mask.
+ */
+struct orb_rdma_nic_load {
+    uint32_t comp_mask;            /* 0 in this release */
+    uint32_t rail;                 /* the rail this NIC carries (0-based) */
+    char name[64];                 /* the device's name, NUL-terminated */
+    uint32_t port;                 /* the port its queue pairs use */
+    uint32_t healthy;              /* 1: slices may be placed on it */
+    uint64_t link_mbps;            /* the port's rate as the device reports it; 0: unknown */
+    uint64_t effective_mbps;       /* the rate the estimates start from */
+    double selection_bps;          /* the estimate slices are scored with */
+    double transmit_bps;           /* the estimate measured from busy periods (0: none yet) */
+    uint64_t charged_bytes;        /* now: bytes of dispatched slices not completed */
+    uint64_t posted_bytes;         /* now: payload posted to the NIC and not completed */
+    uint64_t completed_bytes;      /* payload completed successfully */
+    uint64_t allocated_bytes;      /* bytes the selector placed on it */
+    uint64_t reserved[4];          /* 0 */
+};
+
+/**
+ * Copy the load of each rail's NIC into out[0..*count) (rail order; the caller owns `out`). With
+ * `out` NULL and `cap` 0, only *count is written: the number of rails. The figures are read one
+ * at a time, so under traffic they are not one instant. Errors: ORB_EINVAL (NULL engine or
+ * count, or `cap` below the number of rails: the message says how many), ORB_EUNAVAILABLE (the
+ * engine runs no RDMA transport, or none of its NICs carries requests: the message says why).
+ */
+int orb_engine_rdma_nic_load(const orb_engine *engine, struct orb_rdma_nic_load *out, size_t cap,
+                             size_t *count);
+
+/**
  * Write the bound source endpoint "host:port" (NUL-terminated) into `buf`.
  * Errors: ORB_EINVAL (NULL or `len` too small), ORB_EUNAVAILABLE (source disabled).
  */

@@ -275,6 +275,18 @@ ORB_EXPORT int orb_engine_rdma_stats(const orb_engine *engine, struct orb_rdma_s
     return t->ops->stats(t->state, out, sizeof *out);
 }
 
+ORB_EXPORT int orb_engine_rdma_nic_load(const orb_engine *engine, struct orb_rdma_nic_load *out, size_t cap,
+                                        size_t *count)
+{
+    if (engine == NULL || count == NULL || (out == NULL && cap > 0))
+        return orb_fail(ORB_EINVAL, "orb_engine_rdma_nic_load: NULL argument");
+    const struct orb_tp_slot *t = &engine->tp[ORB_TRANSPORT_RDMA];
+    if (t->ops == NULL || t->ops->nic_load == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "this engine runs no RDMA transport%s%s",
+                        t->absent_why[0] != '\0' ? ": " : "", t->absent_why);
+    return t->ops->nic_load(t->state, out, cap, count);
+}
+
 ORB_EXPORT int orb_engine_source_epoch(const orb_engine *engine, struct orb_epoch *out)
 {
     if (engine == NULL || out == NULL)

@@ -46,7 +46,8 @@ struct orb_xfer {
     uint8_t priority;           /* enum orb_priority */
     uint8_t mem_kind;           /* enum orb_mem_kind of local_reg (HOST for a notification) */
     uint8_t reserved0;
-    uint32_t rail;              /* the plan's rail for this piece (0 for transports without) */
+    uint32_t rail;              /* the plan's rail for this piece (0 for transports without); a
+                                 * transport that chooses rails at dispatch rewrites it then */
     uint32_t piece_index;       /* position in the request's plan */
     /* The local bytes: [local_offset, +length) of local_reg, pinned by the batch until the xfer
      * is reported done. NULL for a notification, whose bytes are notify_data. */
@@ -216,6 +217,9 @@ struct orb_transport_ops {
                    size_t cap, size_t *resp_len);
     /* The transport's public counters (struct orb_rdma_stats for RDMA); NULL: none. */
     int (*stats)(void *tp, void *out, size_t len);
+    /* Its NICs' load (struct orb_rdma_nic_load[cap] for RDMA; out NULL and cap 0: the count
+     * only); NULL: none. */
+    int (*nic_load)(void *tp, void *out, size_t cap, size_t *count);
     /* The peer's published regions. Only the control transport (TCP) answers; may be NULL. */
     int (*peer_describe)(void *peer, uint64_t deadline, struct orb_region_desc **regions_out,
                          size_t *count_out);

@@ -8,6 +8,7 @@
 
 #define PREFIX_LEN 4u
 #define RAIL_LEN 28u
+#define GRANT_ASK_LEN 32u
 
 static void put_prefix(struct orb_writer *w, uint8_t kind)
 {
@@ -144,25 +145,38 @@ static int rail_mask_ok(uint32_t mask)
     return mask != 0 && (mask >> ORB_RDMA_MAX_RAILS) == 0;
 }
 
+static int ask_ok(const struct orb_rdma_grant_ask *a)
+{
+    return (a->op == ORB_OP_READ || a->op == ORB_OP_WRITE) && rail_mask_ok(a->rail_mask) && a->length > 0 &&
+           a->addr + a->length >= a->addr;
+}
+
 int orb_rdma_grant_req_encode(const struct orb_rdma_grant_req *m, uint8_t *out, size_t cap, size_t *len_out)
 {
     if (m == NULL || out == NULL || len_out == NULL)
         return orb_fail(ORB_EINVAL, "rdma grant request encode: NULL argument");
-    if ((m->op != ORB_OP_READ && m->op != ORB_OP_WRITE) || !rail_mask_ok(m->rail_mask) || m->length == 0 ||
-        m->addr + m->length < m->addr)
-        return orb_fail(ORB_EINVAL, "rdma grant request encode: op %u, rails 0x%x, [0x%llx, +%llu)", m->op,
-                        m->rail_mask, (unsigned long long)m->addr, (unsigned long long)m->length);
+    if (m->count == 0 || m->count > ORB_RDMA_GRANT_BATCH)
+        return orb_fail(ORB_EINVAL, "rdma grant request encode: %u requests", m->count);
     struct orb_writer w;
     orb_writer_init(&w, out, cap);
     put_prefix(&w, ORB_RDMA_GRANT_REQ);
     orb_writer_u64(&w, m->incarnation);
-    orb_writer_u64(&w, m->request);
-    orb_writer_u8(&w, m->op);
+    orb_writer_u8(&w, (uint8_t)m->count);
     orb_writer_u8(&w, 0);
     orb_writer_u16(&w, 0);
-    orb_writer_u32(&w, m->rail_mask);
-    orb_writer_u64(&w, m->addr);
-    orb_writer_u64(&w, m->length);
+    for (uint32_t i = 0; i < m->count; i++) {
+        const struct orb_rdma_grant_ask *a = &m->ask[i];
+        if (!ask_ok(a))
+            return orb_fail(ORB_EINVAL, "rdma grant request encode: request %u: op %u, rails 0x%x, [0x%llx, +%llu)",
+                            i, a->op, a->rail_mask, (unsigned long long)a->addr, (unsigned long long)a->length);
+        orb_writer_u64(&w, a->request);
+        orb_writer_u8(&w, a->op);
+        orb_writer_u8(&w, 0);
+        orb_writer_u16(&w, 0);
+        orb_writer_u32(&w, a->rail_mask);
+        orb_writer_u64(&w, a->addr);
+        orb_writer_u64(&w, a->length);
+    }
     return finish_encode("grant request", &w, len_out);
 }
 
@@ -177,45 +191,88 @@ int orb_rdma_grant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_gr
     struct orb_rdma_grant_req d;
     memset(&d, 0, sizeof d);
     d.incarnation = orb_cursor_u64(&c);
-    d.request = orb_cursor_u64(&c);
-    d.op = orb_cursor_u8(&c);
-    int bad = zero_bytes(&c, 3);
-    d.rail_mask = orb_cursor_u32(&c);
-    d.addr = orb_cursor_u64(&c);
-    d.length = orb_cursor_u64(&c);
-    if (bad != 0 || orb_cursor_finish(&c) != 0)
-        return orb_fail(ORB_EPROTO, "rdma grant request: malformed (%zu bytes)", len);
-    if (d.op != ORB_OP_READ && d.op != ORB_OP_WRITE)
-        return orb_fail(ORB_EPROTO, "rdma grant request: op %u", d.op);
-    if (!rail_mask_ok(d.rail_mask))
-        return orb_fail(ORB_EPROTO, "rdma grant request: rail mask 0x%x", d.rail_mask);
-    if (d.length == 0 || d.addr + d.length < d.addr)
-        return orb_fail(ORB_EPROTO, "rdma grant request: range [0x%llx, +%llu)", (unsigned long long)d.addr,
-                        (unsigned long long)d.length);
+    d.count = orb_cursor_u8(&c);
+    if (zero_bytes(&c, 3) != 0 || c.failed)
+        return orb_fail(ORB_EPROTO, "rdma grant request: malformed head");
+    if (d.count == 0 || d.count > ORB_RDMA_GRANT_BATCH ||
+        len != PREFIX_LEN + 12u + (size_t)GRANT_ASK_LEN * d.count)
+        return orb_fail(ORB_EPROTO, "rdma grant request: %u requests in %zu bytes", d.count, len);
+    for (uint32_t i = 0; i < d.count; i++) {
+        struct orb_rdma_grant_ask *a = &d.ask[i];
+        a->request = orb_cursor_u64(&c);
+        a->op = orb_cursor_u8(&c);
+        int bad = zero_bytes(&c, 3);
+        a->rail_mask = orb_cursor_u32(&c);
+        a->addr = orb_cursor_u64(&c);
+        a->length = orb_cursor_u64(&c);
+        if (bad != 0 || c.failed)
+            return orb_fail(ORB_EPROTO, "rdma grant request: request %u is malformed", i);
+        if (!ask_ok(a))
+            return orb_fail(ORB_EPROTO, "rdma grant request: request %u: op %u, rails 0x%x, [0x%llx, +%llu)", i,
+                            a->op, a->rail_mask, (unsigned long long)a->addr, (unsigned long long)a->length);
+    }
+    if (orb_cursor_finish(&c) != 0)
+        return orb_fail(ORB_EPROTO, "rdma grant request: trailing bytes");
     *m = d;
     return 0;
 }
 
-int orb_rdma_grant_encode(const struct orb_rdma_grant *m, uint8_t *out, size_t cap, size_t *len_out)
+static int status_ok(int32_t status)
 {
-    if (m == NULL || out == NULL || len_out == NULL || m->nkeys == 0 || m->nkeys > ORB_RDMA_MAX_RAILS)
+    return status < 0 && status >= ORB_EAGAIN;
+}
+
+static int why_ok(const char *why, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (why[i] < 0x20 || why[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+int orb_rdma_grants_encode(const struct orb_rdma_grants *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || m->count == 0 || m->count > ORB_RDMA_GRANT_BATCH)
         return orb_fail(ORB_EINVAL, "rdma grant encode: bad arguments");
     struct orb_writer w;
     orb_writer_init(&w, out, cap);
     put_prefix(&w, ORB_RDMA_GRANT);
-    orb_writer_u64(&w, m->grant);
-    orb_writer_u64(&w, m->generation);
-    orb_writer_bytes(&w, m->nonce, sizeof m->nonce);
-    orb_writer_u64(&w, m->target);
-    orb_writer_u8(&w, (uint8_t)m->nkeys);
+    orb_writer_u8(&w, (uint8_t)m->count);
     orb_writer_u8(&w, 0);
     orb_writer_u16(&w, 0);
-    for (uint32_t i = 0; i < m->nkeys; i++)
-        orb_writer_u32(&w, m->rkeys[i]);
+    for (uint32_t i = 0; i < m->count; i++) {
+        const struct orb_rdma_grant *g = &m->g[i];
+        orb_writer_u32(&w, (uint32_t)g->status);
+        if (g->status != 0) {
+            /* A refusal and its cause, cut to ORB_RDMA_WHY_MAX printable bytes. */
+            if (!status_ok(g->status))
+                return orb_fail(ORB_EINVAL, "rdma grant encode: entry %u: status %d", i, g->status);
+            char why[ORB_RDMA_WHY_MAX];
+            size_t n = 0;
+            for (; n < sizeof why && g->why[n] != '\0'; n++)
+                why[n] = g->why[n] >= 0x20 && g->why[n] <= 0x7e ? g->why[n] : '?';
+            orb_writer_u8(&w, (uint8_t)n);
+            orb_writer_u8(&w, 0);
+            orb_writer_u16(&w, 0);
+            orb_writer_bytes(&w, why, n);
+            continue;
+        }
+        if (g->nkeys == 0 || g->nkeys > ORB_RDMA_MAX_RAILS)
+            return orb_fail(ORB_EINVAL, "rdma grant encode: entry %u: %u keys", i, g->nkeys);
+        orb_writer_u8(&w, (uint8_t)g->nkeys);
+        orb_writer_u8(&w, 0);
+        orb_writer_u16(&w, 0);
+        orb_writer_u64(&w, g->grant);
+        orb_writer_u64(&w, g->generation);
+        orb_writer_bytes(&w, g->nonce, sizeof g->nonce);
+        orb_writer_u64(&w, g->target);
+        for (uint32_t k = 0; k < g->nkeys; k++)
+            orb_writer_u32(&w, g->rkeys[k]);
+    }
     return finish_encode("grant", &w, len_out);
 }
 
-int orb_rdma_grant_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant *m)
+int orb_rdma_grants_decode(const uint8_t *buf, size_t len, struct orb_rdma_grants *m)
 {
     struct orb_cursor c;
     int rc = begin_decode("GRANT", ORB_RDMA_GRANT, buf, len, &c);
@@ -223,26 +280,42 @@ int orb_rdma_grant_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant 
         return rc;
     if (m == NULL)
         return orb_fail(ORB_EPROTO, "rdma grant: NULL message");
-    struct orb_rdma_grant d;
-    memset(&d, 0, sizeof d);
-    d.grant = orb_cursor_u64(&c);
-    d.generation = orb_cursor_u64(&c);
-    const uint8_t *nonce = orb_cursor_bytes(&c, sizeof d.nonce);
-    d.target = orb_cursor_u64(&c);
-    d.nkeys = orb_cursor_u8(&c);
-    if (nonce == NULL || zero_bytes(&c, 3) != 0 || c.failed)
-        return orb_fail(ORB_EPROTO, "rdma grant: malformed head");
-    memcpy(d.nonce, nonce, sizeof d.nonce);
-    if (d.nkeys == 0 || d.nkeys > ORB_RDMA_MAX_RAILS || len != PREFIX_LEN + 60u + 4u * (size_t)d.nkeys)
-        return orb_fail(ORB_EPROTO, "rdma grant: %u keys in %zu bytes", d.nkeys, len);
-    for (uint32_t i = 0; i < d.nkeys; i++) {
-        d.rkeys[i] = orb_cursor_u32(&c);
-        if (d.rkeys[i] == 0)
-            return orb_fail(ORB_EPROTO, "rdma grant: key %u is 0", i);
+    uint32_t count = orb_cursor_u8(&c);
+    if (zero_bytes(&c, 3) != 0 || c.failed || count == 0 || count > ORB_RDMA_GRANT_BATCH)
+        return orb_fail(ORB_EPROTO, "rdma grant: malformed head (%u entries)", count);
+    for (uint32_t i = 0; i < count; i++) {
+        struct orb_rdma_grant *g = &m->g[i];
+        memset(g, 0, sizeof *g);
+        g->status = (int32_t)orb_cursor_u32(&c);
+        uint32_t n = orb_cursor_u8(&c);
+        if (zero_bytes(&c, 3) != 0 || c.failed)
+            return orb_fail(ORB_EPROTO, "rdma grant: entry %u: malformed head", i);
+        if (g->status != 0) {
+            const uint8_t *why = orb_cursor_bytes(&c, n);
+            if (!status_ok(g->status) || n > ORB_RDMA_WHY_MAX || why == NULL || !why_ok((const char *)why, n))
+                return orb_fail(ORB_EPROTO, "rdma grant: entry %u: a refusal with status %d and %u bytes of cause",
+                                i, g->status, n);
+            memcpy(g->why, why, n);
+            g->why[n] = '\0';
+            continue;
+        }
+        g->nkeys = n;
+        g->grant = orb_cursor_u64(&c);
+        g->generation = orb_cursor_u64(&c);
+        const uint8_t *nonce = orb_cursor_bytes(&c, sizeof g->nonce);
+        g->target = orb_cursor_u64(&c);
+        if (nonce == NULL || c.failed || n == 0 || n > ORB_RDMA_MAX_RAILS)
+            return orb_fail(ORB_EPROTO, "rdma grant: entry %u: %u keys", i, n);
+        memcpy(g->nonce, nonce, sizeof g->nonce);
+        for (uint32_t k = 0; k < n; k++) {
+            g->rkeys[k] = orb_cursor_u32(&c);
+            if (c.failed || g->rkeys[k] == 0)
+                return orb_fail(ORB_EPROTO, "rdma grant: entry %u: key %u is missing or 0", i, k);
+        }
     }
     if (orb_cursor_finish(&c) != 0)
         return orb_fail(ORB_EPROTO, "rdma grant: trailing bytes");
-    *m = d;
+    m->count = count;
     return 0;
 }
 

@@ -1,13 +1,14 @@
 /* Internal: the RDMA transport's own messages.
  *
  *  - On the TCP control connection (wire CONTROL_REQ/CONTROL_RESP, transport 2): CONNECT and
- *    CONNECT_OK (each end's queue-pair address per rail), GRANT_REQ and GRANT (a one-use window
- *    key per rail for exactly one request's range and direction).
+ *    CONNECT_OK (each end's queue-pair address per rail), GRANT_REQ and GRANT (for each of up
+ *    to ORB_RDMA_GRANT_BATCH requests, a one-use window key per rail for exactly its range and
+ *    direction, or the refusal and its cause).
  *  - On the queue pairs themselves: the requester's BINDING, the 141-byte body of the fenced
  *    SEND_WITH_INV that ends a grant on one rail, and the source's ACK, the SEND that says the
  *    grant is over and the request may complete.
  *
- * Every message starts u8 kind | u8 version (2) | u16 0. Little-endian, packed, every length
+ * Every message starts u8 kind | u8 version (3) | u16 0. Little-endian, packed, every length
  * and count checked against fixed maxima before use; decoders never read past `len` and fail
  * closed with ORB_EPROTO naming the field. Documented in docs/wire-protocol.md. */
 #ifndef ORB_RDMA_CTRL_H
@@ -20,9 +21,11 @@
 
 #include "rdma/qp.h"
 
-#define ORB_RDMA_CTRL_VERSION 2u
+#define ORB_RDMA_CTRL_VERSION 3u
 #define ORB_RDMA_MAX_RAILS 16u        /* queue pairs per connection */
 #define ORB_RDMA_NONCE_LEN 32u
+#define ORB_RDMA_GRANT_BATCH 16u      /* requests one GRANT_REQ carries at most */
+#define ORB_RDMA_WHY_MAX 120u         /* bytes of a refusal's cause in a GRANT */
 #define ORB_RDMA_BINDING_LEN 141u
 #define ORB_RDMA_ACK_LEN 32u
 #define ORB_RDMA_BINDING_MAGIC 0x4242524Fu /* "ORBB" */
@@ -49,25 +52,41 @@ struct orb_rdma_connect {
     struct orb_rdma_rail_addr rails[ORB_RDMA_MAX_RAILS];
 };
 
-/* GRANT_REQ: u64 incarnation | u64 request | u8 op | 3 x u8 0 | u32 rail_mask | u64 addr |
- * u64 length */
-struct orb_rdma_grant_req {
-    uint64_t incarnation;             /* the requester's connection */
+/* GRANT_REQ: u64 incarnation | u8 count (1..ORB_RDMA_GRANT_BATCH) | 3 x u8 0 | count x
+ * (u64 request | u8 op | 3 x u8 0 | u32 rail_mask | u64 addr | u64 length): several requests of
+ * one connection granted in one round trip. */
+struct orb_rdma_grant_ask {
     uint64_t request;                 /* the requester's id for the request */
     uint8_t op;                       /* ORB_OP_READ or ORB_OP_WRITE: the peer's access */
     uint32_t rail_mask;               /* rails that carry slices: non-zero, below ORB_RDMA_MAX_RAILS */
     uint64_t addr, length;            /* the whole request's remote range: length > 0, no overflow */
 };
 
-/* GRANT: u64 grant | u64 generation | 32 nonce | u64 target | u8 nkeys | 3 x u8 0 | nkeys x
- * u32 rkey (in rail_mask order) */
+struct orb_rdma_grant_req {
+    uint64_t incarnation;             /* the requester's connection */
+    uint32_t count;
+    struct orb_rdma_grant_ask ask[ORB_RDMA_GRANT_BATCH];
+};
+
+/* GRANT: u8 count | 3 x u8 0 | count x entry, one per GRANT_REQ request in its order. An entry:
+ *   granted:  i32 0 | u8 nkeys (1..16) | 3 x u8 0 | u64 grant | u64 generation | 32 nonce |
+ *             u64 target | nkeys x u32 rkey (non-zero, in rail_mask order)
+ *   refused:  i32 status (an ORB_E* code) | u8 why_len (0..ORB_RDMA_WHY_MAX) | 3 x u8 0 |
+ *             why_len printable ASCII bytes: the cause */
 struct orb_rdma_grant {
+    int32_t status;                   /* 0: granted; else why not */
+    char why[ORB_RDMA_WHY_MAX + 1];   /* a refusal's cause, NUL-terminated */
     uint64_t grant, generation;
     uint8_t nonce[ORB_RDMA_NONCE_LEN];
     uint64_t target;                  /* where the windows start: the request's first byte there
                                          (its own address, or a staging extent's) */
     uint32_t nkeys;                   /* the popcount of the request's rail_mask */
     uint32_t rkeys[ORB_RDMA_MAX_RAILS];
+};
+
+struct orb_rdma_grants {
+    uint32_t count;
+    struct orb_rdma_grant g[ORB_RDMA_GRANT_BATCH];
 };
 
 /* BINDING (141 bytes): u32 magic | u8 version | u8 kind (1) | u16 rail | 16 requester epoch |
@@ -102,8 +121,10 @@ int orb_rdma_connect_encode(uint8_t kind, const struct orb_rdma_connect *m, uint
 int orb_rdma_connect_decode(uint8_t kind, const uint8_t *buf, size_t len, struct orb_rdma_connect *m);
 int orb_rdma_grant_req_encode(const struct orb_rdma_grant_req *m, uint8_t *out, size_t cap, size_t *len_out);
 int orb_rdma_grant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant_req *m);
-int orb_rdma_grant_encode(const struct orb_rdma_grant *m, uint8_t *out, size_t cap, size_t *len_out);
-int orb_rdma_grant_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant *m);
+/* A GRANT's encoder cuts each refusal's cause to ORB_RDMA_WHY_MAX bytes (non-printable bytes
+ * become '?'); the decoder refuses an unknown status or a non-printable cause. */
+int orb_rdma_grants_encode(const struct orb_rdma_grants *m, uint8_t *out, size_t cap, size_t *len_out);
+int orb_rdma_grants_decode(const uint8_t *buf, size_t len, struct orb_rdma_grants *m);
 /* DISCONNECT: u64 incarnation (12 bytes in all). */
 int orb_rdma_disconnect_encode(uint64_t incarnation, uint8_t *out, size_t cap, size_t *len_out);
 int orb_rdma_disconnect_decode(const uint8_t *buf, size_t len, uint64_t *incarnation);

@@ -19,7 +19,8 @@
  * A work completion in error, a refused post or a broken message fails the request (and the
  * link); a request whose ACK does not come within io_timeout_s fails with ORB_ETIMEDOUT.
  *
- * Threads: the lane thread polls every context's CQ pair and drives completions; the grant
+ * Threads: the lanes (num_lanes threads) each poll their CQ pair of every context and drive
+ * their links' completions and posts; the grant
  * threads (RDMA_GRANT_THREADS) run the requesters' GRANT calls, several at once; the source's control messages run on a TCP source
  * worker and wait (bounded) only for their own binds. Lock order: a peer's or source
  * connection's lock, then a link's lock; nothing is called out with a link lock held. */
@@ -37,6 +38,7 @@
 #include "rdma/qp.h"
 #include "rdma/reg_mrs.h"
 #include "rdma/window.h"
+#include "topo/selector.h"
 #include "topo/slicing.h"
 
 struct orb_rdma_tp;
@@ -46,6 +48,7 @@ struct orb_rdma_tp;
 #define RDMA_BIND_WAIT_NS (5ull * 1000000000ull)
 #define RDMA_DRAIN_NS (2ull * 1000000000ull) /* stop: flushes of failed links */
 #define RDMA_GRANT_THREADS 4u     /* GRANT calls in flight at once (they overlap the data) */
+#define RDMA_MAX_LANES 16u        /* num_lanes is capped here */
 
 /* One request's extent of the staging arena (rdma_staging.c); cpu NULL: none. */
 struct rdma_stage {
@@ -67,6 +70,18 @@ struct rdma_staging {
     struct orb_rdma_extents ext;
 };
 
+/* A lane: one thread that alone posts on its links (one thread per queue pair's doorbell) and
+ * polls its CQ pair of every context. Links are dealt to lanes round-robin, so a peer's rails
+ * run on different lanes and a device's work scales with them. Lane 0 also scans ACK deadlines
+ * and reaps released peers and connections. */
+struct rdma_lane {
+    struct orb_rdma_tp *tp;
+    uint32_t index;
+    pthread_t thread;
+    bool started;
+    atomic_int kick;               /* work queued for it to post */
+};
+
 /* One open NIC's data-path state. */
 struct rdma_ctx {
     bool ready;                    /* CQs made, an address found: it can carry rails */
@@ -78,9 +93,9 @@ struct rdma_ctx {
     uint16_t lid;
     enum ibv_mtu mtu;
     struct orb_rdma_hca_limits hca;
-    struct ibv_cq *scq, *rcq;
+    struct ibv_cq *scq[RDMA_MAX_LANES], *rcq[RDMA_MAX_LANES]; /* one pair per lane */
     uint32_t cqe;                  /* each CQ's capacity */
-    uint32_t cqe_charged;          /* WR slots of the links on it (tp->lock) */
+    uint32_t cqe_charged[RDMA_MAX_LANES]; /* WR slots of the links on each lane's pair (tp->lock) */
     pthread_mutex_t wlock;         /* the window pool */
     struct orb_rdma_window_pool windows;
 };
@@ -110,6 +125,8 @@ struct rdma_link {
     struct rdma_ctx *ctx;
     enum rdma_role role;
     uint32_t rail;
+    uint32_t lane;                 /* the lane that posts on it and polls its completions */
+    atomic_uint users;             /* lanes handling one of its completions now (see link_of) */
     void *owner;                   /* struct rdma_peer or struct rdma_src_conn */
     pthread_mutex_t lock;          /* the QP's posts, its tracker, the wait queue, the slots */
     struct orb_rdma_qp *qp;
@@ -168,6 +185,12 @@ struct rdma_req {
     struct rdma_stage stage;
     uint32_t npieces, arrived;
     struct orb_xfer *pieces[ORB_SLICE_MAX];
+    /* Rails are chosen at dispatch, for the pieces still live then: the selector's lease holds
+     * their charges (slot lease_slot[i] for piece i) until each one's WR completes. */
+    struct orb_lease lease;
+    bool leased;
+    uint8_t lease_slot[ORB_SLICE_MAX];
+    uint64_t first_post_ns[ORB_RDMA_MAX_RAILS]; /* the lane's first post of a payload WR per rail */
     uint32_t rail_mask;
     struct orb_rdma_grant grant;
     uint32_t key_of_rail[ORB_RDMA_MAX_RAILS];
@@ -215,6 +238,8 @@ struct rdma_grant {
     uint32_t rail_mask, done_mask;
     struct orb_reg *pin;
     struct rdma_stage stage;       /* the source stages: the windows cover this, not the pin */
+    uint64_t target;               /* where the windows start (the range, or the stage) */
+    char why[ORB_RDMA_WHY_MAX + 1];/* why bind_status (a failure before the binds were posted) */
     struct orb_rdma_window *win[ORB_RDMA_MAX_RAILS];
     uint32_t key[ORB_RDMA_MAX_RAILS];
     uint32_t binds_left;
@@ -251,6 +276,8 @@ int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote
  * lane posts. */
 int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
                           uint32_t msg_len);
+/* Have the lane of `l` post what is queued on it: now when called on that lane, else by kicking it. */
+void rdma_link_kick(struct rdma_link *l);
 /* Queue a grant's bind for the lane to post, and kick it. */
 void rdma_link_queue_bind(struct rdma_link *l, struct rdma_bind_wait *w);
 /* Post a source's ACK, or queue it behind earlier ones while the send queue is full. */
@@ -294,6 +321,8 @@ void rdma_req_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
 void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now);
 /* End every request still pending (stop). */
 void rdma_req_fail_all(struct orb_rdma_tp *tp, int status);
+/* A queued wait was posted on `l` (the lane, link lock held): the NIC's transmit bookkeeping. */
+void rdma_req_posted(struct rdma_wait *w, const struct rdma_link *l);
 /* Post what waits for send-queue room on `l` (after completions freed some). */
 void rdma_link_drain_waits(struct rdma_link *l);
 /* The WR (and message) of a queued wait; a queued wait that could not be posted. */

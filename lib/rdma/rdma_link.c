@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,10 +72,12 @@ static void ctx_free(struct orb_rdma_tp *tp, struct rdma_ctx *c)
     pthread_mutex_unlock(&c->wlock);
     if (kept > 0)
         ORB_LOGE("rdma: NIC %u: %u memory windows could not be freed", c->nic, kept);
-    if (c->scq != NULL && tp->v->destroy_cq(c->scq) != 0)
-        ORB_LOGE("rdma: NIC %u: a completion queue could not be destroyed: kept", c->nic);
-    if (c->rcq != NULL && tp->v->destroy_cq(c->rcq) != 0)
-        ORB_LOGE("rdma: NIC %u: a completion queue could not be destroyed: kept", c->nic);
+    for (uint32_t i = 0; i < RDMA_MAX_LANES; i++) {
+        if (c->scq[i] != NULL && tp->v->destroy_cq(c->scq[i]) != 0)
+            ORB_LOGE("rdma: NIC %u: a completion queue could not be destroyed: kept", c->nic);
+        if (c->rcq[i] != NULL && tp->v->destroy_cq(c->rcq[i]) != 0)
+            ORB_LOGE("rdma: NIC %u: a completion queue could not be destroyed: kept", c->nic);
+    }
     pthread_mutex_destroy(&c->wlock);
     free(c);
 }
@@ -115,12 +118,14 @@ static int ctx_new(struct orb_rdma_tp *tp, uint32_t nic, struct rdma_ctx **out)
     c->cqe = tp->cfg->max_cqes;
     if (tp->caps[nic].max_cqe > 0 && c->cqe > tp->caps[nic].max_cqe)
         c->cqe = tp->caps[nic].max_cqe;
-    c->scq = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, NULL, 0);
-    c->rcq = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, NULL, 0);
-    if (c->scq == NULL || c->rcq == NULL) {
-        rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: cannot create its completion queues (%u entries): %s", n->name,
-                      c->cqe, strerror(errno));
-        goto free_ctx;
+    for (uint32_t i = 0; i < tp->nlanes; i++) {
+        c->scq[i] = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, NULL, 0);
+        c->rcq[i] = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, NULL, 0);
+        if (c->scq[i] == NULL || c->rcq[i] == NULL) {
+            rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: cannot create the completion queues of lane %u (%u entries): %s",
+                          n->name, i, c->cqe, strerror(errno));
+            goto free_ctx;
+        }
     }
     orb_rdma_window_pool_init(&c->windows, &orb_rdma_verbs_mw_ops, NULL, c->pd, tp->cfg->max_window_key_indices);
     c->ready = true;
@@ -146,13 +151,21 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
         pthread_mutex_unlock(&tp->lock);
         return orb_fail(ORB_ERESOURCE, "rdma: max_endpoints (%u) queue pairs exist already", tp->cfg->max_endpoints);
     }
-    if (c->cqe_charged + charge > c->cqe) {
+    /* The next lane in turn, or the first one after it whose CQs have room. */
+    uint32_t lane = tp->nlanes;
+    for (uint32_t i = 0; i < tp->nlanes && lane == tp->nlanes; i++) {
+        uint32_t k = (tp->next_lane + i) % tp->nlanes;
+        if (c->cqe_charged[k] + charge <= c->cqe)
+            lane = k;
+    }
+    if (lane == tp->nlanes) {
         pthread_mutex_unlock(&tp->lock);
         return orb_fail(ORB_ERESOURCE, "rdma: NIC %u: its completion queues (max_cqes %u) are full", c->nic,
                         c->cqe);
     }
+    tp->next_lane = lane + 1;
     tp->endpoints++;
-    c->cqe_charged += charge;
+    c->cqe_charged[lane] += charge;
     pthread_mutex_unlock(&tp->lock);
 
     int rc;
@@ -165,6 +178,8 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     l->ctx = c;
     l->role = role;
     l->rail = rail;
+    l->lane = lane;
+    atomic_init(&l->users, 0);
     l->owner = owner;
     l->cqe_charge = charge;
     pthread_mutex_init(&l->lock, NULL);
@@ -174,7 +189,7 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
         .max_dest_rd_atomic = tp->cfg->max_dest_rd_atomic, .psn = (uint32_t)orb_random_u64() & 0xffffffu,
         .incarnation = orb_random_u64() & 0xffffffu,
     };
-    rc = orb_rdma_qp_create(tp->v, c->pd, c->scq, c->rcq, &p, &c->hca, &l->qp);
+    rc = orb_rdma_qp_create(tp->v, c->pd, c->scq[lane], c->rcq[lane], &p, &c->hca, &l->qp);
     if (rc != 0)
         goto free_link;
     size_t bytes = (size_t)(RDMA_RQ_DEPTH + l->qp->sq_depth) * RDMA_MSG_SLOT;
@@ -206,7 +221,7 @@ free_link:
 uncharge:
     pthread_mutex_lock(&tp->lock);
     tp->endpoints--;
-    c->cqe_charged -= charge;
+    c->cqe_charged[lane] -= charge;
     pthread_mutex_unlock(&tp->lock);
     return rc;
 }
@@ -336,7 +351,19 @@ void rdma_link_queue_bind(struct rdma_link *l, struct rdma_bind_wait *w)
         l->binds_head = w;
     l->binds_tail = w;
     pthread_mutex_unlock(&l->lock);
-    atomic_store(&l->tp->kick, 1);
+    rdma_link_kick(l);
+}
+
+/* The lane the calling thread is, or NULL. */
+static _Thread_local const struct rdma_lane *this_lane;
+
+void rdma_link_kick(struct rdma_link *l)
+{
+    struct rdma_lane *lane = &l->tp->lanes[l->lane];
+    if (this_lane == lane)
+        rdma_link_drain_waits(l);
+    else
+        atomic_store(&lane->kick, 1);
 }
 
 /* Post queued ACKs while the send queue has room (link lock held). */
@@ -404,6 +431,8 @@ void rdma_link_drain_waits(struct rdma_link *l)
         l->wait_head = w->next;
         if (l->wait_head == NULL)
             l->wait_tail = NULL;
+        if (rc == 0)
+            rdma_req_posted(w, l);
         if (rc != 0) {
             w->next = failed;
             failed = w;
@@ -442,8 +471,11 @@ void rdma_link_free(struct rdma_link *l)
         }
     }
     tp->endpoints--;
-    l->ctx->cqe_charged -= l->cqe_charge;
+    l->ctx->cqe_charged[l->lane] -= l->cqe_charge;
     pthread_mutex_unlock(&tp->lock);
+    /* Unhooked: no lane finds it any more; wait out one that is handling its completion. */
+    while (atomic_load(&l->users) > 0)
+        sched_yield();
     if (orb_rdma_qp_destroy(l->qp) != 0) {
         ORB_LOGE("%s: the link's buffers are kept", orb_last_error());
         return;
@@ -460,13 +492,23 @@ void rdma_link_free(struct rdma_link *l)
 
 /* ---- the lane --------------------------------------------------------------------------------- */
 
-/* The link whose QP has number `qpn` on context `c` (tp->lock held), or NULL. */
+/* The link whose QP has number `qpn` on context `c`, or NULL; it is not freed until
+ * link_put(). */
 static struct rdma_link *link_of(struct orb_rdma_tp *tp, const struct rdma_ctx *c, uint32_t qpn)
 {
-    for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next)
-        if (l->ctx == c && l->qp->local.qpn == qpn)
-            return l;
-    return NULL;
+    pthread_mutex_lock(&tp->lock);
+    struct rdma_link *l = tp->links;
+    while (l != NULL && !(l->ctx == c && l->qp->local.qpn == qpn))
+        l = l->all_next;
+    if (l != NULL)
+        atomic_fetch_add(&l->users, 1);
+    pthread_mutex_unlock(&tp->lock);
+    return l;
+}
+
+static void link_put(struct rdma_link *l)
+{
+    atomic_fetch_sub(&l->users, 1);
 }
 
 struct retired {
@@ -550,31 +592,37 @@ static int poll_cq(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_cq *cq
     if (n <= 0)
         return 0;
     for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&tp->lock);
         struct rdma_link *l = link_of(tp, c, wc[i].qp_num);
-        pthread_mutex_unlock(&tp->lock);
         if (l == NULL)
             continue; /* a link being destroyed: its flushes need no one */
         if (send)
             on_send_wc(tp, l, &wc[i]);
         else
             on_recv_wc(l, &wc[i]);
+        link_put(l);
     }
     return n;
 }
 
-/* Post what the grant threads and control handlers queued, on every link (the lane alone rings
- * doorbells). */
-static int drain_all(struct orb_rdma_tp *tp)
+/* Post what the grant threads and control handlers queued on this lane's links (a lane alone
+ * rings its links' doorbells). */
+static int drain_lane(struct rdma_lane *lane)
 {
+    struct orb_rdma_tp *tp = lane->tp;
     struct rdma_link *todo[256];
     uint32_t n = 0;
     pthread_mutex_lock(&tp->lock);
-    for (struct rdma_link *l = tp->links; l != NULL && n < 256; l = l->all_next)
+    for (struct rdma_link *l = tp->links; l != NULL && n < 256; l = l->all_next) {
+        if (l->lane != lane->index)
+            continue;
+        atomic_fetch_add(&l->users, 1);
         todo[n++] = l; /* each looks at its own queues under its own lock */
+    }
     pthread_mutex_unlock(&tp->lock);
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         rdma_link_drain_waits(todo[i]);
+        link_put(todo[i]);
+    }
     return (int)n;
 }
 
@@ -594,7 +642,9 @@ static uint32_t outstanding_wrs(struct orb_rdma_tp *tp)
 
 static void *lane_main(void *arg)
 {
-    struct orb_rdma_tp *tp = arg;
+    struct rdma_lane *lane = arg;
+    struct orb_rdma_tp *tp = lane->tp;
+    this_lane = lane;
     uint32_t idle = 0;
     uint64_t nap = LANE_NAP_NS;
     uint64_t next_scan = orb_now_ns() + SCAN_EVERY_NS;
@@ -605,23 +655,26 @@ static void *lane_main(void *arg)
             (orb_now_ns() >= tp->drain_deadline || outstanding_wrs(tp) == 0))
             break;
         int got = 0;
-        if (atomic_exchange(&tp->kick, 0))
-            got += drain_all(tp);
+        if (atomic_exchange(&lane->kick, 0))
+            got += drain_lane(lane);
         for (uint32_t i = 0; i < tp->dev.nslots; i++) {
             struct rdma_ctx *c = tp->dctx[i];
             if (c == NULL)
                 continue;
-            got += poll_cq(tp, c, c->scq, true);
-            got += poll_cq(tp, c, c->rcq, false);
+            got += poll_cq(tp, c, c->scq[lane->index], true);
+            got += poll_cq(tp, c, c->rcq[lane->index], false);
         }
-        uint64_t now = orb_now_ns();
-        if (now >= next_scan) {
-            rdma_req_scan(tp, now);
-            next_scan = now + SCAN_EVERY_NS;
+        if (lane->index == 0) {
+            uint64_t now = orb_now_ns();
+            if (now >= next_scan) {
+                rdma_req_scan(tp, now);
+                next_scan = now + SCAN_EVERY_NS;
+            }
+            /* Lane 0 frees links here, holding no completion; other lanes hold theirs through
+             * link_of()/link_put(), which rdma_link_free() waits out. */
+            rdma_req_reap(tp, false);
+            rdma_src_reap(tp, false);
         }
-        /* The only place links are freed while the lane runs: no completion is in hand. */
-        rdma_req_reap(tp, false);
-        rdma_src_reap(tp, false);
         if (got > 0) {
             idle = 0;
             nap = LANE_NAP_NS;
@@ -637,6 +690,26 @@ static void *lane_main(void *arg)
     return NULL;
 }
 
+/* The rails' selector, seeded from each rail's port rate; its tier row from the NICs' tiers. */
+static int selector_start(struct orb_rdma_tp *tp)
+{
+    uint64_t mbps[ORB_RDMA_MAX_RAILS];
+    memset(tp->rail_tier, ORB_SELECT_EXCLUDED, sizeof tp->rail_tier);
+    for (uint32_t k = 0; k < tp->nrails; k++) {
+        const struct rdma_ctx *c = tp->dctx[tp->rail_nic[k]];
+        const struct orb_topo_nic *n = inventory_nic(tp, c->nic);
+        mbps[k] = 0;
+        for (uint32_t p = 0; n != NULL && p < n->nports && p < ORB_TOPO_MAX_PORTS; p++)
+            if (n->ports[p].num == c->port)
+                mbps[k] = n->ports[p].rate_mbps;
+        tp->rail_tier[k] = tp->nic_tier[c->nic];
+    }
+    struct orb_selector_config sc;
+    orb_selector_config_default(&sc);
+    sc.smart_selection = tp->cfg->smart_selection;
+    return orb_selector_create(&sc, tp->nrails, mbps, &orb_clock_monotonic, &tp->sel);
+}
+
 int rdma_data_start(struct orb_rdma_tp *tp)
 {
     pthread_mutex_init(&tp->lock, NULL);
@@ -649,6 +722,15 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     tp->io_timeout_ns = (uint64_t)orb_engine_cfg(tp->engine)->io_timeout_s * ORB_NS_PER_SEC;
     if (tp->env.query_port == NULL)
         return 0; /* registrations only */
+    tp->nlanes = tp->cfg->num_lanes < RDMA_MAX_LANES ? tp->cfg->num_lanes : RDMA_MAX_LANES;
+    tp->lanes = calloc(tp->nlanes, sizeof *tp->lanes);
+    if (tp->lanes == NULL)
+        return orb_fail(ORB_ENOMEM, "rdma: out of memory for %u lanes", tp->nlanes);
+    for (uint32_t i = 0; i < tp->nlanes; i++) {
+        tp->lanes[i].tp = tp;
+        tp->lanes[i].index = i;
+        atomic_init(&tp->lanes[i].kick, 0);
+    }
     for (uint32_t i = 0; i < tp->dev.nslots && tp->nrails < ORB_RDMA_MAX_RAILS; i++) {
         if (tp->dev.nics[i].pd == NULL)
             continue;
@@ -662,14 +744,21 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     }
     if (tp->nrails == 0)
         return 0;
-    int rc = rdma_staging_start(tp);
+    int rc = selector_start(tp);
+    if (rc == 0)
+        rc = rdma_staging_start(tp);
     if (rc != 0)
         return rc;
     tp->data = true;
     atomic_store(&tp->stopping, 0);
-    if (pthread_create(&tp->lane, NULL, lane_main, tp) != 0) {
-        tp->data = false;
-        return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot start the lane thread");
+    for (uint32_t i = 0; i < tp->nlanes; i++) {
+        if (pthread_create(&tp->lanes[i].thread, NULL, lane_main, &tp->lanes[i]) != 0) {
+            tp->lane_started = i > 0;
+            rdma_data_stop(tp);
+            tp->data = false;
+            return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot start lane %u", i);
+        }
+        tp->lanes[i].started = true;
     }
     tp->lane_started = true;
     for (uint32_t i = 0; i < RDMA_GRANT_THREADS; i++) {
@@ -703,8 +792,11 @@ void rdma_data_stop(struct orb_rdma_tp *tp)
     pthread_mutex_unlock(&tp->lock);
     for (uint32_t i = 0; i < n; i++)
         rdma_link_fail(all[i], ORB_ECLOSED);
-    if (tp->lane_started)
-        pthread_join(tp->lane, NULL);
+    for (uint32_t i = 0; i < tp->nlanes; i++) {
+        if (tp->lanes[i].started)
+            pthread_join(tp->lanes[i].thread, NULL);
+        tp->lanes[i].started = false;
+    }
     tp->lane_started = false;
     if (outstanding_wrs(tp) > 0)
         ORB_LOGE("rdma: stop: work requests did not flush within the drain window");
@@ -721,6 +813,10 @@ void rdma_data_destroy(struct orb_rdma_tp *tp)
         return;
     }
     rdma_staging_destroy(tp);
+    orb_selector_free(tp->sel);
+    tp->sel = NULL;
+    free(tp->lanes);
+    tp->lanes = NULL;
     for (uint32_t i = 0; i < ORB_TOPO_MAX_NICS; i++) {
         ctx_free(tp, tp->dctx[i]);
         tp->dctx[i] = NULL;

@@ -23,6 +23,12 @@ static uint32_t popcount(uint32_t v)
     return (uint32_t)__builtin_popcount(v);
 }
 
+/* The offset of piece `x` in its request (local and remote offsets move together). */
+static uint64_t piece_offset(const struct rdma_req *r, const struct orb_xfer *x)
+{
+    return x->remote_addr - r->addr;
+}
+
 /* ---- peers ------------------------------------------------------------------------------------- */
 
 static void peer_free_now(struct rdma_peer *p)
@@ -212,8 +218,38 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     for (uint32_t i = 0; i < count; i++) {
         pieces[i].offset = s[i].offset;
         pieces[i].length = s[i].length;
-        pieces[i].rail = i % p->nrails;
-        r->rail_mask |= 1u << pieces[i].rail;
+        pieces[i].rail = 0; /* chosen at dispatch (choose_rails) */
+    }
+    return 0;
+}
+
+/* Each live piece's rail, from the selector (grant thread, before the GRANT_REQ): the charges
+ * go into r->lease, returned piece by piece as their WRs complete and the rest when the request
+ * ends. */
+static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r)
+{
+    struct orb_slice s[ORB_SLICE_MAX];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->npieces; i++) {
+        const struct orb_xfer *x = r->pieces[i];
+        if (x == NULL)
+            continue;
+        s[n].offset = piece_offset(r, x);
+        s[n].length = x->length;
+        r->lease_slot[i] = (uint8_t)n++;
+    }
+    uint64_t peer_mask = r->peer->nrails >= 64 ? UINT64_MAX : (1ull << r->peer->nrails) - 1;
+    int rc = orb_selector_select(tp->sel, tp->rail_tier, peer_mask, s, n, &r->lease);
+    if (rc != 0)
+        return orb_fail_wrap(rc, "rdma: no rail for the request");
+    r->leased = true;
+    r->rail_mask = 0;
+    for (uint32_t i = 0; i < r->npieces; i++) {
+        struct orb_xfer *x = r->pieces[i];
+        if (x == NULL)
+            continue;
+        x->rail = orb_lease_nic(&r->lease, r->lease_slot[i]);
+        r->rail_mask |= 1u << x->rail;
     }
     return 0;
 }
@@ -311,15 +347,13 @@ static void end_locked(struct rdma_req *r, int status, struct ending *e)
                                                                           : ORB_REMOTE_EFFECT_NONE;
 }
 
-/* The offset of piece `x` in its request (local and remote offsets move together). */
-static uint64_t piece_offset(const struct rdma_req *r, const struct orb_xfer *x)
-{
-    return x->remote_addr - r->addr;
-}
-
 static void report_pieces(struct orb_rdma_tp *tp, const struct ending *e)
 {
     struct rdma_req *r = e->r;
+    if (r->leased) {
+        (void)orb_lease_abandon(&r->lease); /* the charges of pieces that never completed */
+        r->leased = false;
+    }
     if (r->stage.cpu != NULL) {
         /* A staged READ that succeeded lands in the application's bytes now; a failed one leaves
          * them as they were. */
@@ -429,6 +463,16 @@ void rdma_req_build(struct rdma_wait *w, const struct rdma_link *l, struct ibv_s
     *cookie = (uint64_t)(uintptr_t)&w->req->send_ctx[w->rail] | RDMA_COOKIE_CTX;
 }
 
+void rdma_req_posted(struct rdma_wait *w, const struct rdma_link *l)
+{
+    if (w->x == NULL)
+        return; /* a SEND_WITH_INV: no payload */
+    struct rdma_req *r = w->req;
+    if (r->first_post_ns[l->rail] == 0)
+        r->first_post_ns[l->rail] = orb_now_ns();
+    (void)orb_selector_note_posted(l->tp->sel, l->rail, w->x->length);
+}
+
 void rdma_req_wait_failed(struct rdma_wait *w, int status)
 {
     struct rdma_req *r = w->req;
@@ -454,10 +498,7 @@ static void submit_wait(struct rdma_req *r, struct rdma_wait *w)
     pthread_mutex_lock(&l->lock);
     rdma_link_enqueue(l, w);
     pthread_mutex_unlock(&l->lock);
-    if (pthread_equal(pthread_self(), r->peer->tp->lane))
-        rdma_link_drain_waits(l);
-    else
-        atomic_store(&r->peer->tp->kick, 1);
+    rdma_link_kick(l);
 }
 
 /* Post piece `index` of `r`. */
@@ -485,60 +526,22 @@ static void post_sendinv(struct rdma_req *r, uint32_t rail)
 
 /* ---- grants ----------------------------------------------------------------------------------- */
 
-static int grant_call(struct rdma_req *r)
+/* End `r` now with `status` and its cause (the grant thread, before anything was posted). */
+static void end_now(struct orb_rdma_tp *tp, struct rdma_req *r, int status, const char *why)
 {
-    struct rdma_peer *p = r->peer;
-    struct orb_rdma_grant_req g = {
-        .incarnation = p->incarnation, .request = r->id,
-        .op = r->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE, .rail_mask = r->rail_mask,
-        .addr = r->addr, .length = r->length,
-    };
-    uint8_t msg[64], resp[ORB_CONTROL_MAX];
-    size_t len = 0, rlen = 0;
-    int rc = orb_rdma_grant_req_encode(&g, msg, sizeof msg, &len);
-    if (rc != 0)
-        return rc;
-    rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
-                     orb_deadline_after(p->tp->io_timeout_ns));
-    if (rc != 0)
-        return rc;
-    if (orb_rdma_grant_decode(resp, rlen, &r->grant) != 0 || r->grant.nkeys != popcount(r->rail_mask))
-        return orb_fail(ORB_EPROTO, "rdma: %s answered GRANT_REQ with a malformed GRANT", p->endpoint);
-    if (r->grant.target > UINT64_MAX - r->length)
-        return orb_fail(ORB_EPROTO, "rdma: %s granted a window that wraps the address space", p->endpoint);
-    r->remote_target = r->grant.target;
-    uint32_t k = 0;
-    for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
-        if (r->rail_mask & (1u << rail))
-            r->key_of_rail[rail] = r->grant.rkeys[k++];
-    return 0;
+    struct ending e;
+    pthread_mutex_lock(&r->peer->lock);
+    fail_locked(r, status, "%s", why);
+    end_locked(r, status, &e);
+    pthread_mutex_unlock(&r->peer->lock);
+    report_pieces(tp, &e);
 }
 
-/* GRANT_REQ until granted. The source answers ORB_EAGAIN while a budget of its own is spent for
- * now (max_grants, a rail's receives, its staging): asked again, backing off, until io_timeout;
- * then the request fails with ORB_ERESOURCE. */
-static int grant_until(struct rdma_req *r)
+/* A staged request's extent, waiting for room up to io_timeout (`wait`) or not at all
+ * (ORB_EAGAIN); a WRITE's bytes copied in (only the pieces that will move). */
+static int stage_in(struct orb_rdma_tp *tp, struct rdma_req *r, bool wait)
 {
-    uint64_t deadline = orb_deadline_after(r->peer->tp->io_timeout_ns);
-    uint64_t nap = 200000; /* 0.2 ms, doubling to 25.6 ms */
-    for (;;) {
-        int rc = grant_call(r);
-        if (rc != ORB_EAGAIN)
-            return rc;
-        if (orb_now_ns() + nap >= deadline || atomic_load(&r->peer->tp->stopping))
-            return orb_fail(ORB_ERESOURCE, "rdma: %s: the source's budget stayed spent for io_timeout_s (%s)",
-                            r->peer->endpoint, orb_last_error());
-        struct timespec ts = {(time_t)(nap / ORB_NS_PER_SEC), (long)(nap % ORB_NS_PER_SEC)};
-        nanosleep(&ts, NULL);
-        if (nap < 25600000)
-            nap *= 2;
-    }
-}
-
-/* A staged request's extent; a WRITE's bytes copied in (only the pieces that will move). */
-static int stage_in(struct orb_rdma_tp *tp, struct rdma_req *r)
-{
-    int rc = rdma_stage_take(tp, r->length, orb_deadline_after(tp->io_timeout_ns), &r->stage);
+    int rc = rdma_stage_take(tp, r->length, wait ? orb_deadline_after(tp->io_timeout_ns) : 0, &r->stage);
     if (rc != 0 || r->op != ORB_XFER_WRITE)
         return rc;
     for (uint32_t i = 0; i < r->npieces; i++) {
@@ -549,11 +552,11 @@ static int stage_in(struct orb_rdma_tp *tp, struct rdma_req *r)
     return 0;
 }
 
-static void serve(struct orb_rdma_tp *tp, struct rdma_req *r)
+/* Ready `r` for its grant: ask each piece once whether it may still start (right before
+ * anything of the request moves) and choose the live pieces' rails. false: it ended here. */
+static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
 {
     struct rdma_peer *p = r->peer;
-    struct ending e;
-    /* Ask each piece once, right before anything of the request moves. */
     struct orb_xfer *withdrawn[ORB_SLICE_MAX];
     uint32_t live = 0, nw = 0;
     pthread_mutex_lock(&p->lock);
@@ -568,31 +571,29 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req *r)
     if (live == 0) {
         p->inflight--;
         r->counted = false;
+    } else {
+        r->id = ++p->next_request;
     }
     pthread_mutex_unlock(&p->lock);
-    if (live == 0) {
-        /* The request's space goes with its last piece: count it out first. */
+    if (live == 0) /* the request's space goes with its last piece: count it out first */
         atomic_fetch_sub(&tp->inflight_reqs, 1);
-        for (uint32_t i = 0; i < nw; i++)
-            orb_xfer_done(withdrawn[i], ORB_ETIMEDOUT, ORB_REMOTE_EFFECT_NONE);
-        return;
-    }
-    for (uint32_t i = 0; i < nw; i++) /* live pieces keep the space alive */
+    for (uint32_t i = 0; i < nw; i++) /* live pieces, if any, keep the space alive */
         orb_xfer_done(withdrawn[i], ORB_ETIMEDOUT, ORB_REMOTE_EFFECT_NONE);
-    pthread_mutex_lock(&p->lock);
-    r->id = ++p->next_request;
-    pthread_mutex_unlock(&p->lock);
-    int rc = r->staged ? stage_in(tp, r) : 0;
-    if (rc == 0)
-        rc = grant_until(r);
+    if (live == 0)
+        return false;
+    int rc = choose_rails(tp, r);
     if (rc != 0) {
-        pthread_mutex_lock(&p->lock);
-        fail_locked(r, rc, "%s", orb_last_error());
-        end_locked(r, rc, &e);
-        pthread_mutex_unlock(&p->lock);
-        report_pieces(tp, &e);
-        return;
+        end_now(tp, r, rc, orb_last_error());
+        return false;
     }
+    return true;
+}
+
+/* Post a granted request: its pieces on their rails, and the end of each rail without any. */
+static void start(struct orb_rdma_tp *tp, struct rdma_req *r)
+{
+    struct rdma_peer *p = r->peer;
+    struct ending e;
     uint32_t empty_rails = r->rail_mask;
     pthread_mutex_lock(&p->lock);
     r->granted = true;
@@ -626,37 +627,169 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req *r)
         report_pieces(tp, &e);
 }
 
+/* Take the source's answer for `r`: its keys by rail. */
+static int accept_grant(struct rdma_req *r, const struct orb_rdma_grant *g)
+{
+    if (g->nkeys != popcount(r->rail_mask) || g->target > UINT64_MAX - r->length)
+        return orb_fail(ORB_EPROTO, "rdma: %s answered with a grant of %u keys for %u rails at 0x%llx",
+                        r->peer->endpoint, g->nkeys, popcount(r->rail_mask), (unsigned long long)g->target);
+    r->grant = *g;
+    r->remote_target = g->target;
+    uint32_t k = 0;
+    for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
+        if (r->rail_mask & (1u << rail))
+            r->key_of_rail[rail] = g->rkeys[k++];
+    return 0;
+}
+
+/* Grant and start rs[0..n) (one peer's) with as few round trips as the source allows: one
+ * GRANT_REQ for all of them; requests the source answers "not now" (ORB_EAGAIN: a budget of its
+ * own is spent for the moment) are asked for again, backing off, until io_timeout; then they
+ * fail with ORB_ERESOURCE. */
+static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n)
+{
+    struct rdma_peer *p = rs[0]->peer;
+    uint64_t deadline = orb_deadline_after(tp->io_timeout_ns);
+    uint64_t nap = 200000; /* 0.2 ms, doubling to 25.6 ms */
+    struct orb_rdma_grant_req q;
+    struct orb_rdma_grants *ans = malloc(sizeof *ans);
+    char why[320];
+    while (n > 0) {
+        int rc = ans == NULL ? orb_fail(ORB_ENOMEM, "rdma: out of memory for a GRANT") : 0;
+        memset(&q, 0, sizeof q);
+        q.incarnation = p->incarnation;
+        q.count = n;
+        for (uint32_t i = 0; i < n; i++)
+            q.ask[i] = (struct orb_rdma_grant_ask){
+                .request = rs[i]->id, .op = rs[i]->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE,
+                .rail_mask = rs[i]->rail_mask, .addr = rs[i]->addr, .length = rs[i]->length};
+        uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
+        size_t len = 0, rlen = 0;
+        if (rc == 0)
+            rc = orb_rdma_grant_req_encode(&q, msg, sizeof msg, &len);
+        if (rc == 0)
+            rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
+        if (rc == 0 && (orb_rdma_grants_decode(resp, rlen, ans) != 0 || ans->count != n))
+            rc = orb_fail(ORB_EPROTO, "rdma: %s answered GRANT_REQ with a malformed GRANT", p->endpoint);
+        uint32_t again = 0;
+        if (rc != 0 && rc != ORB_EAGAIN) {
+            snprintf(why, sizeof why, "%s", orb_last_error());
+            for (uint32_t i = 0; i < n; i++)
+                end_now(tp, rs[i], rc, why);
+            break;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            struct rdma_req *r = rs[i];
+            int st = rc != 0 ? rc : ans->g[i].status;
+            if (st == ORB_EAGAIN) {
+                rs[again++] = r;
+                continue;
+            }
+            if (st == 0 && (st = accept_grant(r, &ans->g[i])) == 0) {
+                start(tp, r);
+                continue;
+            }
+            if (ans->g[i].status != 0)
+                snprintf(why, sizeof why, "rdma: %s refused the grant: %s", p->endpoint, ans->g[i].why);
+            else
+                snprintf(why, sizeof why, "%s", orb_last_error());
+            end_now(tp, r, st, why);
+        }
+        n = again;
+        if (n == 0)
+            break;
+        if (orb_now_ns() + nap >= deadline || atomic_load(&tp->stopping)) {
+            snprintf(why, sizeof why, "rdma: %s: the source's budget stayed spent for io_timeout_s (%s)", p->endpoint,
+                     rc != 0 ? orb_last_error() : ans->g[0].why);
+            for (uint32_t i = 0; i < n; i++)
+                end_now(tp, rs[i], ORB_ERESOURCE, why);
+            break;
+        }
+        struct timespec ts = {(time_t)(nap / ORB_NS_PER_SEC), (long)(nap % ORB_NS_PER_SEC)};
+        nanosleep(&ts, NULL);
+        if (nap < 25600000)
+            nap *= 2;
+    }
+    free(ans);
+}
+
+/* Serve a batch the grant thread took (one peer's requests, each counted in its inflight). A
+ * staged request that finds staging full first sends off the ones prepared before it, whose
+ * extents come back only once they run, and only then waits. */
+static void serve(struct orb_rdma_tp *tp, struct rdma_req **batch, uint32_t n)
+{
+    struct rdma_req *live[ORB_RDMA_GRANT_BATCH];
+    uint32_t nlive = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct rdma_req *r = batch[i];
+        if (!prepare(tp, r))
+            continue;
+        if (r->staged) {
+            int rc = stage_in(tp, r, false);
+            if (rc == ORB_EAGAIN) {
+                if (nlive > 0)
+                    grant_batch(tp, live, nlive);
+                nlive = 0;
+                rc = stage_in(tp, r, true);
+            }
+            if (rc != 0) {
+                end_now(tp, r, rc, orb_last_error());
+                continue;
+            }
+        }
+        live[nlive++] = r;
+    }
+    if (nlive > 0)
+        grant_batch(tp, live, nlive);
+}
+
+/* Take the queue's head and up to ORB_RDMA_GRANT_BATCH - 1 more requests of its peer (glock
+ * held), as long as the peer has room: at most RDMA_RQ_DEPTH of its requests past this point,
+ * since each may need an ACK receive. The places are taken under both locks, so concurrent grant
+ * threads cannot overshoot. Returns how many (0: the head's peer is full). */
+static uint32_t take_batch(struct orb_rdma_tp *tp, struct rdma_req **out)
+{
+    struct rdma_peer *p = tp->gq_head->peer;
+    uint32_t n = 0;
+    pthread_mutex_lock(&p->lock);
+    struct rdma_req **pp = &tp->gq_head, *prev = NULL;
+    while (*pp != NULL && n < ORB_RDMA_GRANT_BATCH && p->inflight < RDMA_RQ_DEPTH) {
+        struct rdma_req *r = *pp;
+        if (r->peer != p) {
+            prev = r;
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (tp->gq_tail == r)
+            tp->gq_tail = prev;
+        p->inflight++;
+        r->counted = true;
+        out[n++] = r;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
 void *rdma_grant_thread(void *arg)
 {
     struct orb_rdma_tp *tp = arg;
+    struct rdma_req *batch[ORB_RDMA_GRANT_BATCH];
     pthread_mutex_lock(&tp->glock);
     while (!atomic_load(&tp->stopping)) {
-        struct rdma_req *r = tp->gq_head;
-        if (r == NULL) {
+        if (tp->gq_head == NULL) {
             struct timespec ts = orb_deadline_timespec(orb_deadline_after(100ull * 1000000ull));
             pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
             continue;
         }
-        /* At most RDMA_RQ_DEPTH requests per peer past this point: each may need an ACK
-         * receive. The place is taken here, under both locks, so concurrent grant threads
-         * cannot overshoot. */
-        pthread_mutex_lock(&r->peer->lock);
-        bool room = r->peer->inflight < RDMA_RQ_DEPTH;
-        if (room) {
-            r->peer->inflight++;
-            r->counted = true;
-        }
-        pthread_mutex_unlock(&r->peer->lock);
-        if (!room) {
+        uint32_t n = take_batch(tp, batch);
+        if (n == 0) {
             struct timespec ts = orb_deadline_timespec(orb_deadline_after(1000000ull));
             pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
             continue;
         }
-        tp->gq_head = r->next;
-        if (tp->gq_head == NULL)
-            tp->gq_tail = NULL;
         pthread_mutex_unlock(&tp->glock);
-        serve(tp, r);
+        serve(tp, batch, n);
         pthread_mutex_lock(&tp->glock);
     }
     /* Stopping: what was never granted ends here. */
@@ -665,12 +798,7 @@ void *rdma_grant_thread(void *arg)
     pthread_mutex_unlock(&tp->glock);
     while (left != NULL) {
         struct rdma_req *next = left->next;
-        struct ending e;
-        pthread_mutex_lock(&left->peer->lock);
-        fail_locked(left, ORB_ECLOSED, "rdma: the transport stopped before the request was granted");
-        end_locked(left, ORB_ECLOSED, &e);
-        pthread_mutex_unlock(&left->peer->lock);
-        report_pieces(tp, &e);
+        end_now(tp, left, ORB_ECLOSED, "rdma: the transport stopped before the request was granted");
         left = next;
     }
     return NULL;
@@ -701,11 +829,16 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
     r->outstanding--;
     if (sendinv) {
         r->sends_left--;
-    } else if (ok) {
-        r->rail_wrs[rail]++;
-        r->rail_bytes[rail] += x->length;
-        atomic_fetch_add(&tp->payload_send_cqes, 1);
-        atomic_fetch_add(x->op == ORB_XFER_READ ? &tp->completed_reads : &tp->completed_writes, 1);
+    } else {
+        (void)orb_selector_note_post_ended(tp->sel, rail, x->length);
+        (void)orb_lease_consume(&r->lease, r->lease_slot[x->piece_index]);
+        if (ok) {
+            r->rail_wrs[rail]++;
+            r->rail_bytes[rail] += x->length;
+            atomic_fetch_add(&tp->payload_send_cqes, 1);
+            atomic_fetch_add(x->op == ORB_XFER_READ ? &tp->completed_reads : &tp->completed_writes, 1);
+            (void)orb_selector_note_completed(tp->sel, rail, x->length);
+        }
     }
     if (!ok) {
         ORB_LOGD("rdma: %s: rail %u: %s", p->endpoint, rail, tp->v->wc_status_str(wc->status));
@@ -713,8 +846,14 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
                     "rdma: rail %u: the device completed a work request with \"%s\"", rail,
                     tp->v->wc_status_str(wc->status));
     }
-    if (!sendinv && --r->rail_left[rail] == 0 && r->status == 0)
+    if (!sendinv && --r->rail_left[rail] == 0 && r->status == 0) {
         post_end_of_rail = true;
+        /* The rail's selection sample: its payload over the time from its first post to its
+         * last completion (a failure on it anywhere offers none). */
+        uint64_t now = orb_now_ns();
+        if (now > r->first_post_ns[rail])
+            (void)orb_selector_observe(tp->sel, rail, r->rail_bytes[rail], now - r->first_post_ns[rail]);
+    }
     bool end = maybe_end(r, &e);
     pthread_mutex_unlock(&p->lock);
     if (end)

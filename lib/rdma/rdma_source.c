@@ -292,34 +292,19 @@ static int src_disconnect(struct orb_rdma_tp *tp, const struct orb_epoch *sender
 
 /* ---- grants ----------------------------------------------------------------------------------- */
 
-static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_req *inp,
-                    uint8_t *resp, size_t cap, size_t *resp_len);
-
-static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len,
-                     uint8_t *resp, size_t cap, size_t *resp_len)
+/* Prepare one request's grant: the registration pinned with the operation's permission, the
+ * budgets reserved, a staging extent filled when this engine stages, and a window bind per rail
+ * queued for the lane. On success *out is linked on the connection with its binds in flight;
+ * grant_publish() answers it once they are done. */
+static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_ask *in,
+                         struct rdma_grant **out)
 {
-    struct orb_rdma_grant_req in;
-    int rc = orb_rdma_grant_req_decode(req, len, &in);
-    if (rc != 0)
-        return rc;
-    struct rdma_src_conn *c = conn_get(tp, sender, in.incarnation);
-    if (c == NULL)
-        return orb_fail(ORB_ENOENT, "rdma: no connection %llx of this requester", (unsigned long long)in.incarnation);
-    rc = grant_on(tp, c, &in, resp, cap, resp_len);
-    conn_put(tp, c);
-    return rc;
-}
-
-static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_req *inp,
-                    uint8_t *resp, size_t cap, size_t *resp_len)
-{
-    const struct orb_rdma_grant_req in = *inp;
     int rc;
-    if ((in.rail_mask >> c->nrails) != 0)
-        return orb_fail(ORB_EPROTO, "rdma: rails 0x%x asked for on a connection of %u", in.rail_mask, c->nrails);
+    if ((in->rail_mask >> c->nrails) != 0)
+        return orb_fail(ORB_EPROTO, "rdma: rails 0x%x asked for on a connection of %u", in->rail_mask, c->nrails);
     struct orb_reg *pin = NULL;
-    rc = orb_registry_acquire(orb_engine_registry(tp->engine), in.addr, in.length,
-                              in.op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);
+    rc = orb_registry_acquire(orb_engine_registry(tp->engine), in->addr, in->length,
+                              in->op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);
     if (rc != 0)
         return rc;
     /* Direct: windows on the registration's own parent MRs. Staged: on an extent of the staging
@@ -337,16 +322,17 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
     }
     g->conn = c;
     g->pin = pin;
-    g->request = in.request;
-    g->op = in.op;
-    g->addr = in.addr;
-    g->length = in.length;
-    g->rail_mask = in.rail_mask;
+    g->request = in->request;
+    g->op = in->op;
+    g->addr = in->addr;
+    g->length = in->length;
+    g->rail_mask = in->rail_mask;
     g->generation = 1;
     if ((rc = orb_random_bytes(g->nonce, sizeof g->nonce)) != 0)
         goto release;
 
-    /* Reserve: the grant budget and a receive on every rail. */
+    /* Reserve: the grant budget and a receive on every rail. Both are spent only for a moment:
+     * "not now" (ORB_EAGAIN) makes the requester ask again. */
     pthread_mutex_lock(&c->lock);
     if (c->failed != 0) {
         pthread_mutex_unlock(&c->lock);
@@ -371,41 +357,39 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
     for (uint32_t k = 0; k < c->nrails; k++)
         if (g->rail_mask & (1u << k))
             c->ngrants[k]++;
-    g->published = true; /* charged; published to the requester only below */
+    g->published = true; /* charged; published to the requester only by grant_publish() */
     g->id = ++c->next_grant;
     g->next = c->grants;
     c->grants = g;
     pthread_mutex_unlock(&c->lock);
 
-    uint64_t target = in.addr;
+    g->target = in->addr;
     if (staged) {
-        if ((rc = rdma_stage_take(tp, in.length, 0, &g->stage)) != 0)
+        if ((rc = rdma_stage_take(tp, in->length, 0, &g->stage)) != 0)
             goto unlink;
-        if (in.op == ORB_OP_READ)
-            memcpy(g->stage.cpu, pin->kind->cpu_view(pin, in.addr), in.length);
-        target = (uint64_t)(uintptr_t)g->stage.cpu;
+        if (in->op == ORB_OP_READ)
+            memcpy(g->stage.cpu, pin->kind->cpu_view(pin, in->addr), in->length);
+        g->target = (uint64_t)(uintptr_t)g->stage.cpu;
     }
 
     /* Bind a window per rail on that rail's queue pair, exactly the range, one direction. */
-    int post_rc = 0;
-    for (uint32_t k = 0; k < c->nrails && post_rc == 0; k++) {
+    for (uint32_t k = 0; k < c->nrails; k++) {
         if (!(g->rail_mask & (1u << k)))
             continue;
         struct rdma_link *l = c->links[k];
         const struct orb_rdma_reg_mr *mr = staged ? rdma_stage_mr(tp, l->ctx->nic) : orb_rdma_reg_mrs_on(m, l->ctx->nic);
         if (mr == NULL || mr->parent == NULL) {
-            post_rc = orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no window parent on NIC %u",
-                               l->ctx->nic);
+            rc = orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no window parent on NIC %u", l->ctx->nic);
             break;
         }
         uint32_t key = 0;
         pthread_mutex_lock(&l->ctx->wlock);
-        post_rc = orb_rdma_window_take(&l->ctx->windows, &g->win[k]);
-        if (post_rc == 0)
-            post_rc = orb_rdma_window_bind_wr(&l->ctx->windows, g->win[k], mr->parent, target, in.length, in.op, 0,
-                                              &g->bind_wr[k], &key);
+        rc = orb_rdma_window_take(&l->ctx->windows, &g->win[k]);
+        if (rc == 0)
+            rc = orb_rdma_window_bind_wr(&l->ctx->windows, g->win[k], mr->parent, g->target, in->length, in->op, 0,
+                                         &g->bind_wr[k], &key);
         pthread_mutex_unlock(&l->ctx->wlock);
-        if (post_rc != 0)
+        if (rc != 0)
             break;
         g->key[k] = key;
         g->bind_ctx[k] = (struct rdma_wr_ctx){.kind = RDMA_WR_BIND, .rail = (uint8_t)k, .owner = g};
@@ -415,45 +399,17 @@ static int grant_on(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struc
         pthread_mutex_unlock(&c->lock);
         rdma_link_queue_bind(l, &g->bind_wait[k]); /* the lane posts it */
     }
-
-    /* Wait for the binds (bounded): only then may the keys be published. */
-    uint64_t deadline = orb_deadline_after(RDMA_BIND_WAIT_NS);
-    pthread_mutex_lock(&c->lock);
-    while (g->binds_left > 0) {
-        struct timespec ts = orb_deadline_timespec(deadline);
-        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT && g->binds_left > 0)
-            break;
-    }
-    if (g->binds_left > 0) {
-        /* The lane frees it when the binds come back (or the connection goes). */
-        g->abandoned = true;
+    if (rc != 0) {
+        /* Binds already queued still come back; grant_publish() answers the failure. */
+        pthread_mutex_lock(&c->lock);
+        if (g->bind_status == 0) {
+            g->bind_status = rc;
+            snprintf(g->why, sizeof g->why, "%s", orb_last_error());
+        }
         pthread_mutex_unlock(&c->lock);
-        conn_fail(c, ORB_ETIMEDOUT, "a window bind did not complete in time");
-        return orb_fail(ORB_ETIMEDOUT, "rdma: binding the grant's windows did not complete in time");
     }
-    if (post_rc == 0 && g->bind_status != 0)
-        post_rc = orb_fail(g->bind_status, "rdma: a window bind failed at the device");
-    if (post_rc != 0) {
-        grant_unlink(c, g);
-        pthread_mutex_unlock(&c->lock);
-        rc = post_rc;
-        char why[256];
-        snprintf(why, sizeof why, "%s", orb_last_error());
-        grant_release(c, g, false);
-        free(g);
-        return orb_fail(rc, "%s", why);
-    }
-    struct orb_rdma_grant out;
-    memset(&out, 0, sizeof out);
-    out.grant = g->id;
-    out.generation = g->generation;
-    memcpy(out.nonce, g->nonce, sizeof out.nonce);
-    out.target = target;
-    for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
-        if (g->rail_mask & (1u << k))
-            out.rkeys[out.nkeys++] = g->key[k];
-    pthread_mutex_unlock(&c->lock);
-    return orb_rdma_grant_encode(&out, resp, cap, resp_len);
+    *out = g;
+    return 0;
 
 unlink:
     pthread_mutex_lock(&c->lock);
@@ -466,6 +422,127 @@ unlink:
 release:
     orb_registry_release(g->pin);
     free(g);
+    return rc;
+}
+
+/* Give up on a prepared grant that is not published: freed now, or by the lane with its last
+ * bind. */
+static void grant_abandon(struct rdma_src_conn *c, struct rdma_grant *g)
+{
+    pthread_mutex_lock(&c->lock);
+    g->abandoned = true;
+    bool now = g->binds_left == 0;
+    if (now)
+        grant_unlink(c, g);
+    pthread_mutex_unlock(&c->lock);
+    if (now) {
+        grant_release(c, g, false);
+        free(g);
+    }
+}
+
+/* Whether every grant of gs[0..n) has its binds back (conn lock held). */
+static bool binds_done(struct rdma_grant *const *gs, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (gs[i] != NULL && gs[i]->binds_left > 0)
+            return false;
+    return true;
+}
+
+/* Answer one prepared grant after its binds: the keys, or the failure (the grant undone). */
+static void grant_publish(struct rdma_src_conn *c, struct rdma_grant *g, struct orb_rdma_grant *out)
+{
+    /* conn lock held on entry, released on return */
+    if (g->bind_status != 0) {
+        int status = g->bind_status;
+        char why[sizeof g->why];
+        snprintf(why, sizeof why, "%s", g->why[0] != '\0' ? g->why : "rdma: a window bind failed at the device");
+        grant_unlink(c, g);
+        pthread_mutex_unlock(&c->lock);
+        grant_release(c, g, false);
+        free(g);
+        out->status = status;
+        snprintf(out->why, sizeof out->why, "%s", why);
+        return;
+    }
+    out->status = 0;
+    out->grant = g->id;
+    out->generation = g->generation;
+    memcpy(out->nonce, g->nonce, sizeof out->nonce);
+    out->target = g->target;
+    out->nkeys = 0;
+    for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
+        if (g->rail_mask & (1u << k))
+            out->rkeys[out->nkeys++] = g->key[k];
+    pthread_mutex_unlock(&c->lock);
+}
+
+static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len,
+                     uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    struct orb_rdma_grant_req in;
+    int rc = orb_rdma_grant_req_decode(req, len, &in);
+    if (rc != 0)
+        return rc;
+    struct rdma_src_conn *c = conn_get(tp, sender, in.incarnation);
+    if (c == NULL)
+        return orb_fail(ORB_ENOENT, "rdma: no connection %llx of this requester", (unsigned long long)in.incarnation);
+    struct orb_rdma_grants *out = calloc(1, sizeof *out);
+    if (out == NULL) {
+        conn_put(tp, c);
+        return orb_fail(ORB_ENOMEM, "rdma: out of memory for a GRANT");
+    }
+    /* Every request's binds go out first; one wait covers them all. */
+    struct rdma_grant *gs[ORB_RDMA_GRANT_BATCH] = {NULL};
+    out->count = in.count;
+    for (uint32_t i = 0; i < in.count; i++) {
+        int e = grant_prepare(tp, c, &in.ask[i], &gs[i]);
+        if (e == ORB_EPROTO) {
+            /* A broken request is no refusal: the message is refused whole. */
+            char why[256];
+            snprintf(why, sizeof why, "%s", orb_last_error());
+            rc = e;
+            for (uint32_t j = 0; j < i; j++)
+                if (gs[j] != NULL)
+                    grant_abandon(c, gs[j]);
+            free(out);
+            conn_put(tp, c);
+            return orb_fail(rc, "%s", why);
+        }
+        if (e != 0) {
+            out->g[i].status = e;
+            snprintf(out->g[i].why, sizeof out->g[i].why, "%s", orb_last_error());
+        }
+    }
+    uint64_t deadline = orb_deadline_after(RDMA_BIND_WAIT_NS);
+    pthread_mutex_lock(&c->lock);
+    while (!binds_done(gs, in.count)) {
+        struct timespec ts = orb_deadline_timespec(deadline);
+        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT && !binds_done(gs, in.count))
+            break;
+    }
+    bool late = !binds_done(gs, in.count);
+    pthread_mutex_unlock(&c->lock);
+    for (uint32_t i = 0; i < in.count; i++) {
+        struct rdma_grant *g = gs[i];
+        if (g == NULL)
+            continue;
+        if (late) {
+            /* Nothing of this message is published: the lane frees what is still binding. */
+            grant_abandon(c, g);
+            out->g[i].status = ORB_ETIMEDOUT;
+            snprintf(out->g[i].why, sizeof out->g[i].why, "rdma: binding the grant's windows did not complete in time");
+            continue;
+        }
+        pthread_mutex_lock(&c->lock);
+        grant_publish(c, g, &out->g[i]); /* unlocks */
+    }
+    if (late)
+        conn_fail(c, ORB_ETIMEDOUT, "a window bind did not complete in time");
+    rc = orb_rdma_grants_encode(out, resp, cap, resp_len);
+    free(out);
+    conn_put(tp, c);
     return rc;
 }
 

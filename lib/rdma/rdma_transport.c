@@ -15,6 +15,7 @@
 #include "rdma/rdma_data.h"
 #include "helper/helper_client.h"
 #include "topo/sysfs.h"
+#include "topo/tiers.h"
 #include "topo/topo_config.h"
 
 /* The helper's start and every call of its session. */
@@ -240,6 +241,12 @@ int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, v
         rc = orb_fail_wrap(rc, "rdma: the NIC filters");
         goto free_tp;
     }
+    /* Host memory's locality tiers (its NUMA node is not looked up per request: the preferred
+     * node when set, else every eligible NIC ranks alike). */
+    if ((rc = orb_topo_tiers_cpu(&tp->disc.inv, &tc, eligible, ORB_TOPO_NUMA_UNKNOWN, tp->nic_tier)) != 0) {
+        rc = orb_fail_wrap(rc, "rdma: the NICs' locality tiers");
+        goto free_tp;
+    }
     uint64_t allowed = eligible & tp->disc.allowed;
     if (allowed == 0) {
         rc = not_here(eligible != 0 ? "rdma: the helper's policy allows none of the eligible RDMA NICs"
@@ -389,6 +396,44 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     return 0;
 }
 
+static int rdma_nic_load(void *tp_, void *out_, size_t cap, size_t *count)
+{
+    struct orb_rdma_tp *tp = tp_;
+    if (!tp->data || tp->sel == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: none of this engine's NICs carries requests");
+    if (out_ == NULL && cap == 0) {
+        *count = tp->nrails;
+        return 0;
+    }
+    if (cap < tp->nrails)
+        return orb_fail(ORB_EINVAL, "orb_engine_rdma_nic_load: room for %zu NICs, %u rails", cap, tp->nrails);
+    struct orb_nic_load l[ORB_RDMA_MAX_RAILS];
+    uint32_t n = 0;
+    int rc = orb_selector_load_stats(tp->sel, l, ORB_RDMA_MAX_RAILS, &n);
+    if (rc != 0)
+        return rc;
+    struct orb_rdma_nic_load *out = out_;
+    for (uint32_t k = 0; k < n && k < tp->nrails; k++) {
+        const struct rdma_ctx *c = tp->dctx[tp->rail_nic[k]];
+        struct orb_rdma_nic_load *o = &out[k];
+        memset(o, 0, sizeof *o);
+        o->rail = k;
+        snprintf(o->name, sizeof o->name, "%s", tp->dev.nics[c->nic].name);
+        o->port = c->port;
+        o->healthy = l[k].healthy;
+        o->link_mbps = l[k].link_mbps;
+        o->effective_mbps = l[k].effective_mbps;
+        o->selection_bps = l[k].selection_bps;
+        o->transmit_bps = l[k].transmit_bps;
+        o->charged_bytes = l[k].charged_bytes;
+        o->posted_bytes = l[k].posted_bytes;
+        o->completed_bytes = l[k].completed_bytes;
+        o->allocated_bytes = l[k].allocated_bytes;
+    }
+    *count = tp->nrails;
+    return 0;
+}
+
 /* ---- lifecycle and peers ------------------------------------------------------------------- */
 
 static void rdma_close_source(void *tp)
@@ -434,4 +479,5 @@ const struct orb_transport_ops orb_rdma_transport = {
     .peer_release = rdma_peer_release,
     .control = rdma_source_control,
     .stats = rdma_stats,
+    .nic_load = rdma_nic_load,
 };

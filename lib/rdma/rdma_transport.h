@@ -32,6 +32,7 @@
 #include "core/transport.h"
 #include "rdma/devices.h"
 #include "rdma/reg_mrs.h"
+#include "topo/selector.h"
 
 /* What discovery found. */
 struct orb_rdma_discovery {
@@ -73,6 +74,7 @@ struct rdma_src_conn;
 struct rdma_req;
 struct rdma_peer;
 struct rdma_staging;
+struct rdma_lane;
 
 struct orb_rdma_tp {
     orb_engine *engine;
@@ -101,15 +103,19 @@ struct orb_rdma_tp {
     uint64_t drain_deadline;
     uint32_t endpoints;                         /* QPs, against max_endpoints */
     atomic_int stopping;
-    atomic_int kick;                            /* work queued for the lane to post */
-    pthread_t lane;
+    struct rdma_lane *lanes;                    /* nlanes of them (rdma_data.h) */
+    uint32_t nlanes;
+    uint32_t next_lane;                         /* the lane the next link gets (tp->lock) */
     pthread_t granter[4];                       /* RDMA_GRANT_THREADS */
-    bool lane_started;
+    bool lane_started;                          /* the lanes run */
     uint32_t granters;                          /* started */
     pthread_mutex_t glock;                      /* the grant queue */
     pthread_cond_t gcond;
     struct rdma_req *gq_head, *gq_tail;
     struct rdma_staging *staging;               /* host_memory staged: the arena; else NULL */
+    uint8_t nic_tier[ORB_TOPO_MAX_NICS];        /* by NIC id: locality tier of host memory */
+    struct orb_selector *sel;                   /* picks a rail per slice (selector index = rail) */
+    uint8_t rail_tier[ORB_TOPO_MAX_NICS];       /* the selector's tier row: rails, then excluded */
     atomic_uint_fast64_t inflight_reqs, active_grants;
     atomic_uint_fast64_t completed_reads, completed_writes, payload_send_cqes, grants_served, errors;
     atomic_uint_fast64_t staged_transfers;

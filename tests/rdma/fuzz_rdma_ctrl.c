@@ -54,17 +54,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = orb_rdma_grant_req_decode(data, size, &gr);
     check_rc(rc, "grant request decode");
     if (rc == 0) {
-        check(gr.length > 0 && gr.addr + gr.length >= gr.addr && gr.rail_mask != 0, "grant request range");
+        check(gr.count >= 1 && gr.count <= ORB_RDMA_GRANT_BATCH, "grant request count");
+        for (uint32_t i = 0; i < gr.count; i++)
+            check(gr.ask[i].length > 0 && gr.ask[i].addr + gr.ask[i].length >= gr.ask[i].addr &&
+                  gr.ask[i].rail_mask != 0, "grant request range");
         check(orb_rdma_grant_req_encode(&gr, out, sizeof out, &len) == 0, "grant request re-encode");
         same(out, len, data, size, "grant request bytes");
     }
-    struct orb_rdma_grant g;
-    rc = orb_rdma_grant_decode(data, size, &g);
+    static struct orb_rdma_grants g;
+    rc = orb_rdma_grants_decode(data, size, &g);
     check_rc(rc, "grant decode");
     if (rc == 0) {
-        for (uint32_t i = 0; i < g.nkeys; i++)
-            check(g.rkeys[i] != 0, "grant key");
-        check(orb_rdma_grant_encode(&g, out, sizeof out, &len) == 0, "grant re-encode");
+        check(g.count >= 1 && g.count <= ORB_RDMA_GRANT_BATCH, "grant count");
+        for (uint32_t e = 0; e < g.count; e++) {
+            check(g.g[e].status <= 0 && g.g[e].status >= ORB_EAGAIN, "grant status");
+            check(strlen(g.g[e].why) <= ORB_RDMA_WHY_MAX, "grant cause");
+            for (uint32_t i = 0; i < g.g[e].nkeys; i++)
+                check(g.g[e].rkeys[i] != 0, "grant key");
+        }
+        check(orb_rdma_grants_encode(&g, out, sizeof out, &len) == 0, "grant re-encode");
         same(out, len, data, size, "grant bytes");
     }
     uint64_t inc;

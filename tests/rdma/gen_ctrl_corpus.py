@@ -4,7 +4,7 @@ import os
 import sys
 import struct
 
-V = 2
+V = 3
 CONNECT, CONNECT_OK, GRANT_REQ, GRANT = 1, 2, 3, 4
 GID = bytes([0] * 10 + [0xFF, 0xFF, 10, 77, 1, 1])
 NONCE = bytes(range(32))
@@ -22,14 +22,30 @@ def connect(kind, rails, n=None, incarnation=0x1122334455667788, pad=b"\0\0\0"):
     return prefix(kind) + struct.pack("<QB", incarnation, len(rails) if n is None else n) + pad + b"".join(rails)
 
 
-def grant_req(op=0, mask=1, addr=0x7F0000001000, length=4096, pad=b"\0\0\0"):
-    return prefix(GRANT_REQ) + struct.pack("<QQB", 9, 0x55, op) + pad + struct.pack("<IQQ", mask, addr, length)
+def ask(op=0, mask=1, addr=0x7F0000001000, length=4096, pad=b"\0\0\0", request=0x55):
+    return struct.pack("<QB", request, op) + pad + struct.pack("<IQQ", mask, addr, length)
+
+
+def grant_req(asks=None, n=None, pad=b"\0\0\0", **one):
+    asks = [ask(**one)] if asks is None else asks
+    return prefix(GRANT_REQ) + struct.pack("<QB", 9, len(asks) if n is None else n) + pad + b"".join(asks)
+
+
+def granted(keys, n=None, target=0x7F0000001000):
+    return struct.pack("<iB", 0, len(keys) if n is None else n) + b"\0\0\0" + struct.pack("<QQ", 3, 1) + \
+        NONCE + struct.pack("<Q", target) + b"".join(struct.pack("<I", k) for k in keys)
+
+
+def refused(status=-4, why=b"rdma: WRITE into a READ-only registration", n=None):
+    return struct.pack("<iB", status, len(why) if n is None else n) + b"\0\0\0" + why
+
+
+def grants(entries, n=None):
+    return prefix(GRANT) + struct.pack("<B", len(entries) if n is None else n) + b"\0\0\0" + b"".join(entries)
 
 
 def grant(keys, n=None, target=0x7F0000001000):
-    return prefix(GRANT) + struct.pack("<QQ", 3, 1) + NONCE + struct.pack("<QB", target, len(keys) if n is None
-                                                                             else n) + \
-        b"\0\0\0" + b"".join(struct.pack("<I", k) for k in keys)
+    return grants([granted(keys, n, target)])
 
 
 def binding(rail_i=0, op=0, rkey=0x1234, length=4096, rail_bytes=4096, magic=0x4242524F, zero=0):
@@ -49,6 +65,8 @@ def corpus():
         "valid-connect-16": connect(CONNECT, [rail(i % 64, qpn=i + 1) for i in range(16)]),
         "valid-grant-req": grant_req(),
         "valid-grant-req-write-rails": grant_req(op=1, mask=0x8001, addr=2**64 - 4097, length=4096),
+        "valid-grant-req-16": grant_req([ask(request=i, op=i % 2, mask=1 << (i % 16)) for i in range(16)]),
+        "valid-grants-mixed": grants([granted([7, 8]), refused(), refused(-16, b""), granted([9])]),
         "valid-grant-1": grant([0x1234]),
         "valid-grant-16": grant([i + 1 for i in range(16)]),
         "valid-binding": binding(),
@@ -57,7 +75,7 @@ def corpus():
         "bad-disconnect-short": prefix(5) + struct.pack("<I", 1),
         "valid-ack-error": ack(-4),
         "bad-empty": b"",
-        "bad-prefix-version": prefix(CONNECT, version=1) + b"\0" * 40,
+        "bad-prefix-version": prefix(CONNECT, version=V - 1) + b"\0" * 40,
         "bad-prefix-reserved": prefix(GRANT_REQ, r=1) + b"\0" * 40,
         "bad-connect-0-rails": connect(CONNECT, [], n=0),
         "bad-connect-17-rails": connect(CONNECT, [rail(qpn=i + 1) for i in range(17)]),
@@ -77,6 +95,16 @@ def corpus():
         "bad-grant-keys-0": grant([], n=0),
         "bad-grant-count": grant([1, 2], n=3),
         "bad-grant-key-0": grant([5, 0]),
+        "bad-grant-req-count-0": grant_req([], n=0),
+        "bad-grant-req-count-17": grant_req([ask(request=i) for i in range(17)]),
+        "bad-grant-req-count-short": grant_req([ask(), ask()], n=3),
+        "bad-grants-count-0": grants([], n=0),
+        "bad-grants-short": grants([granted([1])], n=2),
+        "bad-grants-status-unknown": grants([refused(-99)]),
+        "bad-grants-status-positive": grants([refused(5)]),
+        "bad-grants-why-long": grants([refused(why=b"x" * 121)]),
+        "bad-grants-why-binary": grants([refused(why=b"bad\x01byte")]),
+        "bad-grants-why-short": grants([refused(why=b"abc", n=9)]),
         "bad-binding-short": binding()[:-1],
         "bad-binding-magic": binding(magic=0x4242524E),
         "bad-binding-rail": binding(rail_i=16),

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include <orbite/orbite.h>
@@ -63,58 +64,93 @@ static void test_connect_round_trip(void **state)
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, 20, &len), ORB_EINVAL);
     /* A different version. */
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, sizeof buf, &len), 0);
-    buf[1] = ORB_RDMA_CTRL_VERSION - 1; /* the layout before GRANT carried its target */
+    buf[1] = ORB_RDMA_CTRL_VERSION - 1; /* the layout before GRANTs came in batches */
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), ORB_EPROTO);
 }
 
 static void test_grant_round_trip(void **state)
 {
     (void)state;
-    struct orb_rdma_grant_req r = {.incarnation = 5, .request = 77, .op = ORB_OP_WRITE, .rail_mask = 0x5,
-                                   .addr = 0x7f0000000000ull, .length = 1u << 20};
-    uint8_t buf[512];
+    struct orb_rdma_grant_req r;
+    memset(&r, 0, sizeof r);
+    r.incarnation = 5;
+    r.count = 2;
+    r.ask[0] = (struct orb_rdma_grant_ask){.request = 77, .op = ORB_OP_WRITE, .rail_mask = 0x5,
+                                           .addr = 0x7f0000000000ull, .length = 1u << 20};
+    r.ask[1] = (struct orb_rdma_grant_ask){.request = 78, .op = ORB_OP_READ, .rail_mask = 0x1, .addr = 4096,
+                                           .length = 1};
+    uint8_t buf[4096];
     size_t len = 0;
     assert_int_equal(orb_rdma_grant_req_encode(&r, buf, sizeof buf, &len), 0);
-    assert_int_equal(len, 4 + 40);
+    assert_int_equal(len, 4 + 12 + 2 * 32);
     struct orb_rdma_grant_req rd;
     assert_int_equal(orb_rdma_grant_req_decode(buf, len, &rd), 0);
     assert_int_equal(rd.incarnation, 5);
-    assert_int_equal(rd.request, 77);
-    assert_int_equal(rd.op, ORB_OP_WRITE);
-    assert_int_equal(rd.rail_mask, 0x5);
-    assert_int_equal(rd.addr, r.addr);
-    assert_int_equal(rd.length, r.length);
-    r.length = 0;
+    assert_int_equal(rd.count, 2);
+    assert_int_equal(rd.ask[0].request, 77);
+    assert_int_equal(rd.ask[0].op, ORB_OP_WRITE);
+    assert_int_equal(rd.ask[0].rail_mask, 0x5);
+    assert_int_equal(rd.ask[0].addr, r.ask[0].addr);
+    assert_int_equal(rd.ask[0].length, r.ask[0].length);
+    assert_int_equal(rd.ask[1].request, 78);
+    assert_int_equal(rd.ask[1].length, 1);
+    /* Short by one byte, or one entry missing. */
+    assert_int_equal(orb_rdma_grant_req_decode(buf, len - 1, &rd), ORB_EPROTO);
+    assert_int_equal(orb_rdma_grant_req_decode(buf, len - 32, &rd), ORB_EPROTO);
+    r.ask[1].length = 0;
     assert_int_equal(orb_rdma_grant_req_encode(&r, buf, sizeof buf, &len), ORB_EINVAL);
-    r.length = 2;
-    r.addr = UINT64_MAX;
+    r.ask[1].length = 2;
+    r.ask[1].addr = UINT64_MAX;
+    assert_int_equal(orb_rdma_grant_req_encode(&r, buf, sizeof buf, &len), ORB_EINVAL);
+    r.ask[1].addr = 0;
+    r.count = ORB_RDMA_GRANT_BATCH + 1;
+    assert_int_equal(orb_rdma_grant_req_encode(&r, buf, sizeof buf, &len), ORB_EINVAL);
+    r.count = 0;
     assert_int_equal(orb_rdma_grant_req_encode(&r, buf, sizeof buf, &len), ORB_EINVAL);
 
-    struct orb_rdma_grant g;
+    /* A granted entry, a refusal with its cause, a refusal whose cause is cut and cleaned. */
+    static struct orb_rdma_grants g, gd;
     memset(&g, 0, sizeof g);
-    g.grant = 9;
-    g.generation = 2;
+    g.count = 3;
+    g.g[0].grant = 9;
+    g.g[0].generation = 2;
     for (int i = 0; i < 32; i++)
-        g.nonce[i] = (uint8_t)(i * 3);
-    g.target = 0x7f1234560000ull;
-    g.nkeys = 2;
-    g.rkeys[0] = 0x1101;
-    g.rkeys[1] = 0x2202;
-    assert_int_equal(orb_rdma_grant_encode(&g, buf, sizeof buf, &len), 0);
-    assert_int_equal(len, 4 + 60 + 8);
-    struct orb_rdma_grant gd;
-    assert_int_equal(orb_rdma_grant_decode(buf, len, &gd), 0);
-    assert_int_equal(gd.grant, 9);
-    assert_int_equal(gd.generation, 2);
-    assert_memory_equal(gd.nonce, g.nonce, 32);
-    assert_int_equal(gd.target, 0x7f1234560000ull);
-    assert_int_equal(gd.nkeys, 2);
-    assert_int_equal(gd.rkeys[1], 0x2202);
-    /* A zero key is never a grant. */
-    buf[len - 1] = buf[len - 2] = buf[len - 3] = buf[len - 4] = 0;
-    assert_int_equal(orb_rdma_grant_decode(buf, len, &gd), ORB_EPROTO);
+        g.g[0].nonce[i] = (uint8_t)(i * 3);
+    g.g[0].target = 0x7f1234560000ull;
+    g.g[0].nkeys = 2;
+    g.g[0].rkeys[0] = 0x1101;
+    g.g[0].rkeys[1] = 0x2202;
+    g.g[1].status = ORB_EPERM;
+    snprintf(g.g[1].why, sizeof g.g[1].why, "no remote WRITE here");
+    g.g[2].status = ORB_EAGAIN;
+    memset(g.g[2].why, 'x', ORB_RDMA_WHY_MAX);
+    g.g[2].why[3] = '\n';
+    assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 4 + 4 + (8 + 56 + 8) + (8 + 20) + (8 + ORB_RDMA_WHY_MAX));
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gd), 0);
+    assert_int_equal(gd.count, 3);
+    assert_int_equal(gd.g[0].status, 0);
+    assert_int_equal(gd.g[0].grant, 9);
+    assert_int_equal(gd.g[0].generation, 2);
+    assert_memory_equal(gd.g[0].nonce, g.g[0].nonce, 32);
+    assert_int_equal(gd.g[0].target, 0x7f1234560000ull);
+    assert_int_equal(gd.g[0].nkeys, 2);
+    assert_int_equal(gd.g[0].rkeys[1], 0x2202);
+    assert_int_equal(gd.g[1].status, ORB_EPERM);
+    assert_string_equal(gd.g[1].why, "no remote WRITE here");
+    assert_int_equal(gd.g[2].status, ORB_EAGAIN);
+    assert_int_equal(strlen(gd.g[2].why), ORB_RDMA_WHY_MAX);
+    assert_int_equal(gd.g[2].why[3], '?');
     /* A grant is not a grant request. */
     assert_int_equal(orb_rdma_grant_req_decode(buf, len, &rd), ORB_EPROTO);
+    /* A zero key is never a grant. */
+    g.count = 1;
+    assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), 0);
+    buf[len - 1] = buf[len - 2] = buf[len - 3] = buf[len - 4] = 0;
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gd), ORB_EPROTO);
+    /* A status that is no ORB_E* code cannot be sent. */
+    g.g[0].status = -100;
+    assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
 }
 
 static void test_binding_and_ack(void **state)

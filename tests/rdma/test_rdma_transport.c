@@ -296,6 +296,15 @@ static void test_no_settings_no_rdma(void **state)
     assert_non_null(strstr(orb_last_error(), "without RDMA settings"));
     assert_int_equal(orb_engine_rdma_stats(NULL, &st), ORB_EINVAL);
     assert_int_equal(orb_engine_rdma_stats(e, NULL), ORB_EINVAL);
+    struct orb_rdma_nic_load l[2];
+    size_t count = 99;
+    assert_int_equal(orb_engine_rdma_nic_load(e, l, 2, &count), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "without RDMA settings"));
+    assert_int_equal(orb_engine_rdma_nic_load(e, NULL, 0, &count), ORB_EUNAVAILABLE);
+    assert_int_equal(orb_engine_rdma_nic_load(NULL, l, 2, &count), ORB_EINVAL);
+    assert_int_equal(orb_engine_rdma_nic_load(e, l, 2, NULL), ORB_EINVAL);
+    assert_int_equal(orb_engine_rdma_nic_load(e, NULL, 2, &count), ORB_EINVAL);
+    assert_int_equal(count, 99); /* written only on success */
     orb_engine_free(e);
 }
 
@@ -460,6 +469,10 @@ static void test_direct_registration(void **state)
     assert_int_equal(st.registered_bytes, 8192);
     assert_int_equal(st.nics_open, 2);
     assert_int_equal(st.rails, 0); /* this environment has no data path */
+    size_t nloads = 7;
+    assert_int_equal(orb_engine_rdma_nic_load(e, NULL, 0, &nloads), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "carries requests"));
+    assert_int_equal(nloads, 7);
     assert_int_equal(st.comp_mask, 0);
     assert_int_equal(st.staging_bytes, 0); /* direct: no staging */
     assert_int_equal(st.staged_transfers, 0);
