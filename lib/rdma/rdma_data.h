@@ -38,6 +38,7 @@
 #include "rdma/qp.h"
 #include "rdma/reg_mrs.h"
 #include "rdma/window.h"
+#include "topo/qos.h"
 #include "topo/selector.h"
 #include "topo/slicing.h"
 
@@ -111,9 +112,11 @@ struct rdma_wr_ctx {
 };
 #define RDMA_COOKIE_CTX 1u
 
-/* A payload piece's place in a link's wait queue while the send queue is full. */
+/* A payload piece's place in its link's queue until the lane posts it: by priority (three
+ * tiers with promotion, lib/topo/qos.h), first in first out within one. */
 struct rdma_wait {
-    struct rdma_wait *next;
+    struct orb_qos_entry qe;       /* first member */
+    struct rdma_wait *next;        /* a list of failed ones */
     struct orb_xfer *x;            /* NULL: a SEND_WITH_INV of req's rail `rail` */
     struct rdma_req *req;
     uint32_t rail;
@@ -135,7 +138,7 @@ struct rdma_link {
     struct ibv_mr *buf_mr;
     uint32_t send_next;
     uint32_t cqe_charge;
-    struct rdma_wait *wait_head, *wait_tail;
+    struct orb_qos_set waits;      /* struct rdma_wait entries, by priority */
     struct rdma_ack_wait *acks_head, *acks_tail; /* source: ACKs waiting for send-queue room */
     struct rdma_bind_wait *binds_head, *binds_tail; /* source: window binds for the lane to post */
     struct rdma_link *all_next;    /* tp's list (tp->lock) */
@@ -175,7 +178,9 @@ struct rdma_peer {
 
 /* A request's state: the core's per-request space (ops->request_private_size). */
 struct rdma_req {
-    struct rdma_req *next;         /* the grant queue, then peer->active */
+    struct orb_qos_entry qe;       /* first member: its place in the grant queue, by priority */
+    struct rdma_req *next;         /* peer->active */
+    uint8_t priority;              /* enum orb_priority */
     struct rdma_peer *peer;
     uint64_t id;
     uint8_t op;                    /* ORB_XFER_READ / ORB_XFER_WRITE */
@@ -282,8 +287,10 @@ void rdma_link_kick(struct rdma_link *l);
 void rdma_link_queue_bind(struct rdma_link *l, struct rdma_bind_wait *w);
 /* Post a source's ACK, or queue it behind earlier ones while the send queue is full. */
 int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
-/* Queue `w` until the send queue has room (link lock held). */
+/* Queue `w` for the lane, behind what waits at its priority (link lock held). */
 void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w);
+/* The promotion settings of the transport's priority queues. */
+void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out);
 /* Move the QP to the error state (every outstanding WR flushes) and remember `status`. */
 void rdma_link_fail(struct rdma_link *l, int status);
 /* Unhook from the lane and destroy (the QP must hold no bound window). */

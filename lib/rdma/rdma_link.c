@@ -183,6 +183,9 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     l->owner = owner;
     l->cqe_charge = charge;
     pthread_mutex_init(&l->lock, NULL);
+    struct orb_qos_config qc;
+    rdma_qos_config(tp, &qc);
+    (void)orb_qos_set_init(&l->waits, &qc, &orb_clock_monotonic);
     struct orb_rdma_qp_params p = {
         .port = c->port, .gid_index = c->gid_index, .gid = c->gid, .lid = c->lid, .mtu = c->mtu,
         .max_send_wr = sq, .max_recv_wr = RDMA_RQ_DEPTH, .max_rd_atomic = tp->cfg->max_rd_atomic,
@@ -282,14 +285,23 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
     return 0;
 }
 
+void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out)
+{
+    orb_qos_config_default(out);
+    out->promotion_timeout_ns = tp->cfg->priority_promotion_timeout_ns;
+    out->promotion_per_entry = tp->cfg->priority_promotion_per_entry;
+}
+
 void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w)
 {
     w->next = NULL;
-    if (l->wait_tail != NULL)
-        l->wait_tail->next = w;
-    else
-        l->wait_head = w;
-    l->wait_tail = w;
+    w->qe.priority = w->req->priority;
+    w->qe.bytes = w->x != NULL ? w->x->length : 0;
+    w->qe.deadline_ns = 0;
+    w->qe.nic = (uint16_t)l->ctx->nic;
+    struct orb_qos_entry *e = &w->qe;
+    if (orb_qos_enqueue(&l->waits, &e, 1) != 0)
+        ORB_LOGE("rdma: rail %u: a work request could not be queued: %s", l->rail, orb_last_error());
 }
 
 int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
@@ -417,8 +429,11 @@ void rdma_link_drain_waits(struct rdma_link *l)
         }
         return;
     }
-    while (l->wait_head != NULL) {
-        struct rdma_wait *w = l->wait_head;
+    (void)orb_qos_promote(&l->waits);
+    for (;;) {
+        struct rdma_wait *w = (struct rdma_wait *)orb_qos_peek(&l->waits, ORB_QOS_ALL_TIERS);
+        if (w == NULL)
+            break;
         struct ibv_send_wr wr;
         uint64_t cookie;
         uint8_t msg[RDMA_MSG_SLOT];
@@ -428,9 +443,7 @@ void rdma_link_drain_waits(struct rdma_link *l)
         int rc = rdma_link_post_locked(l, &wr, cookie, msg_len > 0 ? msg : NULL, msg_len);
         if (rc == ORB_ERESOURCE)
             break;
-        l->wait_head = w->next;
-        if (l->wait_head == NULL)
-            l->wait_tail = NULL;
+        (void)orb_qos_pop(&l->waits, ORB_QOS_ALL_TIERS); /* w */
         if (rc == 0)
             rdma_req_posted(w, l);
         if (rc != 0) {
@@ -719,6 +732,9 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&tp->gcond, &attr);
     pthread_condattr_destroy(&attr);
+    struct orb_qos_config qc;
+    rdma_qos_config(tp, &qc);
+    (void)orb_qos_set_init(&tp->gq, &qc, &orb_clock_monotonic);
     tp->io_timeout_ns = (uint64_t)orb_engine_cfg(tp->engine)->io_timeout_s * ORB_NS_PER_SEC;
     if (tp->env.query_port == NULL)
         return 0; /* registrations only */

@@ -210,6 +210,7 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
         return rc;
     struct rdma_req *r = in->request_private;
     r->peer = p;
+    r->priority = in->priority <= ORB_PRIORITY_LOW ? in->priority : ORB_PRIORITY_HIGH;
     r->staged = staged;
     r->op = in->op;
     r->addr = in->remote_addr;
@@ -259,15 +260,16 @@ static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *const *req
 {
     if (n == 0)
         return;
-    pthread_mutex_lock(&tp->glock);
+    struct orb_qos_entry *e[64];
     for (size_t k = 0; k < n; k++) {
-        reqs[k]->next = NULL;
-        if (tp->gq_tail != NULL)
-            tp->gq_tail->next = reqs[k];
-        else
-            tp->gq_head = reqs[k];
-        tp->gq_tail = reqs[k];
+        reqs[k]->qe.priority = reqs[k]->priority;
+        reqs[k]->qe.bytes = reqs[k]->length;
+        reqs[k]->qe.deadline_ns = 0;
+        e[k] = &reqs[k]->qe;
     }
+    pthread_mutex_lock(&tp->glock);
+    if (orb_qos_enqueue(&tp->gq, e, n) != 0) /* a request queued twice: a bug, said loudly */
+        ORB_LOGE("rdma: requests could not be queued for their grants: %s", orb_last_error());
     pthread_cond_signal(&tp->gcond);
     pthread_mutex_unlock(&tp->glock);
 }
@@ -278,8 +280,7 @@ int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
     struct orb_rdma_tp *tp = p->tp;
     if (atomic_load(&tp->stopping))
         return orb_fail(ORB_ECLOSED, "rdma: the transport is stopped");
-    struct rdma_req *ready[64];
-    size_t nready = 0;
+    struct rdma_req *first = NULL, **last = &first; /* whole requests, linked through next */
     pthread_mutex_lock(&p->lock);
     for (size_t i = 0; i < n; i++) {
         struct orb_xfer *x = xfers[i];
@@ -294,16 +295,23 @@ int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
         struct rdma_req *r = x->request_private;
         r->pieces[x->piece_index] = x;
         if (++r->arrived == r->npieces) {
-            if (nready == sizeof ready / sizeof ready[0]) {
-                queue_for_grants(tp, ready, nready); /* hand over what we have and go on */
-                nready = 0;
-            }
-            ready[nready++] = r;
+            r->next = NULL;
+            *last = r;
+            last = &r->next;
             atomic_fetch_add(&tp->inflight_reqs, 1);
         }
     }
     pthread_mutex_unlock(&p->lock);
-    queue_for_grants(tp, ready, nready);
+    /* Queued without the peer's lock: the grant threads take the queue's lock, then a peer's. */
+    while (first != NULL) {
+        struct rdma_req *chunk[64];
+        size_t k = 0;
+        while (first != NULL && k < 64) {
+            chunk[k++] = first;
+            first = first->next;
+        }
+        queue_for_grants(tp, chunk, k);
+    }
     return 0;
 }
 
@@ -743,26 +751,24 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req **batch, uint32_t n)
         grant_batch(tp, live, nlive);
 }
 
-/* Take the queue's head and up to ORB_RDMA_GRANT_BATCH - 1 more requests of its peer (glock
- * held), as long as the peer has room: at most RDMA_RQ_DEPTH of its requests past this point,
- * since each may need an ACK receive. The places are taken under both locks, so concurrent grant
- * threads cannot overshoot. Returns how many (0: the head's peer is full). */
+/* Take the most urgent request and those right behind it in its tier that share its peer, up to
+ * ORB_RDMA_GRANT_BATCH (glock held), as long as the peer has room: at most RDMA_RQ_DEPTH of its
+ * requests past this point, since each may need an ACK receive. The places are taken under both
+ * locks, so concurrent grant threads cannot overshoot. Returns how many (0: the head's peer is
+ * full). */
 static uint32_t take_batch(struct orb_rdma_tp *tp, struct rdma_req **out)
 {
-    struct rdma_peer *p = tp->gq_head->peer;
+    (void)orb_qos_promote(&tp->gq);
+    struct rdma_req *head = (struct rdma_req *)orb_qos_peek(&tp->gq, ORB_QOS_ALL_TIERS);
+    struct rdma_peer *p = head->peer;
+    uint8_t tier = head->qe.priority;
     uint32_t n = 0;
     pthread_mutex_lock(&p->lock);
-    struct rdma_req **pp = &tp->gq_head, *prev = NULL;
-    while (*pp != NULL && n < ORB_RDMA_GRANT_BATCH && p->inflight < RDMA_RQ_DEPTH) {
-        struct rdma_req *r = *pp;
-        if (r->peer != p) {
-            prev = r;
-            pp = &r->next;
-            continue;
-        }
-        *pp = r->next;
-        if (tp->gq_tail == r)
-            tp->gq_tail = prev;
+    while (n < ORB_RDMA_GRANT_BATCH && p->inflight < RDMA_RQ_DEPTH) {
+        struct rdma_req *r = (struct rdma_req *)orb_qos_peek(&tp->gq, ORB_QOS_ALL_TIERS);
+        if (r == NULL || r->peer != p || r->qe.priority != tier)
+            break;
+        (void)orb_qos_pop(&tp->gq, ORB_QOS_ALL_TIERS); /* r */
         p->inflight++;
         r->counted = true;
         out[n++] = r;
@@ -777,7 +783,7 @@ void *rdma_grant_thread(void *arg)
     struct rdma_req *batch[ORB_RDMA_GRANT_BATCH];
     pthread_mutex_lock(&tp->glock);
     while (!atomic_load(&tp->stopping)) {
-        if (tp->gq_head == NULL) {
+        if (orb_qos_total(&tp->gq) == 0) {
             struct timespec ts = orb_deadline_timespec(orb_deadline_after(100ull * 1000000ull));
             pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
             continue;
@@ -793,14 +799,15 @@ void *rdma_grant_thread(void *arg)
         pthread_mutex_lock(&tp->glock);
     }
     /* Stopping: what was never granted ends here. */
-    struct rdma_req *left = tp->gq_head;
-    tp->gq_head = tp->gq_tail = NULL;
-    pthread_mutex_unlock(&tp->glock);
-    while (left != NULL) {
-        struct rdma_req *next = left->next;
+    for (;;) {
+        struct rdma_req *left = (struct rdma_req *)orb_qos_pop(&tp->gq, ORB_QOS_ALL_TIERS);
+        if (left == NULL)
+            break;
+        pthread_mutex_unlock(&tp->glock);
         end_now(tp, left, ORB_ECLOSED, "rdma: the transport stopped before the request was granted");
-        left = next;
+        pthread_mutex_lock(&tp->glock);
     }
+    pthread_mutex_unlock(&tp->glock);
     return NULL;
 }
 

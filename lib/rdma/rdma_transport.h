@@ -32,6 +32,7 @@
 #include "core/transport.h"
 #include "rdma/devices.h"
 #include "rdma/reg_mrs.h"
+#include "topo/qos.h"
 #include "topo/selector.h"
 
 /* What discovery found. */
@@ -111,7 +112,7 @@ struct orb_rdma_tp {
     uint32_t granters;                          /* started */
     pthread_mutex_t glock;                      /* the grant queue */
     pthread_cond_t gcond;
-    struct rdma_req *gq_head, *gq_tail;
+    struct orb_qos_set gq;                      /* requests waiting for a grant thread, by priority */
     struct rdma_staging *staging;               /* host_memory staged: the arena; else NULL */
     uint8_t nic_tier[ORB_TOPO_MAX_NICS];        /* by NIC id: locality tier of host memory */
     struct orb_selector *sel;                   /* picks a rail per slice (selector index = rail) */

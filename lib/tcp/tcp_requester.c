@@ -217,8 +217,8 @@ static void req_complete(struct tcp_transport *tp, struct orb_xfer *x, int statu
         return;
     }
     if (text != NULL) {
-        char why[200];
-        snprintf(why, sizeof why, "the source answered: %s", text);
+        char why[320];
+        snprintf(why, sizeof why, "the source answered: %.280s", text);
         orb_xfer_done_why(x, status, effect, why);
     } else {
         orb_xfer_done(x, status, effect);

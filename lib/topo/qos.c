@@ -118,6 +118,17 @@ struct orb_qos_entry *orb_qos_pop(struct orb_qos_set *set, unsigned allowed_tier
     return p < 0 ? NULL : pop_head(set, (unsigned)p);
 }
 
+struct orb_qos_entry *orb_qos_peek(const struct orb_qos_set *set, unsigned allowed_tiers)
+{
+    int p = set ? first_tier(set, allowed_tiers) : -1;
+    return p < 0 ? NULL : set->head[p];
+}
+
+size_t orb_qos_total(const struct orb_qos_set *set)
+{
+    return set ? set->count[0] + set->count[1] + set->count[2] : 0;
+}
+
 size_t orb_qos_pop_tier(struct orb_qos_set *set, unsigned allowed_tiers,
                         struct orb_qos_entry **out, size_t max)
 {

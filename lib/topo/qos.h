@@ -76,6 +76,12 @@ int orb_qos_requeue(struct orb_qos_set *set, struct orb_qos_entry *entry);
  * `allowed_tiers`; NULL when none. The entry is the caller's again. */
 struct orb_qos_entry *orb_qos_pop(struct orb_qos_set *set, unsigned allowed_tiers);
 
+/* The entry orb_qos_pop() would remove now, left queued; NULL when none. */
+struct orb_qos_entry *orb_qos_peek(const struct orb_qos_set *set, unsigned allowed_tiers);
+
+/* The number of entries queued in every tier. */
+size_t orb_qos_total(const struct orb_qos_set *set);
+
 /* A worker pass: from the most urgent non-empty allowed tier only, remove up to `max` entries
  * in FIFO order into out[]. Returns how many. */
 size_t orb_qos_pop_tier(struct orb_qos_set *set, unsigned allowed_tiers,

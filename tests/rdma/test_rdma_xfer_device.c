@@ -463,6 +463,49 @@ static void test_staging_budget(void **state)
     }
 }
 
+/* Priorities order the work: a High request submitted behind a flood of Low ones is granted and
+ * posted ahead of the Low ones still queued, so it ends while the flood is still running. */
+static void test_high_priority_overtakes_low(void **state)
+{
+    (void)state;
+    enum { NLOW = 200, LEN = 256u << 10 };
+    static struct orb_request low[NLOW];
+    memset(low, 0, sizeof low);
+    memset(rbytes, 0, BIG);
+    for (int i = 0; i < NLOW; i++) {
+        low[i].transport = ORB_TRANSPORT_RDMA;
+        low[i].op = ORB_OP_READ;
+        low[i].priority = ORB_PRIORITY_LOW;
+        low[i].length = LEN;
+        low[i].local_addr = (uint64_t)(uintptr_t)rbytes + (uint64_t)i * LEN;
+        low[i].remote_addr = (uint64_t)(uintptr_t)sbytes + (uint64_t)i * LEN;
+    }
+    struct orb_request high = low[0];
+    high.priority = ORB_PRIORITY_HIGH;
+    high.local_addr = (uint64_t)(uintptr_t)rbytes + (uint64_t)NLOW * LEN;
+    high.remote_addr = (uint64_t)(uintptr_t)sbytes + (uint64_t)NLOW * LEN;
+    orb_batch *bl, *bh;
+    assert_int_equal(orb_batch_open(req, seg, &bl), 0);
+    assert_int_equal(orb_batch_open(req, seg, &bh), 0);
+    assert_int_equal(orb_batch_submit(bl, low, NLOW), 0);
+    assert_int_equal(orb_batch_seal(bl, NULL), 0);
+    assert_int_equal(orb_batch_submit(bh, &high, 1), 0);
+    assert_int_equal(orb_batch_seal(bh, NULL), 0);
+    struct orb_batch_report rh, rl;
+    assert_int_equal(orb_batch_wait(bh, TIMEOUT_NS, &rh), 0);
+    assert_int_equal(orb_batch_poll(bl, &rl), ORB_EAGAIN);
+    print_message("the High request ended with %zu of %d Low ones in the completed prefix\n",
+                  rl.completed_requests, NLOW);
+    /* At most RDMA_RQ_DEPTH (32) requests per segment are past the grant queue: the High one
+     * passes every Low one still queued. In arrival order it would end behind ~170 of them. */
+    assert_false(rl.done);
+    assert_true(rl.completed_requests < NLOW / 2);
+    assert_int_equal(orb_batch_wait(bl, TIMEOUT_NS, &rl), 0);
+    assert_memory_equal(rbytes, sbytes, (size_t)NLOW * LEN + LEN);
+    assert_int_equal(orb_batch_free(bh), 0);
+    assert_int_equal(orb_batch_free(bl), 0);
+}
+
 /* A notification of a batch of RDMA WRITEs reaches the source after all of its bytes. */
 static void test_notification_follows_the_data(void **state)
 {
@@ -604,6 +647,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unspec_takes_rdma),
         cmocka_unit_test(test_source_authority),
         cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_high_priority_overtakes_low),
         cmocka_unit_test(test_staging_waits_for_room),
         cmocka_unit_test(test_staging_budget),
         cmocka_unit_test(test_notification_follows_the_data),

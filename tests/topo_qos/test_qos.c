@@ -193,7 +193,16 @@ static void test_pop_honours_allowed_tiers(void **state)
     assert_int_equal(orb_qos_enqueue(&set, (struct orb_qos_entry *[]){&l1, &h1, &m1, &l2, &h2, &l3}, 6), 0);
 
     assert_null(orb_qos_pop(&set, 0));
+    assert_null(orb_qos_peek(&set, 0));
+    assert_null(orb_qos_peek(NULL, ORB_QOS_ALL_TIERS));
+    assert_int_equal(orb_qos_total(&set), 6);
+    assert_int_equal(orb_qos_total(NULL), 0);
+    /* Peeking shows what a pop takes, and takes nothing. */
+    assert_ptr_equal(orb_qos_peek(&set, ORB_QOS_ALL_TIERS), &h1);
+    assert_ptr_equal(orb_qos_peek(&set, 1u << ORB_PRIO_LOW), &l1);
+    assert_int_equal(orb_qos_total(&set), 6);
     assert_ptr_equal(orb_qos_pop(&set, 1u << ORB_PRIO_LOW), &l1);
+    assert_int_equal(orb_qos_total(&set), 5);
     assert_ptr_equal(orb_qos_pop(&set, 1u << ORB_PRIO_MEDIUM | 1u << ORB_PRIO_LOW), &m1);
 
     /* A pass takes from the most urgent allowed tier only, up to max. */
