@@ -81,6 +81,11 @@ struct rdma_lane {
     pthread_t thread;
     bool started;
     atomic_int kick;               /* work queued for it to post */
+    /* progress_mode event_driven: it sleeps in poll() on its completion channels and wake_fd
+     * (an eventfd) once idle, with its CQs armed; a kick writes wake_fd while it sleeps. */
+    bool events;
+    int wake_fd;
+    atomic_int sleeping;
 };
 
 /* One open NIC's data-path state. */
@@ -95,6 +100,7 @@ struct rdma_ctx {
     enum ibv_mtu mtu;
     struct orb_rdma_hca_limits hca;
     struct ibv_cq *scq[RDMA_MAX_LANES], *rcq[RDMA_MAX_LANES]; /* one pair per lane */
+    struct ibv_comp_channel *chan[RDMA_MAX_LANES]; /* event_driven: each lane's pair reports here */
     uint32_t cqe;                  /* each CQ's capacity */
     uint32_t cqe_charged[RDMA_MAX_LANES]; /* WR slots of the links on each lane's pair (tp->lock) */
     pthread_mutex_t wlock;         /* the window pool */

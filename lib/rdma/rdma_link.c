@@ -2,11 +2,13 @@
 #include "rdma/rdma_data.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,10 +75,15 @@ static void ctx_free(struct orb_rdma_tp *tp, struct rdma_ctx *c)
     if (kept > 0)
         ORB_LOGE("rdma: NIC %u: %u memory windows could not be freed", c->nic, kept);
     for (uint32_t i = 0; i < RDMA_MAX_LANES; i++) {
+        bool cq_kept = false;
         if (c->scq[i] != NULL && tp->v->destroy_cq(c->scq[i]) != 0)
-            ORB_LOGE("rdma: NIC %u: a completion queue could not be destroyed: kept", c->nic);
+            cq_kept = true;
         if (c->rcq[i] != NULL && tp->v->destroy_cq(c->rcq[i]) != 0)
+            cq_kept = true;
+        if (cq_kept)
             ORB_LOGE("rdma: NIC %u: a completion queue could not be destroyed: kept", c->nic);
+        else if (c->chan[i] != NULL && tp->v->destroy_comp_channel(c->chan[i]) != 0)
+            ORB_LOGE("rdma: NIC %u: a completion channel could not be destroyed: kept", c->nic);
     }
     pthread_mutex_destroy(&c->wlock);
     free(c);
@@ -119,8 +126,17 @@ static int ctx_new(struct orb_rdma_tp *tp, uint32_t nic, struct rdma_ctx **out)
     if (tp->caps[nic].max_cqe > 0 && c->cqe > tp->caps[nic].max_cqe)
         c->cqe = tp->caps[nic].max_cqe;
     for (uint32_t i = 0; i < tp->nlanes; i++) {
-        c->scq[i] = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, NULL, 0);
-        c->rcq[i] = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, NULL, 0);
+        if (tp->cfg->progress_mode == ORB_RDMA_PROGRESS_EVENT_DRIVEN) {
+            c->chan[i] = tp->v->create_comp_channel(c->ctx);
+            int fl = c->chan[i] != NULL ? fcntl(c->chan[i]->fd, F_GETFL) : -1;
+            if (fl < 0 || fcntl(c->chan[i]->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+                rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: cannot make the completion channel of lane %u: %s",
+                              n->name, i, strerror(errno));
+                goto free_ctx;
+            }
+        }
+        c->scq[i] = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, c->chan[i], 0);
+        c->rcq[i] = tp->v->create_cq(c->ctx, (int)c->cqe, NULL, c->chan[i], 0);
         if (c->scq[i] == NULL || c->rcq[i] == NULL) {
             rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: cannot create the completion queues of lane %u (%u entries): %s",
                           n->name, i, c->cqe, strerror(errno));
@@ -369,13 +385,27 @@ void rdma_link_queue_bind(struct rdma_link *l, struct rdma_bind_wait *w)
 /* The lane the calling thread is, or NULL. */
 static _Thread_local const struct rdma_lane *this_lane;
 
+/* Wake a lane sleeping on its channels (event_driven). The lane announces its sleep before its
+ * last look at `kick`, and a kicker sets `kick` before looking at `sleeping` (both sequentially
+ * consistent): one of the two always sees the other, so no kick is lost. */
+static void lane_wake(struct rdma_lane *lane)
+{
+    if (lane->events && atomic_load(&lane->sleeping)) {
+        uint64_t one = 1;
+        if (write(lane->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+            ORB_LOGW("rdma: lane %u: cannot be woken: %s", lane->index, strerror(errno));
+    }
+}
+
 void rdma_link_kick(struct rdma_link *l)
 {
     struct rdma_lane *lane = &l->tp->lanes[l->lane];
-    if (this_lane == lane)
+    if (this_lane == lane) {
         rdma_link_drain_waits(l);
-    else
+    } else {
         atomic_store(&lane->kick, 1);
+        lane_wake(lane);
+    }
 }
 
 /* Post queued ACKs while the send queue has room (link lock held). */
@@ -653,6 +683,77 @@ static uint32_t outstanding_wrs(struct orb_rdma_tp *tp)
     return n;
 }
 
+/* Poll this lane's CQ pair of every context once; the number of completions handled. */
+static int poll_lane(struct rdma_lane *lane)
+{
+    struct orb_rdma_tp *tp = lane->tp;
+    int got = 0;
+    for (uint32_t i = 0; i < tp->dev.nslots; i++) {
+        struct rdma_ctx *c = tp->dctx[i];
+        if (c == NULL)
+            continue;
+        got += poll_cq(tp, c, c->scq[lane->index], true);
+        got += poll_cq(tp, c, c->rcq[lane->index], false);
+    }
+    return got;
+}
+
+/* Arm this lane's CQs for their next completion. false: one could not be armed (keep polling). */
+static bool lane_arm(struct rdma_lane *lane)
+{
+    struct orb_rdma_tp *tp = lane->tp;
+    for (uint32_t i = 0; i < tp->dev.nslots; i++) {
+        struct rdma_ctx *c = tp->dctx[i];
+        if (c == NULL)
+            continue;
+        if (ibv_req_notify_cq(c->scq[lane->index], 0) != 0 || ibv_req_notify_cq(c->rcq[lane->index], 0) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* event_driven, with the CQs armed and found empty after arming (a completion that came before
+ * the arm raises no event): sleep until a completion event, a kick, the next deadline scan
+ * (lane 0) or a second; then take the events, each acknowledged at once. */
+static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
+{
+    struct orb_rdma_tp *tp = lane->tp;
+    struct pollfd fds[ORB_TOPO_MAX_NICS + 1];
+    struct rdma_ctx *owner[ORB_TOPO_MAX_NICS];
+    nfds_t n = 0;
+    for (uint32_t i = 0; i < tp->dev.nslots && n < ORB_TOPO_MAX_NICS; i++) {
+        struct rdma_ctx *c = tp->dctx[i];
+        if (c == NULL || c->chan[lane->index] == NULL)
+            continue;
+        owner[n] = c;
+        fds[n++] = (struct pollfd){.fd = c->chan[lane->index]->fd, .events = POLLIN};
+    }
+    fds[n] = (struct pollfd){.fd = lane->wake_fd, .events = POLLIN};
+    atomic_store(&lane->sleeping, 1);
+    int timeout_ms = 1000;
+    if (lane->index == 0) {
+        uint64_t now = orb_now_ns();
+        timeout_ms = next_scan > now ? (int)((next_scan - now) / 1000000u) + 1 : 0;
+    }
+    if (atomic_load(&lane->kick) || atomic_load(&tp->stopping))
+        timeout_ms = 0;
+    (void)poll(fds, n + 1, timeout_ms);
+    atomic_store(&lane->sleeping, 0);
+    for (nfds_t k = 0; k < n; k++) {
+        if (!(fds[k].revents & POLLIN))
+            continue;
+        struct ibv_cq *cq;
+        void *cq_ctx;
+        while (tp->v->get_cq_event(owner[k]->chan[lane->index], &cq, &cq_ctx) == 0)
+            tp->v->ack_cq_events(cq, 1);
+    }
+    if (fds[n].revents & POLLIN) {
+        uint64_t v;
+        if (read(lane->wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+            ORB_LOGW("rdma: lane %u: its wake-up descriptor: %s", lane->index, strerror(errno));
+    }
+}
+
 static void *lane_main(void *arg)
 {
     struct rdma_lane *lane = arg;
@@ -670,13 +771,7 @@ static void *lane_main(void *arg)
         int got = 0;
         if (atomic_exchange(&lane->kick, 0))
             got += drain_lane(lane);
-        for (uint32_t i = 0; i < tp->dev.nslots; i++) {
-            struct rdma_ctx *c = tp->dctx[i];
-            if (c == NULL)
-                continue;
-            got += poll_cq(tp, c, c->scq[lane->index], true);
-            got += poll_cq(tp, c, c->rcq[lane->index], false);
-        }
+        got += poll_lane(lane);
         if (lane->index == 0) {
             uint64_t now = orb_now_ns();
             if (now >= next_scan) {
@@ -691,6 +786,14 @@ static void *lane_main(void *arg)
         if (got > 0) {
             idle = 0;
             nap = LANE_NAP_NS;
+            continue;
+        }
+        if (lane->events) {
+            if (++idle >= LANE_IDLE_SPINS) {
+                idle = 0;
+                if (lane_arm(lane) && poll_lane(lane) == 0)
+                    lane_sleep(lane, next_scan);
+            }
             continue;
         }
         if (++idle >= LANE_IDLE_SPINS) {
@@ -742,10 +845,20 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     tp->lanes = calloc(tp->nlanes, sizeof *tp->lanes);
     if (tp->lanes == NULL)
         return orb_fail(ORB_ENOMEM, "rdma: out of memory for %u lanes", tp->nlanes);
+    bool events = tp->cfg->progress_mode == ORB_RDMA_PROGRESS_EVENT_DRIVEN;
     for (uint32_t i = 0; i < tp->nlanes; i++) {
         tp->lanes[i].tp = tp;
         tp->lanes[i].index = i;
+        tp->lanes[i].wake_fd = -1;
         atomic_init(&tp->lanes[i].kick, 0);
+        atomic_init(&tp->lanes[i].sleeping, 0);
+    }
+    for (uint32_t i = 0; events && i < tp->nlanes; i++) {
+        tp->lanes[i].events = true;
+        tp->lanes[i].wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (tp->lanes[i].wake_fd < 0)
+            return orb_fail(ORB_ERESOURCE, "rdma: lane %u: cannot make its wake-up descriptor: %s", i,
+                            strerror(errno));
     }
     for (uint32_t i = 0; i < tp->dev.nslots && tp->nrails < ORB_RDMA_MAX_RAILS; i++) {
         if (tp->dev.nics[i].pd == NULL)
@@ -808,6 +921,8 @@ void rdma_data_stop(struct orb_rdma_tp *tp)
     pthread_mutex_unlock(&tp->lock);
     for (uint32_t i = 0; i < n; i++)
         rdma_link_fail(all[i], ORB_ECLOSED);
+    for (uint32_t i = 0; i < tp->nlanes; i++)
+        lane_wake(&tp->lanes[i]); /* a sleeping lane sees stopping at once */
     for (uint32_t i = 0; i < tp->nlanes; i++) {
         if (tp->lanes[i].started)
             pthread_join(tp->lanes[i].thread, NULL);
@@ -831,6 +946,9 @@ void rdma_data_destroy(struct orb_rdma_tp *tp)
     rdma_staging_destroy(tp);
     orb_selector_free(tp->sel);
     tp->sel = NULL;
+    for (uint32_t i = 0; tp->lanes != NULL && i < tp->nlanes; i++)
+        if (tp->lanes[i].wake_fd >= 0)
+            close(tp->lanes[i].wake_fd);
     free(tp->lanes);
     tp->lanes = NULL;
     for (uint32_t i = 0; i < ORB_TOPO_MAX_NICS; i++) {

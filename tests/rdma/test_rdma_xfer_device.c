@@ -5,7 +5,8 @@
  * range it did not register, a WRITE into a read-only registration, a READ past its end); many
  * requests in one batch; and the same with the source engine in another process.
  *
- * `--policy P` picks the host memory policy of each side: direct (both, the default), staged
+ * `--progress M` runs both engines' lanes in progress mode M (polling, the default, or
+ * event_driven). `--policy P` picks the host memory policy of each side: direct (both, the default), staged
  * (both), requester-staged or source-staged (that side stages, the other registers directly). The
  * staged runs also check that staging is private (no MR of the application's memory), that
  * requests larger than the free staging wait for it, and that one larger than max_staging_bytes
@@ -45,6 +46,7 @@ static orb_segment *seg;
 static uint8_t *sbytes, *rbytes;
 
 static const char *policy = "direct";
+static const char *progress = "polling";
 
 static bool stages(int source)
 {
@@ -58,6 +60,8 @@ static orb_engine *engine_with(const char *whitelist, int source, const char *ma
     if (orb_rdma_config_set(rdma, "rdma_whitelist", whitelist) != 0)
         fail_msg("rdma_whitelist %s: %s", whitelist, orb_last_error());
     assert_int_equal(orb_rdma_config_set(rdma, "host_memory", stages(source) ? "staged" : "direct"), 0);
+    if (orb_rdma_config_set(rdma, "progress_mode", progress) != 0)
+        fail_msg("progress_mode %s: %s", progress, orb_last_error());
     if (max_staging != NULL)
         assert_int_equal(orb_rdma_config_set(rdma, "max_staging_bytes", max_staging), 0);
     struct orb_engine_config cfg;
@@ -587,7 +591,8 @@ static void test_two_processes(void **state)
         char a[16], b[16];
         snprintf(a, sizeof a, "%d", up[1]);
         snprintf(b, sizeof b, "%d", down[0]);
-        execl("/proc/self/exe", "test_rdma_xfer_device", "--source", a, b, "--policy", policy, (char *)NULL);
+        execl("/proc/self/exe", "test_rdma_xfer_device", "--source", a, b, "--policy", policy, "--progress", progress,
+              (char *)NULL);
         _exit(127);
     }
     close(up[1]);
@@ -635,6 +640,8 @@ int main(int argc, char **argv)
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--policy") == 0)
             policy = argv[i + 1];
+        else if (strcmp(argv[i], "--progress") == 0)
+            progress = argv[i + 1];
     if (strcmp(policy, "direct") != 0 && !stages(0) && !stages(1)) {
         fprintf(stderr, "--policy: direct, staged, requester-staged or source-staged\n");
         return 2;

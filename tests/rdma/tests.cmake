@@ -89,3 +89,6 @@ foreach(p staged source-staged)
   add_test(NAME test_rdma_xfer_${p}_device COMMAND test_rdma_xfer_device --policy ${p})
   set_tests_properties(test_rdma_xfer_${p}_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 600)
 endforeach()
+# And with the lanes sleeping on completion events instead of polling.
+add_test(NAME test_rdma_xfer_events_device COMMAND test_rdma_xfer_device --progress event_driven)
+set_tests_properties(test_rdma_xfer_events_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 600)
