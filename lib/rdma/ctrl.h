@@ -4,7 +4,7 @@
  *    CONNECT_OK (each end's queue-pair address per rail), GRANT_REQ and GRANT (for each of up
  *    to ORB_RDMA_GRANT_BATCH requests, a one-use window key per rail for exactly its range and
  *    direction, or the refusal and its cause).
- *  - On the queue pairs themselves: the requester's BINDING, the 141-byte body of the fenced
+ *  - On the queue pairs themselves: the requester's BINDING, the 141-byte body of the
  *    SEND_WITH_INV that ends a grant on one rail, and the source's ACK, the SEND that says the
  *    grant is over and the request may complete.
  *

@@ -12,7 +12,7 @@
  *     one-use window per rail to exactly that range and direction on that rail's queue pair,
  *     and answers with the keys only after every bind completed.
  *  4. The requester posts the READ/WRITE slices on their rails; when a rail's slices are done it
- *     posts a fenced SEND_WITH_INV of the rail's key carrying the 141-byte BINDING.
+ *     posts a SEND_WITH_INV of the rail's key carrying the 141-byte BINDING.
  *  5. The source accepts a rail's end only for the exact binding and the invalidated key; when
  *     every rail ended it unpins and sends the ACK; the requester completes the request's
  *     pieces when its own sends completed and the ACK arrived.

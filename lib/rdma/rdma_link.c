@@ -296,6 +296,8 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
         atomic_fetch_add(&l->tp->errors, 1);
         l->failed = ORB_EPEER;
         (void)orb_rdma_qp_fail(l->qp);
+        ORB_LOGW("rdma: %s rail %u: the device refused a work request (opcode %d): %s; the link is failed",
+                 l->role == RDMA_ROLE_SOURCE ? "source" : "requester", l->rail, (int)wr->opcode, strerror(err));
         return orb_fail(ORB_EPEER, "rdma: the device refused a work request on rail %u: %s", l->rail, strerror(err));
     }
     return 0;
@@ -497,6 +499,9 @@ void rdma_link_fail(struct rdma_link *l, int status)
     if (first)
         l->failed = status != 0 ? status : ORB_EPEER;
     pthread_mutex_unlock(&l->lock);
+    if (first && status != ORB_ECLOSED)
+        ORB_LOGD("rdma: %s rail %u: the link fails (%s)", l->role == RDMA_ROLE_SOURCE ? "source" : "requester",
+                 l->rail, orb_strerror(status));
     if (first && orb_rdma_qp_fail(l->qp) != 0)
         ORB_LOGW("%s", orb_last_error());
 }
@@ -603,6 +608,8 @@ static void on_recv_wc(struct rdma_link *l, const struct ibv_wc *wc)
 {
     uint64_t slot = wc->wr_id;
     if (slot >= RDMA_RQ_DEPTH) {
+        ORB_LOGW("rdma: rail %u: a receive completion names slot %llu of %u: the link is failed", l->rail,
+                 (unsigned long long)slot, RDMA_RQ_DEPTH);
         rdma_link_fail(l, ORB_EPROTO);
         return;
     }
@@ -624,8 +631,12 @@ static void on_recv_wc(struct rdma_link *l, const struct ibv_wc *wc)
     pthread_mutex_lock(&l->lock);
     int dead = l->failed;
     pthread_mutex_unlock(&l->lock);
-    if (!dead && post_recv(l, (uint32_t)slot) != 0)
+    int err = dead ? 0 : post_recv(l, (uint32_t)slot);
+    if (err != 0) {
+        ORB_LOGW("rdma: rail %u: a receive could not be posted again (%s): the link is failed", l->rail,
+                 strerror(err));
         rdma_link_fail(l, ORB_EPEER);
+    }
 }
 
 static int poll_cq(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_cq *cq, bool send)
