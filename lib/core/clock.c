@@ -39,3 +39,13 @@ struct timespec orb_deadline_timespec(uint64_t deadline)
     ts.tv_nsec = (long)(deadline % ORB_NS_PER_SEC);
     return ts;
 }
+
+int orb_cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+    return rc;
+}

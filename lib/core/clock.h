@@ -2,6 +2,7 @@
 #ifndef ORB_CORE_CLOCK_H
 #define ORB_CORE_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -22,5 +23,9 @@ int orb_deadline_poll_ms(uint64_t deadline);
 /* An absolute CLOCK_MONOTONIC timespec for pthread_cond_timedwait (condvars created with
  * pthread_condattr_setclock(CLOCK_MONOTONIC)). Only valid when deadline != ORB_DEADLINE_NONE. */
 struct timespec orb_deadline_timespec(uint64_t deadline);
+
+/* Initialise `cond` on CLOCK_MONOTONIC, the clock orb_deadline_timespec() answers in. Returns
+ * pthread_cond_init()'s result. */
+int orb_cond_init_monotonic(pthread_cond_t *cond);
 
 #endif

@@ -158,7 +158,10 @@ free_ctx:
 int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, void *owner,
                   struct rdma_link **out)
 {
-    uint32_t sq = tp->cfg->max_send_wr;
+    /* A source's queue pair carries no payload: a window bind for each grant it may hold (one
+     * per receive) and their ACKs, so it is sized for those rather than by max_send_wr, and
+     * never queues one behind the other. */
+    uint32_t sq = role == RDMA_ROLE_SOURCE ? 2 * RDMA_RQ_DEPTH : tp->cfg->max_send_wr;
     if (c->hca.max_qp_wr > 0 && sq > c->hca.max_qp_wr)
         sq = c->hca.max_qp_wr;
     uint32_t charge = sq + RDMA_RQ_DEPTH;
@@ -841,11 +844,7 @@ int rdma_data_start(struct orb_rdma_tp *tp)
 {
     pthread_mutex_init(&tp->lock, NULL);
     pthread_mutex_init(&tp->glock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&tp->gcond, &attr);
-    pthread_condattr_destroy(&attr);
+    (void)orb_cond_init_monotonic(&tp->gcond);
     struct orb_qos_config qc;
     rdma_qos_config(tp, &qc);
     (void)orb_qos_set_init(&tp->gq, &qc, &orb_clock_monotonic);

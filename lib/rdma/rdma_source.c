@@ -232,11 +232,7 @@ static int src_connect(struct orb_rdma_tp *tp, const struct orb_epoch *sender, c
     c->sender = *sender;
     c->incarnation = in.incarnation;
     pthread_mutex_init(&c->lock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cond, &attr);
-    pthread_condattr_destroy(&attr);
+    (void)orb_cond_init_monotonic(&c->cond);
     struct orb_rdma_connect out;
     memset(&out, 0, sizeof out);
     out.incarnation = in.incarnation;

@@ -34,11 +34,7 @@ int rdma_staging_start(struct orb_rdma_tp *tp)
         return rc;
     }
     pthread_mutex_init(&s->lock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cond, &attr);
-    pthread_condattr_destroy(&attr);
+    (void)orb_cond_init_monotonic(&s->cond);
     tp->staging = s;
     return 0;
 }
