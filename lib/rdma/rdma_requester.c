@@ -451,8 +451,8 @@ static void build_sendinv(struct rdma_req *r, uint32_t rail, struct ibv_send_wr 
     wr->opcode = IBV_WR_SEND_WITH_INV;
     /* Posted only once every payload WR of the rail completed, which orders it after them more
      * strictly than IBV_SEND_FENCE would. A fence would also hold it behind other requests' READs
-     * on the queue pair, and soft-RoCE (Linux 6.1) can lose the wake-up of a fenced WR waiting for
-     * READ credits, which stalls the queue pair. */
+     * on the queue pair; under soft-RoCE (Linux 6.1) queue pairs with fenced WRs stalled under
+     * load (a lost wake-up of the fenced WR is the likely cause). */
     wr->send_flags = 0;
     wr->invalidate_rkey = r->key_of_rail[rail];
     r->send_ctx[rail].kind = RDMA_WR_SENDINV;
