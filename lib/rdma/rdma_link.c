@@ -479,9 +479,9 @@ void rdma_link_drain_waits(struct rdma_link *l)
         if (rc == ORB_ERESOURCE)
             break;
         (void)orb_qos_pop(&l->waits, ORB_QOS_ALL_TIERS); /* w */
-        if (rc == 0)
+        if (rc == 0) {
             rdma_req_posted(w, l);
-        if (rc != 0) {
+        } else {
             w->next = failed;
             failed = w;
             failed_status = rc;

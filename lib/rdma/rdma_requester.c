@@ -255,21 +255,24 @@ static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r)
     return 0;
 }
 
-/* Append `n` requests, whole, to the grant queue and wake a grant thread. */
-static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *const *reqs, size_t n)
+/* Append the requests linked from `first` (through next), whole and in order, to the grant
+ * queue and wake a grant thread. Called without any peer's lock: the grant threads take the
+ * queue's lock, then a peer's. */
+static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *first)
 {
-    if (n == 0)
-        return;
-    struct orb_qos_entry *e[64];
-    for (size_t k = 0; k < n; k++) {
-        reqs[k]->qe.priority = reqs[k]->priority;
-        reqs[k]->qe.bytes = reqs[k]->length;
-        reqs[k]->qe.deadline_ns = 0;
-        e[k] = &reqs[k]->qe;
-    }
     pthread_mutex_lock(&tp->glock);
-    if (orb_qos_enqueue(&tp->gq, e, n) != 0) /* a request queued twice: a bug, said loudly */
-        ORB_LOGE("rdma: requests could not be queued for their grants: %s", orb_last_error());
+    while (first != NULL) {
+        struct orb_qos_entry *e[64];
+        size_t n = 0;
+        for (; first != NULL && n < 64; first = first->next) {
+            first->qe.priority = first->priority;
+            first->qe.bytes = first->length;
+            first->qe.deadline_ns = 0;
+            e[n++] = &first->qe;
+        }
+        if (orb_qos_enqueue(&tp->gq, e, n) != 0) /* a request queued twice: a bug, said loudly */
+            ORB_LOGE("rdma: requests could not be queued for their grants: %s", orb_last_error());
+    }
     pthread_cond_signal(&tp->gcond);
     pthread_mutex_unlock(&tp->glock);
 }
@@ -302,16 +305,8 @@ int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
         }
     }
     pthread_mutex_unlock(&p->lock);
-    /* Queued without the peer's lock: the grant threads take the queue's lock, then a peer's. */
-    while (first != NULL) {
-        struct rdma_req *chunk[64];
-        size_t k = 0;
-        while (first != NULL && k < 64) {
-            chunk[k++] = first;
-            first = first->next;
-        }
-        queue_for_grants(tp, chunk, k);
-    }
+    if (first != NULL)
+        queue_for_grants(tp, first);
     return 0;
 }
 
