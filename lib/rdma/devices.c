@@ -80,6 +80,7 @@ void orb_rdma_devices_verbs_ops(struct orb_rdma_verbs_impl *impl, const struct o
     ops->close_device = verbs_close_device;
     ops->alloc_pd = verbs_alloc_pd;
     ops->dealloc_pd = verbs_dealloc_pd;
+    ops->describe_provider = NULL; /* the transport sets it (sysfs is lib/topo's) */
 }
 
 /* ---- opening ---------------------------------------------------------------------------------- */
@@ -121,14 +122,17 @@ static int open_one(struct orb_rdma_devices *d, enum orb_helper_mode mode, struc
             return 0;
         }
         /* The helper opens no context this provider can import. */
+        char provider[96];
+        if (ops->describe_provider == NULL || ops->describe_provider(d->impl, n->name, provider, sizeof provider) != 0)
+            snprintf(provider, sizeof provider, "not named by sysfs");
         if (mode == ORB_HELPER_REQUIRED)
             return orb_fail(ORB_EUNAVAILABLE,
-                            "rdma: %s: its provider cannot import a context from the helper, so the policy "
+                            "rdma: %s: its provider (%s) cannot import a context from the helper, so the policy "
                             "cannot be enforced for it (helper required)",
-                            n->name);
-        ORB_LOGW("rdma: %s: its provider cannot import a context from the helper: opened directly; the policy "
-                 "is honoured for it, not enforced",
-                 n->name);
+                            n->name, provider);
+        ORB_LOGW("rdma: %s: its provider (%s) cannot import a context from the helper: opened directly; the "
+                 "policy is honoured for it, not enforced",
+                 n->name, provider);
     }
     n->ctx = ops->open_direct(d->impl, n->name);
     if (n->ctx == NULL) {

@@ -11,7 +11,8 @@
  *    leaves the NIC closed. Where the provider cannot import a context (the helper answers
  *    ORB_EUNAVAILABLE: every provider but mlx5 in rdma-core, rxe included), ORB_HELPER_AUTO
  *    opens the device directly and logs that the policy is honoured, not enforced, for that
- *    device; ORB_HELPER_REQUIRED fails the whole open with ORB_EUNAVAILABLE naming the device;
+ *    device; ORB_HELPER_REQUIRED fails the whole open with ORB_EUNAVAILABLE naming the device
+ *    and its provider;
  *  - without one (ORB_HELPER_OFF, or AUTO with no helper installed): directly.
  * Slots are the inventory's ids: a NIC that fails to open stays in its slot, unusable, with the
  * status that says why, and never renumbers the others.
@@ -22,6 +23,7 @@
 #define ORB_RDMA_DEVICES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <orbite/orbite.h>
@@ -41,6 +43,9 @@ struct orb_rdma_open_ops {
     int (*close_device)(void *impl, struct ibv_context *ctx);
     struct ibv_pd *(*alloc_pd)(void *impl, struct ibv_context *ctx);
     int (*dealloc_pd)(void *impl, struct ibv_pd *pd);
+    /* Describe the provider that drives `nic` into buf (NUL-terminated) for messages: 0, or an
+     * error when it cannot say. NULL: no description. */
+    int (*describe_provider)(void *impl, const char *nic, char *buf, size_t len);
 };
 
 struct orb_helper;

@@ -69,6 +69,18 @@ static int discover_sysfs(struct orb_rdma_discovery *out)
     return 0;
 }
 
+/* The provider of `nic` as sysfs names it, for messages (devices.c). */
+static int sysfs_describe_provider(void *impl, const char *nic, char *buf, size_t len)
+{
+    (void)impl;
+    int fd = open("/sys", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot open /sys: %s", strerror(errno));
+    int rc = orb_topo_nic_provider(fd, nic, buf, len);
+    (void)close(fd);
+    return rc;
+}
+
 static int real_discover(void *impl, enum orb_helper_mode mode, struct orb_rdma_discovery *out)
 {
     (void)impl;
@@ -261,6 +273,7 @@ int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, v
         tp->ops_impl = tp->env.impl;
     } else {
         orb_rdma_devices_verbs_ops(&tp->verbs, tp->v, tp->disc.helper, &open_ops);
+        open_ops.describe_provider = sysfs_describe_provider;
         tp->ops_impl = &tp->verbs;
     }
     if (tp->env.mr_ops == NULL)

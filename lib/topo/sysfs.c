@@ -932,3 +932,31 @@ int orb_topo_load_sysfs(int sysfs_dirfd, struct orb_topo_inventory *out)
     free(s);
     return rc;
 }
+
+int orb_topo_nic_provider(int sysfs_dirfd, const char *nic, char *buf, size_t len)
+{
+    if (nic == NULL || buf == NULL || len == 0)
+        return orb_fail(ORB_EINVAL, "topology: NULL NIC name or buffer");
+    if (!orb_topo_name_valid(nic))
+        return orb_fail(ORB_EINVAL, "topology: invalid NIC name");
+    char path[ORB_TOPO_NAME_MAX + 64], link[256], parent[ORB_TOPO_NAME_MAX];
+    int rc = ATTR_ABSENT;
+    if (format_path(path, sizeof path, "class/infiniband/%s/device/driver", nic))
+        rc = read_link(sysfs_dirfd, path, link, sizeof link);
+    if (rc == ATTR_OK) {
+        const char *base = strrchr(link, '/');
+        base = base != NULL ? base + 1 : link;
+        if (orb_topo_name_valid(base) && (size_t)snprintf(buf, len, "kernel driver %s", base) < len)
+            return 0;
+        return orb_fail(ORB_ENOENT, "topology: %s: its driver's name is not valid or too long", nic);
+    }
+    /* No parent device: a software device. rdma_rxe gives its devices a `parent` attribute (the
+     * netdev it runs over); siw does not. */
+    if (rc == ATTR_ABSENT && format_path(path, sizeof path, "class/infiniband/%s/parent", nic) &&
+        read_attr(sysfs_dirfd, path, parent, sizeof parent) == ATTR_OK && orb_topo_name_valid(parent)) {
+        if ((size_t)snprintf(buf, len, "rxe (soft-RoCE over %s)", parent) < len)
+            return 0;
+        return orb_fail(ORB_ENOENT, "topology: %s: the buffer is too small for its provider", nic);
+    }
+    return orb_fail(ORB_ENOENT, "topology: %s: no kernel driver or software parent in sysfs", nic);
+}

@@ -33,6 +33,7 @@
 #define ORB_TOPO_SYSFS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "topo/inventory.h"
 
@@ -44,5 +45,12 @@ int orb_topo_load_sysfs(int sysfs_dirfd, struct orb_topo_inventory *out);
 
 /* Whether `name` is a valid device name: [A-Za-z0-9_.-]{1,63} ("." and ".." excluded). */
 bool orb_topo_name_valid(const char *name);
+
+/* Describe which provider drives NIC `nic` for messages, into `buf` (NUL-terminated): "kernel
+ * driver NAME" from class/infiniband/<nic>/device/driver (mlx5_core, irdma, ...), or "rxe
+ * (soft-RoCE over NETDEV)" for a device without a parent device that has rdma_rxe's `parent`
+ * attribute. Errors (`buf` then unspecified): ORB_EINVAL (NULL, empty buffer, invalid name),
+ * ORB_ENOENT (sysfs names neither, or the text does not fit). Reads only. */
+int orb_topo_nic_provider(int sysfs_dirfd, const char *nic, char *buf, size_t len);
 
 #endif

@@ -141,6 +141,13 @@ static int open_fds(void)
     return n;
 }
 
+static int fake_describe_provider(void *impl, const char *nic, char *buf, size_t len)
+{
+    (void)impl;
+    snprintf(buf, len, "fake provider of %s", nic);
+    return 0;
+}
+
 static struct orb_rdma_open_ops ops(bool helper)
 {
     struct orb_rdma_open_ops o = {
@@ -150,6 +157,7 @@ static struct orb_rdma_open_ops ops(bool helper)
         .close_device = fake_close,
         .alloc_pd = fake_alloc_pd,
         .dealloc_pd = fake_dealloc_pd,
+        .describe_provider = fake_describe_provider,
     };
     return o;
 }
@@ -238,7 +246,8 @@ static void test_helper_imports_and_refusals(void **state)
 }
 
 /* A provider that cannot import (rxe): AUTO opens it directly, honouring the policy; REQUIRED
- * refuses the whole open, naming the device, and leaves nothing open. */
+ * refuses the whole open, naming the device and its provider, and leaves nothing open; without a
+ * provider description the message says so. */
 static void test_provider_without_import_auto_and_required(void **state)
 {
     (void)state;
@@ -254,10 +263,13 @@ static void test_provider_without_import_auto_and_required(void **state)
     memset(sc.direct_calls, 0, sizeof sc.direct_calls);
     memset(&d, 0x5a, sizeof d);
     assert_int_equal(orb_rdma_devices_open(&o, NULL, &inv, ~0ull, ORB_HELPER_REQUIRED, &d), ORB_EUNAVAILABLE);
-    assert_non_null(strstr(orb_last_error(), "nic3"));
+    assert_non_null(strstr(orb_last_error(), "nic3: its provider (fake provider of nic3) cannot import"));
     assert_int_equal(sc.direct_calls[3], 0);
     assert_int_equal(sc.open_contexts, 0); /* nic0, imported first, was closed again */
     assert_int_equal(sc.open_pds, 0);
+    o.describe_provider = NULL;
+    assert_int_equal(orb_rdma_devices_open(&o, NULL, &inv, ~0ull, ORB_HELPER_REQUIRED, &d), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "nic3: its provider (not named by sysfs)"));
 }
 
 /* A helper session that fails ends the whole open, whatever the mode. */

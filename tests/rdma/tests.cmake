@@ -92,3 +92,13 @@ endforeach()
 # And with the lanes sleeping on completion events instead of polling.
 add_test(NAME test_rdma_xfer_events_device COMMAND test_rdma_xfer_device --progress event_driven)
 set_tests_properties(test_rdma_xfer_events_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 600)
+
+# An unprivileged tenant's engine through the helper, on the rails topology (77 without it or
+# without root): the policy's one device and budget, AUTO against REQUIRED.
+orb_unit_test(test_rdma_helper_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_helper_device.c
+              OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
+                      orb_rdma_tp orb_helperlib orb_hproto
+              LIBS ${CMAKE_DL_LIBS})
+target_compile_definitions(test_rdma_helper_device PRIVATE ORB_HELPER_TEST_EXE="$<TARGET_FILE:orbite-helper-test>")
+add_dependencies(test_rdma_helper_device orbite-helper-test)
+set_tests_properties(test_rdma_helper_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)

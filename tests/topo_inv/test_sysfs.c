@@ -653,6 +653,48 @@ static void test_virtual_device_has_unknown_locality(void **state)
     tree_free(&t);
 }
 
+/* The provider named in messages: the kernel driver of the parent device, rxe's `parent`
+ * attribute for a soft-RoCE device, else none; nothing outside the NIC's directory is read. */
+static void test_nic_provider_names_the_driver(void **state)
+{
+    (void)state;
+    struct tree t;
+    tree_init(&t);
+    char dir[256], path[512], buf[96];
+    nic_dir(dir, sizeof dir, 3, "mlx5_0");
+    snprintf(path, sizeof path, "../../%s", dir);
+    put_link(&t, "class/infiniband/mlx5_0", path);
+    put(&t, "bus/pci/drivers/mlx5_core/bind", "");
+    fn_dir(dir, sizeof dir, 3);
+    snprintf(path, sizeof path, "%s/driver", dir);
+    put_link(&t, path, "../../../../bus/pci/drivers/mlx5_core");
+    nic_dir(dir, sizeof dir, 3, "mlx5_0");
+    snprintf(path, sizeof path, "%s/device", dir);
+    put_link(&t, path, "../../../0000:03:00.0");
+    assert_int_equal(orb_topo_nic_provider(t.fd, "mlx5_0", buf, sizeof buf), 0);
+    assert_string_equal(buf, "kernel driver mlx5_core");
+    /* Too small a buffer is an error, not a truncated name. */
+    assert_int_equal(orb_topo_nic_provider(t.fd, "mlx5_0", buf, 10), ORB_ENOENT);
+
+    put_link(&t, "class/infiniband/rxe0", "../../devices/virtual/infiniband/rxe0");
+    put(&t, "devices/virtual/infiniband/rxe0/parent", "eth7\n");
+    assert_int_equal(orb_topo_nic_provider(t.fd, "rxe0", buf, sizeof buf), 0);
+    assert_string_equal(buf, "rxe (soft-RoCE over eth7)");
+
+    /* A software device without rxe's attribute, an odd parent name, a missing NIC. */
+    put_link(&t, "class/infiniband/siw0", "../../devices/virtual/infiniband/siw0");
+    put(&t, "devices/virtual/infiniband/siw0/node_guid", "0000:0000:0000:0001\n");
+    assert_int_equal(orb_topo_nic_provider(t.fd, "siw0", buf, sizeof buf), ORB_ENOENT);
+    put_link(&t, "class/infiniband/rxe1", "../../devices/virtual/infiniband/rxe1");
+    put(&t, "devices/virtual/infiniband/rxe1/parent", "../etc\n");
+    assert_int_equal(orb_topo_nic_provider(t.fd, "rxe1", buf, sizeof buf), ORB_ENOENT);
+    assert_int_equal(orb_topo_nic_provider(t.fd, "nope0", buf, sizeof buf), ORB_ENOENT);
+    assert_int_equal(orb_topo_nic_provider(t.fd, "../x", buf, sizeof buf), ORB_EINVAL);
+    assert_int_equal(orb_topo_nic_provider(t.fd, NULL, buf, sizeof buf), ORB_EINVAL);
+    assert_int_equal(orb_topo_nic_provider(t.fd, "rxe0", buf, 0), ORB_EINVAL);
+    tree_free(&t);
+}
+
 struct rate_case {
     const char *text;
     int64_t mbps; /* -1: must fail closed */
@@ -1148,6 +1190,7 @@ int main(void)
         cmocka_unit_test(test_more_than_64_nics_keeps_the_first_64),
         cmocka_unit_test(test_missing_optional_attributes_are_unknown),
         cmocka_unit_test(test_virtual_device_has_unknown_locality),
+        cmocka_unit_test(test_nic_provider_names_the_driver),
         cmocka_unit_test(test_rate_parsing),
         cmocka_unit_test(test_port_states_and_limits),
         cmocka_unit_test(test_gid_table_keeps_lowest_valid_entries),
