@@ -827,12 +827,13 @@ static int selector_start(struct orb_rdma_tp *tp)
     memset(tp->rail_tier, ORB_SELECT_EXCLUDED, sizeof tp->rail_tier);
     for (uint32_t k = 0; k < tp->nrails; k++) {
         const struct rdma_ctx *c = tp->dctx[tp->rail_nic[k]];
+        for (uint32_t row = 0; row <= ORB_TOPO_MAX_NUMA; row++)
+            tp->rail_tier[row][k] = tp->nic_tier[row][c->nic];
         const struct orb_topo_nic *n = inventory_nic(tp, c->nic);
         mbps[k] = 0;
         for (uint32_t p = 0; n != NULL && p < n->nports && p < ORB_TOPO_MAX_PORTS; p++)
             if (n->ports[p].num == c->port)
                 mbps[k] = n->ports[p].rate_mbps;
-        tp->rail_tier[k] = tp->nic_tier[c->nic];
     }
     struct orb_selector_config sc;
     orb_selector_config_default(&sc);

@@ -227,22 +227,38 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
 /* Each live piece's rail, from the selector (grant thread, before the GRANT_REQ): the charges
  * go into r->lease, returned piece by piece as their WRs complete and the rest when the request
  * ends. */
+/* The rails' tiers for the memory of `x`: its registration's node's row, else (staging, an
+ * unknown node) the row of unknown locality. */
+static const uint8_t *tier_row(const struct orb_rdma_tp *tp, const struct orb_xfer *x)
+{
+    const struct orb_rdma_reg_mrs *m = x->local_reg != NULL ? orb_rdma_tp_reg_mrs(x->local_reg) : NULL;
+    int32_t node = m != NULL ? m->numa_node : ORB_TOPO_NUMA_UNKNOWN;
+    if (node >= 0 && node < ORB_TOPO_MAX_NUMA && ((tp->numa_rows >> node) & 1u) != 0)
+        return tp->rail_tier[1 + node];
+    return tp->rail_tier[0];
+}
+
 static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r)
 {
     struct orb_slice s[ORB_SLICE_MAX];
     uint32_t n = 0;
+    const struct orb_xfer *first = NULL;
     for (uint32_t i = 0; i < r->npieces; i++) {
         const struct orb_xfer *x = r->pieces[i];
         if (x == NULL)
             continue;
+        first = first != NULL ? first : x;
         s[n].offset = piece_offset(r, x);
         s[n].length = x->length;
         r->lease_slot[i] = (uint8_t)n++;
     }
+    if (first == NULL)
+        return orb_fail(ORB_EINVAL, "rdma: a request without pieces");
     uint64_t peer_mask = r->peer->nrails >= 64 ? UINT64_MAX : (1ull << r->peer->nrails) - 1;
-    int rc = orb_selector_select(tp->sel, tp->rail_tier, peer_mask, s, n, &r->lease);
+    int rc = orb_selector_select(tp->sel, tier_row(tp, first), peer_mask, s, n, &r->lease);
     if (rc != 0)
-        return orb_fail_wrap(rc, "rdma: no rail for the request");
+        return orb_fail_wrap(rc, "rdma: no rail for the request (the priority matrix, filters and rails "
+                             "leave none for its memory)");
     r->leased = true;
     r->rail_mask = 0;
     for (uint32_t i = 0; i < r->npieces; i++) {
@@ -251,6 +267,9 @@ static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r)
             continue;
         x->rail = orb_lease_nic(&r->lease, r->lease_slot[i]);
         r->rail_mask |= 1u << x->rail;
+        if (tp->cfg->log_slice_affinity)
+            ORB_LOGD("rdma: slice of %llu bytes at +%llu on rail %u (%s)", (unsigned long long)x->length,
+                     (unsigned long long)piece_offset(r, x), x->rail, tp->dev.nics[tp->rail_nic[x->rail]].name);
     }
     return 0;
 }

@@ -14,6 +14,8 @@
 #include "core/log.h"
 #include "rdma/rdma_data.h"
 #include "helper/helper_client.h"
+#include "topo/matrix.h"
+#include "topo/mem_numa.h"
 #include "topo/sysfs.h"
 #include "topo/tiers.h"
 #include "topo/topo_config.h"
@@ -137,6 +139,36 @@ static const struct orb_rdma_env real_env = {
 
 /* ---- start --------------------------------------------------------------------------------- */
 
+/* The NICs' tiers for host memory of each location, from discovery and the priority matrix
+ * (priority_matrix, else custom_json_path; an invalid one fails the engine, never falls back):
+ * row 0 for memory of unknown node ("*"), row 1 + N for memory on node N, for the nodes the
+ * inventory has (node 0 alone on a host without NUMA data). */
+static int locality_rows(struct orb_rdma_tp *tp, const struct orb_topo_config *tc, uint64_t eligible)
+{
+    const struct orb_topo_inventory *inv = &tp->disc.inv;
+    int rc = orb_topo_ranks_load(tp->cfg->priority_matrix, tp->cfg->custom_json_path, inv, eligible, &tp->ranks);
+    if (rc != 0)
+        return orb_fail_wrap(rc, "rdma: the NIC priority matrix");
+    struct orb_location loc = {.kind = ORB_LOC_ANY, .index = 0};
+    rc = orb_topo_tiers_ranked(inv, tc, eligible, tp->ranks, loc, tp->nic_tier[0]);
+    tp->numa_rows = 0;
+    for (uint32_t i = 0; rc == 0 && i <= inv->nnuma && i < ORB_TOPO_MAX_NUMA; i++) {
+        int32_t node = i < inv->nnuma ? inv->numa[i].id : 0;
+        if (node < 0 || node > ORB_LOCATION_CPU_MAX || (i == inv->nnuma && inv->nnuma > 0))
+            continue;
+        loc.kind = ORB_LOC_CPU;
+        loc.index = (uint8_t)node;
+        rc = orb_topo_tiers_ranked(inv, tc, eligible, tp->ranks, loc, tp->nic_tier[1 + node]);
+        tp->numa_rows |= 1ull << node;
+    }
+    if (rc != 0)
+        return orb_fail_wrap(rc, "rdma: the NICs' locality tiers");
+    if (tp->ranks != NULL)
+        ORB_LOGI("rdma: NIC ranks per memory location from %s",
+                 tp->cfg->priority_matrix != NULL ? "priority_matrix" : tp->cfg->custom_json_path);
+    return 0;
+}
+
 /* The settings' NIC filters in lib/topo's terms. */
 static int filter_config(const struct orb_rdma_config *cfg, struct orb_topo_config *tc)
 {
@@ -218,6 +250,7 @@ static void tp_free(struct orb_rdma_tp *tp)
     if (kept > 0)
         ORB_LOGE("rdma: %u device objects could not be released: they are kept", kept);
     orb_helper_close(tp->disc.helper);
+    orb_topo_ranks_free(tp->ranks);
     free(tp);
 }
 
@@ -253,12 +286,8 @@ int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, v
         rc = orb_fail_wrap(rc, "rdma: the NIC filters");
         goto free_tp;
     }
-    /* Host memory's locality tiers (its NUMA node is not looked up per request: the preferred
-     * node when set, else every eligible NIC ranks alike). */
-    if ((rc = orb_topo_tiers_cpu(&tp->disc.inv, &tc, eligible, ORB_TOPO_NUMA_UNKNOWN, tp->nic_tier)) != 0) {
-        rc = orb_fail_wrap(rc, "rdma: the NICs' locality tiers");
+    if ((rc = locality_rows(tp, &tc, eligible)) != 0)
         goto free_tp;
-    }
     uint64_t allowed = eligible & tp->disc.allowed;
     if (allowed == 0) {
         rc = not_here(eligible != 0 ? "rdma: the helper's policy allows none of the eligible RDMA NICs"
@@ -354,6 +383,8 @@ static int rdma_reg_attach(void *tp_, const struct orb_reg *reg, void **state_ou
         }
         return rc;
     }
+    /* Pinned now, so the pages are where they stay: their node picks the tiers of requests. */
+    m->numa_node = orb_mem_numa_node(cpu);
     atomic_fetch_add(&tp->registrations, 1);
     atomic_fetch_add(&tp->mrs, m->count);
     *state_out = m;

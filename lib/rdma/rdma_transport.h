@@ -114,9 +114,12 @@ struct orb_rdma_tp {
     pthread_cond_t gcond;
     struct orb_qos_set gq;                      /* requests waiting for a grant thread, by priority */
     struct rdma_staging *staging;               /* host_memory staged: the arena; else NULL */
-    uint8_t nic_tier[ORB_TOPO_MAX_NICS];        /* by NIC id: locality tier of host memory */
+    struct orb_topo_ranks *ranks;               /* the priority matrix compiled; NULL: none */
+    /* Tiers of host memory: row 0 of unknown node, row 1 + N of node N (set in numa_rows). */
+    uint64_t numa_rows;
+    uint8_t nic_tier[1 + ORB_TOPO_MAX_NUMA][ORB_TOPO_MAX_NICS]; /* by NIC id */
     struct orb_selector *sel;                   /* picks a rail per slice (selector index = rail) */
-    uint8_t rail_tier[ORB_TOPO_MAX_NICS];       /* the selector's tier row: rails, then excluded */
+    uint8_t rail_tier[1 + ORB_TOPO_MAX_NUMA][ORB_TOPO_MAX_NICS]; /* the same by rail, then excluded */
     atomic_uint_fast64_t inflight_reqs, active_grants;
     atomic_uint_fast64_t completed_reads, completed_writes, payload_send_cqes, grants_served, errors;
     atomic_uint_fast64_t staged_transfers;

@@ -86,6 +86,7 @@ int orb_rdma_reg_mrs_create(const struct orb_rdma_mr_ops *ops, void *impl, const
     m->dev = dev;
     m->nslots = dev->nslots;
     m->len = len;
+    m->numa_node = ORB_TOPO_NUMA_UNKNOWN;
     for (uint32_t i = 0; i < dev->nslots; i++) {
         const struct orb_rdma_nic *n = &dev->nics[i];
         if (n->pd == NULL)

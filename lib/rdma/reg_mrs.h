@@ -44,6 +44,7 @@ struct orb_rdma_reg_mrs {
     uint32_t nslots;        /* entries of mr[] (the devices' slot count) */
     uint32_t count;         /* MRs held */
     uint64_t len;
+    int32_t numa_node;      /* the memory's node (ORB_TOPO_NUMA_UNKNOWN); the transport sets it */
     struct orb_rdma_reg_mr mr[]; /* by NIC id */
 };
 

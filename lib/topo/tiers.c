@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "topo/matrix.h"
 
 unsigned orb_topo_common_bridge_depth(const struct orb_pci_path *a, const struct orb_pci_path *b)
 {
@@ -142,4 +143,21 @@ int orb_topo_tiers_for_location(const struct orb_topo_inventory *inv, const stru
     default:
         return orb_fail(ORB_EINVAL, "topology tiers: unknown location kind %u", loc.kind);
     }
+}
+
+int orb_topo_tiers_ranked(const struct orb_topo_inventory *inv, const struct orb_topo_config *cfg, uint64_t eligible,
+                          const struct orb_topo_ranks *ranks, struct orb_location loc,
+                          uint8_t tier[ORB_TOPO_MAX_NICS])
+{
+    uint8_t t[ORB_TOPO_MAX_NICS];
+    int rc = orb_topo_tiers_for_location(inv, cfg, eligible, loc, t);
+    if (rc != 0)
+        return rc;
+    const struct orb_topo_rank_row *row = ranks != NULL ? orb_topo_ranks_row(ranks, loc) : NULL;
+    if (row != NULL)
+        for (unsigned id = 0; id < ORB_TOPO_MAX_NICS; id++)
+            if (t[id] != ORB_TOPO_TIER_NONE)
+                t[id] = row->rank[id] < ORB_TOPO_TIERS ? row->rank[id] : ORB_TOPO_TIER_NONE;
+    memcpy(tier, t, sizeof t);
+    return 0;
 }

@@ -46,6 +46,17 @@ int orb_topo_tiers_gpu(const struct orb_topo_inventory *inv, const struct orb_to
 int orb_topo_tiers_for_location(const struct orb_topo_inventory *inv, const struct orb_topo_config *cfg,
                                 uint64_t eligible, struct orb_location loc, uint8_t tier[ORB_TOPO_MAX_NICS]);
 
+struct orb_topo_ranks;
+
+/* The tiers of `loc` as the selector takes them: the discovered tiers above, replaced, when the
+ * compiled matrix `ranks` (NULL: none) has a row governing `loc`, by that row's ranks (rank r is
+ * tier r; a NIC the row does not list, or a disabled row, excludes the NIC). A NIC the discovered
+ * tiers exclude (filters, strict NUMA) stays excluded whatever the row says. `tier` is written
+ * only on success. Errors: as orb_topo_tiers_for_location. */
+int orb_topo_tiers_ranked(const struct orb_topo_inventory *inv, const struct orb_topo_config *cfg, uint64_t eligible,
+                          const struct orb_topo_ranks *ranks, struct orb_location loc,
+                          uint8_t tier[ORB_TOPO_MAX_NICS]);
+
 /* Number of PCI hops two paths share when that includes at least one bridge below the root
  * complex (>= 2), else 0; 0 when either path is unknown. */
 unsigned orb_topo_common_bridge_depth(const struct orb_pci_path *a, const struct orb_pci_path *b);

@@ -328,6 +328,81 @@ static void test_single_slice_requests_are_accounted(void **state)
     fill(sbytes, BIG, 1);
 }
 
+/* An engine whose priority matrix names a matrix row per memory location: memory the requester
+ * registered (on node 0, the test VM's one node) takes the "cpu:0" row's one NIC; memory of
+ * unknown node (a staging requester's) takes the "*" row's. A matrix naming a NIC the host does
+ * not have fails the engine: it never falls back to discovery. */
+static void test_priority_matrix_steers_rails(void **state)
+{
+    (void)state;
+    if (count_names(REQUESTER_NICS) < 2) {
+        print_message("one rail: nothing to steer\n");
+        return;
+    }
+    char a0[64], a1[64], matrix[256];
+    snprintf(a0, sizeof a0, "%.*s", (int)strcspn(REQUESTER_NICS, ","), REQUESTER_NICS);
+    snprintf(a1, sizeof a1, "%s", strchr(REQUESTER_NICS, ',') + 1);
+    snprintf(matrix, sizeof matrix, "{\"cpu:0\": [[\"%s\"], []], \"*\": [[\"%s\"], []]}", a1, a0);
+    orb_rdma_config *rdma;
+    assert_int_equal(orb_rdma_config_new(&rdma), 0);
+    assert_int_equal(orb_rdma_config_set(rdma, "rdma_whitelist", REQUESTER_NICS), 0);
+    assert_int_equal(orb_rdma_config_set(rdma, "host_memory", stages(0) ? "staged" : "direct"), 0);
+    assert_int_equal(orb_rdma_config_set(rdma, "priority_matrix", "{\"cpu:0\": [[\"no_such_nic\"], []]}"), 0);
+    struct orb_engine_config cfg;
+    orb_engine_config_init(&cfg);
+    cfg.helper_mode = ORB_HELPER_OFF;
+    cfg.enable_source = 0;
+    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
+                                  .rdma = rdma};
+    orb_engine *e = NULL;
+    assert_int_equal(orb_engine_create_params(&p, &e), ORB_ECONFIG);
+    assert_non_null(strstr(orb_last_error(), "no_such_nic"));
+    assert_int_equal(orb_rdma_config_set(rdma, "priority_matrix", matrix), 0);
+    if (orb_engine_create_params(&p, &e) != 0)
+        fail_msg("engine with %s: %s", matrix, orb_last_error());
+    orb_rdma_config_free(rdma);
+
+    orb_host_memory *mem;
+    orb_reg_id id;
+    assert_int_equal(orb_host_memory_alloc(4u << 20, 0, &mem), 0);
+    uint8_t *b = orb_host_memory_data(mem);
+    assert_int_equal(orb_register_host_memory(e, mem, 0, 4u << 20, ORB_PERM_LOCAL, &id), 0);
+    orb_segment *s;
+    assert_int_equal(orb_open_segment(e, endpoint, &epoch, TIMEOUT_NS, &s), 0);
+    struct orb_rdma_nic_load before[2], after[2];
+    size_t n = 0;
+    assert_int_equal(orb_engine_rdma_nic_load(e, before, 2, &n), 0);
+    assert_int_equal(n, 2);
+    struct orb_request r[4];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 4; i++) {
+        r[i].transport = ORB_TRANSPORT_RDMA;
+        r[i].op = i % 2 ? ORB_OP_WRITE : ORB_OP_READ;
+        r[i].local_addr = (uint64_t)(uintptr_t)b + ((uint64_t)i << 20);
+        r[i].remote_addr = (uint64_t)(uintptr_t)sbytes + ((uint64_t)i << 20);
+        r[i].length = 1u << 20;
+    }
+    struct orb_batch_report rep;
+    if (orb_submit_and_wait(e, s, r, 4, NULL, TIMEOUT_NS, &rep) != 0)
+        fail_msg("4 x 1 MiB: %s", orb_last_error());
+    for (uint64_t j = 0; j < (1u << 20); j++)
+        if (b[j] != pattern(j, 1) || b[(2u << 20) + j] != pattern((2u << 20) + j, 1))
+            fail_msg("byte %llu of a READ differs", (unsigned long long)j);
+    assert_int_equal(orb_engine_rdma_nic_load(e, after, 2, &n), 0);
+    /* Staged memory has no node: the "*" row; registered memory: node 0's row. */
+    const char *want = stages(0) ? a0 : a1;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t placed = after[k].allocated_bytes - before[k].allocated_bytes;
+        print_message("rail %zu (%s): %llu KiB\n", k, after[k].name, (unsigned long long)(placed >> 10));
+        assert_int_equal(placed, strcmp(after[k].name, want) == 0 ? 4ull << 20 : 0);
+    }
+    orb_segment_close(s);
+    assert_int_equal(orb_unregister_memory(e, id), 0);
+    orb_engine_free(e);
+    orb_host_memory_unref(mem);
+    fill(sbytes, BIG, 1);
+}
+
 static void test_unspec_takes_rdma(void **state)
 {
     (void)state;
@@ -652,6 +727,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_read_write_every_size),
         cmocka_unit_test(test_single_slice_requests_are_accounted),
         cmocka_unit_test(test_unspec_takes_rdma),
+        cmocka_unit_test(test_priority_matrix_steers_rails),
         cmocka_unit_test(test_source_authority),
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_high_priority_overtakes_low),

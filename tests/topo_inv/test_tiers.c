@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "topo/matrix.h"
 #include "topo/tiers.h"
 #include "topo/topo_config.h"
 #include "fixture.h"
@@ -367,10 +368,71 @@ static void test_location_dispatch(void **state)
     free(inv);
 }
 
+/* A matrix row replaces the discovered tiers of its location (rank r is tier r, unlisted NICs
+ * excluded); locations without a row keep discovery's tiers (native form) or take the "*" row;
+ * a disabled row excludes every NIC; filtered and strict-NUMA exclusions survive any row. */
+static void test_matrix_rows_replace_tiers(void **state)
+{
+    (void)state;
+    struct orb_topo_inventory *inv = load_fixture("dgx8");
+    struct orb_topo_config *cfg = new_config();
+    uint8_t tier[ORB_TOPO_MAX_NICS];
+    struct orb_location cpu0, cpu1, any;
+    assert_int_equal(orb_location_parse("cpu:0", &cpu0), 0);
+    assert_int_equal(orb_location_parse("cpu:1", &cpu1), 0);
+    assert_int_equal(orb_location_parse("*", &any), 0);
+
+    /* No matrix: discovery alone. */
+    static const uint8_t disc0[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+    assert_int_equal(orb_topo_tiers_ranked(inv, cfg, 0xff, NULL, cpu0, tier), 0);
+    assert_tiers(tier, disc0, 8);
+
+    /* Classic: cpu:0 prefers mlx5_5, then mlx5_0; cpu:1 is disabled; "*" is synthesised. */
+    static const char classic[] = "{\"cpu:0\": [[\"mlx5_5\"], [\"mlx5_0\"]], \"cpu:1\": [[], []]}";
+    struct orb_topo_ranks *ranks = NULL;
+    assert_int_equal(orb_topo_ranks_parse(classic, strlen(classic), ORB_MATRIX_ACCEPT_ANY, "priority_matrix", inv,
+                                          0xff, &ranks), 0);
+    static const uint8_t row0[8] = {1, X, X, X, X, 0, X, X};
+    assert_int_equal(orb_topo_tiers_ranked(inv, cfg, 0xff, ranks, cpu0, tier), 0);
+    assert_tiers(tier, row0, 8);
+    static const uint8_t none[8] = {X, X, X, X, X, X, X, X};
+    assert_int_equal(orb_topo_tiers_ranked(inv, cfg, 0xff, ranks, cpu1, tier), 0);
+    assert_tiers(tier, none, 8);
+    assert_int_equal(orb_topo_tiers_ranked(inv, cfg, 0xff, ranks, any, tier), 0);
+    assert_tiers(tier, row0, 8); /* "*" from the rows that list NICs */
+    /* Strict NUMA rejects mlx5_5 (socket 1) for cpu:0 whatever the row says; a filtered NIC
+     * (mlx5_0 outside the mask) stays out too. */
+    cfg->strict_local_numa = true;
+    static const uint8_t strict0[8] = {1, X, X, X, X, X, X, X};
+    assert_int_equal(orb_topo_tiers_ranked(inv, cfg, 0xff, ranks, cpu0, tier), 0);
+    assert_tiers(tier, strict0, 8);
+    cfg->strict_local_numa = false;
+    static const uint8_t masked0[8] = {X, X, X, X, X, 0, X, X};
+    assert_int_equal(orb_topo_tiers_ranked(inv, cfg, 0xfe, ranks, cpu0, tier), 0);
+    assert_tiers(tier, masked0, 8);
+    orb_topo_ranks_free(ranks);
+
+    /* Native: rank2 is tier 2; a location without a row keeps discovery's tiers. */
+    static const char native[] = "{\"nics\": [{\"name\": \"mlx5_7\"}, {\"name\": \"mlx5_1\"}, {\"name\": "
+                                 "\"mlx5_2\"}], \"mems\": [{\"name\": \"cpu:1\", \"device_list\": {\"rank0\": [1], "
+                                 "\"rank1\": [0], \"rank2\": [2]}}]}";
+    assert_int_equal(orb_topo_ranks_parse(native, strlen(native), ORB_MATRIX_ACCEPT_ANY, "custom_json_path", inv,
+                                          0xff, &ranks), 0);
+    static const uint8_t row1[8] = {X, 0, 2, X, X, X, X, 1};
+    assert_int_equal(orb_topo_tiers_ranked(inv, cfg, 0xff, ranks, cpu1, tier), 0);
+    assert_tiers(tier, row1, 8);
+    assert_int_equal(orb_topo_tiers_ranked(inv, cfg, 0xff, ranks, cpu0, tier), 0);
+    assert_tiers(tier, disc0, 8);
+    orb_topo_ranks_free(ranks);
+    free(cfg);
+    free(inv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rejects_bad_arguments),
+        cmocka_unit_test(test_matrix_rows_replace_tiers),
         cmocka_unit_test(test_common_bridge_depth),
         cmocka_unit_test(test_dgx8_gpu_tier0_is_its_switch),
         cmocka_unit_test(test_dgx8_strict_numa_rejects_other_socket),
