@@ -143,6 +143,10 @@ struct rdma_link {
     uint8_t *buf;                  /* RDMA_RQ_DEPTH receive slots, then sq_depth send slots */
     struct ibv_mr *buf_mr;
     uint32_t send_next;
+    /* Every signal_every-th send WR asks for a completion (signal_interval, capped at half the
+     * send queue; 1 on a source's links); so does any WR nothing is queued behind. unsignaled
+     * counts those posted since the last that asked. */
+    uint32_t signal_every, unsignaled;
     uint32_t cqe_charge;
     struct orb_qos_set waits;      /* struct rdma_wait entries, by priority */
     struct rdma_ack_wait *acks_head, *acks_tail; /* source: ACKs waiting for send-queue room */
@@ -282,11 +286,13 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
 int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote);
 /* Post one send WR (wr->wr_id is set here from the tracker) with `cookie`; with `msg`, its
  * `msg_len` (<= RDMA_MSG_SLOT) bytes are copied into the next send slot, which becomes the WR's
- * only SGE. ORB_ERESOURCE when the send queue is full (nothing posted), ORB_EPEER when the link
- * is dead or the post was refused (the link is failed then). The link's lock is held; only the
- * lane posts. */
+ * only SGE. `more`: another WR is queued right behind this one, so it may go unsignaled (its
+ * completion is then learnt from a later one's: the send queue completes in order); without
+ * `more` it is always signalled, so that no WR waits for a completion nobody will ask for.
+ * ORB_ERESOURCE when the send queue is full (nothing posted), ORB_EPEER when the link is dead or
+ * the post was refused (the link is failed then). The link's lock is held; only the lane posts. */
 int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
-                          uint32_t msg_len);
+                          uint32_t msg_len, bool more);
 /* Have the lane of `l` post what is queued on it: now when called on that lane, else by kicking it. */
 void rdma_link_kick(struct rdma_link *l);
 /* Queue a grant's bind for the lane to post, and kick it. */

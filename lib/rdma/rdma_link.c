@@ -214,6 +214,7 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     rc = orb_rdma_qp_create(tp->v, c->pd, c->scq[lane], c->rcq[lane], &p, &c->hca, &l->qp);
     if (rc != 0)
         goto free_link;
+    l->signal_every = role == RDMA_ROLE_REQUESTER ? orb_rdma_signal_every(tp->cfg->signal_interval, l->qp->sq_depth) : 1;
     size_t bytes = (size_t)(RDMA_RQ_DEPTH + l->qp->sq_depth) * RDMA_MSG_SLOT;
     l->buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (l->buf == NULL) {
@@ -270,7 +271,7 @@ int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote
 }
 
 int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
-                          uint32_t msg_len)
+                          uint32_t msg_len, bool more)
 {
     if (l->failed != 0)
         return orb_fail(ORB_EPEER, "rdma: the link of rail %u is dead (%s)", l->rail, orb_strerror(l->failed));
@@ -291,9 +292,15 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
     (void)orb_rdma_wr_track_add(&l->qp->track, 1, &cookie, &id);
     wr->wr_id = id;
     wr->next = NULL;
-    wr->send_flags |= IBV_SEND_SIGNALED;
+    bool signal = !more || l->signal_every <= 1 || l->unsignaled + 1 >= l->signal_every;
+    if (signal)
+        wr->send_flags |= IBV_SEND_SIGNALED;
+    else
+        wr->send_flags &= ~(unsigned)IBV_SEND_SIGNALED;
     struct ibv_send_wr *bad = NULL;
     int err = ibv_post_send(l->qp->qp, wr, &bad);
+    if (err == 0)
+        l->unsignaled = signal ? 0 : l->unsignaled + 1;
     if (err != 0) {
         (void)orb_rdma_wr_track_withdraw(&l->qp->track, id);
         atomic_fetch_add(&l->tp->errors, 1);
@@ -331,7 +338,7 @@ int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
     memset(&wr, 0, sizeof wr);
     wr.opcode = IBV_WR_SEND;
     pthread_mutex_lock(&l->lock);
-    int rc = l->acks_head != NULL ? ORB_ERESOURCE : rdma_link_post_locked(l, &wr, 0, msg, ORB_RDMA_ACK_LEN);
+    int rc = l->acks_head != NULL ? ORB_ERESOURCE : rdma_link_post_locked(l, &wr, 0, msg, ORB_RDMA_ACK_LEN, false);
     if (rc == ORB_ERESOURCE) {
         /* Queued behind the others: it goes out when completions free the send queue. */
         struct rdma_ack_wait *w = malloc(sizeof *w);
@@ -360,7 +367,8 @@ static void drain_binds_locked(struct rdma_link *l, struct rdma_bind_wait **fail
         struct rdma_bind_wait *w = l->binds_head;
         struct rdma_grant *g = w->grant;
         int rc = rdma_link_post_locked(l, &g->bind_wr[w->rail],
-                                       (uint64_t)(uintptr_t)&g->bind_ctx[w->rail] | RDMA_COOKIE_CTX, NULL, 0);
+                                       (uint64_t)(uintptr_t)&g->bind_ctx[w->rail] | RDMA_COOKIE_CTX, NULL, 0,
+                                       false);
         if (rc == ORB_ERESOURCE)
             return;
         l->binds_head = w->next;
@@ -421,7 +429,7 @@ static int drain_acks_locked(struct rdma_link *l)
         struct ibv_send_wr wr;
         memset(&wr, 0, sizeof wr);
         wr.opcode = IBV_WR_SEND;
-        int rc = rdma_link_post_locked(l, &wr, 0, w->msg, ORB_RDMA_ACK_LEN);
+        int rc = rdma_link_post_locked(l, &wr, 0, w->msg, ORB_RDMA_ACK_LEN, false);
         if (rc == ORB_ERESOURCE)
             return 0;
         l->acks_head = w->next;
@@ -475,7 +483,8 @@ void rdma_link_drain_waits(struct rdma_link *l)
         uint32_t msg_len = 0;
         struct ibv_sge sge;
         rdma_req_build(w, l, &wr, &sge, &cookie, msg, &msg_len);
-        int rc = rdma_link_post_locked(l, &wr, cookie, msg_len > 0 ? msg : NULL, msg_len);
+        bool more = orb_qos_total(&l->waits) > 1;
+        int rc = rdma_link_post_locked(l, &wr, cookie, msg_len > 0 ? msg : NULL, msg_len, more);
         if (rc == ORB_ERESOURCE)
             break;
         (void)orb_qos_pop(&l->waits, ORB_QOS_ALL_TIERS); /* w */

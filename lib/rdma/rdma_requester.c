@@ -860,7 +860,8 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
         if (ok) {
             r->rail_wrs[rail]++;
             r->rail_bytes[rail] += x->length;
-            atomic_fetch_add(&tp->payload_send_cqes, 1);
+            if (is_this) /* a physical completion; the WRs before it retire with it */
+                atomic_fetch_add(&tp->payload_send_cqes, 1);
             atomic_fetch_add(x->op == ORB_XFER_READ ? &tp->completed_reads : &tp->completed_writes, 1);
             (void)orb_selector_note_completed(tp->sel, rail, x->length);
         }

@@ -92,6 +92,9 @@ endforeach()
 # And with the lanes sleeping on completion events instead of polling.
 add_test(NAME test_rdma_xfer_events_device COMMAND test_rdma_xfer_device --progress event_driven)
 set_tests_properties(test_rdma_xfer_events_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 600)
+# And with the requester signalling one work request in four.
+add_test(NAME test_rdma_xfer_signal_device COMMAND test_rdma_xfer_device --signal-interval 4)
+set_tests_properties(test_rdma_xfer_signal_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 600)
 
 # An unprivileged tenant's engine through the helper, on the rails topology (77 without it or
 # without root): the policy's one device and budget, AUTO against REQUIRED.
