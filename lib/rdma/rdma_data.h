@@ -38,6 +38,7 @@
 #include "rdma/qp.h"
 #include "rdma/reg_mrs.h"
 #include "rdma/window.h"
+#include "topo/lane_cpus.h"
 #include "topo/qos.h"
 #include "topo/selector.h"
 #include "topo/slicing.h"
@@ -80,6 +81,7 @@ struct rdma_lane {
     uint32_t index;
     pthread_t thread;
     bool started;
+    struct orb_lane_cpus place;    /* its NUMA node and CPUs (lib/topo/lane_cpus.h); unbound: -1 */
     atomic_int kick;               /* work queued for it to post */
     /* progress_mode event_driven: it sleeps in poll() on its completion channels and wake_fd
      * (an eventfd) once idle, with its CQs armed; a kick writes wake_fd while it sleeps. */

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/random.h"
 #include "rdma/rdma_transport.h"
+#include "topo/sysfs.h"
 
 #define LANE_BATCH 16
 #define LANE_IDLE_SPINS 256        /* empty polls before the lane naps */
@@ -170,13 +171,17 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
         pthread_mutex_unlock(&tp->lock);
         return orb_fail(ORB_ERESOURCE, "rdma: max_endpoints (%u) queue pairs exist already", tp->cfg->max_endpoints);
     }
-    /* The next lane in turn, or the first one after it whose CQs have room. */
+    /* The next lane in turn whose CQs have room: one on the NIC's NUMA node when there is
+     * one, else any. */
+    const struct orb_topo_nic *nic = inventory_nic(tp, c->nic);
+    int32_t node = nic != NULL ? nic->numa_node : ORB_TOPO_NUMA_UNKNOWN;
     uint32_t lane = tp->nlanes;
-    for (uint32_t i = 0; i < tp->nlanes && lane == tp->nlanes; i++) {
-        uint32_t k = (tp->next_lane + i) % tp->nlanes;
-        if (c->cqe_charged[k] + charge <= c->cqe)
-            lane = k;
-    }
+    for (int pass = node >= 0 ? 0 : 1; pass < 2 && lane == tp->nlanes; pass++)
+        for (uint32_t i = 0; i < tp->nlanes && lane == tp->nlanes; i++) {
+            uint32_t k = (tp->next_lane + i) % tp->nlanes;
+            if ((pass == 1 || tp->lanes[k].place.node == node) && c->cqe_charged[k] + charge <= c->cqe)
+                lane = k;
+        }
     if (lane == tp->nlanes) {
         pthread_mutex_unlock(&tp->lock);
         return orb_fail(ORB_ERESOURCE, "rdma: NIC %u: its completion queues (max_cqes %u) are full", c->nic,
@@ -850,6 +855,62 @@ static int selector_start(struct orb_rdma_tp *tp)
     return orb_selector_create(&sc, tp->nrails, mbps, &orb_clock_monotonic, &tp->sel);
 }
 
+static int sysfs_node_cpus(void *ctx, int32_t node, struct orb_cpuset *out)
+{
+    return orb_topo_node_cpus(*(const int *)ctx, node, out);
+}
+
+/* Each lane's NUMA node and CPUs: the rails' NICs' nodes, within the CPUs this process may use. */
+static void lanes_place(struct orb_rdma_tp *tp)
+{
+    int32_t rail_node[ORB_RDMA_MAX_RAILS];
+    for (uint32_t k = 0; k < tp->nrails; k++) {
+        const struct orb_topo_nic *n = inventory_nic(tp, tp->dctx[tp->rail_nic[k]]->nic);
+        rail_node[k] = n != NULL ? n->numa_node : ORB_TOPO_NUMA_UNKNOWN;
+    }
+    struct orb_cpuset allowed;
+    memset(&allowed, 0, sizeof allowed);
+    cpu_set_t cs;
+    CPU_ZERO(&cs);
+    if (sched_getaffinity(0, sizeof cs, &cs) == 0)
+        for (uint32_t cpu = 0; cpu < ORB_CPUSET_MAX && cpu < CPU_SETSIZE; cpu++)
+            if (CPU_ISSET(cpu, &cs))
+                orb_cpuset_add(&allowed, cpu);
+    int fd = open("/sys", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct orb_lane_cpus place[RDMA_MAX_LANES];
+    int rc = fd >= 0 ? orb_lane_cpus_plan(rail_node, tp->nrails, tp->nlanes, sysfs_node_cpus, &fd, &allowed, place)
+                     : ORB_EUNAVAILABLE;
+    if (fd >= 0)
+        (void)close(fd);
+    for (uint32_t i = 0; rc == 0 && i < tp->nlanes; i++) {
+        tp->lanes[i].place = place[i];
+        if (place[i].node >= 0)
+            ORB_LOGI("rdma: lane %u runs on NUMA node %d (%u CPUs)", i, (int)place[i].node,
+                     orb_cpuset_count(&place[i].cpus));
+    }
+}
+
+/* Start lane `lane`'s thread, on its CPUs when it has some. */
+static int lane_spawn(struct rdma_lane *lane)
+{
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0)
+        return -1;
+    if (lane->place.node >= 0) {
+        cpu_set_t cs;
+        CPU_ZERO(&cs);
+        for (uint32_t cpu = 0; cpu < ORB_CPUSET_MAX && cpu < CPU_SETSIZE; cpu++)
+            if (orb_cpuset_has(&lane->place.cpus, cpu))
+                CPU_SET(cpu, &cs);
+        if (pthread_attr_setaffinity_np(&attr, sizeof cs, &cs) != 0)
+            ORB_LOGW("rdma: lane %u: cannot be bound to node %d's CPUs; it runs unbound", lane->index,
+                     (int)lane->place.node);
+    }
+    int rc = pthread_create(&lane->thread, &attr, lane_main, lane);
+    pthread_attr_destroy(&attr);
+    return rc;
+}
+
 int rdma_data_start(struct orb_rdma_tp *tp)
 {
     pthread_mutex_init(&tp->lock, NULL);
@@ -869,6 +930,7 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     for (uint32_t i = 0; i < tp->nlanes; i++) {
         tp->lanes[i].tp = tp;
         tp->lanes[i].index = i;
+        tp->lanes[i].place.node = ORB_TOPO_NUMA_UNKNOWN;
         tp->lanes[i].wake_fd = -1;
         atomic_init(&tp->lanes[i].kick, 0);
         atomic_init(&tp->lanes[i].sleeping, 0);
@@ -898,10 +960,11 @@ int rdma_data_start(struct orb_rdma_tp *tp)
         rc = rdma_staging_start(tp);
     if (rc != 0)
         return rc;
+    lanes_place(tp);
     tp->data = true;
     atomic_store(&tp->stopping, 0);
     for (uint32_t i = 0; i < tp->nlanes; i++) {
-        if (pthread_create(&tp->lanes[i].thread, NULL, lane_main, &tp->lanes[i]) != 0) {
+        if (lane_spawn(&tp->lanes[i]) != 0) {
             tp->lane_started = i > 0;
             rdma_data_stop(tp);
             tp->data = false;

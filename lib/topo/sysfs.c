@@ -960,3 +960,18 @@ int orb_topo_nic_provider(int sysfs_dirfd, const char *nic, char *buf, size_t le
     }
     return orb_fail(ORB_ENOENT, "topology: %s: no kernel driver or software parent in sysfs", nic);
 }
+
+int orb_topo_node_cpus(int sysfs_dirfd, int32_t node, struct orb_cpuset *out)
+{
+    if (out == NULL || node < 0)
+        return orb_fail(ORB_EINVAL, "topology: node CPUs: NULL output or negative node");
+    char path[64];
+    static _Thread_local char text[ORB_CPULIST_MAX_BYTES + 1];
+    if (!format_path(path, sizeof path, "devices/system/node/node%d/cpulist", (int)node))
+        return orb_fail(ORB_EINVAL, "topology: node %d: path too long", (int)node);
+    int rc = read_attr(sysfs_dirfd, path, text, sizeof text);
+    if (rc != ATTR_OK)
+        return orb_fail(ORB_ENOENT, "topology: node %d: %s is %s", (int)node, path,
+                        rc == ATTR_ABSENT ? "absent" : "unreadable or oversized");
+    return orb_cpulist_parse(text, strlen(text), out);
+}

@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "topo/cpuset.h"
 #include "topo/inventory.h"
 
 /* Fill `*out` from the sysfs tree rooted at `sysfs_dirfd` (not closed; read only). `*out` is
@@ -52,5 +53,10 @@ bool orb_topo_name_valid(const char *name);
  * attribute. Errors (`buf` then unspecified): ORB_EINVAL (NULL, empty buffer, invalid name),
  * ORB_ENOENT (sysfs names neither, or the text does not fit). Reads only. */
 int orb_topo_nic_provider(int sysfs_dirfd, const char *nic, char *buf, size_t len);
+
+/* The CPUs of NUMA node `node` (devices/system/node/node<N>/cpulist) into *out, written only on
+ * success. Errors: ORB_EINVAL (NULL, negative node), ORB_ENOENT (no such file, or unreadable),
+ * ORB_ECONFIG (not a cpulist). */
+int orb_topo_node_cpus(int sysfs_dirfd, int32_t node, struct orb_cpuset *out);
 
 #endif

@@ -8,3 +8,11 @@ orb_unit_test(test_topo_tiers SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tiers.c OBJ
 foreach(t test_topo_sysfs test_topo_filter test_topo_tiers)
   target_compile_definitions(${t} PRIVATE FIXTURE_DIR="${ORB_TOPO_FIXTURES}")
 endforeach()
+
+# CPU lists, a node's CPUs, and the lanes' NUMA plan; the cpulist parser's fuzz target.
+orb_unit_test(test_topo_cpuset SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpuset.c OBJECTS orb_base orb_topo)
+orb_fuzz_target(fuzz_cpulist HARNESS ${CMAKE_CURRENT_LIST_DIR}/fuzz_cpulist.c
+                CORPUS ${CMAKE_CURRENT_LIST_DIR}/cpulist_corpus
+                OBJECTS orb_base orb_topo LIBS PkgConfig::JANSSON
+                FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/topo/cpuset.c
+                FUZZ_OBJECTS orb_base)
