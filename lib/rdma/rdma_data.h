@@ -41,6 +41,7 @@
 #include "topo/lane_cpus.h"
 #include "topo/qos.h"
 #include "topo/selector.h"
+#include "topo/slots.h"
 #include "topo/slicing.h"
 
 struct orb_rdma_tp;
@@ -83,6 +84,7 @@ struct rdma_lane {
     bool started;
     struct orb_lane_cpus place;    /* its NUMA node and CPUs (lib/topo/lane_cpus.h); unbound: -1 */
     atomic_int kick;               /* work queued for it to post */
+    _Atomic uint64_t retry_ns;     /* a shared slot held work back: drain again then (0: none) */
     /* progress_mode event_driven: it sleeps in poll() on its completion channels and wake_fd
      * (an eventfd) once idle, with its CQs armed; a kick writes wake_fd while it sleeps. */
     bool events;
@@ -297,6 +299,15 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
                           uint32_t msg_len, bool more);
 /* Have the lane of `l` post what is queued on it: now when called on that lane, else by kicking it. */
 void rdma_link_kick(struct rdma_link *l);
+
+/* ---- shared priority slots (rdma_slots.c) ---- */
+/* Attach the helper's slot object of shared_quota_shm_path (nothing when unset). Errors: the
+ * helper's refusal or a damaged object (the engine then fails: never a silent local fallback),
+ * ORB_EUNAVAILABLE (no helper session). */
+int rdma_slots_attach(struct orb_rdma_tp *tp);
+void rdma_slots_detach(struct orb_rdma_tp *tp);
+/* May a payload post of `priority` go at now_ns? When not, *retry_ns is the next slot boundary. */
+bool rdma_slots_allow(struct orb_rdma_tp *tp, unsigned priority, uint64_t now_ns, uint64_t *retry_ns);
 /* Queue a grant's bind for the lane to post, and kick it. */
 void rdma_link_queue_bind(struct rdma_link *l, struct rdma_bind_wait *w);
 /* Post a source's ACK, or queue it behind earlier ones while the send queue is full. */

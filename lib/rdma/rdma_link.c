@@ -478,10 +478,21 @@ void rdma_link_drain_waits(struct rdma_link *l)
         return;
     }
     (void)orb_qos_promote(&l->waits);
+    uint64_t now = l->tp->slots_map != NULL ? orb_now_ns() : 0;
     for (;;) {
         struct rdma_wait *w = (struct rdma_wait *)orb_qos_peek(&l->waits, ORB_QOS_ALL_TIERS);
         if (w == NULL)
             break;
+        uint64_t retry = 0;
+        if (!rdma_slots_allow(l->tp, w->qe.priority, now, &retry)) {
+            /* The most urgent waiting post may not go in this slot, so no other may: the lane
+             * drains this link again at the next boundary. */
+            struct rdma_lane *lane = &l->tp->lanes[l->lane];
+            uint64_t cur = atomic_load(&lane->retry_ns);
+            while ((cur == 0 || retry < cur) && !atomic_compare_exchange_weak(&lane->retry_ns, &cur, retry))
+                ;
+            break;
+        }
         struct ibv_send_wr wr;
         uint64_t cookie;
         uint8_t msg[RDMA_MSG_SLOT];
@@ -763,6 +774,14 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
         uint64_t now = orb_now_ns();
         timeout_ms = next_scan > now ? (int)((next_scan - now) / 1000000u) + 1 : 0;
     }
+    uint64_t retry = atomic_load(&lane->retry_ns);
+    if (retry != 0) {
+        /* A shared slot held work back: wake for the boundary that may let it go. */
+        uint64_t now = orb_now_ns();
+        int until = retry > now ? (int)((retry - now) / 1000000u) + 1 : 0;
+        if (until < timeout_ms)
+            timeout_ms = until;
+    }
     if (atomic_load(&lane->kick) || atomic_load(&tp->stopping))
         timeout_ms = 0;
     (void)poll(fds, n + 1, timeout_ms);
@@ -797,6 +816,11 @@ static void *lane_main(void *arg)
             (orb_now_ns() >= tp->drain_deadline || outstanding_wrs(tp) == 0))
             break;
         int got = 0;
+        uint64_t retry = atomic_load(&lane->retry_ns);
+        if (retry != 0 && orb_now_ns() >= retry) {
+            atomic_store(&lane->retry_ns, 0);
+            atomic_store(&lane->kick, 1);
+        }
         if (atomic_exchange(&lane->kick, 0))
             got += drain_lane(lane);
         got += poll_lane(lane);
@@ -933,6 +957,7 @@ int rdma_data_start(struct orb_rdma_tp *tp)
         tp->lanes[i].place.node = ORB_TOPO_NUMA_UNKNOWN;
         tp->lanes[i].wake_fd = -1;
         atomic_init(&tp->lanes[i].kick, 0);
+        atomic_init(&tp->lanes[i].retry_ns, 0);
         atomic_init(&tp->lanes[i].sleeping, 0);
     }
     for (uint32_t i = 0; events && i < tp->nlanes; i++) {

@@ -251,6 +251,7 @@ static void tp_free(struct orb_rdma_tp *tp)
         ORB_LOGE("rdma: %u device objects could not be released: they are kept", kept);
     orb_helper_close(tp->disc.helper);
     orb_topo_ranks_free(tp->ranks);
+    rdma_slots_detach(tp);
     free(tp);
 }
 
@@ -315,6 +316,8 @@ int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, v
         goto free_tp;
     }
     query_caps(tp);
+    if ((rc = rdma_slots_attach(tp)) != 0)
+        goto free_tp;
     rc = rdma_data_start(tp);
     if (rc != 0) {
         ORB_LOGW("%s: requests travel on TCP", orb_last_error());
@@ -436,6 +439,7 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.grants_served = atomic_load(&tp->grants_served);
     st.staging_bytes = tp->data ? rdma_staging_in_use(tp) : 0;
     st.staged_transfers = atomic_load(&tp->staged_transfers);
+    st.slot_deferrals = atomic_load(&tp->slot_deferrals);
     memcpy(out, &st, sizeof st);
     return 0;
 }

@@ -34,6 +34,7 @@
 #include "rdma/reg_mrs.h"
 #include "topo/qos.h"
 #include "topo/selector.h"
+#include "topo/slots.h"
 
 /* What discovery found. */
 struct orb_rdma_discovery {
@@ -123,6 +124,12 @@ struct orb_rdma_tp {
     atomic_uint_fast64_t inflight_reqs, active_grants;
     atomic_uint_fast64_t completed_reads, completed_writes, payload_send_cqes, grants_served, errors;
     atomic_uint_fast64_t staged_transfers;
+    /* shared_quota_shm_path: the helper's slot object, mapped read-only (rdma_slots.c); NULL:
+     * local scheduling. */
+    void *slots_map;
+    size_t slots_len;
+    struct orb_slots_reader slots;
+    atomic_uint_fast64_t slot_deferrals;        /* payload drains the slot held back */
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */

@@ -9,10 +9,17 @@
  *  - ORB_HELPER_REQUIRED: rxe's provider cannot import a context from the helper, so the policy
  *    cannot be enforced: the engine fails with ORB_EUNAVAILABLE naming the device and its
  *    provider, and leaves no device open.
+ *  - Shared priority slots: with shared_quota_shm_path naming a slot the policy grants, the
+ *    helper creates and publishes the object and the engine gates its payload posts by it: High
+ *    requests are never held back, Low ones are (slot_deferrals) and still all complete; a slot
+ *    the policy does not grant fails the engine with ORB_EPERM, and so does (ORB_EUNAVAILABLE)
+ *    asking for shared slots without the helper.
  *
  * Each tenant is a fresh process (this program run again with --tenant) that drops from root
  * to nobody before it creates its engine and starts the test build of the helper with the policy
- * directory written here. The source is an engine of this (root) process without the helper.
+ * directory written here. The policy and the slot objects belong to the tenant (the helper's
+ * --policy-owner), so that the test build creates slot objects without CAP_CHOWN. The source is
+ * an engine of this (root) process without the helper.
  *
  * A hardware check: it exits 77 without the rails topology's devices or without root (needed to
  * write a root-owned policy and to become the tenant); inside the test VM it runs for real. */
@@ -35,6 +42,7 @@
 
 #include <orbite/orbite.h>
 
+#include "core/clock.h"
 #include "core/engine_internal.h"
 #include "helper/helper_client.h"
 #include "rdma/verbs.h"
@@ -49,6 +57,7 @@
 #define BUDGET "6M"
 #define BUF_LEN (4u << 20) /* one fits the budget, two do not */
 #define ALLOWED "rxe_a0"
+#define SLOT "orbite-test-slots"
 
 static char policy_dir[64];
 static orb_engine *src;
@@ -112,11 +121,15 @@ static void open_devices(char *out, size_t len)
     closedir(d);
 }
 
-static orb_engine *tenant_engine(enum orb_helper_mode mode)
+static orb_engine *tenant_engine_with(enum orb_helper_mode mode, const char *shm_path)
 {
     orb_rdma_config *rdma = NULL;
     if (orb_rdma_config_new(&rdma) != 0)
         return NULL;
+    if (shm_path != NULL && orb_rdma_config_set(rdma, "shared_quota_shm_path", shm_path) != 0) {
+        orb_rdma_config_free(rdma);
+        return NULL;
+    }
     struct orb_engine_config cfg;
     orb_engine_config_init(&cfg);
     cfg.helper_mode = mode;
@@ -127,6 +140,11 @@ static orb_engine *tenant_engine(enum orb_helper_mode mode)
     int rc = orb_engine_create_params(&p, &e);
     orb_rdma_config_free(rdma);
     return rc == 0 ? e : NULL;
+}
+
+static orb_engine *tenant_engine(enum orb_helper_mode mode)
+{
+    return tenant_engine_with(mode, NULL);
 }
 
 static void tenant_auto(const struct hello *h)
@@ -221,6 +239,72 @@ static void tenant_required(void)
     CHECK(held[0] == '\0', "the failed engine left [%s] open", held);
 }
 
+/* `n` 64 KiB READs of priority `prio` in one batch, checked; 0 or the failure. */
+static int reads(orb_engine *e, orb_segment *seg, const struct hello *h, uint8_t *b, int n, enum orb_priority prio)
+{
+    struct orb_request r[32];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < n && i < 32; i++) {
+        r[i].transport = ORB_TRANSPORT_RDMA;
+        r[i].op = ORB_OP_READ;
+        r[i].priority = prio;
+        r[i].local_addr = (uint64_t)(uintptr_t)b + ((uint64_t)i << 16);
+        r[i].remote_addr = h->base + ((uint64_t)i << 16);
+        r[i].length = 1u << 16;
+    }
+    memset(b, 0, (size_t)n << 16);
+    struct orb_batch_report rep;
+    int rc = orb_submit_and_wait(e, seg, r, (size_t)n, NULL, TIMEOUT_NS, &rep);
+    for (uint64_t i = 0; rc == 0 && i < ((uint64_t)n << 16); i++)
+        if (b[i] != pattern(i, 1))
+            rc = ORB_EPROTO;
+    return rc;
+}
+
+static void tenant_slots(const struct hello *h)
+{
+    orb_engine *e = tenant_engine_with(ORB_HELPER_AUTO, "/orbite-not-granted");
+    CHECK(e == NULL && strstr(orb_last_error(), "/orbite-not-granted") != NULL, "an ungranted slot: %s",
+          orb_last_error());
+    orb_engine_free(e);
+    e = tenant_engine_with(ORB_HELPER_AUTO, "/" SLOT);
+    CHECK(e != NULL, "engine with the shared slots: %s", orb_last_error());
+    if (e == NULL)
+        return;
+    orb_host_memory *mem = NULL;
+    orb_reg_id id = 0;
+    orb_segment *seg = NULL;
+    CHECK(orb_host_memory_alloc(2u << 20, 0, &mem) == 0, "%s", orb_last_error());
+    if (mem == NULL)
+        goto free_engine;
+    CHECK(orb_register_host_memory(e, mem, 0, 2u << 20, ORB_PERM_LOCAL, &id) == 0, "%s", orb_last_error());
+    CHECK(orb_open_segment(e, h->endpoint, &h->epoch, TIMEOUT_NS, &seg) == 0, "segment: %s", orb_last_error());
+    if (seg == NULL)
+        goto free_memory;
+    uint8_t *b = orb_host_memory_data(mem);
+    struct orb_rdma_stats st;
+    /* High is admitted in every slot. */
+    for (int round = 0; round < 5; round++)
+        CHECK(reads(e, seg, h, b, 32, ORB_PRIORITY_HIGH) == 0, "High READs: %s", orb_last_error());
+    CHECK(orb_engine_rdma_stats(e, &st) == 0 && st.slot_deferrals == 0, "High was held back %llu times",
+          (unsigned long long)st.slot_deferrals);
+    /* Low only in one slot of three: some of its posts wait for it, and all complete. */
+    uint64_t give_up = orb_now_ns() + 20ull * 1000000000ull;
+    do {
+        CHECK(reads(e, seg, h, b, 32, ORB_PRIORITY_LOW) == 0, "Low READs: %s", orb_last_error());
+        CHECK(orb_engine_rdma_stats(e, &st) == 0, "%s", orb_last_error());
+    } while (st.slot_deferrals == 0 && orb_now_ns() < give_up && failures == 0);
+    CHECK(st.slot_deferrals > 0, "Low posts were never held back");
+    fprintf(stderr, "tenant (slots): %llu deferrals\n", (unsigned long long)st.slot_deferrals);
+    orb_segment_close(seg);
+free_memory:
+    if (id != 0)
+        CHECK(orb_unregister_memory(e, id) == 0, "%s", orb_last_error());
+    orb_host_memory_unref(mem);
+free_engine:
+    orb_engine_free(e);
+}
+
 static _Noreturn void tenant_main(const char *mode, int hello_fd)
 {
     struct hello h;
@@ -233,11 +317,15 @@ static _Noreturn void tenant_main(const char *mode, int hello_fd)
         fprintf(stderr, "tenant: cannot become uid %u: %s\n", HP_TENANT_ID, strerror(errno));
         _exit(3);
     }
-    const char *args[] = {"--policy-dir", policy_dir, NULL};
+    char owner[16];
+    snprintf(owner, sizeof owner, "%u", HP_TENANT_ID);
+    const char *args[] = {"--policy-dir", policy_dir, "--policy-owner", owner, NULL};
     if (orb_helper_test_set_command(ORB_HELPER_TEST_EXE, args) != 0)
         _exit(4);
     if (strcmp(mode, "auto") == 0)
         tenant_auto(&h);
+    else if (strcmp(mode, "slots") == 0)
+        tenant_slots(&h);
     else
         tenant_required();
     fprintf(stderr, "tenant (%s): %d failure(s)\n", mode, failures);
@@ -256,10 +344,12 @@ static void write_policy(void)
     FILE *f = fopen(path, "we");
     assert_non_null(f);
     fprintf(f, "[defaults]\nnics = none\n\n[user:#%u]\ntransports = tcp, rdma\nnics = " ALLOWED
-               "\nmax_registered_bytes = " BUDGET "\nmax_endpoints = 16\nmax_grants = 64\n",
+               "\nmax_registered_bytes = " BUDGET "\nmax_endpoints = 16\nmax_grants = 64\nslots = " SLOT "\n",
             HP_TENANT_ID);
     assert_int_equal(fclose(f), 0);
     assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(chown(path, HP_TENANT_ID, HP_TENANT_ID), 0);
+    assert_int_equal(chown(policy_dir, HP_TENANT_ID, HP_TENANT_ID), 0);
 }
 
 static bool have(const char *const *names, size_t count)
@@ -370,6 +460,26 @@ static void test_required_fails_naming_the_provider(void **state)
     assert_int_equal(run_tenant("required"), 0);
 }
 
+static void test_shared_slots_gate_low_priority(void **state)
+{
+    (void)state;
+    assert_int_equal(run_tenant("slots"), 0);
+    /* Without the helper nobody creates or publishes the slots: the engine refuses. */
+    orb_rdma_config *rdma;
+    assert_int_equal(orb_rdma_config_new(&rdma), 0);
+    assert_int_equal(orb_rdma_config_set(rdma, "shared_quota_shm_path", "/" SLOT), 0);
+    struct orb_engine_config cfg;
+    orb_engine_config_init(&cfg);
+    cfg.helper_mode = ORB_HELPER_OFF;
+    cfg.enable_source = 0;
+    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
+                                  .rdma = rdma};
+    orb_engine *e = NULL;
+    assert_int_equal(orb_engine_create_params(&p, &e), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "needs orbite-helper"));
+    orb_rdma_config_free(rdma);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "--tenant") == 0) {
@@ -379,6 +489,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_opens_only_the_allowed_device),
         cmocka_unit_test(test_required_fails_naming_the_provider),
+        cmocka_unit_test(test_shared_slots_gate_low_priority),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
