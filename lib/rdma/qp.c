@@ -17,7 +17,7 @@
  * room eventually, and a peer that is gone still fails by the transport timeout above. */
 #define QP_TIMEOUT 18
 #define QP_RETRY_CNT 7
-#define QP_RNR_RETRY 6
+#define QP_RNR_RETRY 7 /* 7: retry without end (IB: the RNR retry count 7 is infinite) */
 #define QP_MIN_RNR_TIMER 12
 #define QP_HOP_LIMIT 64
 
@@ -171,12 +171,16 @@ int orb_rdma_qp_connect(struct orb_rdma_qp *q, const struct orb_rdma_qp_addr *re
 
 int orb_rdma_qp_fail(struct orb_rdma_qp *q)
 {
-    if (q == NULL)
+    /* A queue pair never connected holds no work request (receives are posted once it is), and
+     * one already in error has flushed: nothing to move (rxe refuses RESET -> ERR). */
+    if (q == NULL || !q->connected || q->errored)
         return 0;
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_ERR;
-    return transition(q, &a, IBV_QP_STATE, "ERR");
+    int rc = transition(q, &a, IBV_QP_STATE, "ERR");
+    q->errored = rc == 0;
+    return rc;
 }
 
 int orb_rdma_qp_destroy(struct orb_rdma_qp *q)

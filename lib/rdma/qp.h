@@ -75,6 +75,7 @@ struct orb_rdma_qp {
     struct ibv_qp *qp;
     uint8_t port, gid_index;
     bool connected;
+    bool errored;                  /* moved to the error state (orb_rdma_qp_fail) */
     uint32_t rd_atomic, dest_rd_atomic; /* applied depths */
     uint32_t sq_depth, rq_depth;
     struct orb_rdma_qp_addr local;
@@ -98,7 +99,9 @@ int orb_rdma_qp_create(const struct orb_verbs *v, struct ibv_pd *pd, struct ibv_
  * ORB_EUNAVAILABLE (the device refused a transition: the message names it and errno). */
 int orb_rdma_qp_connect(struct orb_rdma_qp *q, const struct orb_rdma_qp_addr *remote);
 
-/* Move the QP to the error state: every outstanding WR completes (flushed). Idempotent. */
+/* Move the QP to the error state: every outstanding WR completes (flushed). Idempotent; a QP
+ * never connected holds no WR and is left as it is. Not thread-safe against itself: callers
+ * serialise (the link's failure path runs once). */
 int orb_rdma_qp_fail(struct orb_rdma_qp *q);
 
 /* Destroy. 0, or ORB_EBUSY when the device refused (the QP is then kept: never freed). */

@@ -675,8 +675,14 @@ static int poll_cq(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_cq *cq
         return 0;
     for (int i = 0; i < n; i++) {
         struct rdma_link *l = link_of(tp, c, wc[i].qp_num);
-        if (l == NULL)
-            continue; /* a link being destroyed: its flushes need no one */
+        if (l == NULL) {
+            /* A link being destroyed: its flushes need no one, but an error is still the cause
+             * of something and is said. */
+            if (wc[i].status != IBV_WC_SUCCESS && wc[i].status != IBV_WC_WR_FLUSH_ERR)
+                ORB_LOGW("rdma: qp %u (being closed): a %s completion ended with %s", wc[i].qp_num,
+                         send ? "send" : "receive", tp->v->wc_status_str(wc[i].status));
+            continue;
+        }
         if (send)
             on_send_wc(tp, l, &wc[i]);
         else

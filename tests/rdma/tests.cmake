@@ -105,3 +105,11 @@ orb_unit_test(test_rdma_helper_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_hel
 target_compile_definitions(test_rdma_helper_device PRIVATE ORB_HELPER_TEST_EXE="$<TARGET_FILE:orbite-helper-test>")
 add_dependencies(test_rdma_helper_device orbite-helper-test)
 set_tests_properties(test_rdma_helper_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)
+
+# The budgets at their limits on the rails topology (77 without it): refusals that name them,
+# waits that end, and service again once they free.
+orb_unit_test(test_rdma_budgets_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_budgets_device.c
+              OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
+                      orb_rdma_tp orb_helperlib orb_hproto
+              LIBS ${CMAKE_DL_LIBS})
+set_tests_properties(test_rdma_budgets_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)
