@@ -499,7 +499,9 @@ void rdma_link_drain_waits(struct rdma_link *l)
         uint32_t msg_len = 0;
         struct ibv_sge sge;
         rdma_req_build(w, l, &wr, &sge, &cookie, msg, &msg_len);
-        bool more = orb_qos_total(&l->waits) > 1;
+        /* Unsignaled only with work right behind it that will be posted too: under shared
+         * slots the next one may be held back, and this one's end would wait for it. */
+        bool more = l->tp->slots_map == NULL && orb_qos_total(&l->waits) > 1;
         int rc = rdma_link_post_locked(l, &wr, cookie, msg_len > 0 ? msg : NULL, msg_len, more);
         if (rc == ORB_ERESOURCE)
             break;

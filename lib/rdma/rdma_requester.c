@@ -224,9 +224,6 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     return 0;
 }
 
-/* Each live piece's rail, from the selector (grant thread, before the GRANT_REQ): the charges
- * go into r->lease, returned piece by piece as their WRs complete and the rest when the request
- * ends. */
 /* The rails' tiers for the memory of `x`: its registration's node's row, else (staging, an
  * unknown node) the row of unknown locality. */
 static const uint8_t *tier_row(const struct orb_rdma_tp *tp, const struct orb_xfer *x)
@@ -238,6 +235,9 @@ static const uint8_t *tier_row(const struct orb_rdma_tp *tp, const struct orb_xf
     return tp->rail_tier[0];
 }
 
+/* Each live piece's rail, from the selector (grant thread, before the GRANT_REQ): the charges
+ * go into r->lease, returned piece by piece as their WRs complete and the rest when the request
+ * ends. */
 static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r)
 {
     struct orb_slice s[ORB_SLICE_MAX];
