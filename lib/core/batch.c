@@ -97,6 +97,7 @@ struct orb_batch {
     int waiters;
     int timed_out;
     int orphaned;                /* the user's handle is gone; free when live reaches 0 */
+    uint64_t deadline_ns;        /* orb_submit_and_wait's deadline (ORB_DEADLINE_NONE: none) */
     struct orb_batch *reap_next;
     /* notification */
     enum orb_notify_state notify_state;
@@ -263,6 +264,7 @@ static int batch_new(orb_engine *engine, orb_segment *segment, struct orb_batch 
         rc = orb_fail(ORB_ENOMEM, "cannot allocate a batch");
         goto uncount;
     }
+    b->deadline_ns = ORB_DEADLINE_NONE;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -527,6 +529,7 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
                 s->x.request_index = (uint32_t)(first_index + i);
                 s->x.op = (uint8_t)r->op;
                 s->x.priority = (uint8_t)r->priority;
+                s->x.deadline_ns = b->deadline_ns;
                 s->x.mem_kind = (uint8_t)q->local_pin->kind->kind;
                 s->x.rail = piece->rail;
                 s->x.piece_index = p;
@@ -940,6 +943,7 @@ ORB_EXPORT int orb_submit_and_wait(orb_engine *engine, orb_segment *segment,
         goto report_nothing;
     pthread_mutex_lock(&b->lock);
     rc = copy_notification(b, notify_or_null);
+    b->deadline_ns = deadline; /* its requests' deadline, for transports that order by it */
     pthread_mutex_unlock(&b->lock);
     if (rc != 0) {
         orb_batch_destroy(b);

@@ -66,6 +66,9 @@ struct orb_xfer {
      * NULL when the transport asks for none. */
     void *request_private;
     uint64_t tag;               /* free for the transport */
+    /* When the caller stops waiting for the request: orb_submit_and_wait's deadline, or
+     * ORB_DEADLINE_NONE (an asynchronous batch). For ordering only; the core enforces it. */
+    uint64_t deadline_ns;
 };
 
 /* The CPU address of the xfer's first local byte, or NULL when its memory kind has no CPU view

@@ -85,6 +85,8 @@ struct rdma_lane {
     struct orb_lane_cpus place;    /* its NUMA node and CPUs (lib/topo/lane_cpus.h); unbound: -1 */
     atomic_int kick;               /* work queued for it to post */
     _Atomic uint64_t retry_ns;     /* a shared slot held work back: drain again then (0: none) */
+    struct orb_qos_arbiter *arb;   /* deadline_bw_arbitration: its sorting buffers; else NULL */
+    struct orb_qos_entry **cands;  /* and the candidates it orders (LANE_ARBITRATE_MAX) */
     /* progress_mode event_driven: it sleeps in poll() on its completion channels and wake_fd
      * (an eventfd) once idle, with its CQs armed; a kick writes wake_fd while it sleeps. */
     bool events;
@@ -153,6 +155,7 @@ struct rdma_link {
     uint32_t signal_every, unsignaled;
     uint32_t cqe_charge;
     struct orb_qos_set waits;      /* struct rdma_wait entries, by priority */
+    bool reorder;                  /* waits arrived since they were last ordered by deadline */
     struct rdma_ack_wait *acks_head, *acks_tail; /* source: ACKs waiting for send-queue room */
     struct rdma_bind_wait *binds_head, *binds_tail; /* source: window binds for the lane to post */
     struct rdma_link *all_next;    /* tp's list (tp->lock) */

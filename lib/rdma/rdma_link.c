@@ -25,6 +25,7 @@
 #define LANE_NAP_NS 50000          /* the first nap: 50 us, doubling while idle */
 #define LANE_NAP_MAX_NS 200000     /* at most 200 us: queued work waits no longer than that */
 #define SCAN_EVERY_NS 100000000ull /* ACK deadlines, every 100 ms */
+#define LANE_ARBITRATE_MAX 4096    /* waiting WRs of one tier ordered by deadline at once */
 
 /* ---- contexts --------------------------------------------------------------------------------- */
 
@@ -325,14 +326,26 @@ void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out)
     out->promotion_per_entry = tp->cfg->priority_promotion_per_entry;
 }
 
+/* The deadline of `w`'s request: its pieces share their batch's. */
+static uint64_t wait_deadline(const struct rdma_wait *w)
+{
+    if (w->x != NULL)
+        return w->x->deadline_ns;
+    for (uint32_t i = 0; i < w->req->npieces; i++)
+        if (w->req->pieces[i] != NULL)
+            return w->req->pieces[i]->deadline_ns;
+    return ORB_DEADLINE_NONE;
+}
+
 void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w)
 {
     w->next = NULL;
     w->qe.priority = w->req->priority;
     w->qe.bytes = w->x != NULL ? w->x->length : 0;
-    w->qe.deadline_ns = 0;
+    w->qe.deadline_ns = wait_deadline(w);
     w->qe.nic = (uint16_t)l->ctx->nic;
     struct orb_qos_entry *e = &w->qe;
+    l->reorder = true;
     if (orb_qos_enqueue(&l->waits, &e, 1) != 0)
         ORB_LOGE("rdma: rail %u: a work request could not be queued: %s", l->rail, orb_last_error());
 }
@@ -457,6 +470,33 @@ static void free_acks_locked(struct rdma_link *l)
     l->acks_tail = NULL;
 }
 
+/* deadline_bw_arbitration: when work arrived, order the waiting WRs of the most urgent tier (up
+ * to LANE_ARBITRATE_MAX of them) by how much of their remaining time this rail's backlog and
+ * their own bytes take (lib/topo/qos.h, TENT's DeadlineMlu); FIFO where nothing is known. On the
+ * link's lane, its lock held. */
+static void arbitrate_locked(struct rdma_link *l)
+{
+    struct orb_rdma_tp *tp = l->tp;
+    struct rdma_lane *lane = &tp->lanes[l->lane];
+    if (lane->arb == NULL || !l->reorder)
+        return; /* the order holds until new work arrives */
+    l->reorder = false;
+    struct orb_qos_entry **cands = lane->cands;
+    struct orb_qos_arbiter *arb = lane->arb;
+    size_t n = orb_qos_pop_tier(&l->waits, ORB_QOS_ALL_TIERS, cands, LANE_ARBITRATE_MAX);
+    if (n > 1) {
+        struct orb_nic_load load[ORB_RDMA_MAX_RAILS];
+        uint32_t count = 0;
+        if (orb_selector_load_stats(tp->sel, load, ORB_RDMA_MAX_RAILS, &count) == 0 && l->rail < count) {
+            const struct orb_nic_load *r = &load[l->rail];
+            double bw = r->transmit_bps > 0 ? r->transmit_bps : r->selection_bps;
+            (void)orb_qos_arbitrate(arb, cands, n, r->posted_bytes, bw, orb_now_ns());
+        }
+    }
+    if (n > 0 && orb_qos_push_front(&l->waits, cands, n) != 0)
+        ORB_LOGE("rdma: rail %u: ordered work requests could not be queued again: %s", l->rail, orb_last_error());
+}
+
 void rdma_link_drain_waits(struct rdma_link *l)
 {
     struct rdma_wait *failed = NULL;
@@ -478,6 +518,7 @@ void rdma_link_drain_waits(struct rdma_link *l)
         return;
     }
     (void)orb_qos_promote(&l->waits);
+    arbitrate_locked(l);
     uint64_t now = l->tp->slots_map != NULL ? orb_now_ns() : 0;
     for (;;) {
         struct rdma_wait *w = (struct rdma_wait *)orb_qos_peek(&l->waits, ORB_QOS_ALL_TIERS);
@@ -968,6 +1009,10 @@ int rdma_data_start(struct orb_rdma_tp *tp)
         atomic_init(&tp->lanes[i].retry_ns, 0);
         atomic_init(&tp->lanes[i].sleeping, 0);
     }
+    for (uint32_t i = 0; tp->cfg->deadline_bw_arbitration && i < tp->nlanes; i++)
+        if (orb_qos_arbiter_new(LANE_ARBITRATE_MAX, &tp->lanes[i].arb) != 0 ||
+            (tp->lanes[i].cands = calloc(LANE_ARBITRATE_MAX, sizeof *tp->lanes[i].cands)) == NULL)
+            return orb_fail(ORB_ENOMEM, "rdma: lane %u: no memory for its arbitration buffers", i);
     for (uint32_t i = 0; events && i < tp->nlanes; i++) {
         tp->lanes[i].events = true;
         tp->lanes[i].wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1062,9 +1107,12 @@ void rdma_data_destroy(struct orb_rdma_tp *tp)
     rdma_staging_destroy(tp);
     orb_selector_free(tp->sel);
     tp->sel = NULL;
-    for (uint32_t i = 0; tp->lanes != NULL && i < tp->nlanes; i++)
+    for (uint32_t i = 0; tp->lanes != NULL && i < tp->nlanes; i++) {
         if (tp->lanes[i].wake_fd >= 0)
             close(tp->lanes[i].wake_fd);
+        orb_qos_arbiter_free(tp->lanes[i].arb);
+        free(tp->lanes[i].cands);
+    }
     free(tp->lanes);
     tp->lanes = NULL;
     for (uint32_t i = 0; i < ORB_TOPO_MAX_NICS; i++) {

@@ -81,6 +81,34 @@ int orb_qos_enqueue(struct orb_qos_set *set, struct orb_qos_entry *const *entrie
     return 0;
 }
 
+int orb_qos_push_front(struct orb_qos_set *set, struct orb_qos_entry *const *entries, size_t n)
+{
+    if (!set || (n && !entries))
+        return orb_fail(ORB_EINVAL, "qos push_front: NULL set or entries");
+    for (size_t i = 0; i < n; i++) {
+        int rc = check_entry(entries[i]);
+        if (rc) {
+            for (size_t j = 0; j < i; j++)
+                entries[j]->queued = 0;
+            return rc == ORB_EBUSY
+                       ? orb_fail(ORB_EBUSY, "qos push_front: entry %zu is queued or repeated", i)
+                       : rc;
+        }
+        entries[i]->queued = 1;
+    }
+    /* Last first, so that entries[0] ends up at the head of its tier. */
+    for (size_t i = n; i-- > 0;) {
+        struct orb_qos_entry *e = entries[i];
+        unsigned p = e->priority;
+        e->next = set->head[p];
+        set->head[p] = e;
+        if (!set->tail[p])
+            set->tail[p] = e;
+        set->count[p]++;
+    }
+    return 0;
+}
+
 int orb_qos_requeue(struct orb_qos_set *set, struct orb_qos_entry *entry)
 {
     if (!set)

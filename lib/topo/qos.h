@@ -72,6 +72,11 @@ int orb_qos_enqueue(struct orb_qos_set *set, struct orb_qos_entry *const *entrie
  * Errors: as orb_qos_enqueue. */
 int orb_qos_requeue(struct orb_qos_set *set, struct orb_qos_entry *entry);
 
+/* Put entries[0..n) back at the front of their tiers, in array order (entries[0] first),
+ * keeping their enqueue_ns: the undo of orb_qos_pop_tier() after the caller reordered what it
+ * took. All or nothing, as orb_qos_enqueue. Errors: as orb_qos_enqueue. */
+int orb_qos_push_front(struct orb_qos_set *set, struct orb_qos_entry *const *entries, size_t n);
+
 /* Remove the head of the most urgent non-empty tier whose bit (1 << priority) is set in
  * `allowed_tiers`; NULL when none. The entry is the caller's again. */
 struct orb_qos_entry *orb_qos_pop(struct orb_qos_set *set, unsigned allowed_tiers);

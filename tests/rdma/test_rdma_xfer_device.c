@@ -3,7 +3,9 @@
  * ORBITE_RDMA_SOURCE_NICS name): READ and WRITE from 1 byte to 64 MiB with every
  * byte checked, on both rails; ORB_TRANSPORT_UNSPEC takes RDMA; the source's authority holds (a
  * range it did not register, a WRITE into a read-only registration, a READ past its end); many
- * requests in one batch; and the same with the source engine in another process.
+ * requests in one batch; a priority matrix steers slices by the memory's location; a High request
+ * overtakes queued Low ones; deadline arbitration puts a near deadline first; and the same with
+ * the source engine in another process.
  *
  * `--progress M` runs both engines' lanes in progress mode M (polling, the default, or
  * event_driven); `--signal-interval N` has the requester signal every Nth work request (and the
@@ -21,7 +23,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,7 @@
 
 #include <orbite/orbite.h>
 
+#include "core/clock.h"
 #include "core/engine_internal.h"
 #include "rdma/rdma_transport.h"
 #include "rdma/verbs.h"
@@ -415,6 +420,105 @@ static void test_priority_matrix_steers_rails(void **state)
     fill(sbytes, BIG, 1);
 }
 
+/* deadline_bw_arbitration: on one rail whose send queue takes one work request at a time, a
+ * short batch with a near deadline, submitted while a long one with a far deadline is queued,
+ * is ordered ahead of it and ends within the first 60% of the long batch's time; with
+ * arbitration off (FIFO) it waits behind the long batch's work and ends after 80% of it. */
+struct timed_batch {
+    orb_engine *e;
+    orb_segment *seg;
+    struct orb_request r[16];
+    size_t n;
+    uint64_t timeout_ns;
+    uint64_t end_ns;
+    int rc;
+};
+
+static void *run_batch(void *arg)
+{
+    struct timed_batch *t = arg;
+    struct orb_batch_report rep;
+    t->rc = orb_submit_and_wait(t->e, t->seg, t->r, t->n, NULL, t->timeout_ns, &rep);
+    t->end_ns = orb_now_ns();
+    return NULL;
+}
+
+/* When the short batch ended, as a share of the long batch's time, with arbitration `on`. */
+static double short_ends_at(bool on, orb_host_memory *mem)
+{
+    char a0[64];
+    snprintf(a0, sizeof a0, "%.*s", (int)strcspn(REQUESTER_NICS, ","), REQUESTER_NICS);
+    orb_rdma_config *rdma;
+    assert_int_equal(orb_rdma_config_new(&rdma), 0);
+    assert_int_equal(orb_rdma_config_set(rdma, "rdma_whitelist", a0), 0);
+    assert_int_equal(orb_rdma_config_set(rdma, "max_send_wr", "1"), 0);
+    assert_int_equal(orb_rdma_config_set(rdma, "deadline_bw_arbitration", on ? "true" : "false"), 0);
+    struct orb_engine_config cfg;
+    orb_engine_config_init(&cfg);
+    cfg.helper_mode = ORB_HELPER_OFF;
+    cfg.enable_source = 0;
+    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
+                                  .rdma = rdma};
+    orb_engine *e = NULL;
+    if (orb_engine_create_params(&p, &e) != 0)
+        fail_msg("engine: %s", orb_last_error());
+    orb_rdma_config_free(rdma);
+    orb_reg_id id;
+    assert_int_equal(orb_register_host_memory(e, mem, 0, 20u << 20, ORB_PERM_LOCAL, &id), 0);
+    orb_segment *s;
+    assert_int_equal(orb_open_segment(e, endpoint, &epoch, TIMEOUT_NS, &s), 0);
+    uint8_t *b = orb_host_memory_data(mem);
+    static struct timed_batch lng, shrt;
+    memset(&lng, 0, sizeof lng);
+    memset(&shrt, 0, sizeof shrt);
+    lng = (struct timed_batch){.e = e, .seg = s, .n = 16, .timeout_ns = 600ull * 1000000000ull};
+    shrt = (struct timed_batch){.e = e, .seg = s, .n = 4, .timeout_ns = 20ull * 1000000000ull};
+    for (int i = 0; i < 16; i++)
+        lng.r[i] = (struct orb_request){.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ,
+                                        .local_addr = (uint64_t)(uintptr_t)b + ((uint64_t)i << 20),
+                                        .remote_addr = (uint64_t)(uintptr_t)sbytes + ((uint64_t)i << 20),
+                                        .length = 1u << 20};
+    for (int i = 0; i < 4; i++)
+        shrt.r[i] = (struct orb_request){.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ,
+                                         .local_addr = (uint64_t)(uintptr_t)b + (16u << 20) + ((uint64_t)i << 16),
+                                         .remote_addr = (uint64_t)(uintptr_t)sbytes + ((uint64_t)i << 16),
+                                         .length = 1u << 16};
+    pthread_t tl, ts;
+    uint64_t start = orb_now_ns();
+    assert_int_equal(pthread_create(&tl, NULL, run_batch, &lng), 0);
+    struct timespec pause = {0, 30000000}; /* the long batch's work requests queue first */
+    nanosleep(&pause, NULL);
+    assert_int_equal(pthread_create(&ts, NULL, run_batch, &shrt), 0);
+    pthread_join(ts, NULL);
+    pthread_join(tl, NULL);
+    if (lng.rc != 0 || shrt.rc != 0)
+        fail_msg("batches: %d %d: %s", lng.rc, shrt.rc, orb_last_error());
+    for (uint64_t i = 0; i < (16u << 20); i++)
+        if (b[i] != pattern(i, 1))
+            fail_msg("byte %llu of the long batch differs", (unsigned long long)i);
+    double at = (double)(shrt.end_ns - start) / (double)(lng.end_ns - start);
+    print_message("arbitration %s: the short batch ended at %.0f%% of the long one's %.0f ms\n", on ? "on" : "off",
+                  100.0 * at, (double)(lng.end_ns - start) / 1e6);
+    orb_segment_close(s);
+    assert_int_equal(orb_unregister_memory(e, id), 0);
+    orb_engine_free(e);
+    return at;
+}
+
+static void test_deadline_arbitration_orders_work(void **state)
+{
+    (void)state;
+    if (stages(0) || stages(1)) {
+        print_message("staged: the direct run covers it\n");
+        return;
+    }
+    orb_host_memory *mem;
+    assert_int_equal(orb_host_memory_alloc(20u << 20, 0, &mem), 0);
+    assert_true(short_ends_at(true, mem) < 0.6);
+    assert_true(short_ends_at(false, mem) > 0.8);
+    orb_host_memory_unref(mem);
+}
+
 static void test_unspec_takes_rdma(void **state)
 {
     (void)state;
@@ -745,6 +849,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_source_authority),
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_high_priority_overtakes_low),
+        cmocka_unit_test(test_deadline_arbitration_orders_work),
         cmocka_unit_test(test_staging_waits_for_room),
         cmocka_unit_test(test_staging_budget),
         cmocka_unit_test(test_notification_follows_the_data),

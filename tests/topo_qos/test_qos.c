@@ -178,6 +178,53 @@ static void test_pop_order_is_tier_then_fifo(void **state)
     assert_null(orb_qos_pop(NULL, ORB_QOS_ALL_TIERS));
 }
 
+/* A popped run of a tier, reordered and pushed back, goes in front of what stayed, in the new
+ * order, keeping its age; a bad entry leaves the set as it was. */
+static void test_push_front_restores_a_reordered_run(void **state)
+{
+    (void)state;
+    struct orb_qos_set set;
+    init_set(&set, false, 10 * MS);
+    struct orb_qos_entry e[5], low;
+    struct orb_qos_entry *all[5];
+    for (int i = 0; i < 5; i++) {
+        entry_init(&e[i], ORB_PRIO_HIGH);
+        all[i] = &e[i];
+    }
+    entry_init(&low, ORB_PRIO_LOW);
+    assert_int_equal(orb_qos_enqueue(&set, all, 5), 0);
+    enqueue_one(&set, &low);
+    fake_clock_set(&fclock, 2 * SEC);
+    struct orb_qos_entry *run[3];
+    assert_int_equal(orb_qos_pop_tier(&set, ORB_QOS_ALL_TIERS, run, 3), 3);
+    struct orb_qos_entry *reordered[3] = {run[2], run[0], run[1]};
+    assert_int_equal(orb_qos_push_front(&set, reordered, 3), 0);
+    struct orb_qos_entry *want[5] = {&e[2], &e[0], &e[1], &e[3], &e[4]};
+    expect_tier(&set, ORB_PRIO_HIGH, want, 5);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(e[i].enqueue_ns, 1 * SEC); /* the age stays */
+    struct orb_qos_entry *lows[1] = {&low};
+    expect_tier(&set, ORB_PRIO_LOW, lows, 1);
+    /* Into an empty tier: head and tail are set. */
+    struct orb_qos_entry m;
+    entry_init(&m, ORB_PRIO_MEDIUM);
+    struct orb_qos_entry *one[1] = {&m};
+    assert_int_equal(orb_qos_push_front(&set, one, 1), 0);
+    expect_tier(&set, ORB_PRIO_MEDIUM, one, 1);
+    /* Already queued, or a repeat: refused whole. */
+    struct orb_qos_entry fresh;
+    entry_init(&fresh, ORB_PRIO_HIGH);
+    struct orb_qos_entry *bad[2] = {&fresh, &e[0]};
+    assert_int_equal(orb_qos_push_front(&set, bad, 2), ORB_EBUSY);
+    assert_int_equal(fresh.queued, 0);
+    expect_tier(&set, ORB_PRIO_HIGH, want, 5);
+    struct orb_qos_entry *twice[2] = {&fresh, &fresh};
+    assert_int_equal(orb_qos_push_front(&set, twice, 2), ORB_EBUSY);
+    assert_int_equal(fresh.queued, 0);
+    assert_int_equal(orb_qos_push_front(NULL, twice, 1), ORB_EINVAL);
+    assert_int_equal(orb_qos_push_front(&set, NULL, 1), ORB_EINVAL);
+}
+
 static void test_pop_honours_allowed_tiers(void **state)
 {
     (void)state;
@@ -998,6 +1045,7 @@ int main(void)
         cmocka_unit_test_setup(test_enqueue_rejects_bad_batches_whole, setup),
         cmocka_unit_test_setup(test_pop_order_is_tier_then_fifo, setup),
         cmocka_unit_test_setup(test_pop_honours_allowed_tiers, setup),
+        cmocka_unit_test_setup(test_push_front_restores_a_reordered_run, setup),
         cmocka_unit_test_setup(test_remove_head_middle_tail, setup),
         cmocka_unit_test_setup(test_tent_vector_head_timed_out, setup),
         cmocka_unit_test_setup(test_tent_vector_tail_timed_out, setup),
