@@ -56,23 +56,29 @@ static int check_entry(const struct orb_qos_entry *e)
     return 0;
 }
 
-int orb_qos_enqueue(struct orb_qos_set *set, struct orb_qos_entry *const *entries, size_t n)
+/* Validate entries[0..n) before linking any, marking each queued so that one repeated in the
+ * array is caught as already queued; on failure the marks made are undone. */
+static int mark_all(const struct orb_qos_set *set, struct orb_qos_entry *const *entries, size_t n, const char *op)
 {
     if (!set || (n && !entries))
-        return orb_fail(ORB_EINVAL, "qos enqueue: NULL set or entries");
-    /* Validate everything first, marking entries so that one repeated in the batch is caught
-     * as already queued; on failure the marks of the entries before the bad one are undone. */
+        return orb_fail(ORB_EINVAL, "qos %s: NULL set or entries", op);
     for (size_t i = 0; i < n; i++) {
         int rc = check_entry(entries[i]);
         if (rc) {
             for (size_t j = 0; j < i; j++)
                 entries[j]->queued = 0;
-            return rc == ORB_EBUSY
-                       ? orb_fail(ORB_EBUSY, "qos enqueue: entry %zu is queued or repeated", i)
-                       : rc;
+            return rc == ORB_EBUSY ? orb_fail(ORB_EBUSY, "qos %s: entry %zu is queued or repeated", op, i) : rc;
         }
         entries[i]->queued = 1;
     }
+    return 0;
+}
+
+int orb_qos_enqueue(struct orb_qos_set *set, struct orb_qos_entry *const *entries, size_t n)
+{
+    int rc = mark_all(set, entries, n, "enqueue");
+    if (rc)
+        return rc;
     uint64_t now = orb_clock_now(&set->clock);
     for (size_t i = 0; i < n; i++) {
         entries[i]->enqueue_ns = now;
@@ -83,19 +89,9 @@ int orb_qos_enqueue(struct orb_qos_set *set, struct orb_qos_entry *const *entrie
 
 int orb_qos_push_front(struct orb_qos_set *set, struct orb_qos_entry *const *entries, size_t n)
 {
-    if (!set || (n && !entries))
-        return orb_fail(ORB_EINVAL, "qos push_front: NULL set or entries");
-    for (size_t i = 0; i < n; i++) {
-        int rc = check_entry(entries[i]);
-        if (rc) {
-            for (size_t j = 0; j < i; j++)
-                entries[j]->queued = 0;
-            return rc == ORB_EBUSY
-                       ? orb_fail(ORB_EBUSY, "qos push_front: entry %zu is queued or repeated", i)
-                       : rc;
-        }
-        entries[i]->queued = 1;
-    }
+    int rc = mark_all(set, entries, n, "push_front");
+    if (rc)
+        return rc;
     /* Last first, so that entries[0] ends up at the head of its tier. */
     for (size_t i = n; i-- > 0;) {
         struct orb_qos_entry *e = entries[i];

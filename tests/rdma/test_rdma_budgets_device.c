@@ -31,17 +31,12 @@
 
 #include "core/clock.h"
 #include "core/engine_internal.h"
-#include "rdma/verbs.h"
+#include "device_util.h"
 
 #define TIMEOUT_NS (120ull * 1000000000ull)
 #define SRC_LEN (16u << 20)
-static const char *nics(const char *var, const char *dflt)
-{
-    const char *v = getenv(var);
-    return v != NULL && v[0] != '\0' ? v : dflt;
-}
-#define REQUESTER_NICS nics("ORBITE_RDMA_REQUESTER_NICS", "rxe_a0,rxe_a1")
-#define SOURCE_NICS nics("ORBITE_RDMA_SOURCE_NICS", "rxe_b0,rxe_b1")
+#define REQUESTER_NICS RDMA_TEST_REQUESTER_NICS
+#define SOURCE_NICS RDMA_TEST_SOURCE_NICS
 
 /* Queue pairs one segment takes at each end: one per rail. */
 static const char *one_segment_of_qps(void)
@@ -49,53 +44,23 @@ static const char *one_segment_of_qps(void)
     return strchr(REQUESTER_NICS, ',') != NULL ? "2" : "1";
 }
 
-/* Whether every device named in `list` is here. */
-static bool present(const char *list)
-{
-    const struct orb_verbs *v;
-    int n = 0;
-    struct ibv_device **devs = NULL;
-    if (orb_verbs_get(&v) == 0)
-        devs = v->get_device_list(&n);
-    char copy[256];
-    snprintf(copy, sizeof copy, "%s", list);
-    bool all = devs != NULL;
-    for (char *save = NULL, *name = strtok_r(copy, ",", &save); all && name != NULL;
-         name = strtok_r(NULL, ",", &save)) {
-        bool found = false;
-        for (int i = 0; i < n && !found; i++)
-            found = strcmp(v->get_device_name(devs[i]), name) == 0;
-        all = found;
-    }
-    if (devs != NULL)
-        v->free_device_list(devs);
-    return all;
-}
-
 static uint8_t pattern(uint64_t i, uint32_t seed)
 {
     return (uint8_t)((i * 2654435761u) >> 13) ^ (uint8_t)seed;
 }
 
-/* An engine on `nics` with the settings kv[] (pairs, NULL-terminated); NULL when it fails. */
+/* An engine on `nics` with the settings kv[] (pairs, NULL-terminated); fails the test when it
+ * cannot be made. */
 static orb_engine *engine(const char *nics, int source, const char *const *kv)
 {
-    orb_rdma_config *rdma;
-    assert_int_equal(orb_rdma_config_new(&rdma), 0);
-    assert_int_equal(orb_rdma_config_set(rdma, "rdma_whitelist", nics), 0);
-    for (size_t i = 0; kv != NULL && kv[i] != NULL; i += 2)
-        if (orb_rdma_config_set(rdma, kv[i], kv[i + 1]) != 0)
-            fail_msg("%s = %s: %s", kv[i], kv[i + 1], orb_last_error());
-    struct orb_engine_config cfg;
-    orb_engine_config_init(&cfg);
-    cfg.helper_mode = ORB_HELPER_OFF;
-    cfg.enable_source = source;
-    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
-                                  .rdma = rdma};
+    const char *all[16] = {"rdma_whitelist", nics};
+    size_t n = 2;
+    for (size_t i = 0; kv != NULL && kv[i] != NULL && n + 1 < sizeof all / sizeof all[0]; i++)
+        all[n++] = kv[i];
+    all[n] = NULL;
     orb_engine *e = NULL;
-    if (orb_engine_create_params(&p, &e) != 0)
+    if (rdma_test_engine(all, source, ORB_HELPER_OFF, &e) != 0)
         fail_msg("engine on %s: %s", nics, orb_last_error());
-    orb_rdma_config_free(rdma);
     return e;
 }
 
@@ -132,6 +97,24 @@ static void side_down(struct side *s)
     orb_host_memory_unref(s->mem);
 }
 
+/* A source with settings src_kv and a requester with req_kv, and the requester's segment. */
+static orb_segment *pair_up(struct side *src, const char *const *src_kv, struct side *req,
+                            const char *const *req_kv)
+{
+    side_up(src, SOURCE_NICS, 1, src_kv);
+    side_up(req, REQUESTER_NICS, 0, req_kv);
+    orb_segment *seg = NULL;
+    assert_int_equal(orb_open_segment(req->e, src->endpoint, &src->epoch, TIMEOUT_NS, &seg), 0);
+    return seg;
+}
+
+static void pair_down(struct side *src, struct side *req, orb_segment *seg)
+{
+    orb_segment_close(seg);
+    side_down(req);
+    side_down(src);
+}
+
 /* n READs of `len` bytes each into consecutive local ranges, one batch; every byte checked. */
 static int reads(struct side *req, orb_segment *seg, const struct side *src, uint32_t n, uint64_t len,
                  enum orb_transport t)
@@ -160,7 +143,7 @@ static int reads(struct side *req, orb_segment *seg, const struct side *src, uin
 static int setup(void **state)
 {
     (void)state;
-    if (!present(REQUESTER_NICS) || !present(SOURCE_NICS)) {
+    if (!rdma_test_present(REQUESTER_NICS) || !rdma_test_present(SOURCE_NICS)) {
         const char *topo = getenv("ORBITE_VM_TOPOLOGY");
         if (topo != NULL && strcmp(topo, "rails") == 0)
             fail_msg("the rails topology lacks its four rxe devices");
@@ -233,18 +216,13 @@ static void test_max_cqes_too_small_for_a_queue_pair(void **state)
 {
     (void)state;
     struct side src, req;
-    side_up(&src, SOURCE_NICS, 1, NULL);
     static const char *const kv[] = {"max_cqes", "16", NULL};
-    side_up(&req, REQUESTER_NICS, 0, kv);
-    orb_segment *seg;
-    assert_int_equal(orb_open_segment(req.e, src.endpoint, &src.epoch, TIMEOUT_NS, &seg), 0);
+    orb_segment *seg = pair_up(&src, NULL, &req, kv);
     assert_null(seg->peer[ORB_TRANSPORT_RDMA]);
     assert_int_equal(reads(&req, seg, &src, 1, 4096, ORB_TRANSPORT_RDMA), ORB_EUNAVAILABLE);
     assert_non_null(strstr(orb_last_error(), "max_cqes"));
     assert_int_equal(reads(&req, seg, &src, 2, 65536, ORB_TRANSPORT_TCP), 0);
-    orb_segment_close(seg);
-    side_down(&req);
-    side_down(&src);
+    pair_down(&src, &req, seg);
 }
 
 static void test_one_grant_at_a_time(void **state)
@@ -252,19 +230,14 @@ static void test_one_grant_at_a_time(void **state)
     (void)state;
     static const char *const kv[] = {"max_grants", "1", NULL};
     struct side src, req;
-    side_up(&src, SOURCE_NICS, 1, kv);
-    side_up(&req, REQUESTER_NICS, 0, NULL);
-    orb_segment *seg;
-    assert_int_equal(orb_open_segment(req.e, src.endpoint, &src.epoch, TIMEOUT_NS, &seg), 0);
+    orb_segment *seg = pair_up(&src, kv, &req, NULL);
     assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
     assert_int_equal(reads(&req, seg, &src, 32, 65536 + 3, ORB_TRANSPORT_RDMA), 0);
     struct orb_rdma_stats ss;
     assert_int_equal(orb_engine_rdma_stats(src.e, &ss), 0);
     assert_true(ss.grants_served >= 32);
     assert_int_equal(ss.grants_active, 0);
-    orb_segment_close(seg);
-    side_down(&req);
-    side_down(&src);
+    pair_down(&src, &req, seg);
 }
 
 static void test_one_send_wr_at_a_time(void **state)
@@ -272,19 +245,14 @@ static void test_one_send_wr_at_a_time(void **state)
     (void)state;
     static const char *const kv[] = {"max_send_wr", "1", NULL};
     struct side src, req;
-    side_up(&src, SOURCE_NICS, 1, NULL);
-    side_up(&req, REQUESTER_NICS, 0, kv);
-    orb_segment *seg;
-    assert_int_equal(orb_open_segment(req.e, src.endpoint, &src.epoch, TIMEOUT_NS, &seg), 0);
+    orb_segment *seg = pair_up(&src, NULL, &req, kv);
     assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
     assert_int_equal(reads(&req, seg, &src, 4, 4u << 20, ORB_TRANSPORT_RDMA), 0);
     struct orb_rdma_stats rs;
     assert_int_equal(orb_engine_rdma_stats(req.e, &rs), 0);
     assert_true(rs.completed_reads >= 4 * 64);
     assert_int_equal(rs.requests_in_flight, 0);
-    orb_segment_close(seg);
-    side_down(&req);
-    side_down(&src);
+    pair_down(&src, &req, seg);
 }
 
 int main(void)

@@ -45,6 +45,7 @@
 #include "core/clock.h"
 #include "core/engine_internal.h"
 #include "helper/helper_client.h"
+#include "device_util.h"
 #include "rdma/verbs.h"
 #include "../helper/tenant.h"
 
@@ -123,23 +124,9 @@ static void open_devices(char *out, size_t len)
 
 static orb_engine *tenant_engine_with(enum orb_helper_mode mode, const char *shm_path)
 {
-    orb_rdma_config *rdma = NULL;
-    if (orb_rdma_config_new(&rdma) != 0)
-        return NULL;
-    if (shm_path != NULL && orb_rdma_config_set(rdma, "shared_quota_shm_path", shm_path) != 0) {
-        orb_rdma_config_free(rdma);
-        return NULL;
-    }
-    struct orb_engine_config cfg;
-    orb_engine_config_init(&cfg);
-    cfg.helper_mode = mode;
-    cfg.enable_source = 0;
-    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
-                                  .rdma = rdma};
+    const char *const kv[] = {"shared_quota_shm_path", shm_path, NULL};
     orb_engine *e = NULL;
-    int rc = orb_engine_create_params(&p, &e);
-    orb_rdma_config_free(rdma);
-    return rc == 0 ? e : NULL;
+    return rdma_test_engine(shm_path != NULL ? kv : NULL, 0, mode, &e) == 0 ? e : NULL;
 }
 
 static orb_engine *tenant_engine(enum orb_helper_mode mode)
@@ -352,50 +339,21 @@ static void write_policy(void)
     assert_int_equal(chown(policy_dir, HP_TENANT_ID, HP_TENANT_ID), 0);
 }
 
-static bool have(const char *const *names, size_t count)
-{
-    const struct orb_verbs *v;
-    int n = 0;
-    struct ibv_device **devs = NULL;
-    if (orb_verbs_get(&v) == 0)
-        devs = v->get_device_list(&n);
-    size_t found = 0;
-    for (size_t k = 0; devs != NULL && k < count; k++)
-        for (int i = 0; i < n; i++)
-            if (strcmp(v->get_device_name(devs[i]), names[k]) == 0) {
-                found++;
-                break;
-            }
-    if (devs != NULL)
-        v->free_device_list(devs);
-    return found == count;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    static const char *const rails[] = {"rxe_a0", "rxe_a1", "rxe_b0", "rxe_b1"};
     const char *topo = getenv("ORBITE_VM_TOPOLOGY");
     bool in_vm = topo != NULL && strcmp(topo, "rails") == 0;
-    if (!have(rails, 4) || getuid() != 0) {
+    if (!rdma_test_present("rxe_a0,rxe_a1,rxe_b0,rxe_b1") || getuid() != 0) {
         if (in_vm)
             fail_msg("the rails topology lacks its four rxe devices, or this is not root");
         printf("skipped: needs root and the rails topology's rxe devices (the test VM has them)\n");
         exit(77);
     }
     write_policy();
-    orb_rdma_config *rdma;
-    assert_int_equal(orb_rdma_config_new(&rdma), 0);
-    assert_int_equal(orb_rdma_config_set(rdma, "rdma_whitelist", "rxe_b0"), 0);
-    struct orb_engine_config cfg;
-    orb_engine_config_init(&cfg);
-    cfg.helper_mode = ORB_HELPER_OFF;
-    cfg.enable_source = 1;
-    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
-                                  .rdma = rdma};
-    if (orb_engine_create_params(&p, &src) != 0)
+    static const char *const kv[] = {"rdma_whitelist", "rxe_b0", NULL};
+    if (rdma_test_engine(kv, 1, ORB_HELPER_OFF, &src) != 0)
         fail_msg("source engine: %s", orb_last_error());
-    orb_rdma_config_free(rdma);
     assert_int_equal(orb_host_memory_alloc(SRC_LEN, 0, &src_mem), 0);
     sbytes = orb_host_memory_data(src_mem);
     for (uint64_t i = 0; i < SRC_LEN; i++)
@@ -465,19 +423,10 @@ static void test_shared_slots_gate_low_priority(void **state)
     (void)state;
     assert_int_equal(run_tenant("slots"), 0);
     /* Without the helper nobody creates or publishes the slots: the engine refuses. */
-    orb_rdma_config *rdma;
-    assert_int_equal(orb_rdma_config_new(&rdma), 0);
-    assert_int_equal(orb_rdma_config_set(rdma, "shared_quota_shm_path", "/" SLOT), 0);
-    struct orb_engine_config cfg;
-    orb_engine_config_init(&cfg);
-    cfg.helper_mode = ORB_HELPER_OFF;
-    cfg.enable_source = 0;
-    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
-                                  .rdma = rdma};
+    static const char *const kv[] = {"shared_quota_shm_path", "/" SLOT, NULL};
     orb_engine *e = NULL;
-    assert_int_equal(orb_engine_create_params(&p, &e), ORB_EUNAVAILABLE);
+    assert_int_equal(rdma_test_engine(kv, 0, ORB_HELPER_OFF, &e), ORB_EUNAVAILABLE);
     assert_non_null(strstr(orb_last_error(), "needs orbite-helper"));
-    orb_rdma_config_free(rdma);
 }
 
 int main(int argc, char **argv)

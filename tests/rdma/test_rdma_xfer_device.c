@@ -37,6 +37,7 @@
 #include "core/clock.h"
 #include "core/engine_internal.h"
 #include "rdma/rdma_transport.h"
+#include "device_util.h"
 #include "rdma/verbs.h"
 #include "topo/inventory.h"
 
@@ -106,13 +107,8 @@ static void fill(uint8_t *p, uint64_t n, uint32_t seed)
 /* The NICs of each side: the rails topology's by default; the hardware runner (hardware/run.sh)
  * names real ones. Each list holds one or two devices; rail k of one side reaches rail k of the
  * other. */
-static const char *nics(const char *var, const char *dflt)
-{
-    const char *v = getenv(var);
-    return v != NULL && v[0] != '\0' ? v : dflt;
-}
-#define REQUESTER_NICS nics("ORBITE_RDMA_REQUESTER_NICS", "rxe_a0,rxe_a1")
-#define SOURCE_NICS nics("ORBITE_RDMA_SOURCE_NICS", "rxe_b0,rxe_b1")
+#define REQUESTER_NICS RDMA_TEST_REQUESTER_NICS
+#define SOURCE_NICS RDMA_TEST_SOURCE_NICS
 
 static uint32_t count_names(const char *list)
 {
@@ -122,32 +118,9 @@ static uint32_t count_names(const char *list)
     return n;
 }
 
-/* Whether every device of `list` is present. */
-static bool present(const char *list)
-{
-    const struct orb_verbs *v;
-    int n = 0;
-    struct ibv_device **devs = NULL;
-    if (orb_verbs_get(&v) == 0)
-        devs = v->get_device_list(&n);
-    char copy[256];
-    snprintf(copy, sizeof copy, "%s", list);
-    bool all = devs != NULL;
-    for (char *save = NULL, *name = strtok_r(copy, ",", &save); all && name != NULL;
-         name = strtok_r(NULL, ",", &save)) {
-        bool found = false;
-        for (int i = 0; i < n && !found; i++)
-            found = strcmp(v->get_device_name(devs[i]), name) == 0;
-        all = found;
-    }
-    if (devs != NULL)
-        v->free_device_list(devs);
-    return all;
-}
-
 static bool have_rails(void)
 {
-    return present(REQUESTER_NICS) && present(SOURCE_NICS);
+    return rdma_test_present(REQUESTER_NICS) && rdma_test_present(SOURCE_NICS);
 }
 
 /* The source side: an engine with a 64 MiB remote-write region and a 1 MiB read-only one. */
@@ -360,24 +333,14 @@ static void test_priority_matrix_steers_rails(void **state)
     snprintf(a0, sizeof a0, "%.*s", (int)strcspn(REQUESTER_NICS, ","), REQUESTER_NICS);
     snprintf(a1, sizeof a1, "%s", strchr(REQUESTER_NICS, ',') + 1);
     snprintf(matrix, sizeof matrix, "{\"cpu:0\": [[\"%s\"], []], \"*\": [[\"%s\"], []]}", a1, a0);
-    orb_rdma_config *rdma;
-    assert_int_equal(orb_rdma_config_new(&rdma), 0);
-    assert_int_equal(orb_rdma_config_set(rdma, "rdma_whitelist", REQUESTER_NICS), 0);
-    assert_int_equal(orb_rdma_config_set(rdma, "host_memory", stages(0) ? "staged" : "direct"), 0);
-    assert_int_equal(orb_rdma_config_set(rdma, "priority_matrix", "{\"cpu:0\": [[\"no_such_nic\"], []]}"), 0);
-    struct orb_engine_config cfg;
-    orb_engine_config_init(&cfg);
-    cfg.helper_mode = ORB_HELPER_OFF;
-    cfg.enable_source = 0;
-    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
-                                  .rdma = rdma};
+    const char *kv[] = {"rdma_whitelist", REQUESTER_NICS, "host_memory", stages(0) ? "staged" : "direct",
+                        "priority_matrix", "{\"cpu:0\": [[\"no_such_nic\"], []]}", NULL};
     orb_engine *e = NULL;
-    assert_int_equal(orb_engine_create_params(&p, &e), ORB_ECONFIG);
+    assert_int_equal(rdma_test_engine(kv, 0, ORB_HELPER_OFF, &e), ORB_ECONFIG);
     assert_non_null(strstr(orb_last_error(), "no_such_nic"));
-    assert_int_equal(orb_rdma_config_set(rdma, "priority_matrix", matrix), 0);
-    if (orb_engine_create_params(&p, &e) != 0)
+    kv[5] = matrix;
+    if (rdma_test_engine(kv, 0, ORB_HELPER_OFF, &e) != 0)
         fail_msg("engine with %s: %s", matrix, orb_last_error());
-    orb_rdma_config_free(rdma);
 
     orb_host_memory *mem;
     orb_reg_id id;
@@ -448,21 +411,11 @@ static double short_ends_at(bool on, orb_host_memory *mem)
 {
     char a0[64];
     snprintf(a0, sizeof a0, "%.*s", (int)strcspn(REQUESTER_NICS, ","), REQUESTER_NICS);
-    orb_rdma_config *rdma;
-    assert_int_equal(orb_rdma_config_new(&rdma), 0);
-    assert_int_equal(orb_rdma_config_set(rdma, "rdma_whitelist", a0), 0);
-    assert_int_equal(orb_rdma_config_set(rdma, "max_send_wr", "1"), 0);
-    assert_int_equal(orb_rdma_config_set(rdma, "deadline_bw_arbitration", on ? "true" : "false"), 0);
-    struct orb_engine_config cfg;
-    orb_engine_config_init(&cfg);
-    cfg.helper_mode = ORB_HELPER_OFF;
-    cfg.enable_source = 0;
-    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
-                                  .rdma = rdma};
+    const char *const kv[] = {"rdma_whitelist", a0, "max_send_wr", "1", "deadline_bw_arbitration",
+                              on ? "true" : "false", NULL};
     orb_engine *e = NULL;
-    if (orb_engine_create_params(&p, &e) != 0)
+    if (rdma_test_engine(kv, 0, ORB_HELPER_OFF, &e) != 0)
         fail_msg("engine: %s", orb_last_error());
-    orb_rdma_config_free(rdma);
     orb_reg_id id;
     assert_int_equal(orb_register_host_memory(e, mem, 0, 20u << 20, ORB_PERM_LOCAL, &id), 0);
     orb_segment *s;

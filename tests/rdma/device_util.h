@@ -1,0 +1,72 @@
+/* What the RDMA device tests share: the NIC lists a run uses (the VM's rails topology by default,
+ * or what hardware/run.sh names), whether those devices are here, and an engine made from
+ * RDMA settings given as key/value pairs. Header-only; each test includes it once. */
+#ifndef ORB_TESTS_RDMA_DEVICE_UTIL_H
+#define ORB_TESTS_RDMA_DEVICE_UTIL_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <orbite/orbite.h>
+
+#include "core/error.h"
+#include "rdma/verbs.h"
+
+/* The value of `var`, or `dflt` when it is unset or empty. */
+static inline const char *rdma_test_nics(const char *var, const char *dflt)
+{
+    const char *v = getenv(var);
+    return v != NULL && v[0] != '\0' ? v : dflt;
+}
+#define RDMA_TEST_REQUESTER_NICS rdma_test_nics("ORBITE_RDMA_REQUESTER_NICS", "rxe_a0,rxe_a1")
+#define RDMA_TEST_SOURCE_NICS rdma_test_nics("ORBITE_RDMA_SOURCE_NICS", "rxe_b0,rxe_b1")
+
+/* Whether every device of the comma list `list` is here. */
+static inline bool rdma_test_present(const char *list)
+{
+    const struct orb_verbs *v;
+    int n = 0;
+    struct ibv_device **devs = NULL;
+    if (orb_verbs_get(&v) == 0)
+        devs = v->get_device_list(&n);
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", list);
+    bool all = devs != NULL;
+    for (char *save = NULL, *name = strtok_r(copy, ",", &save); all && name != NULL;
+         name = strtok_r(NULL, ",", &save)) {
+        bool found = false;
+        for (int i = 0; i < n && !found; i++)
+            found = strcmp(v->get_device_name(devs[i]), name) == 0;
+        all = found;
+    }
+    if (devs != NULL)
+        v->free_device_list(devs);
+    return all;
+}
+
+/* An engine with the RDMA settings kv[] (key, value pairs, NULL-terminated; NULL: defaults),
+ * the helper setting `helper` and the source side on or off, into *out. 0, or the failing
+ * call's status with orb_last_error() saying why (a setting the RDMA config refused included). */
+static inline int rdma_test_engine(const char *const *kv, int source, enum orb_helper_mode helper, orb_engine **out)
+{
+    orb_rdma_config *rdma = NULL;
+    int rc = orb_rdma_config_new(&rdma);
+    for (size_t i = 0; rc == 0 && kv != NULL && kv[i] != NULL; i += 2)
+        if ((rc = orb_rdma_config_set(rdma, kv[i], kv[i + 1])) != 0)
+            (void)orb_fail_wrap(rc, "%s = %s", kv[i], kv[i + 1]);
+    if (rc == 0) {
+        struct orb_engine_config cfg;
+        orb_engine_config_init(&cfg);
+        cfg.helper_mode = helper;
+        cfg.enable_source = source;
+        struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA,
+                                      .config = &cfg, .rdma = rdma};
+        rc = orb_engine_create_params(&p, out);
+    }
+    orb_rdma_config_free(rdma);
+    return rc;
+}
+
+#endif
