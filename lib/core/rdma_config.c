@@ -63,7 +63,7 @@ static const struct key_row rows[] = {
     DURATION("priority_promotion_timeout", priority_promotion_timeout_ns, 1000, 3600 * SEC),
     ROW(priority_promotion_per_entry, KEY_BOOL, 0, 1),
     ROW(shared_quota_shm_path, KEY_SHM_NAME, 0, 255),
-    DURATION("slot_rotation_interval", slot_rotation_interval_ns, 1 * MS, 60 * SEC),
+    DURATION("slot_rotation_interval", slot_rotation_interval_ns, 1 * MS, 1 * SEC), /* the slot format's range */
     { "host_memory", KEY_CHOICE, offsetof(struct orb_rdma_config, host_memory), 0, 0,
       host_memory_choices },
     { "progress_mode", KEY_CHOICE, offsetof(struct orb_rdma_config, progress_mode), 0, 0,

@@ -70,6 +70,7 @@ static void test_text_round_trip_and_refusals(void **state)
         {"priority_promotion_timeout", "1500us", "1500us"},
         {"priority_promotion_timeout", "2000us", "2ms"}, {"rail_cooldown", "120s", "120s"},
         {"rail_probe_interval", "0s", "0ns"}, {"slot_rotation_interval", "5ms", "5ms"},
+        {"slot_rotation_interval", "1s", "1s"},
         {"host_memory", "staged", "staged"}, {"progress_mode", "event_driven", "event_driven"},
         {"num_lanes", "8", "8"}, {"max_rd_atomic", "0", "0"},
         {"max_direct_bytes", "1073741824", "1073741824"},
@@ -93,6 +94,7 @@ static void test_text_round_trip_and_refusals(void **state)
         {"num_lanes", "65"}, {"signal_interval", "0"}, {"max_cqes", "15"},
         {"shared_quota_shm_path", "no-slash"}, {"shared_quota_shm_path", "/a/b"},
         {"shared_quota_shm_path", "/"}, {"shared_quota_shm_path", "/.."},
+        {"slot_rotation_interval", "1001ms"}, {"slot_rotation_interval", "999us"},
         {"max_window_key_indices", "18446744073709551616"}, {"no_such_key", "1"},
     };
     char before[256], after[256];
