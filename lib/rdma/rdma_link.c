@@ -818,16 +818,11 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
     }
     fds[n] = (struct pollfd){.fd = lane->wake_fd, .events = POLLIN};
     atomic_store(&lane->sleeping, 1);
-    int timeout_ms = 1000;
-    if (lane->index == 0) {
-        uint64_t now = orb_now_ns();
-        timeout_ms = next_scan > now ? (int)((next_scan - now) / 1000000u) + 1 : 0;
-    }
+    int timeout_ms = lane->index == 0 ? orb_deadline_poll_ms(next_scan) : 1000;
     uint64_t retry = atomic_load(&lane->retry_ns);
     if (retry != 0) {
         /* A shared slot held work back: wake for the boundary that may let it go. */
-        uint64_t now = orb_now_ns();
-        int until = retry > now ? (int)((retry - now) / 1000000u) + 1 : 0;
+        int until = orb_deadline_poll_ms(retry);
         if (until < timeout_ms)
             timeout_ms = until;
     }
@@ -865,12 +860,12 @@ static void *lane_main(void *arg)
             (orb_now_ns() >= tp->drain_deadline || outstanding_wrs(tp) == 0))
             break;
         int got = 0;
+        /* Kicked, or a shared slot's boundary that may let held-back work go has come. */
         uint64_t retry = atomic_load(&lane->retry_ns);
-        if (retry != 0 && orb_now_ns() >= retry) {
+        bool slot_due = retry != 0 && orb_now_ns() >= retry;
+        if (slot_due)
             atomic_store(&lane->retry_ns, 0);
-            atomic_store(&lane->kick, 1);
-        }
-        if (atomic_exchange(&lane->kick, 0))
+        if (atomic_exchange(&lane->kick, 0) || slot_due)
             got += drain_lane(lane);
         got += poll_lane(lane);
         if (lane->index == 0) {

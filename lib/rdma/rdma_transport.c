@@ -143,24 +143,29 @@ static const struct orb_rdma_env real_env = {
  * (priority_matrix, else custom_json_path; an invalid one fails the engine, never falls back):
  * row 0 for memory of unknown node ("*"), row 1 + N for memory on node N, for the nodes the
  * inventory has (node 0 alone on a host without NUMA data). */
+/* Row 1 + node: the tiers of host memory on `node` (nodes beyond "cpu:N"'s range get none). */
+static int node_row(struct orb_rdma_tp *tp, const struct orb_topo_config *tc, uint64_t eligible, int32_t node)
+{
+    if (node < 0 || node > ORB_LOCATION_CPU_MAX)
+        return 0;
+    struct orb_location loc = {.kind = ORB_LOC_CPU, .index = (uint8_t)node};
+    tp->numa_rows |= 1ull << node;
+    return orb_topo_tiers_ranked(&tp->disc.inv, tc, eligible, tp->ranks, loc, tp->nic_tier[1 + node]);
+}
+
 static int locality_rows(struct orb_rdma_tp *tp, const struct orb_topo_config *tc, uint64_t eligible)
 {
     const struct orb_topo_inventory *inv = &tp->disc.inv;
     int rc = orb_topo_ranks_load(tp->cfg->priority_matrix, tp->cfg->custom_json_path, inv, eligible, &tp->ranks);
     if (rc != 0)
         return orb_fail_wrap(rc, "rdma: the NIC priority matrix");
-    struct orb_location loc = {.kind = ORB_LOC_ANY, .index = 0};
-    rc = orb_topo_tiers_ranked(inv, tc, eligible, tp->ranks, loc, tp->nic_tier[0]);
+    struct orb_location any = {.kind = ORB_LOC_ANY, .index = 0};
+    rc = orb_topo_tiers_ranked(inv, tc, eligible, tp->ranks, any, tp->nic_tier[0]);
     tp->numa_rows = 0;
-    for (uint32_t i = 0; rc == 0 && i <= inv->nnuma && i < ORB_TOPO_MAX_NUMA; i++) {
-        int32_t node = i < inv->nnuma ? inv->numa[i].id : 0;
-        if (node < 0 || node > ORB_LOCATION_CPU_MAX || (i == inv->nnuma && inv->nnuma > 0))
-            continue;
-        loc.kind = ORB_LOC_CPU;
-        loc.index = (uint8_t)node;
-        rc = orb_topo_tiers_ranked(inv, tc, eligible, tp->ranks, loc, tp->nic_tier[1 + node]);
-        tp->numa_rows |= 1ull << node;
-    }
+    if (rc == 0 && inv->nnuma == 0)
+        rc = node_row(tp, tc, eligible, 0);
+    for (uint32_t i = 0; rc == 0 && i < inv->nnuma && i < ORB_TOPO_MAX_NUMA; i++)
+        rc = node_row(tp, tc, eligible, inv->numa[i].id);
     if (rc != 0)
         return orb_fail_wrap(rc, "rdma: the NICs' locality tiers");
     if (tp->ranks != NULL)
