@@ -50,6 +50,8 @@ struct orb_rdma_config {
     uint32_t signal_interval;
     uint32_t max_rd_atomic;
     uint32_t max_dest_rd_atomic;
+    uint32_t ack_timeout;                /* IB local ACK timeout exponent: 4.096 us * 2^N; 0: none */
+    uint32_t retry_count;                /* transport retries before an error completion (0..7) */
     /* budgets */
     uint32_t max_endpoints;
     uint32_t max_grants;

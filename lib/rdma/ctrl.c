@@ -85,7 +85,11 @@ int orb_rdma_connect_encode(uint8_t kind, const struct orb_rdma_connect *m, uint
     put_prefix(&w, kind);
     orb_writer_u64(&w, m->incarnation);
     orb_writer_u8(&w, (uint8_t)m->nrails);
-    orb_writer_u8(&w, 0);
+    uint8_t depth = 0; /* the fewest any rail answers */
+    for (uint32_t i = 0; i < m->nrails && i < ORB_RDMA_MAX_RAILS; i++)
+        if (m->rails[i].qp.read_depth != 0 && (depth == 0 || m->rails[i].qp.read_depth < depth))
+            depth = m->rails[i].qp.read_depth;
+    orb_writer_u8(&w, depth);
     orb_writer_u16(&w, 0);
     for (uint32_t i = 0; i < m->nrails; i++) {
         const struct orb_rdma_rail_addr *r = &m->rails[i];
@@ -111,7 +115,8 @@ int orb_rdma_connect_decode(uint8_t kind, const uint8_t *buf, size_t len, struct
     memset(&d, 0, sizeof d);
     d.incarnation = orb_cursor_u64(&c);
     d.nrails = orb_cursor_u8(&c);
-    if (zero_bytes(&c, 3) != 0 || c.failed)
+    uint8_t depth = orb_cursor_u8(&c);
+    if (zero_bytes(&c, 2) != 0 || c.failed)
         return orb_fail(ORB_EPROTO, "rdma connect: malformed head");
     if (d.nrails == 0 || d.nrails > ORB_RDMA_MAX_RAILS)
         return orb_fail(ORB_EPROTO, "rdma connect: %u rails, not 1..%u", d.nrails, ORB_RDMA_MAX_RAILS);
@@ -128,6 +133,7 @@ int orb_rdma_connect_decode(uint8_t kind, const uint8_t *buf, size_t len, struct
         if (gid == NULL)
             return orb_fail(ORB_EPROTO, "rdma connect: truncated rail %u", i);
         memcpy(r->qp.gid, gid, sizeof r->qp.gid);
+        r->qp.read_depth = depth;
         if (r->nic >= 64 || !qp_addr_ok(&r->qp))
             return orb_fail(ORB_EPROTO, "rdma connect: rail %u: NIC %u, qpn %u, psn %u, mtu %u", i, r->nic,
                             r->qp.qpn, r->qp.psn, r->qp.mtu);

@@ -21,7 +21,7 @@
 
 #include "rdma/qp.h"
 
-#define ORB_RDMA_CTRL_VERSION 3u
+#define ORB_RDMA_CTRL_VERSION 4u
 #define ORB_RDMA_MAX_RAILS 16u        /* queue pairs per connection */
 #define ORB_RDMA_NONCE_LEN 32u
 #define ORB_RDMA_GRANT_BATCH 16u      /* requests one GRANT_REQ carries at most */
@@ -44,8 +44,10 @@ struct orb_rdma_rail_addr {
     struct orb_rdma_qp_addr qp;
 };
 
-/* CONNECT / CONNECT_OK: u64 incarnation | u8 nrails | 3 x u8 0 | nrails x (u8 nic | u8 mtu |
- * u16 lid | u32 qpn | u32 psn | 16 gid) */
+/* CONNECT / CONNECT_OK: u64 incarnation | u8 nrails | u8 read_depth | 2 x u8 0 | nrails x
+ * (u8 nic | u8 mtu | u16 lid | u32 qpn | u32 psn | 16 gid). read_depth: the fewest RDMA READs
+ * any of the sender's queue pairs answers at once (0: not stated); decoded into every rail's
+ * qp.read_depth. */
 struct orb_rdma_connect {
     uint64_t incarnation;             /* the sender's: names this set of queue pairs */
     uint32_t nrails;                  /* 1..ORB_RDMA_MAX_RAILS */

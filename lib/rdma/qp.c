@@ -11,12 +11,11 @@
 #define SEQ_MASK ((UINT64_C(1) << SEQ_BITS) - 1)
 #define TRACK_CAP_MAX (1u << 20)
 
-/* RC retransmission: 4.096 us x 2^18 ~ 1 s per try, 7 tries. A receiver that is not ready
- * (its receive queue momentarily empty while its progress thread is descheduled) is retried
- * without end (7): the transport's own flow control (receives per grant and per ACK) makes
- * room eventually, and a peer that is gone still fails by the transport timeout above. */
-#define QP_TIMEOUT 18
-#define QP_RETRY_CNT 7
+/* RC retransmission comes from the settings (ack_timeout, retry_count: by default 4.096 us x
+ * 2^18 ~ 1 s per try, 7 tries). A receiver that is not ready (its receive queue momentarily
+ * empty while its progress thread is descheduled) is retried without end (7): the transport's
+ * own flow control (receives per grant and per ACK) makes room eventually, and a peer that is
+ * gone still fails by io_timeout_s. */
 #define QP_RNR_RETRY 7 /* 7: retry without end (IB: the RNR retry count 7 is infinite) */
 #define QP_MIN_RNR_TIMER 12
 #define QP_HOP_LIMIT 64
@@ -27,6 +26,11 @@ uint32_t orb_rdma_rd_atomic_depth(uint32_t requested, uint32_t hca_limit)
         return 0;
     uint32_t cap = hca_limit > 0 ? hca_limit : 1;
     return requested < cap ? requested : cap;
+}
+
+uint32_t orb_rdma_rd_atomic_for_peer(uint32_t own, uint8_t peer_read_depth)
+{
+    return peer_read_depth != 0 && peer_read_depth < own ? peer_read_depth : own;
 }
 
 uint32_t orb_rdma_signal_every(uint32_t interval, uint32_t sq_depth)
@@ -90,11 +94,14 @@ int orb_rdma_qp_create(const struct orb_verbs *v, struct ibv_pd *pd, struct ibv_
     q->rq_depth = rq;
     q->rd_atomic = orb_rdma_rd_atomic_depth(p->max_rd_atomic, hca->max_qp_init_rd_atom);
     q->dest_rd_atomic = orb_rdma_rd_atomic_depth(p->max_dest_rd_atomic, hca->max_qp_rd_atom);
+    q->ack_timeout = p->ack_timeout <= 31 ? p->ack_timeout : 31;
+    q->retry_count = p->retry_count <= 7 ? p->retry_count : 7;
     memcpy(q->local.gid, p->gid.raw, sizeof q->local.gid);
     q->local.qpn = q->qp->qp_num;
     q->local.psn = p->psn & 0xffffffu;
     q->local.lid = p->lid;
     q->local.mtu = (uint8_t)p->mtu;
+    q->local.read_depth = (uint8_t)(q->dest_rd_atomic < 255 ? q->dest_rd_atomic : 255);
     *out = q;
     return 0;
 
@@ -154,10 +161,14 @@ int orb_rdma_qp_connect(struct orb_rdma_qp *q, const struct orb_rdma_qp_addr *re
         return rc;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTS;
-    a.timeout = QP_TIMEOUT;
-    a.retry_cnt = QP_RETRY_CNT;
+    a.timeout = q->ack_timeout;
+    a.retry_cnt = q->retry_count;
     a.rnr_retry = QP_RNR_RETRY;
     a.sq_psn = q->local.psn;
+    /* Never more READs in flight than the peer answers at once: a responder that recycles its
+     * read resources (soft-RoCE does) drops a retried READ whose resource is gone, and the queue
+     * pair stalls. */
+    q->rd_atomic = orb_rdma_rd_atomic_for_peer(q->rd_atomic, remote->read_depth);
     a.max_rd_atomic = (uint8_t)q->rd_atomic;
     rc = transition(q, &a,
                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |

@@ -31,7 +31,7 @@ struct orb_rdma_qp_addr {
     uint32_t psn;      /* 24 bits: the first packet sequence number it sends */
     uint16_t lid;      /* 0 on RoCE */
     uint8_t mtu;       /* enum ibv_mtu: the port's active MTU */
-    uint8_t reserved;
+    uint8_t read_depth; /* the RDMA READs it answers at once (max_dest_rd_atomic); 0: not stated */
 };
 
 /* The device limits that bound a QP (from ibv_query_device). */
@@ -51,6 +51,8 @@ struct orb_rdma_qp_params {
     uint32_t max_recv_wr;
     uint32_t max_rd_atomic;        /* requested (settings) */
     uint32_t max_dest_rd_atomic;
+    uint8_t ack_timeout;           /* the local ACK timeout exponent (0: none) */
+    uint8_t retry_count;           /* transport retries (0..7) */
     uint32_t psn;                  /* first PSN, 24 bits (random per QP) */
     uint64_t incarnation;          /* the high bits of this QP's WR ids */
 };
@@ -77,6 +79,7 @@ struct orb_rdma_qp {
     bool connected;
     bool errored;                  /* moved to the error state (orb_rdma_qp_fail) */
     uint32_t rd_atomic, dest_rd_atomic; /* applied depths */
+    uint8_t ack_timeout, retry_count;   /* applied at RTS */
     uint32_t sq_depth, rq_depth;
     struct orb_rdma_qp_addr local;
     struct orb_rdma_wr_track track;
@@ -84,6 +87,10 @@ struct orb_rdma_qp {
 
 /* The READ depth a QP uses for a `requested` depth on a device that reports `hca_limit`. */
 uint32_t orb_rdma_rd_atomic_depth(uint32_t requested, uint32_t hca_limit);
+
+/* The READs a queue pair keeps in flight towards a peer that answers `peer_read_depth` at once
+ * (0: not stated): `own` (already capped by the device), never more than the peer's. */
+uint32_t orb_rdma_rd_atomic_for_peer(uint32_t own, uint8_t peer_read_depth);
 
 /* Signal every how many WRs: `interval` capped at half of `sq_depth`, at least 1. */
 uint32_t orb_rdma_signal_every(uint32_t interval, uint32_t sq_depth);

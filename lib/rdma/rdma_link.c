@@ -214,7 +214,8 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     struct orb_rdma_qp_params p = {
         .port = c->port, .gid_index = c->gid_index, .gid = c->gid, .lid = c->lid, .mtu = c->mtu,
         .max_send_wr = sq, .max_recv_wr = RDMA_RQ_DEPTH, .max_rd_atomic = tp->cfg->max_rd_atomic,
-        .max_dest_rd_atomic = tp->cfg->max_dest_rd_atomic, .psn = (uint32_t)orb_random_u64() & 0xffffffu,
+        .max_dest_rd_atomic = tp->cfg->max_dest_rd_atomic, .ack_timeout = (uint8_t)tp->cfg->ack_timeout,
+        .retry_count = (uint8_t)tp->cfg->retry_count, .psn = (uint32_t)orb_random_u64() & 0xffffffu,
         .incarnation = orb_random_u64() & 0xffffffu,
     };
     rc = orb_rdma_qp_create(tp->v, c->pd, c->scq[lane], c->rcq[lane], &p, &c->hca, &l->qp);

@@ -4,7 +4,7 @@ import os
 import sys
 import struct
 
-V = 3
+V = 4
 CONNECT, CONNECT_OK, GRANT_REQ, GRANT = 1, 2, 3, 4
 GID = bytes([0] * 10 + [0xFF, 0xFF, 10, 77, 1, 1])
 NONCE = bytes(range(32))
@@ -63,6 +63,7 @@ def corpus():
         "valid-connect-1": connect(CONNECT, [rail()]),
         "valid-connect-ok-2": connect(CONNECT_OK, [rail(0), rail(1, mtu=5, qpn=0xFFFFFF)]),
         "valid-connect-16": connect(CONNECT, [rail(i % 64, qpn=i + 1) for i in range(16)]),
+        "valid-connect-read-depth": connect(CONNECT_OK, [rail(0), rail(1)], pad=b"\x10\0\0"),
         "valid-grant-req": grant_req(),
         "valid-grant-req-write-rails": grant_req(op=1, mask=0x8001, addr=2**64 - 4097, length=4096),
         "valid-grant-req-16": grant_req([ask(request=i, op=i % 2, mask=1 << (i % 16)) for i in range(16)]),

@@ -28,6 +28,7 @@ static void test_connect_round_trip(void **state)
         m.rails[i].qp.psn = 0xabcdef - i;
         m.rails[i].qp.mtu = IBV_MTU_1024;
         m.rails[i].qp.lid = (uint16_t)i;
+        m.rails[i].qp.read_depth = (uint8_t)(16 - 4 * i); /* the message carries the fewest: 8 */
         memset(m.rails[i].qp.gid, (int)(0x40 + i), 16);
     }
     uint8_t buf[1024];
@@ -47,8 +48,17 @@ static void test_connect_round_trip(void **state)
         assert_int_equal(d.rails[i].qp.psn, m.rails[i].qp.psn);
         assert_int_equal(d.rails[i].qp.mtu, m.rails[i].qp.mtu);
         assert_int_equal(d.rails[i].qp.lid, m.rails[i].qp.lid);
+        assert_int_equal(d.rails[i].qp.read_depth, 8);
         assert_memory_equal(d.rails[i].qp.gid, m.rails[i].qp.gid, 16);
     }
+    /* The byte after the read depth is reserved. */
+    buf[4 + 10] = 1;
+    assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), ORB_EPROTO);
+    buf[4 + 10] = 0;
+    /* A read depth of 0 (not stated) stays 0 on every rail. */
+    buf[4 + 9] = 0;
+    assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), 0);
+    assert_int_equal(d.rails[2].qp.read_depth, 0);
     /* The other kind, a short buffer, a trailing byte. */
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT_OK, buf, len, &d), ORB_EPROTO);
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len - 1, &d), ORB_EPROTO);

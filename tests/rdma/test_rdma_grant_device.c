@@ -112,7 +112,7 @@ static void make_qp(struct side *s, uint64_t incarnation)
     struct orb_rdma_qp_params p = {
         .port = 1, .gid_index = (uint8_t)s->gid_index, .gid = s->gid, .mtu = s->mtu, .max_send_wr = 16,
         .max_recv_wr = 16, .max_rd_atomic = 16, .max_dest_rd_atomic = 16,
-        .psn = (uint32_t)(now_ns() & 0xffffff), .incarnation = incarnation,
+        .ack_timeout = 18, .retry_count = 7, .psn = (uint32_t)(now_ns() & 0xffffff), .incarnation = incarnation,
     };
     assert_int_equal(orb_rdma_qp_create(v, s->pd, s->scq, s->rcq, &p, &s->hca, &s->qp), 0);
     assert_true(s->qp->rd_atomic <= s->hca.max_qp_init_rd_atom || s->hca.max_qp_init_rd_atom == 0);

@@ -24,6 +24,12 @@ static void test_rd_atomic_depth(void **state)
     assert_int_equal(orb_rdma_rd_atomic_depth(3, 128), 3);
     assert_int_equal(orb_rdma_rd_atomic_depth(16, 0), 1);  /* a device reporting 0: one */
     assert_int_equal(orb_rdma_rd_atomic_depth(255, 255), 255);
+    /* Towards a peer: never more than it answers; an unstated depth (0) leaves ours. */
+    assert_int_equal(orb_rdma_rd_atomic_for_peer(16, 4), 4);
+    assert_int_equal(orb_rdma_rd_atomic_for_peer(16, 0), 16);
+    assert_int_equal(orb_rdma_rd_atomic_for_peer(4, 16), 4);
+    assert_int_equal(orb_rdma_rd_atomic_for_peer(0, 16), 0);
+    assert_int_equal(orb_rdma_rd_atomic_for_peer(255, 255), 255);
 }
 
 static void test_signal_every(void **state)
