@@ -572,8 +572,9 @@ void rdma_link_fail(struct rdma_link *l, int status)
         l->failed = status != 0 ? status : ORB_EPEER;
     pthread_mutex_unlock(&l->lock);
     if (first && status != ORB_ECLOSED)
-        ORB_LOGD("rdma: %s rail %u: the link fails (%s)", l->role == RDMA_ROLE_SOURCE ? "source" : "requester",
-                 l->rail, orb_strerror(status));
+        ORB_LOGD("rdma: %s rail %u (qp %u): the link fails (%s)",
+                 l->role == RDMA_ROLE_SOURCE ? "source" : "requester", l->rail, l->qp->qp->qp_num,
+                 orb_strerror(status));
     if (first && orb_rdma_qp_fail(l->qp) != 0)
         ORB_LOGW("%s", orb_last_error());
 }

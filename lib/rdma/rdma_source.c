@@ -663,5 +663,5 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     orb_rdma_ack_encode(&a, ack);
     int rc = rdma_link_post_ack(l, ack);
     if (rc != 0)
-        conn_fail(c, rc, "the ACK could not be posted");
+        conn_fail(c, rc, orb_last_error());
 }
