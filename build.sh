@@ -112,17 +112,20 @@ cmd_bench() {
 
 # The tests labelled rdma-device, from build/, inside one soft-RoCE VM boot (two "hosts", two
 # rails: four rxe devices). A machine where the VM cannot run at all (no qemu, no kernel to be
-# had) skips them and says why.
+# had) skips them and says why. A failed test runs once more in the same boot and fails the step
+# only if it fails again: soft-RoCE (Linux 6.1) sometimes stops a queue pair under load
+# (docs/operations.md, known limitations); both attempts stay in build/vm.log.
 run_vm_tests() {
     local start=$SECONDS rc=0
     log "=== rdma-vm: the rdma-device tests of build/ on soft-RoCE (one VM boot)"
     set +e
     "$ROOT/tests/vm/vm-run.sh" --topology rails --timeout 600 -- \
-        ctest --test-dir build -L rdma-device --output-on-failure --no-tests=error 2>&1 | tee "$ROOT/build/vm.log"
+        ctest --test-dir build -L rdma-device --output-on-failure --no-tests=error --repeat until-pass:2 2>&1 |
+        tee "$ROOT/build/vm.log"
     rc=${PIPESTATUS[0]}
     set -e
     case $rc in
-        0) log "SUMMARY rdma-vm: PASSED ($(grep -m1 'tests passed' "$ROOT/build/vm.log" | sed 's/\x1b\[[0-9;]*m//g' || echo 'no tests')) in $((SECONDS - start)) s" ;;
+        0) log "SUMMARY rdma-vm: PASSED ($(grep -m1 'tests passed' "$ROOT/build/vm.log" | sed 's/\x1b\[[0-9;]*m//g' || echo 'no tests'); $(grep -c 'Failed' "$ROOT/build/vm.log") failed attempt(s) passed on the second) in $((SECONDS - start)) s" ;;
         77) log "SUMMARY rdma-vm: SKIPPED ($(grep -m1 'SKIP' "$ROOT/build/vm.log" || echo 'the VM cannot run here'))" ;;
         *) log "SUMMARY rdma-vm: FAILED (status $rc) after $((SECONDS - start)) s"; return 1 ;;
     esac
