@@ -336,7 +336,8 @@ struct orb_rdma_stats {
     uint64_t staging_bytes;        /* gauge: staging in use (host_memory "staged"; else 0) */
     uint64_t staged_transfers;     /* requests and grants that moved through staging */
     uint64_t slot_deferrals;       /* payload posts a shared priority slot held back for a while */
-    uint64_t reserved[5];          /* 0 */
+    uint64_t deadline_drops;       /* requests dropped before dispatch: they could not meet their deadline */
+    uint64_t reserved[4];          /* 0 */
 };
 
 /**

@@ -49,6 +49,8 @@ struct orb_rdma_tp;
 #define RDMA_RQ_DEPTH 32u          /* receives per link: ACKs (requester), BINDINGs (source) */
 #define RDMA_MSG_SLOT 256u         /* bytes per receive or send message slot */
 #define RDMA_BIND_WAIT_NS (5ull * 1000000000ull)
+/* Pre-dispatch admission drops a request whose DeadlineMlu reaches this (TENT suggests 1.2-1.5). */
+#define RDMA_ADMISSION_MLU 1.5
 #define RDMA_DRAIN_NS (2ull * 1000000000ull) /* stop: flushes of failed links */
 #define RDMA_GRANT_THREADS 4u     /* GRANT calls in flight at once (they overlap the data) */
 #define RDMA_MAX_LANES 16u        /* num_lanes is capped here */

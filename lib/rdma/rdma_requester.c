@@ -578,6 +578,49 @@ static int stage_in(struct orb_rdma_tp *tp, struct rdma_req *r, bool wait)
     return 0;
 }
 
+/* Pre-dispatch admission (deadline_bw_arbitration; lib/topo/qos.h, TENT's DeadlineMlu): whether
+ * `r` (its live pieces, `bytes` of them) can still end by its deadline, given the payload
+ * bytes already dispatched and unfinished on the rails it may use and their transmit estimates.
+ * false: it cannot, and `why` says by how much; nothing of it exists at the source yet. */
+static bool admitted(struct orb_rdma_tp *tp, const struct rdma_req *r, const struct orb_xfer *first,
+                     uint64_t bytes, char *why, size_t why_len)
+{
+    if (!tp->cfg->deadline_bw_arbitration)
+        return true;
+    struct orb_nic_load load[ORB_RDMA_MAX_RAILS];
+    uint32_t count = 0;
+    if (orb_selector_load_stats(tp->sel, load, ORB_RDMA_MAX_RAILS, &count) != 0)
+        return true; /* nothing to predict with */
+    const uint8_t *row = tier_row(tp, first);
+    struct orb_qos_admission in = {.length = bytes, .deadline_ns = first->deadline_ns, .now_ns = orb_now_ns(),
+                                   .mlu_threshold = RDMA_ADMISSION_MLU};
+    for (uint32_t k = 0; k < count && k < r->peer->nrails; k++) {
+        if (!load[k].healthy || row[k] >= ORB_SELECT_TIERS)
+            continue;
+        double bw = load[k].transmit_bps > 0 ? load[k].transmit_bps : load[k].selection_bps;
+        if (!(bw > 0))
+            in.nic_unmeasured = true;
+        else
+            in.bw_bytes_per_s += bw;
+        in.bytes_ahead += load[k].charged_bytes;
+    }
+    enum orb_qos_verdict v = ORB_QOS_ADMIT;
+    double mlu = 0;
+    if (orb_qos_admit(&in, &v, &mlu) != 0)
+        return true;
+    if (v == ORB_QOS_DROP_EXPIRED)
+        snprintf(why, why_len, "rdma: the request's deadline passed before it was dispatched");
+    else if (v == ORB_QOS_DROP_INFEASIBLE)
+        snprintf(why, why_len,
+                 "rdma: the request cannot end by its deadline: %llu bytes behind %llu dispatched at %.0f B/s "
+                 "need %.2f times the time left (admission drops at %.2f)",
+                 (unsigned long long)bytes, (unsigned long long)in.bytes_ahead, in.bw_bytes_per_s, mlu,
+                 RDMA_ADMISSION_MLU);
+    else
+        return true;
+    return false;
+}
+
 /* Ready `r` for its grant: ask each piece once whether it may still start (right before
  * anything of the request moves) and choose the live pieces' rails. false: it ended here. */
 static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
@@ -607,6 +650,19 @@ static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
         orb_xfer_done(withdrawn[i], ORB_ETIMEDOUT, ORB_REMOTE_EFFECT_NONE);
     if (live == 0)
         return false;
+    const struct orb_xfer *first = NULL;
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < r->npieces; i++)
+        if (r->pieces[i] != NULL) {
+            first = first != NULL ? first : r->pieces[i];
+            bytes += r->pieces[i]->length;
+        }
+    char why[256];
+    if (!admitted(tp, r, first, bytes, why, sizeof why)) {
+        atomic_fetch_add(&tp->deadline_drops, 1);
+        end_now(tp, r, ORB_ETIMEDOUT, why);
+        return false;
+    }
     int rc = choose_rails(tp, r);
     if (rc != 0) {
         end_now(tp, r, rc, orb_last_error());

@@ -445,6 +445,7 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.staging_bytes = tp->data ? rdma_staging_in_use(tp) : 0;
     st.staged_transfers = atomic_load(&tp->staged_transfers);
     st.slot_deferrals = atomic_load(&tp->slot_deferrals);
+    st.deadline_drops = atomic_load(&tp->deadline_drops);
     memcpy(out, &st, sizeof st);
     return 0;
 }

@@ -472,6 +472,87 @@ static void test_deadline_arbitration_orders_work(void **state)
     orb_host_memory_unref(mem);
 }
 
+/* With deadline_bw_arbitration, a request that cannot end by its deadline at the rail's
+ * estimated rate is dropped before dispatch (ORB_ETIMEDOUT, no grant asked, no byte moved),
+ * naming the prediction; one that can is admitted and moves. */
+static void test_admission_drops_what_cannot_end_in_time(void **state)
+{
+    (void)state;
+    if (stages(0) || stages(1)) {
+        print_message("staged: the direct run covers it\n");
+        return;
+    }
+    enum { LEN = BIG };
+    char a0[64];
+    snprintf(a0, sizeof a0, "%.*s", (int)strcspn(REQUESTER_NICS, ","), REQUESTER_NICS);
+    const char *const kv[] = {"rdma_whitelist", a0, "deadline_bw_arbitration", "true", NULL};
+    orb_engine *e = NULL;
+    if (rdma_test_engine(kv, 0, ORB_HELPER_OFF, &e) != 0)
+        fail_msg("engine: %s", orb_last_error());
+    orb_host_memory *mem;
+    assert_int_equal(orb_host_memory_alloc(LEN, 0, &mem), 0);
+    uint8_t *b = orb_host_memory_data(mem);
+    memset(b, 0, LEN);
+    orb_reg_id id;
+    assert_int_equal(orb_register_host_memory(e, mem, 0, LEN, ORB_PERM_LOCAL, &id), 0);
+    orb_segment *s;
+    assert_int_equal(orb_open_segment(e, endpoint, &epoch, TIMEOUT_NS, &s), 0);
+    struct orb_rdma_nic_load load;
+    size_t count = 0;
+    assert_int_equal(orb_engine_rdma_nic_load(e, &load, 1, &count), 0);
+    assert_int_equal(count, 1);
+    assert_true(load.selection_bps > 0);
+    /* A window half of what the estimate says the READ takes (DeadlineMlu 2), and at least
+     * 10 ms, so that it is still open when the request is dispatched. */
+    double need_s = (double)LEN / load.selection_bps;
+    uint64_t window_ns = (uint64_t)(need_s / 2 * 1e9);
+    if (window_ns < 10000000u) {
+        print_message("the rail's estimate (%.0f B/s) moves 64 MiB in under 20 ms: no window to test\n",
+                      load.selection_bps);
+        orb_segment_close(s);
+        assert_int_equal(orb_unregister_memory(e, id), 0);
+        orb_engine_free(e);
+        orb_host_memory_unref(mem);
+        skip();
+    }
+    struct orb_rdma_stats before, after;
+    assert_int_equal(orb_engine_rdma_stats(src, &before), 0);
+    struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ, .local_addr = (uint64_t)(uintptr_t)b,
+                            .remote_addr = (uint64_t)(uintptr_t)sbytes, .length = LEN};
+    struct orb_batch_report rep;
+    uint64_t t0 = orb_now_ns();
+    assert_int_equal(orb_submit_and_wait(e, s, &r, 1, NULL, window_ns, &rep), ORB_ETIMEDOUT);
+    uint64_t took = orb_now_ns() - t0;
+    if (strstr(orb_last_error(), "cannot end by its deadline") == NULL)
+        fail_msg("the drop does not say why: %s", orb_last_error());
+    print_message("dropped after %.1f ms of a %.1f ms window: %s\n", (double)took / 1e6, (double)window_ns / 1e6,
+                  orb_last_error());
+    assert_true(rep.done && rep.has_failure);
+    assert_int_equal(rep.failure.status, ORB_ETIMEDOUT);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+    assert_int_equal(rep.completed_requests, 0);
+    assert_true(took < window_ns); /* decided at once, not at the deadline */
+    for (uint32_t i = 0; i < LEN; i++)
+        if (b[i] != 0)
+            fail_msg("a dropped READ changed byte %u", i);
+    struct orb_rdma_stats mine;
+    assert_int_equal(orb_engine_rdma_stats(e, &mine), 0);
+    assert_int_equal(mine.deadline_drops, 1);
+    assert_int_equal(mine.completed_reads, 0);
+    /* A request that fits its window is admitted. */
+    r.length = 1u << 16;
+    assert_int_equal(orb_submit_and_wait(e, s, &r, 1, NULL, TIMEOUT_NS, &rep), 0);
+    assert_memory_equal(b, sbytes, 1u << 16);
+    assert_int_equal(orb_engine_rdma_stats(src, &after), 0);
+    assert_int_equal(after.grants_served - before.grants_served, 1); /* the admitted one alone */
+    assert_int_equal(orb_engine_rdma_stats(e, &mine), 0);
+    assert_int_equal(mine.deadline_drops, 1);
+    orb_segment_close(s);
+    assert_int_equal(orb_unregister_memory(e, id), 0);
+    orb_engine_free(e);
+    orb_host_memory_unref(mem);
+}
+
 static void test_unspec_takes_rdma(void **state)
 {
     (void)state;
@@ -803,6 +884,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_high_priority_overtakes_low),
         cmocka_unit_test(test_deadline_arbitration_orders_work),
+        cmocka_unit_test(test_admission_drops_what_cannot_end_in_time),
         cmocka_unit_test(test_staging_waits_for_room),
         cmocka_unit_test(test_staging_budget),
         cmocka_unit_test(test_notification_follows_the_data),
