@@ -337,7 +337,8 @@ struct orb_rdma_stats {
     uint64_t staged_transfers;     /* requests and grants that moved through staging */
     uint64_t slot_deferrals;       /* payload posts a shared priority slot held back for a while */
     uint64_t deadline_drops;       /* requests dropped before dispatch: they could not meet their deadline */
-    uint64_t reserved[4];          /* 0 */
+    uint64_t reconnects;           /* requester connections rebuilt after the source lost them */
+    uint64_t reserved[3];          /* 0 */
 };
 
 /**

@@ -193,6 +193,12 @@ struct rdma_peer {
     bool released;                 /* the core let go (peer lock) */
     bool reap_queued;
     struct rdma_peer *reap_next;   /* tp->reap_peers (tp->lock) */
+    /* Rebuilding the connection after the source lost it (rdma_requester.c, reconnect): one
+     * builder at a time; links and incarnation are replaced under `lock` while no request holds
+     * a grant; after a failed attempt, none before reconnect_after_ns. */
+    pthread_mutex_t reconnect_lock;
+    uint64_t reconnect_after_ns, reconnect_backoff_ns;
+    char reconnect_why[192];
 };
 
 /* A request's state: the core's per-request space (ops->request_private_size). */
@@ -205,6 +211,7 @@ struct rdma_req {
     uint8_t op;                    /* ORB_XFER_READ / ORB_XFER_WRITE */
     uint64_t addr, length;         /* the whole request's remote range */
     uint64_t remote_target;        /* the address the grant's windows start at (GRANT's target) */
+    uint64_t incarnation;          /* the connection its GRANT_REQ went on */
     bool staged;                   /* moves through stage: this engine stages */
     struct rdma_stage stage;
     uint32_t npieces, arrived;

@@ -48,8 +48,75 @@ static void peer_free_now(struct rdma_peer *p)
         rdma_link_fail(p->links[k], ORB_ECLOSED);
         rdma_link_free(p->links[k]);
     }
+    pthread_mutex_destroy(&p->reconnect_lock);
     pthread_mutex_destroy(&p->lock);
     free(p);
+}
+
+/* A queue pair per rail for `p`, connected to the source's through CONNECT/CONNECT_OK under a
+ * fresh incarnation: into links[0..tp->nrails) and *incarnation_out. On failure nothing of it is
+ * left. */
+static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, uint64_t deadline,
+                         struct rdma_link *links[ORB_RDMA_MAX_RAILS], uint64_t *incarnation_out)
+{
+    struct orb_rdma_connect c;
+    memset(&c, 0, sizeof c);
+    c.incarnation = orb_random_u64();
+    uint32_t made = 0;
+    int rc = 0;
+    for (uint32_t k = 0; k < tp->nrails; k++) {
+        struct rdma_ctx *x = tp->dctx[tp->rail_nic[k]];
+        rc = rdma_link_new(tp, x, RDMA_ROLE_REQUESTER, k, p, &links[k]);
+        if (rc != 0)
+            goto free_links;
+        made++;
+        c.rails[k].nic = (uint8_t)x->nic;
+        c.rails[k].qp = links[k]->qp->local;
+    }
+    c.nrails = made;
+    uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
+    size_t len = 0, rlen = 0;
+    if ((rc = orb_rdma_connect_encode(ORB_RDMA_CONNECT, &c, msg, sizeof msg, &len)) != 0)
+        goto free_links;
+    rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
+    if (rc != 0) {
+        rc = orb_fail_wrap(rc, "rdma: CONNECT to %s", p->endpoint);
+        goto free_links;
+    }
+    struct orb_rdma_connect ok;
+    if (orb_rdma_connect_decode(ORB_RDMA_CONNECT_OK, resp, rlen, &ok) != 0 || ok.nrails != made) {
+        rc = orb_fail(ORB_EPROTO, "rdma: %s answered CONNECT with a malformed CONNECT_OK", p->endpoint);
+        goto free_links;
+    }
+    for (uint32_t k = 0; k < made; k++)
+        if ((rc = rdma_link_connect(links[k], &ok.rails[k].qp)) != 0)
+            goto free_links;
+    *incarnation_out = c.incarnation;
+    return 0;
+
+free_links:
+    {
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        for (uint32_t k = 0; k < made; k++) {
+            rdma_link_fail(links[k], ORB_ECLOSED);
+            rdma_link_free(links[k]);
+            links[k] = NULL;
+        }
+        (void)orb_fail(rc, "%s", why);
+    }
+    return rc;
+}
+
+/* Tell the source, briefly, that connection `incarnation` of p is done with. */
+static void send_disconnect(struct rdma_peer *p, uint64_t incarnation)
+{
+    uint8_t msg[16], resp[ORB_CONTROL_MAX];
+    size_t len = 0, rlen = 0;
+    if (orb_rdma_disconnect_encode(incarnation, msg, sizeof msg, &len) == 0 &&
+        p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
+                    orb_deadline_after(DISCONNECT_WAIT_NS)) != 0)
+        ORB_LOGD("rdma: DISCONNECT of %s: %s", p->endpoint, orb_last_error());
 }
 
 int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
@@ -69,40 +136,12 @@ int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expe
     p->ctl = *ctl;
     snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint);
     p->source_epoch = *expected;
-    p->incarnation = orb_random_u64();
     pthread_mutex_init(&p->lock, NULL);
-    int rc = 0;
-    struct orb_rdma_connect c;
-    memset(&c, 0, sizeof c);
-    c.incarnation = p->incarnation;
-    for (uint32_t k = 0; k < tp->nrails; k++) {
-        struct rdma_ctx *x = tp->dctx[tp->rail_nic[k]];
-        rc = rdma_link_new(tp, x, RDMA_ROLE_REQUESTER, k, p, &p->links[k]);
-        if (rc != 0)
-            goto free_peer;
-        p->nrails++;
-        c.rails[k].nic = (uint8_t)x->nic;
-        c.rails[k].qp = p->links[k]->qp->local;
-    }
-    c.nrails = p->nrails;
-    uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
-    size_t len = 0, rlen = 0;
-    if ((rc = orb_rdma_connect_encode(ORB_RDMA_CONNECT, &c, msg, sizeof msg, &len)) != 0)
+    pthread_mutex_init(&p->reconnect_lock, NULL);
+    int rc = connect_rails(tp, p, deadline, p->links, &p->incarnation);
+    if (rc != 0)
         goto free_peer;
-    rc = ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
-    if (rc != 0) {
-        rc = orb_fail_wrap(rc, "rdma: CONNECT to %s", endpoint);
-        goto free_peer;
-    }
-    struct orb_rdma_connect ok;
-    if (orb_rdma_connect_decode(ORB_RDMA_CONNECT_OK, resp, rlen, &ok) != 0 || ok.nrails != p->nrails) {
-        rc = orb_fail(ORB_EPROTO, "rdma: %s answered CONNECT with a malformed CONNECT_OK", endpoint);
-        goto free_peer;
-    }
-    for (uint32_t k = 0; k < p->nrails; k++) {
-        if ((rc = rdma_link_connect(p->links[k], &ok.rails[k].qp)) != 0)
-            goto free_peer;
-    }
+    p->nrails = tp->nrails;
     pthread_mutex_lock(&tp->lock);
     p->all_next = tp->peers;
     tp->peers = p;
@@ -127,13 +166,14 @@ void rdma_peer_release(void *peer)
     if (p == NULL)
         return;
     struct orb_rdma_tp *tp = p->tp;
-    /* Tell the source, briefly: its queue pairs and their receives go. */
-    uint8_t msg[16], resp[ORB_CONTROL_MAX];
-    size_t len = 0, rlen = 0;
-    if (!atomic_load(&tp->stopping) && orb_rdma_disconnect_encode(p->incarnation, msg, sizeof msg, &len) == 0 &&
-        p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
-                    orb_deadline_after(DISCONNECT_WAIT_NS)) != 0)
-        ORB_LOGD("rdma: DISCONNECT of %s: %s", p->endpoint, orb_last_error());
+    /* Tell the source, briefly: its queue pairs and their receives go. No grant thread rebuilds
+     * the connection any more (the core released the peer after its last request). */
+    if (!atomic_load(&tp->stopping)) {
+        pthread_mutex_lock(&p->lock);
+        uint64_t incarnation = p->incarnation;
+        pthread_mutex_unlock(&p->lock);
+        send_disconnect(p, incarnation);
+    }
     pthread_mutex_lock(&tp->lock);
     pthread_mutex_lock(&p->lock);
     p->released = true;
@@ -678,6 +718,15 @@ static void start(struct orb_rdma_tp *tp, struct rdma_req *r)
     struct ending e;
     uint32_t empty_rails = r->rail_mask;
     pthread_mutex_lock(&p->lock);
+    if (r->incarnation != p->incarnation) {
+        /* Granted on a connection that was replaced meanwhile (reconnect): its keys belong to
+         * queue pairs that are gone. Nothing of it was posted. */
+        fail_locked(r, ORB_EPEER, "rdma: %s: the request's connection was replaced before it started", p->endpoint);
+        end_locked(r, ORB_EPEER, &e);
+        pthread_mutex_unlock(&p->lock);
+        report_pieces(tp, &e);
+        return;
+    }
     r->granted = true;
     r->next = p->active;
     p->active = r;
@@ -724,6 +773,96 @@ static int accept_grant(struct rdma_req *r, const struct orb_rdma_grant *g)
     return 0;
 }
 
+/* Whether a queue pair of p's connection is dead. The builder's lock keeps the links in place
+ * (only reconnect replaces them, holding it); a link's lock is never taken under p->lock, which
+ * the lanes take under a link's. */
+static bool links_failed(struct rdma_peer *p)
+{
+    bool dead = false;
+    pthread_mutex_lock(&p->reconnect_lock);
+    for (uint32_t k = 0; k < p->nrails && !dead; k++) {
+        struct rdma_link *l = p->links[k];
+        pthread_mutex_lock(&l->lock);
+        dead = l->failed != 0;
+        pthread_mutex_unlock(&l->lock);
+    }
+    pthread_mutex_unlock(&p->reconnect_lock);
+    return dead;
+}
+
+/* Rebuild p's connection after the source answered that it no longer has connection `seen` (it
+ * failed there, or is gone): a miss before any authority, so the requests it refused may ask
+ * again on the new one. Only while no request of p holds a grant (the links are replaced under
+ * p->lock, where start() checks that its request's connection is still p's); one builder at a
+ * time, and once per lost incarnation; after a failed attempt none for a backoff (1 s, doubling
+ * to 30 s). 0: p has a connection newer than `seen` now. */
+static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, uint64_t seen, uint64_t deadline,
+                     const char *cause)
+{
+    int rc = 0;
+    pthread_mutex_lock(&p->reconnect_lock);
+    pthread_mutex_lock(&p->lock);
+    bool current = p->incarnation == seen, busy = p->active != NULL;
+    bool waiting = orb_now_ns() < p->reconnect_after_ns;
+    pthread_mutex_unlock(&p->lock);
+    if (!current)
+        goto unlock; /* another grant thread rebuilt it */
+    if (busy) {
+        rc = orb_fail(ORB_EPEER, "rdma: %s lost the connection; it is rebuilt once the requests granted on it end",
+                      p->endpoint);
+        goto unlock;
+    }
+    if (waiting) {
+        rc = orb_fail(ORB_EPEER, "rdma: %s lost the connection and rebuilding it failed moments ago: %s",
+                      p->endpoint, p->reconnect_why);
+        goto unlock;
+    }
+    struct rdma_link *fresh[ORB_RDMA_MAX_RAILS] = {NULL}, *old[ORB_RDMA_MAX_RAILS] = {NULL};
+    uint64_t incarnation = 0;
+    rc = connect_rails(tp, p, deadline, fresh, &incarnation);
+    if (rc != 0) {
+        pthread_mutex_lock(&p->lock);
+        p->reconnect_backoff_ns = p->reconnect_backoff_ns == 0 ? ORB_NS_PER_SEC
+                                  : p->reconnect_backoff_ns >= 15 * ORB_NS_PER_SEC ? 30 * ORB_NS_PER_SEC
+                                                                                   : 2 * p->reconnect_backoff_ns;
+        p->reconnect_after_ns = orb_now_ns() + p->reconnect_backoff_ns;
+        snprintf(p->reconnect_why, sizeof p->reconnect_why, "%s", orb_last_error());
+        pthread_mutex_unlock(&p->lock);
+        rc = orb_fail_wrap(rc, "rdma: %s lost the connection and it could not be rebuilt", p->endpoint);
+        goto unlock;
+    }
+    pthread_mutex_lock(&p->lock);
+    busy = p->active != NULL;
+    if (!busy) {
+        for (uint32_t k = 0; k < p->nrails; k++) {
+            old[k] = p->links[k];
+            p->links[k] = fresh[k];
+        }
+        p->incarnation = incarnation;
+        p->reconnect_backoff_ns = 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    struct rdma_link **gone = busy ? fresh : old;
+    send_disconnect(p, busy ? incarnation : seen);
+    for (uint32_t k = 0; k < p->nrails; k++) {
+        if (gone[k] == NULL)
+            continue;
+        rdma_link_fail(gone[k], ORB_ECLOSED);
+        rdma_link_free(gone[k]);
+    }
+    if (busy) {
+        rc = orb_fail(ORB_EPEER, "rdma: %s lost the connection; it is rebuilt once the requests granted on it end",
+                      p->endpoint);
+        goto unlock;
+    }
+    atomic_fetch_add(&tp->reconnects, 1);
+    ORB_LOGI("rdma: %s: %s; %u rail(s) connected again", p->endpoint, cause, p->nrails);
+
+unlock:
+    pthread_mutex_unlock(&p->reconnect_lock);
+    return rc;
+}
+
 /* Grant and start rs[0..n) (one peer's) with as few round trips as the source allows: one
  * GRANT_REQ for all of them; requests the source answers "not now" (ORB_EAGAIN: a budget of its
  * own is spent for the moment) are asked for again, backing off, until io_timeout; then they
@@ -736,11 +875,28 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
     struct orb_rdma_grant_req q;
     struct orb_rdma_grants *ans = malloc(sizeof *ans);
     char why[320];
+    bool rebuilt = false; /* at most one reconnect per call */
     while (n > 0) {
         int rc = ans == NULL ? orb_fail(ORB_ENOMEM, "rdma: out of memory for a GRANT") : 0;
         memset(&q, 0, sizeof q);
+        pthread_mutex_lock(&p->lock);
         q.incarnation = p->incarnation;
+        pthread_mutex_unlock(&p->lock);
+        if (!rebuilt && links_failed(p)) {
+            /* A queue pair of ours is dead: the connection is rebuilt before anything is asked
+             * on it (no grant can be used on it any more). */
+            rebuilt = true;
+            if (reconnect(tp, p, q.incarnation, deadline, "a queue pair of the connection died") != 0) {
+                snprintf(why, sizeof why, "%s", orb_last_error());
+                for (uint32_t i = 0; i < n; i++)
+                    end_now(tp, rs[i], ORB_EPEER, why);
+                break;
+            }
+            continue;
+        }
         q.count = n;
+        for (uint32_t i = 0; i < n; i++)
+            rs[i]->incarnation = q.incarnation;
         for (uint32_t i = 0; i < n; i++)
             q.ask[i] = (struct orb_rdma_grant_ask){
                 .request = rs[i]->id, .op = rs[i]->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE,
@@ -753,18 +909,27 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
             rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
         if (rc == 0 && (orb_rdma_grants_decode(resp, rlen, ans) != 0 || ans->count != n))
             rc = orb_fail(ORB_EPROTO, "rdma: %s answered GRANT_REQ with a malformed GRANT", p->endpoint);
-        uint32_t again = 0;
-        if (rc != 0 && rc != ORB_EAGAIN) {
+        uint32_t again = 0, lost = 0;
+        /* The source no longer has this connection (ENOENT: it does not know it; EPEER on an
+         * entry: it failed there): nothing was granted, so the requests may ask again on a new
+         * one. */
+        bool gone = rc == ORB_ENOENT && !rebuilt;
+        if (rc != 0 && rc != ORB_EAGAIN && !gone) {
             snprintf(why, sizeof why, "%s", orb_last_error());
             for (uint32_t i = 0; i < n; i++)
                 end_now(tp, rs[i], rc, why);
             break;
         }
+        struct rdma_req *refused[ORB_RDMA_GRANT_BATCH];
         for (uint32_t i = 0; i < n; i++) {
             struct rdma_req *r = rs[i];
             int st = rc != 0 ? rc : ans->g[i].status;
             if (st == ORB_EAGAIN) {
                 rs[again++] = r;
+                continue;
+            }
+            if ((gone || st == ORB_EPEER) && !rebuilt) {
+                refused[lost++] = r;
                 continue;
             }
             if (st == 0 && (st = accept_grant(r, &ans->g[i])) == 0) {
@@ -776,6 +941,18 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
             else
                 snprintf(why, sizeof why, "%s", orb_last_error());
             end_now(tp, r, st, why);
+        }
+        if (lost > 0) {
+            rebuilt = true;
+            if (reconnect(tp, p, q.incarnation, deadline, "the source lost the connection") == 0) {
+                for (uint32_t i = 0; i < lost; i++)
+                    rs[again++] = refused[i];
+                n = again;
+                continue; /* ask at once, on the new connection */
+            }
+            snprintf(why, sizeof why, "%s", orb_last_error());
+            for (uint32_t i = 0; i < lost; i++)
+                end_now(tp, refused[i], ORB_EPEER, why);
         }
         n = again;
         if (n == 0)
@@ -994,11 +1171,16 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
             if (maybe_end(r, &e[ne]))
                 ne++;
         }
+        /* Its links as they are now: a reconnect may replace them once p->lock is let go, and
+         * frees the old ones only through tp->lock, held here. */
+        struct rdma_link *fail_links[ORB_RDMA_MAX_RAILS];
+        for (uint32_t k = 0; k < p->nrails; k++)
+            fail_links[k] = p->links[k];
         pthread_mutex_unlock(&p->lock);
         /* Outstanding work of a timed-out request flushes once its rails are failed. */
         for (uint32_t k = 0; k < p->nrails; k++)
             if (fail_mask & (1u << k))
-                rdma_link_fail(p->links[k], ORB_ETIMEDOUT);
+                rdma_link_fail(fail_links[k], ORB_ETIMEDOUT);
         for (uint32_t i = 0; i < ne; i++)
             report_pieces(tp, &e[i]);
     }

@@ -446,6 +446,7 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.staged_transfers = atomic_load(&tp->staged_transfers);
     st.slot_deferrals = atomic_load(&tp->slot_deferrals);
     st.deadline_drops = atomic_load(&tp->deadline_drops);
+    st.reconnects = atomic_load(&tp->reconnects);
     memcpy(out, &st, sizeof st);
     return 0;
 }

@@ -131,6 +131,7 @@ struct orb_rdma_tp {
     struct orb_slots_reader slots;
     atomic_uint_fast64_t slot_deferrals;        /* payload drains the slot held back */
     atomic_uint_fast64_t deadline_drops;        /* requests admission dropped before dispatch */
+    atomic_uint_fast64_t reconnects;            /* requester connections rebuilt */
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */

@@ -36,6 +36,7 @@
 
 #include "core/clock.h"
 #include "core/engine_internal.h"
+#include "rdma/rdma_data.h"
 #include "rdma/rdma_transport.h"
 #include "device_util.h"
 #include "rdma/verbs.h"
@@ -553,6 +554,53 @@ static void test_admission_drops_what_cannot_end_in_time(void **state)
     orb_host_memory_unref(mem);
 }
 
+/* Every link of `role` of the engine's transport to the error state, as a dead port or a
+ * stalled device leaves them. */
+static void fail_links(orb_engine *e, enum rdma_role role)
+{
+    struct orb_rdma_tp *tp = tp_of(e);
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next)
+        if (l->role == role)
+            rdma_link_fail(l, ORB_EPEER);
+    pthread_mutex_unlock(&tp->lock);
+}
+
+/* A connection the source lost, or whose queue pairs died here, is rebuilt for the next request:
+ * nothing was granted on it, so the request asks again on a new one, and its bytes move. */
+static void test_a_lost_connection_is_rebuilt(void **state)
+{
+    (void)state;
+    enum { LEN = 1u << 20 };
+    struct orb_rdma_stats st;
+    assert_int_equal(orb_engine_rdma_stats(req, &st), 0);
+    uint64_t rebuilt = st.reconnects;
+    memset(rbytes, 0, LEN);
+    assert_int_equal(one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)sbytes, LEN), 0);
+    assert_memory_equal(rbytes, sbytes, LEN);
+    /* The source's queue pairs fail: their receives flush and it fails the connection. */
+    fail_links(src, RDMA_ROLE_SOURCE);
+    struct timespec flush = {0, 200000000};
+    nanosleep(&flush, NULL);
+    memset(rbytes, 0, LEN);
+    int rc = one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)sbytes, LEN);
+    if (rc != 0)
+        fail_msg("after the source lost the connection: %s", orb_last_error());
+    assert_memory_equal(rbytes, sbytes, LEN);
+    assert_int_equal(orb_engine_rdma_stats(req, &st), 0);
+    assert_int_equal(st.reconnects, rebuilt + 1);
+    /* Ours fail: the connection is rebuilt before anything is asked on it. */
+    fail_links(req, RDMA_ROLE_REQUESTER);
+    fill(rbytes, LEN, 77);
+    rc = one(ORB_OP_WRITE, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)sbytes + LEN, LEN);
+    if (rc != 0)
+        fail_msg("after our queue pairs failed: %s", orb_last_error());
+    assert_memory_equal(sbytes + LEN, rbytes, LEN);
+    assert_int_equal(orb_engine_rdma_stats(req, &st), 0);
+    assert_int_equal(st.reconnects, rebuilt + 2);
+    fill(sbytes, BIG, 1);
+}
+
 static void test_unspec_takes_rdma(void **state)
 {
     (void)state;
@@ -885,6 +933,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_high_priority_overtakes_low),
         cmocka_unit_test(test_deadline_arbitration_orders_work),
         cmocka_unit_test(test_admission_drops_what_cannot_end_in_time),
+        cmocka_unit_test(test_a_lost_connection_is_rebuilt),
         cmocka_unit_test(test_staging_waits_for_room),
         cmocka_unit_test(test_staging_budget),
         cmocka_unit_test(test_notification_follows_the_data),
