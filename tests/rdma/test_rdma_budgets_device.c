@@ -225,34 +225,38 @@ static void test_max_cqes_too_small_for_a_queue_pair(void **state)
     pair_down(&src, &req, seg);
 }
 
+/* n READs of `len` bytes under the given settings, every byte checked; then both engines'
+ * counters, read before the pair goes. */
+static void reads_under(const char *const *src_kv, const char *const *req_kv, uint32_t n, uint64_t len,
+                        struct orb_rdma_stats *src_stats, struct orb_rdma_stats *req_stats)
+{
+    struct side src, req;
+    orb_segment *seg = pair_up(&src, src_kv, &req, req_kv);
+    assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
+    assert_int_equal(reads(&req, seg, &src, n, len, ORB_TRANSPORT_RDMA), 0);
+    assert_int_equal(orb_engine_rdma_stats(src.e, src_stats), 0);
+    assert_int_equal(orb_engine_rdma_stats(req.e, req_stats), 0);
+    pair_down(&src, &req, seg);
+}
+
 static void test_one_grant_at_a_time(void **state)
 {
     (void)state;
     static const char *const kv[] = {"max_grants", "1", NULL};
-    struct side src, req;
-    orb_segment *seg = pair_up(&src, kv, &req, NULL);
-    assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
-    assert_int_equal(reads(&req, seg, &src, 32, 65536 + 3, ORB_TRANSPORT_RDMA), 0);
-    struct orb_rdma_stats ss;
-    assert_int_equal(orb_engine_rdma_stats(src.e, &ss), 0);
+    struct orb_rdma_stats ss, rs;
+    reads_under(kv, NULL, 32, 65536 + 3, &ss, &rs);
     assert_true(ss.grants_served >= 32);
     assert_int_equal(ss.grants_active, 0);
-    pair_down(&src, &req, seg);
 }
 
 static void test_one_send_wr_at_a_time(void **state)
 {
     (void)state;
     static const char *const kv[] = {"max_send_wr", "1", NULL};
-    struct side src, req;
-    orb_segment *seg = pair_up(&src, NULL, &req, kv);
-    assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
-    assert_int_equal(reads(&req, seg, &src, 4, 4u << 20, ORB_TRANSPORT_RDMA), 0);
-    struct orb_rdma_stats rs;
-    assert_int_equal(orb_engine_rdma_stats(req.e, &rs), 0);
+    struct orb_rdma_stats ss, rs;
+    reads_under(NULL, kv, 4, 4u << 20, &ss, &rs);
     assert_true(rs.completed_reads >= 4 * 64);
     assert_int_equal(rs.requests_in_flight, 0);
-    pair_down(&src, &req, seg);
 }
 
 int main(void)
