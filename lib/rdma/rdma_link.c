@@ -490,8 +490,7 @@ static void arbitrate_locked(struct rdma_link *l)
         uint32_t count = 0;
         if (orb_selector_load_stats(tp->sel, load, ORB_RDMA_MAX_RAILS, &count) == 0 && l->rail < count) {
             const struct orb_nic_load *r = &load[l->rail];
-            double bw = r->transmit_bps > 0 ? r->transmit_bps : r->selection_bps;
-            (void)orb_qos_arbitrate(arb, cands, n, r->posted_bytes, bw, orb_now_ns());
+            (void)orb_qos_arbitrate(arb, cands, n, r->posted_bytes, orb_nic_load_rate(r), orb_now_ns());
         }
     }
     if (n > 0 && orb_qos_push_front(&l->waits, cands, n) != 0)

@@ -637,7 +637,7 @@ static bool admitted(struct orb_rdma_tp *tp, const struct rdma_req *r, const str
     for (uint32_t k = 0; k < count && k < r->peer->nrails; k++) {
         if (!load[k].healthy || row[k] >= ORB_SELECT_TIERS)
             continue;
-        double bw = load[k].transmit_bps > 0 ? load[k].transmit_bps : load[k].selection_bps;
+        double bw = orb_nic_load_rate(&load[k]);
         if (!(bw > 0))
             in.nic_unmeasured = true;
         else

@@ -524,6 +524,11 @@ uint32_t orb_selector_sample_transmit(struct orb_selector *sel)
     return learned;
 }
 
+double orb_nic_load_rate(const struct orb_nic_load *load)
+{
+    return load->transmit_bps > 0 ? load->transmit_bps : load->selection_bps;
+}
+
 int orb_selector_load_stats(const struct orb_selector *sel, struct orb_nic_load *out,
                             uint32_t cap, uint32_t *count)
 {

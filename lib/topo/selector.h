@@ -145,6 +145,10 @@ struct orb_nic_load {
     uint64_t allocated_bytes;           /* lifetime bytes assigned by selection */
 };
 
+/* The rate to predict a NIC's time with: its measured transmit estimate, else the estimate
+ * slices are scored with (0 when neither is known). */
+double orb_nic_load_rate(const struct orb_nic_load *load);
+
 /* Snapshot every NIC into out[0..*count) (cap >= nnics, else ORB_EINVAL). No device is probed;
  * the fields are read one at a time, so a snapshot taken under traffic is not one instant. */
 int orb_selector_load_stats(const struct orb_selector *sel, struct orb_nic_load *out,

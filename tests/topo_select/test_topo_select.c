@@ -636,6 +636,20 @@ static void test_selector_select_rejects_bad_arguments(void **state)
     orb_selector_free(sel);
 }
 
+/* The rate predictions use: the measured transmit estimate once there is one, else the
+ * selection estimate, else 0. */
+static void test_nic_load_rate(void **state)
+{
+    (void)state;
+    struct orb_nic_load l;
+    memset(&l, 0, sizeof l);
+    assert_true(orb_nic_load_rate(&l) == 0);
+    l.selection_bps = 3.125e9;
+    assert_true(orb_nic_load_rate(&l) == 3.125e9);
+    l.transmit_bps = 1.5e9;
+    assert_true(orb_nic_load_rate(&l) == 1.5e9);
+}
+
 /* ==== selector: eligibility ==== */
 
 static void test_selector_no_eligible_nic(void **state)
@@ -1555,6 +1569,7 @@ static void test_selector_two_threads_contending(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nic_load_rate),
         cmocka_unit_test(test_slice_limits),
         cmocka_unit_test(test_slice_rejects_bad_arguments),
         cmocka_unit_test(test_slice_zero_length_is_one_empty_slice),
