@@ -187,6 +187,12 @@ static int one(enum orb_op op, enum orb_transport t, uint64_t local_off, uint64_
     return orb_submit_and_wait(req, seg, &r, 1, NULL, TIMEOUT_NS, &rep);
 }
 
+/* The first NIC of the requester's list (a one-rail engine's whitelist). */
+static void first_requester_nic(char *out, size_t cap)
+{
+    snprintf(out, cap, "%.*s", (int)strcspn(REQUESTER_NICS, ","), REQUESTER_NICS);
+}
+
 static struct orb_rdma_tp *tp_of(orb_engine *e)
 {
     return e->tp[ORB_TRANSPORT_RDMA].state;
@@ -331,7 +337,7 @@ static void test_priority_matrix_steers_rails(void **state)
         return;
     }
     char a0[64], a1[64], matrix[256];
-    snprintf(a0, sizeof a0, "%.*s", (int)strcspn(REQUESTER_NICS, ","), REQUESTER_NICS);
+    first_requester_nic(a0, sizeof a0);
     snprintf(a1, sizeof a1, "%s", strchr(REQUESTER_NICS, ',') + 1);
     snprintf(matrix, sizeof matrix, "{\"cpu:0\": [[\"%s\"], []], \"*\": [[\"%s\"], []]}", a1, a0);
     const char *kv[] = {"rdma_whitelist", REQUESTER_NICS, "host_memory", stages(0) ? "staged" : "direct",
@@ -411,7 +417,7 @@ static void *run_batch(void *arg)
 static double short_ends_at(bool on, orb_host_memory *mem)
 {
     char a0[64];
-    snprintf(a0, sizeof a0, "%.*s", (int)strcspn(REQUESTER_NICS, ","), REQUESTER_NICS);
+    first_requester_nic(a0, sizeof a0);
     const char *const kv[] = {"rdma_whitelist", a0, "max_send_wr", "1", "deadline_bw_arbitration",
                               on ? "true" : "false", NULL};
     orb_engine *e = NULL;
@@ -485,7 +491,7 @@ static void test_admission_drops_what_cannot_end_in_time(void **state)
     }
     enum { LEN = BIG };
     char a0[64];
-    snprintf(a0, sizeof a0, "%.*s", (int)strcspn(REQUESTER_NICS, ","), REQUESTER_NICS);
+    first_requester_nic(a0, sizeof a0);
     const char *const kv[] = {"rdma_whitelist", a0, "deadline_bw_arbitration", "true", NULL};
     orb_engine *e = NULL;
     if (rdma_test_engine(kv, 0, ORB_HELPER_OFF, &e) != 0)
