@@ -154,21 +154,29 @@ static int setup(void **state)
     return 0;
 }
 
+/* A source and a requester with these settings and two segments between them: the first gets
+ * RDMA, and its two queue pairs spend the max_endpoints budget, so the second has no RDMA path
+ * and says why. */
+static void second_segment_without_rdma(struct side *src, const char *const *src_kv, struct side *req,
+                                        const char *const *req_kv, orb_segment **one, orb_segment **two)
+{
+    side_up(src, SOURCE_NICS, 1, src_kv);
+    side_up(req, REQUESTER_NICS, 0, req_kv);
+    assert_int_equal(orb_open_segment(req->e, src->endpoint, &src->epoch, TIMEOUT_NS, one), 0);
+    assert_non_null((*one)->peer[ORB_TRANSPORT_RDMA]);
+    assert_int_equal(orb_open_segment(req->e, src->endpoint, &src->epoch, TIMEOUT_NS, two), 0);
+    assert_null((*two)->peer[ORB_TRANSPORT_RDMA]);
+    assert_int_equal(reads(req, *two, src, 1, 4096, ORB_TRANSPORT_RDMA), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "max_endpoints"));
+}
+
 static void test_requester_max_endpoints(void **state)
 {
     (void)state;
-    struct side src, req;
-    side_up(&src, SOURCE_NICS, 1, NULL);
     const char *const kv[] = {"max_endpoints", one_segment_of_qps(), NULL};
-    side_up(&req, REQUESTER_NICS, 0, kv);
+    struct side src, req;
     orb_segment *one, *two;
-    assert_int_equal(orb_open_segment(req.e, src.endpoint, &src.epoch, TIMEOUT_NS, &one), 0);
-    assert_non_null(one->peer[ORB_TRANSPORT_RDMA]);
-    /* Its two queue pairs spend the budget: the next segment has no RDMA path, and says why. */
-    assert_int_equal(orb_open_segment(req.e, src.endpoint, &src.epoch, TIMEOUT_NS, &two), 0);
-    assert_null(two->peer[ORB_TRANSPORT_RDMA]);
-    assert_int_equal(reads(&req, two, &src, 1, 4096, ORB_TRANSPORT_RDMA), ORB_EUNAVAILABLE);
-    assert_non_null(strstr(orb_last_error(), "max_endpoints"));
+    second_segment_without_rdma(&src, NULL, &req, kv, &one, &two);
     assert_int_equal(reads(&req, two, &src, 4, 65536, ORB_TRANSPORT_UNSPEC), 0); /* TCP */
     assert_int_equal(reads(&req, one, &src, 4, 65536, ORB_TRANSPORT_RDMA), 0);
     orb_segment_close(two);
@@ -196,15 +204,8 @@ static void test_source_max_endpoints(void **state)
     (void)state;
     const char *const kv[] = {"max_endpoints", one_segment_of_qps(), NULL};
     struct side src, req;
-    side_up(&src, SOURCE_NICS, 1, kv);
-    side_up(&req, REQUESTER_NICS, 0, NULL);
     orb_segment *one, *two;
-    assert_int_equal(orb_open_segment(req.e, src.endpoint, &src.epoch, TIMEOUT_NS, &one), 0);
-    assert_non_null(one->peer[ORB_TRANSPORT_RDMA]);
-    assert_int_equal(orb_open_segment(req.e, src.endpoint, &src.epoch, TIMEOUT_NS, &two), 0);
-    assert_null(two->peer[ORB_TRANSPORT_RDMA]);
-    assert_int_equal(reads(&req, two, &src, 1, 4096, ORB_TRANSPORT_RDMA), ORB_EUNAVAILABLE);
-    assert_non_null(strstr(orb_last_error(), "max_endpoints"));
+    second_segment_without_rdma(&src, kv, &req, NULL, &one, &two);
     assert_int_equal(reads(&req, one, &src, 8, 65536, ORB_TRANSPORT_RDMA), 0);
     orb_segment_close(two);
     orb_segment_close(one);
