@@ -320,7 +320,7 @@ int orb_engine_create_params(const struct orb_engine_params *params, orb_engine 
 struct orb_rdma_stats {
     uint32_t comp_mask;            /* 0 in this release */
     uint32_t nics_open;            /* NICs opened (protection domain allocated) */
-    uint32_t rails;                /* NICs that carry requests (queue pairs per segment) */
+    uint32_t rails;                /* NICs that carry requests (queue pairs per connection) */
     uint32_t reserved32;
     uint64_t completed_reads;      /* READ work requests that completed successfully */
     uint64_t completed_writes;     /* WRITE work requests that completed successfully */
@@ -338,7 +338,9 @@ struct orb_rdma_stats {
     uint64_t slot_deferrals;       /* payload posts a shared priority slot held back for a while */
     uint64_t deadline_drops;       /* requests dropped before dispatch: they could not meet their deadline */
     uint64_t reconnects;           /* requester connections rebuilt after the source lost them */
-    uint64_t reserved[3];          /* 0 */
+    uint64_t connections;          /* gauge: requester connections (the segments to a process share one) */
+    uint64_t source_connections;   /* gauge: source side, requester connections served */
+    uint64_t reserved[1];          /* 0 */
 };
 
 /**

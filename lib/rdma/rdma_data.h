@@ -2,10 +2,12 @@
  * thread), rdma_requester.c and rdma_source.c.
  *
  * A request, end to end (docs/wire-protocol.md, "RDMA"):
- *  1. peer_open: the requester makes one RC queue pair per rail (rail k on its k-th open NIC)
- *     and sends CONNECT on the segment's control connection; the source makes its queue pairs
- *     (rail k on its (k mod n)-th NIC), connects them and answers CONNECT_OK; the requester
- *     connects its own.
+ *  1. peer_open: segments to one source process (endpoint and epoch) share one connection
+ *     (struct rdma_peer; each segment is a struct rdma_seg on it). The first makes one RC queue
+ *     pair per rail (rail k on its k-th open NIC) and sends CONNECT on its control connection;
+ *     the source makes its queue pairs (rail k on its (k mod n)-th NIC), connects them and
+ *     answers CONNECT_OK; the requester connects its own. An engine that stages gives each
+ *     segment a connection of its own.
  *  2. peer_plan cuts the request into TENT's slices (lib/topo/slicing.h), each on a rail.
  *  3. Once every piece is submitted, the grant thread asks for a GRANT: the source pins the one
  *     registration that contains the whole range with the operation's permission, binds a
@@ -176,22 +178,25 @@ struct rdma_ack_wait {
     uint8_t msg[ORB_RDMA_ACK_LEN];
 };
 
-/* Requester side: one per segment peer. */
+/* Requester side: one connection to a source process, shared by the segments open to it (its
+ * endpoint and epoch) unless this engine stages. */
 struct rdma_peer {
     struct rdma_peer *all_next;    /* tp's list (tp->lock) */
     struct orb_rdma_tp *tp;
-    struct orb_control_path ctl;
     char endpoint[ORB_ENDPOINT_MAX];
     uint64_t incarnation;
     struct orb_epoch source_epoch;
+    /* Under tp->lock: the segments using it; building while its first segment connects it
+     * (others wait on tp->built for it); shared: later segments to the same process may join;
+     * released once its last segment let go (nobody joins it then). */
+    uint32_t users;
+    bool building, shared, released;
     uint32_t nrails;
     struct rdma_link *links[ORB_RDMA_MAX_RAILS];
     pthread_mutex_t lock;          /* the fields below */
     uint64_t next_request;
     uint32_t inflight;             /* requests taken for a grant and not ended (<= RDMA_RQ_DEPTH) */
     struct rdma_req *active;       /* granted, by id (a list) */
-    bool released;                 /* the core let go (peer lock) */
-    bool reap_queued;
     struct rdma_peer *reap_next;   /* tp->reap_peers (tp->lock) */
     /* Rebuilding the connection after the source lost it (rdma_requester.c, reconnect): one
      * builder at a time; links and incarnation are replaced under `lock` while no request holds
@@ -201,12 +206,21 @@ struct rdma_peer {
     char reconnect_why[192];
 };
 
+/* What the core holds for one segment: the connection it uses and its own control path, which
+ * the segment's requests' control messages travel on (valid until the segment is released,
+ * which the core does after its last request ended). */
+struct rdma_seg {
+    struct rdma_peer *p;
+    struct orb_control_path ctl;
+};
+
 /* A request's state: the core's per-request space (ops->request_private_size). */
 struct rdma_req {
     struct orb_qos_entry qe;       /* first member: its place in the grant queue, by priority */
     struct rdma_req *next;         /* peer->active */
     uint8_t priority;              /* enum orb_priority */
     struct rdma_peer *peer;
+    const struct orb_control_path *ctl; /* its segment's */
     uint64_t id;
     uint8_t op;                    /* ORB_XFER_READ / ORB_XFER_WRITE */
     uint64_t addr, length;         /* the whole request's remote range */

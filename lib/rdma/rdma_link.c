@@ -985,6 +985,7 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     pthread_mutex_init(&tp->lock, NULL);
     pthread_mutex_init(&tp->glock, NULL);
     (void)orb_cond_init_monotonic(&tp->gcond);
+    (void)orb_cond_init_monotonic(&tp->built);
     struct orb_qos_config qc;
     rdma_qos_config(tp, &qc);
     (void)orb_qos_set_init(&tp->gq, &qc, &orb_clock_monotonic);
@@ -1116,6 +1117,7 @@ void rdma_data_destroy(struct orb_rdma_tp *tp)
         tp->dctx[i] = NULL;
     }
     pthread_cond_destroy(&tp->gcond);
+    pthread_cond_destroy(&tp->built);
     pthread_mutex_destroy(&tp->glock);
     pthread_mutex_destroy(&tp->lock);
 }

@@ -56,8 +56,9 @@ static void peer_free_now(struct rdma_peer *p)
 /* A queue pair per rail for `p`, connected to the source's through CONNECT/CONNECT_OK under a
  * fresh incarnation: into links[0..tp->nrails) and *incarnation_out. On failure nothing of it is
  * left. */
-static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, uint64_t deadline,
-                         struct rdma_link *links[ORB_RDMA_MAX_RAILS], uint64_t *incarnation_out)
+static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_control_path *ctl,
+                         uint64_t deadline, struct rdma_link *links[ORB_RDMA_MAX_RAILS],
+                         uint64_t *incarnation_out)
 {
     struct orb_rdma_connect c;
     memset(&c, 0, sizeof c);
@@ -78,7 +79,7 @@ static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, uint64_t d
     size_t len = 0, rlen = 0;
     if ((rc = orb_rdma_connect_encode(ORB_RDMA_CONNECT, &c, msg, sizeof msg, &len)) != 0)
         goto free_links;
-    rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
+    rc = ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
     if (rc != 0) {
         rc = orb_fail_wrap(rc, "rdma: CONNECT to %s", p->endpoint);
         goto free_links;
@@ -108,15 +109,25 @@ free_links:
     return rc;
 }
 
-/* Tell the source, briefly, that connection `incarnation` of p is done with. */
-static void send_disconnect(struct rdma_peer *p, uint64_t incarnation)
+/* Tell the source, briefly, on `ctl`, that connection `incarnation` of p is done with. */
+static void send_disconnect(struct rdma_peer *p, const struct orb_control_path *ctl, uint64_t incarnation)
 {
     uint8_t msg[16], resp[ORB_CONTROL_MAX];
     size_t len = 0, rlen = 0;
     if (orb_rdma_disconnect_encode(incarnation, msg, sizeof msg, &len) == 0 &&
-        p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
-                    orb_deadline_after(DISCONNECT_WAIT_NS)) != 0)
+        ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
+                  orb_deadline_after(DISCONNECT_WAIT_NS)) != 0)
         ORB_LOGD("rdma: DISCONNECT of %s: %s", p->endpoint, orb_last_error());
+}
+
+/* The connection segments to (endpoint, epoch) may share, or NULL (tp->lock held). */
+static struct rdma_peer *find_shared(struct orb_rdma_tp *tp, const char *endpoint, const struct orb_epoch *epoch)
+{
+    for (struct rdma_peer *p = tp->peers; p != NULL; p = p->all_next)
+        if (p->shared && !p->released && strcmp(p->endpoint, endpoint) == 0 &&
+            memcmp(p->source_epoch.bytes, epoch->bytes, sizeof epoch->bytes) == 0)
+            return p;
+    return NULL;
 }
 
 int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
@@ -128,57 +139,110 @@ int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expe
     if (ctl == NULL || ctl->call == NULL)
         return orb_fail(ORB_EUNAVAILABLE, "rdma: no control path to %s", endpoint);
     if (atomic_load(&tp->stopping))
-        return orb_fail(ORB_ECLOSED, "rdma: the transport is stopped");
+        return orb_fail(ORB_ECLOSED, "rdma: the transport stopped");
+    struct rdma_seg *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return orb_fail(ORB_ENOMEM, "rdma: out of memory for a segment");
+    s->ctl = *ctl;
+    /* Staging moves each request through extents of one arena, and the specification keeps such
+     * connections apart: only Direct engines share. */
+    bool share = tp->staging == NULL;
+    int rc = 0;
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_peer *p; share && (p = find_shared(tp, endpoint, expected)) != NULL;) {
+        if (!p->building) {
+            p->users++;
+            pthread_mutex_unlock(&tp->lock);
+            s->p = p;
+            *peer_out = s;
+            return 0;
+        }
+        /* Another segment is connecting it: wait for that (without holding anything across its
+         * I/O); should it fail, this one builds its own. */
+        if (orb_now_ns() >= deadline) {
+            pthread_mutex_unlock(&tp->lock);
+            rc = orb_fail(ORB_ETIMEDOUT, "rdma: the connection to %s that another segment is making did not "
+                                         "come up in time", endpoint);
+            goto free_seg;
+        }
+        struct timespec ts = orb_deadline_timespec(deadline);
+        pthread_cond_timedwait(&tp->built, &tp->lock, &ts);
+    }
+    /* Cold: this segment builds the connection; it is published as building first, so that a
+     * segment opened meanwhile waits for it instead of making queue pairs of its own. */
     struct rdma_peer *p = calloc(1, sizeof *p);
-    if (p == NULL)
-        return orb_fail(ORB_ENOMEM, "rdma: out of memory for a peer");
+    if (p == NULL) {
+        pthread_mutex_unlock(&tp->lock);
+        rc = orb_fail(ORB_ENOMEM, "rdma: out of memory for a connection");
+        goto free_seg;
+    }
     p->tp = tp;
-    p->ctl = *ctl;
     snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint);
     p->source_epoch = *expected;
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->reconnect_lock, NULL);
-    int rc = connect_rails(tp, p, deadline, p->links, &p->incarnation);
-    if (rc != 0)
-        goto free_peer;
-    p->nrails = tp->nrails;
-    pthread_mutex_lock(&tp->lock);
+    p->users = 1;
+    p->building = true;
+    p->shared = share;
     p->all_next = tp->peers;
     tp->peers = p;
     pthread_mutex_unlock(&tp->lock);
-    ORB_LOGI("rdma: %s: %u rail(s) connected", endpoint, p->nrails);
-    *peer_out = p;
-    return 0;
-
-free_peer:
-    {
+    rc = connect_rails(tp, p, &s->ctl, deadline, p->links, &p->incarnation);
+    pthread_mutex_lock(&tp->lock);
+    p->building = false;
+    if (rc == 0) {
+        p->nrails = tp->nrails;
+        atomic_fetch_add(&tp->connections, 1);
+    } else
+        p->released = true; /* nobody joins it; peer_free_now() unlinks it */
+    pthread_cond_broadcast(&tp->built);
+    pthread_mutex_unlock(&tp->lock);
+    if (rc != 0) {
         char why[256];
         snprintf(why, sizeof why, "%s", orb_last_error());
         peer_free_now(p);
         (void)orb_fail(rc, "%s", why);
+        goto free_seg;
     }
+    ORB_LOGI("rdma: %s: %u rail(s) connected", endpoint, p->nrails);
+    s->p = p;
+    *peer_out = s;
+    return 0;
+
+free_seg:
+    free(s);
     return rc;
 }
 
 void rdma_peer_release(void *peer)
 {
-    struct rdma_peer *p = peer;
-    if (p == NULL)
+    struct rdma_seg *s = peer;
+    if (s == NULL)
         return;
+    struct rdma_peer *p = s->p;
     struct orb_rdma_tp *tp = p->tp;
-    /* Tell the source, briefly: its queue pairs and their receives go. No grant thread rebuilds
-     * the connection any more (the core released the peer after its last request). */
+    pthread_mutex_lock(&tp->lock);
+    bool last = --p->users == 0;
+    if (last) {
+        p->released = true; /* no segment joins it any more */
+        atomic_fetch_sub(&tp->connections, 1);
+    }
+    pthread_mutex_unlock(&tp->lock);
+    if (!last) {
+        free(s);
+        return;
+    }
+    /* The last segment: tell the source, briefly, on its control path (still open: the core
+     * releases this transport's peer first); its queue pairs and their receives go. No grant
+     * thread rebuilds the connection any more (every segment's requests ended). */
     if (!atomic_load(&tp->stopping)) {
         pthread_mutex_lock(&p->lock);
         uint64_t incarnation = p->incarnation;
         pthread_mutex_unlock(&p->lock);
-        send_disconnect(p, incarnation);
+        send_disconnect(p, &s->ctl, incarnation);
     }
+    free(s);
     pthread_mutex_lock(&tp->lock);
-    pthread_mutex_lock(&p->lock);
-    p->released = true;
-    p->reap_queued = true;
-    pthread_mutex_unlock(&p->lock);
     p->reap_next = tp->reap_peers;
     tp->reap_peers = p;
     bool lane = tp->lane_started;
@@ -222,7 +286,8 @@ void rdma_req_reap(struct orb_rdma_tp *tp, bool force)
 
 int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan)
 {
-    struct rdma_peer *p = peer;
+    const struct rdma_seg *seg = peer;
+    struct rdma_peer *p = seg->p;
     struct orb_rdma_tp *tp = p->tp;
     if (in->mem_kind != ORB_MEM_HOST)
         return orb_fail(ORB_EUNAVAILABLE, "rdma: this release moves host memory only");
@@ -250,6 +315,7 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
         return rc;
     struct rdma_req *r = in->request_private;
     r->peer = p;
+    r->ctl = &seg->ctl;
     r->priority = in->priority <= ORB_PRIORITY_LOW ? in->priority : ORB_PRIORITY_HIGH;
     r->staged = staged;
     r->op = in->op;
@@ -338,7 +404,7 @@ static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *first)
 
 int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
 {
-    struct rdma_peer *p = peer;
+    struct rdma_peer *p = ((struct rdma_seg *)peer)->p;
     struct orb_rdma_tp *tp = p->tp;
     if (atomic_load(&tp->stopping))
         return orb_fail(ORB_ECLOSED, "rdma: the transport is stopped");
@@ -796,8 +862,8 @@ static bool links_failed(struct rdma_peer *p)
  * p->lock, where start() checks that its request's connection is still p's); one builder at a
  * time, and once per lost incarnation; after a failed attempt none for a backoff (1 s, doubling
  * to 30 s). 0: p has a connection newer than `seen` now. */
-static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, uint64_t seen, uint64_t deadline,
-                     const char *cause)
+static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_control_path *ctl,
+                     uint64_t seen, uint64_t deadline, const char *cause)
 {
     int rc = 0;
     pthread_mutex_lock(&p->reconnect_lock);
@@ -819,7 +885,7 @@ static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, uint64_t seen,
     }
     struct rdma_link *fresh[ORB_RDMA_MAX_RAILS] = {NULL}, *old[ORB_RDMA_MAX_RAILS] = {NULL};
     uint64_t incarnation = 0;
-    rc = connect_rails(tp, p, deadline, fresh, &incarnation);
+    rc = connect_rails(tp, p, ctl, deadline, fresh, &incarnation);
     if (rc != 0) {
         pthread_mutex_lock(&p->lock);
         p->reconnect_backoff_ns = p->reconnect_backoff_ns == 0 ? ORB_NS_PER_SEC
@@ -843,7 +909,7 @@ static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, uint64_t seen,
     }
     pthread_mutex_unlock(&p->lock);
     struct rdma_link **gone = busy ? fresh : old;
-    send_disconnect(p, busy ? incarnation : seen);
+    send_disconnect(p, ctl, busy ? incarnation : seen);
     for (uint32_t k = 0; k < p->nrails; k++) {
         if (gone[k] == NULL)
             continue;
@@ -870,6 +936,9 @@ unlock:
 static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n)
 {
     struct rdma_peer *p = rs[0]->peer;
+    /* The requests may come from several segments sharing p: any one's control path will do,
+     * each stays open while its request is pending here. */
+    const struct orb_control_path *ctl = rs[0]->ctl;
     uint64_t deadline = orb_deadline_after(tp->io_timeout_ns);
     uint64_t nap = 200000; /* 0.2 ms, doubling to 25.6 ms */
     struct orb_rdma_grant_req q;
@@ -886,7 +955,7 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
             /* A queue pair of ours is dead: the connection is rebuilt before anything is asked
              * on it (no grant can be used on it any more). */
             rebuilt = true;
-            if (reconnect(tp, p, q.incarnation, deadline, "a queue pair of the connection died") != 0) {
+            if (reconnect(tp, p, ctl, q.incarnation, deadline, "a queue pair of the connection died") != 0) {
                 snprintf(why, sizeof why, "%s", orb_last_error());
                 for (uint32_t i = 0; i < n; i++)
                     end_now(tp, rs[i], ORB_EPEER, why);
@@ -906,7 +975,7 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
         if (rc == 0)
             rc = orb_rdma_grant_req_encode(&q, msg, sizeof msg, &len);
         if (rc == 0)
-            rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
+            rc = ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
         if (rc == 0 && (orb_rdma_grants_decode(resp, rlen, ans) != 0 || ans->count != n))
             rc = orb_fail(ORB_EPROTO, "rdma: %s answered GRANT_REQ with a malformed GRANT", p->endpoint);
         uint32_t again = 0, lost = 0;
@@ -944,7 +1013,7 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
         }
         if (lost > 0) {
             rebuilt = true;
-            if (reconnect(tp, p, q.incarnation, deadline, "the source lost the connection") == 0) {
+            if (reconnect(tp, p, ctl, q.incarnation, deadline, "the source lost the connection") == 0) {
                 for (uint32_t i = 0; i < lost; i++)
                     rs[again++] = refused[i];
                 n = again;

@@ -122,6 +122,7 @@ static void conn_mark_closing(struct orb_rdma_tp *tp, struct rdma_src_conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    atomic_fetch_sub(&tp->source_connections, 1);
     for (struct rdma_src_conn **pp = &tp->conns; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == c) {
             *pp = c->next;
@@ -253,6 +254,7 @@ static int src_connect(struct orb_rdma_tp *tp, const struct orb_epoch *sender, c
     pthread_mutex_lock(&tp->lock);
     c->next = tp->conns;
     tp->conns = c;
+    atomic_fetch_add(&tp->source_connections, 1);
     pthread_mutex_unlock(&tp->lock);
     return 0;
 

@@ -447,6 +447,8 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.slot_deferrals = atomic_load(&tp->slot_deferrals);
     st.deadline_drops = atomic_load(&tp->deadline_drops);
     st.reconnects = atomic_load(&tp->reconnects);
+    st.connections = atomic_load(&tp->connections);
+    st.source_connections = atomic_load(&tp->source_connections);
     memcpy(out, &st, sizeof st);
     return 0;
 }

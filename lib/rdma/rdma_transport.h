@@ -99,6 +99,7 @@ struct orb_rdma_tp {
     pthread_mutex_t lock;                       /* links, conns, endpoints, CQ charges */
     struct rdma_link *links;
     struct rdma_peer *peers;
+    pthread_cond_t built;                       /* a connection's first segment built it (tp->lock) */
     struct rdma_src_conn *conns;
     struct rdma_peer *reap_peers;               /* released, freed by the lane */
     struct rdma_src_conn *reap_conns;           /* closing, freed by the lane */
@@ -132,6 +133,8 @@ struct orb_rdma_tp {
     atomic_uint_fast64_t slot_deferrals;        /* payload drains the slot held back */
     atomic_uint_fast64_t deadline_drops;        /* requests admission dropped before dispatch */
     atomic_uint_fast64_t reconnects;            /* requester connections rebuilt */
+    atomic_uint_fast64_t connections;           /* requester connections built, not released */
+    atomic_uint_fast64_t source_connections;    /* source connections made, not closing */
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */

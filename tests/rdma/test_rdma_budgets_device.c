@@ -4,10 +4,11 @@
  * refusal or a wait that ends, never a crash or a hang, and the engine serves again once the
  * budget frees.
  *
- *  - max_endpoints at the requester: a segment whose queue pairs would exceed it has no RDMA
- *    path (requests naming RDMA fail naming the budget, TCP still works); closing a segment
- *    frees its queue pairs and a new segment gets RDMA again;
- *  - max_endpoints at the source: its refusal reaches the requester's segment the same way;
+ *  - max_endpoints at the requester: segments to one source share one connection (a second
+ *    costs no queue pairs); a segment to another source whose queue pairs would exceed the budget
+ *    has no RDMA path (requests naming RDMA fail naming the budget, TCP still works); closing
+ *    the last segment of a connection frees its queue pairs and a new segment gets RDMA again;
+ *  - max_endpoints at the source: its refusal reaches a second requester's segment the same way;
  *  - max_cqes too small for a queue pair: no RDMA path, naming max_cqes;
  *  - max_grants 1 at the source: 32 concurrent requests all complete (the source answers "not
  *    now" and the requester asks again), every byte checked;
@@ -15,7 +16,8 @@
  *    and complete, every byte checked.
  *
  * A hardware check: it exits 77 without those devices; inside the test VM it runs for real. The
- * queue-pair counts assume two rails a side (one rail: max_endpoints 1 plays the same role). */
+ * queue-pair counts assume two rails a side (one rail: max_endpoints 1 plays the same role). Each
+ * engine here listens on an endpoint of its own: several run in one process. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -154,38 +156,64 @@ static int setup(void **state)
     return 0;
 }
 
-/* A source and a requester with these settings and two segments between them: the first gets
- * RDMA, and its two queue pairs spend the max_endpoints budget, so the second has no RDMA path
- * and says why. */
-static void second_segment_without_rdma(struct side *src, const char *const *src_kv, struct side *req,
-                                        const char *const *req_kv, orb_segment **one, orb_segment **two)
+static struct orb_rdma_stats stats_of(const struct side *s)
 {
-    side_up(src, SOURCE_NICS, 1, src_kv);
-    side_up(req, REQUESTER_NICS, 0, req_kv);
+    struct orb_rdma_stats st;
+    assert_int_equal(orb_engine_rdma_stats(s->e, &st), 0);
+    return st;
+}
+
+/* Segments of `req` to one source share one connection: a second costs no queue pairs, and its
+ * requests travel on RDMA too. */
+static void two_segments_share(struct side *req, const struct side *src, orb_segment **one, orb_segment **two)
+{
     assert_int_equal(orb_open_segment(req->e, src->endpoint, &src->epoch, TIMEOUT_NS, one), 0);
     assert_non_null((*one)->peer[ORB_TRANSPORT_RDMA]);
     assert_int_equal(orb_open_segment(req->e, src->endpoint, &src->epoch, TIMEOUT_NS, two), 0);
-    assert_null((*two)->peer[ORB_TRANSPORT_RDMA]);
-    assert_int_equal(reads(req, *two, src, 1, 4096, ORB_TRANSPORT_RDMA), ORB_EUNAVAILABLE);
-    assert_non_null(strstr(orb_last_error(), "max_endpoints"));
+    assert_non_null((*two)->peer[ORB_TRANSPORT_RDMA]);
+    assert_int_equal(stats_of(req).connections, 1);
+    assert_int_equal(stats_of(src).source_connections, 1);
+    assert_int_equal(reads(req, *two, src, 4, 65536, ORB_TRANSPORT_RDMA), 0);
+    assert_int_equal(reads(req, *one, src, 4, 65536, ORB_TRANSPORT_RDMA), 0);
 }
 
+/* A segment of `req` to `src` that has no RDMA path because a max_endpoints budget is spent: it
+ * says so, and TCP still carries its requests. */
+static orb_segment *segment_without_rdma(struct side *req, const struct side *src)
+{
+    orb_segment *seg = NULL;
+    assert_int_equal(orb_open_segment(req->e, src->endpoint, &src->epoch, TIMEOUT_NS, &seg), 0);
+    assert_null(seg->peer[ORB_TRANSPORT_RDMA]);
+    assert_int_equal(reads(req, seg, src, 1, 4096, ORB_TRANSPORT_RDMA), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "max_endpoints"));
+    assert_int_equal(reads(req, seg, src, 4, 65536, ORB_TRANSPORT_UNSPEC), 0); /* TCP */
+    return seg;
+}
+
+/* The requester's budget holds one connection: two segments to one source share it; a segment
+ * to a second source has no RDMA path; the shared connection outlives its first segment; once
+ * the last one closed (a lane reaps its queue pairs) the second source gets RDMA. */
 static void test_requester_max_endpoints(void **state)
 {
     (void)state;
     const char *const kv[] = {"max_endpoints", one_segment_of_qps(), NULL};
-    struct side src, req;
+    struct side a, b, req;
+    side_up(&a, SOURCE_NICS, 1, NULL);
+    side_up(&b, SOURCE_NICS, 1, NULL);
+    side_up(&req, REQUESTER_NICS, 0, kv);
     orb_segment *one, *two;
-    second_segment_without_rdma(&src, NULL, &req, kv, &one, &two);
-    assert_int_equal(reads(&req, two, &src, 4, 65536, ORB_TRANSPORT_UNSPEC), 0); /* TCP */
-    assert_int_equal(reads(&req, one, &src, 4, 65536, ORB_TRANSPORT_RDMA), 0);
-    orb_segment_close(two);
-    /* Closing the first frees its queue pairs (a lane reaps them): RDMA comes back. */
+    two_segments_share(&req, &a, &one, &two);
+    orb_segment *other = segment_without_rdma(&req, &b);
+    orb_segment_close(other);
     orb_segment_close(one);
+    assert_int_equal(stats_of(&req).connections, 1);
+    assert_int_equal(reads(&req, two, &a, 8, 65536 + 1, ORB_TRANSPORT_RDMA), 0);
+    orb_segment_close(two);
+    assert_int_equal(stats_of(&req).connections, 0);
     uint64_t give_up = orb_now_ns() + 10ull * 1000000000ull;
     orb_segment *three = NULL;
     for (;;) {
-        assert_int_equal(orb_open_segment(req.e, src.endpoint, &src.epoch, TIMEOUT_NS, &three), 0);
+        assert_int_equal(orb_open_segment(req.e, b.endpoint, &b.epoch, TIMEOUT_NS, &three), 0);
         if (three->peer[ORB_TRANSPORT_RDMA] != NULL || orb_now_ns() > give_up)
             break;
         orb_segment_close(three);
@@ -193,23 +221,32 @@ static void test_requester_max_endpoints(void **state)
         nanosleep(&ts, NULL);
     }
     assert_non_null(three->peer[ORB_TRANSPORT_RDMA]);
-    assert_int_equal(reads(&req, three, &src, 4, 65536, ORB_TRANSPORT_RDMA), 0);
+    assert_int_equal(reads(&req, three, &b, 4, 65536, ORB_TRANSPORT_RDMA), 0);
     orb_segment_close(three);
     side_down(&req);
-    side_down(&src);
+    side_down(&b);
+    side_down(&a);
 }
 
+/* The source's budget holds one connection: one requester's two segments share it; a second
+ * requester's segment has no RDMA path, and the source's refusal names the budget. */
 static void test_source_max_endpoints(void **state)
 {
     (void)state;
     const char *const kv[] = {"max_endpoints", one_segment_of_qps(), NULL};
-    struct side src, req;
+    struct side src, first, second;
+    side_up(&src, SOURCE_NICS, 1, kv);
+    side_up(&first, REQUESTER_NICS, 0, NULL);
+    side_up(&second, REQUESTER_NICS, 0, NULL);
     orb_segment *one, *two;
-    second_segment_without_rdma(&src, kv, &req, NULL, &one, &two);
-    assert_int_equal(reads(&req, one, &src, 8, 65536, ORB_TRANSPORT_RDMA), 0);
+    two_segments_share(&first, &src, &one, &two);
+    orb_segment *other = segment_without_rdma(&second, &src);
+    assert_int_equal(reads(&first, one, &src, 8, 65536, ORB_TRANSPORT_RDMA), 0);
+    orb_segment_close(other);
     orb_segment_close(two);
     orb_segment_close(one);
-    side_down(&req);
+    side_down(&second);
+    side_down(&first);
     side_down(&src);
 }
 

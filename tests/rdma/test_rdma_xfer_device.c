@@ -3,7 +3,8 @@
  * ORBITE_RDMA_SOURCE_NICS name): READ and WRITE from 1 byte to 64 MiB with every
  * byte checked, on both rails; ORB_TRANSPORT_UNSPEC takes RDMA; the source's authority holds (a
  * range it did not register, a WRITE into a read-only registration, a READ past its end); many
- * requests in one batch; a priority matrix steers slices by the memory's location; a High request
+ * requests in one batch; segments opened at once to one source share one connection (one each
+ * when the requester stages); a priority matrix steers slices by the memory's location; a High request
  * overtakes queued Low ones; deadline arbitration puts a near deadline first; and the same with
  * the source engine in another process.
  *
@@ -659,6 +660,83 @@ static void test_many_in_flight(void **state)
         assert_memory_equal(rbytes + (size_t)i * 400000, sbytes + (size_t)i * 333333, 300000);
 }
 
+/* Segments opened at once, from several threads, to one source: a Direct requester connects one
+ * connection for all of them (the fixture's among them; the others wait for its builder or
+ * join it), a staging requester one each; the requests of every segment run on it at the same
+ * time, every byte checked; the connection outlives every segment but its last. */
+enum { SHARERS = 4, SHARER_READS = 8, SHARER_LEN = 200000 };
+
+struct sharer {
+    pthread_barrier_t *go;
+    uint32_t index;
+    orb_segment *seg;
+    int open_rc, rc;
+};
+
+static void *sharer_main(void *arg)
+{
+    struct sharer *t = arg;
+    pthread_barrier_wait(t->go);
+    t->open_rc = orb_open_segment(req, endpoint, &epoch, TIMEOUT_NS, &t->seg);
+    if (t->open_rc != 0)
+        return NULL;
+    pthread_barrier_wait(t->go); /* every segment open: the stats can be read */
+    pthread_barrier_wait(t->go); /* they were */
+    struct orb_request r[SHARER_READS];
+    memset(r, 0, sizeof r);
+    for (uint32_t i = 0; i < SHARER_READS; i++) {
+        uint64_t slot = (uint64_t)t->index * SHARER_READS + i;
+        r[i].transport = ORB_TRANSPORT_RDMA;
+        r[i].op = ORB_OP_READ;
+        r[i].length = SHARER_LEN;
+        r[i].local_addr = (uint64_t)(uintptr_t)rbytes + slot * SHARER_LEN;
+        r[i].remote_addr = (uint64_t)(uintptr_t)sbytes + slot * 77777 + t->index;
+    }
+    struct orb_batch_report rep;
+    t->rc = orb_submit_and_wait(req, t->seg, r, SHARER_READS, NULL, TIMEOUT_NS, &rep);
+    return NULL;
+}
+
+static void test_segments_share_a_connection(void **state)
+{
+    (void)state;
+    struct orb_rdma_stats rs, ss;
+    uint64_t mine = stages(0) ? SHARERS + 1 : 1; /* connections with the fixture's segment */
+    pthread_barrier_t go;
+    assert_int_equal(pthread_barrier_init(&go, NULL, SHARERS + 1), 0);
+    struct sharer t[SHARERS];
+    pthread_t th[SHARERS];
+    memset(rbytes, 0, (size_t)SHARERS * SHARER_READS * SHARER_LEN);
+    for (uint32_t i = 0; i < SHARERS; i++) {
+        t[i] = (struct sharer){.go = &go, .index = i};
+        assert_int_equal(pthread_create(&th[i], NULL, sharer_main, &t[i]), 0);
+    }
+    pthread_barrier_wait(&go);
+    pthread_barrier_wait(&go);
+    assert_int_equal(orb_engine_rdma_stats(req, &rs), 0);
+    assert_int_equal(orb_engine_rdma_stats(src, &ss), 0);
+    pthread_barrier_wait(&go);
+    for (uint32_t i = 0; i < SHARERS; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    pthread_barrier_destroy(&go);
+    assert_int_equal(rs.connections, mine);
+    assert_int_equal(ss.source_connections, mine);
+    for (uint32_t i = 0; i < SHARERS; i++) {
+        assert_int_equal(t[i].open_rc, 0);
+        assert_non_null(t[i].seg->peer[ORB_TRANSPORT_RDMA]);
+        assert_int_equal(t[i].rc, 0);
+        for (uint32_t k = 0; k < SHARER_READS; k++) {
+            uint64_t slot = (uint64_t)i * SHARER_READS + k;
+            assert_memory_equal(rbytes + slot * SHARER_LEN, sbytes + slot * 77777 + i, SHARER_LEN);
+        }
+        orb_segment_close(t[i].seg);
+    }
+    assert_int_equal(orb_engine_rdma_stats(req, &rs), 0);
+    assert_int_equal(rs.connections, 1);
+    assert_int_equal(one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, (uint64_t)(uintptr_t)sbytes, 100000), 0);
+    assert_memory_equal(rbytes, sbytes, 100000);
+}
+
 /* Two 40 MiB READs at once: a staging side (64 MiB of staging) holds one at a time, so the
  * requester waits for its own extent, or the source answers "not now" and the requester asks
  * again. Both complete with every byte right. */
@@ -937,6 +1015,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_priority_matrix_steers_rails),
         cmocka_unit_test(test_source_authority),
         cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_segments_share_a_connection),
         cmocka_unit_test(test_high_priority_overtakes_low),
         cmocka_unit_test(test_deadline_arbitration_orders_work),
         cmocka_unit_test(test_admission_drops_what_cannot_end_in_time),
