@@ -75,24 +75,27 @@ int orb_rdma_connect_encode(uint8_t kind, const struct orb_rdma_connect *m, uint
 {
     if (m == NULL || out == NULL || len_out == NULL || (kind != ORB_RDMA_CONNECT && kind != ORB_RDMA_CONNECT_OK))
         return orb_fail(ORB_EINVAL, "rdma connect encode: bad arguments");
-    if (m->nrails == 0 || m->nrails > ORB_RDMA_MAX_RAILS)
-        return orb_fail(ORB_EINVAL, "rdma connect encode: %u rails, not 1..%u", m->nrails, ORB_RDMA_MAX_RAILS);
-    for (uint32_t i = 0; i < m->nrails; i++)
-        if (!qp_addr_ok(&m->rails[i].qp))
-            return orb_fail(ORB_EINVAL, "rdma connect encode: rail %u has a malformed address", i);
+    if (m->nqps == 0 || m->nqps > ORB_RDMA_MAX_RAILS)
+        return orb_fail(ORB_EINVAL, "rdma connect encode: %u queue pairs, not 1..%u", m->nqps, ORB_RDMA_MAX_RAILS);
+    if (m->lanes == 0 || m->nqps % m->lanes != 0)
+        return orb_fail(ORB_EINVAL, "rdma connect encode: %u lanes do not divide %u queue pairs", m->lanes, m->nqps);
+    for (uint32_t i = 0; i < m->nqps; i++)
+        if (!qp_addr_ok(&m->qps[i].qp))
+            return orb_fail(ORB_EINVAL, "rdma connect encode: queue pair %u has a malformed address", i);
     struct orb_writer w;
     orb_writer_init(&w, out, cap);
     put_prefix(&w, kind);
     orb_writer_u64(&w, m->incarnation);
-    orb_writer_u8(&w, (uint8_t)m->nrails);
+    orb_writer_u8(&w, (uint8_t)m->nqps);
     uint8_t depth = 0; /* the fewest any rail answers */
-    for (uint32_t i = 0; i < m->nrails && i < ORB_RDMA_MAX_RAILS; i++)
-        if (m->rails[i].qp.read_depth != 0 && (depth == 0 || m->rails[i].qp.read_depth < depth))
-            depth = m->rails[i].qp.read_depth;
+    for (uint32_t i = 0; i < m->nqps && i < ORB_RDMA_MAX_RAILS; i++)
+        if (m->qps[i].qp.read_depth != 0 && (depth == 0 || m->qps[i].qp.read_depth < depth))
+            depth = m->qps[i].qp.read_depth;
     orb_writer_u8(&w, depth);
-    orb_writer_u16(&w, 0);
-    for (uint32_t i = 0; i < m->nrails; i++) {
-        const struct orb_rdma_rail_addr *r = &m->rails[i];
+    orb_writer_u8(&w, (uint8_t)m->lanes);
+    orb_writer_u8(&w, 0);
+    for (uint32_t i = 0; i < m->nqps; i++) {
+        const struct orb_rdma_rail_addr *r = &m->qps[i];
         orb_writer_u8(&w, r->nic);
         orb_writer_u8(&w, r->qp.mtu);
         orb_writer_u16(&w, r->qp.lid);
@@ -114,16 +117,19 @@ int orb_rdma_connect_decode(uint8_t kind, const uint8_t *buf, size_t len, struct
     struct orb_rdma_connect d;
     memset(&d, 0, sizeof d);
     d.incarnation = orb_cursor_u64(&c);
-    d.nrails = orb_cursor_u8(&c);
+    d.nqps = orb_cursor_u8(&c);
     uint8_t depth = orb_cursor_u8(&c);
-    if (zero_bytes(&c, 2) != 0 || c.failed)
+    d.lanes = orb_cursor_u8(&c);
+    if (zero_bytes(&c, 1) != 0 || c.failed)
         return orb_fail(ORB_EPROTO, "rdma connect: malformed head");
-    if (d.nrails == 0 || d.nrails > ORB_RDMA_MAX_RAILS)
-        return orb_fail(ORB_EPROTO, "rdma connect: %u rails, not 1..%u", d.nrails, ORB_RDMA_MAX_RAILS);
-    if (len != PREFIX_LEN + 12u + (size_t)d.nrails * RAIL_LEN)
-        return orb_fail(ORB_EPROTO, "rdma connect: %zu bytes for %u rails", len, d.nrails);
-    for (uint32_t i = 0; i < d.nrails; i++) {
-        struct orb_rdma_rail_addr *r = &d.rails[i];
+    if (d.nqps == 0 || d.nqps > ORB_RDMA_MAX_RAILS)
+        return orb_fail(ORB_EPROTO, "rdma connect: %u queue pairs, not 1..%u", d.nqps, ORB_RDMA_MAX_RAILS);
+    if (d.lanes == 0 || d.nqps % d.lanes != 0)
+        return orb_fail(ORB_EPROTO, "rdma connect: %u lanes do not divide %u queue pairs", d.lanes, d.nqps);
+    if (len != PREFIX_LEN + 12u + (size_t)d.nqps * RAIL_LEN)
+        return orb_fail(ORB_EPROTO, "rdma connect: %zu bytes for %u queue pairs", len, d.nqps);
+    for (uint32_t i = 0; i < d.nqps; i++) {
+        struct orb_rdma_rail_addr *r = &d.qps[i];
         r->nic = orb_cursor_u8(&c);
         r->qp.mtu = orb_cursor_u8(&c);
         r->qp.lid = orb_cursor_u16(&c);
@@ -131,11 +137,11 @@ int orb_rdma_connect_decode(uint8_t kind, const uint8_t *buf, size_t len, struct
         r->qp.psn = orb_cursor_u32(&c);
         const uint8_t *gid = orb_cursor_bytes(&c, sizeof r->qp.gid);
         if (gid == NULL)
-            return orb_fail(ORB_EPROTO, "rdma connect: truncated rail %u", i);
+            return orb_fail(ORB_EPROTO, "rdma connect: truncated queue pair %u", i);
         memcpy(r->qp.gid, gid, sizeof r->qp.gid);
         r->qp.read_depth = depth;
         if (r->nic >= 64 || !qp_addr_ok(&r->qp))
-            return orb_fail(ORB_EPROTO, "rdma connect: rail %u: NIC %u, qpn %u, psn %u, mtu %u", i, r->nic,
+            return orb_fail(ORB_EPROTO, "rdma connect: queue pair %u: NIC %u, qpn %u, psn %u, mtu %u", i, r->nic,
                             r->qp.qpn, r->qp.psn, r->qp.mtu);
     }
     if (orb_cursor_finish(&c) != 0)

@@ -21,8 +21,8 @@
 
 #include "rdma/qp.h"
 
-#define ORB_RDMA_CTRL_VERSION 4u
-#define ORB_RDMA_MAX_RAILS 16u        /* queue pairs per connection */
+#define ORB_RDMA_CTRL_VERSION 5u
+#define ORB_RDMA_MAX_RAILS 16u        /* rails, and queue pairs per connection */
 #define ORB_RDMA_NONCE_LEN 32u
 #define ORB_RDMA_GRANT_BATCH 16u      /* requests one GRANT_REQ carries at most */
 #define ORB_RDMA_WHY_MAX 120u         /* bytes of a refusal's cause in a GRANT */
@@ -44,14 +44,16 @@ struct orb_rdma_rail_addr {
     struct orb_rdma_qp_addr qp;
 };
 
-/* CONNECT / CONNECT_OK: u64 incarnation | u8 nrails | u8 read_depth | 2 x u8 0 | nrails x
- * (u8 nic | u8 mtu | u16 lid | u32 qpn | u32 psn | 16 gid). read_depth: the fewest RDMA READs
- * any of the sender's queue pairs answers at once (0: not stated); decoded into every rail's
- * qp.read_depth. */
+/* CONNECT / CONNECT_OK: u64 incarnation | u8 nqps | u8 read_depth | u8 lanes | u8 0 | nqps x
+ * (u8 nic | u8 mtu | u16 lid | u32 qpn | u32 psn | 16 gid). A connection is `lanes` sets of one
+ * queue pair per rail, lane by lane: queue pair j * (nqps / lanes) + k is lane j's of rail k
+ * (lanes: 1..nqps, dividing it). read_depth: the fewest RDMA READs any of the sender's queue
+ * pairs answers at once (0: not stated); decoded into every queue pair's qp.read_depth. */
 struct orb_rdma_connect {
-    uint64_t incarnation;             /* the sender's: names this set of queue pairs */
-    uint32_t nrails;                  /* 1..ORB_RDMA_MAX_RAILS */
-    struct orb_rdma_rail_addr rails[ORB_RDMA_MAX_RAILS];
+    uint64_t incarnation;             /* the requester's: names this set of queue pairs */
+    uint32_t nqps;                    /* 1..ORB_RDMA_MAX_RAILS */
+    uint32_t lanes;                   /* 1..nqps, a divisor of it */
+    struct orb_rdma_rail_addr qps[ORB_RDMA_MAX_RAILS];
 };
 
 /* GRANT_REQ: u64 incarnation | u8 count (1..ORB_RDMA_GRANT_BATCH) | 3 x u8 0 | count x

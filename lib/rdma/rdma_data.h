@@ -113,6 +113,7 @@ struct rdma_ctx {
     struct ibv_comp_channel *chan[RDMA_MAX_LANES]; /* event_driven: each lane's pair reports here */
     uint32_t cqe;                  /* each CQ's capacity */
     uint32_t cqe_charged[RDMA_MAX_LANES]; /* WR slots of the links on each lane's pair (tp->lock) */
+    int32_t only_lane;             /* every link of it goes on this lane (soft-RoCE); -1: any */
     pthread_mutex_t wlock;         /* the window pool */
     struct orb_rdma_window_pool windows;
 };
@@ -191,10 +192,13 @@ struct rdma_peer {
      * released once its last segment let go (nobody joins it then). */
     uint32_t users;
     bool building, shared, released;
-    uint32_t nrails;
+    /* width lanes of a queue pair per rail: lane j's of rail k at links[j * nrails + k]. Replaced
+     * (with the width) only by a reconnect, under `lock`, while no request holds a grant. */
+    uint32_t nrails, width;
     struct rdma_link *links[ORB_RDMA_MAX_RAILS];
     pthread_mutex_t lock;          /* the fields below */
     uint64_t next_request;
+    uint32_t next_lane;            /* the lane the next grant request goes on, in turn */
     uint32_t inflight;             /* requests taken for a grant and not ended (<= RDMA_RQ_DEPTH) */
     struct rdma_req *active;       /* granted, by id (a list) */
     struct rdma_peer *reap_next;   /* tp->reap_peers (tp->lock) */
@@ -226,6 +230,7 @@ struct rdma_req {
     uint64_t addr, length;         /* the whole request's remote range */
     uint64_t remote_target;        /* the address the grant's windows start at (GRANT's target) */
     uint64_t incarnation;          /* the connection its GRANT_REQ went on */
+    uint32_t lane;                 /* and the lane of it whose queue pairs carry it */
     bool staged;                   /* moves through stage: this engine stages */
     struct rdma_stage stage;
     uint32_t npieces, arrived;
@@ -259,12 +264,14 @@ struct rdma_src_conn {
     struct orb_rdma_tp *tp;
     struct orb_epoch sender;
     uint64_t incarnation;          /* the requester's */
-    uint32_t nrails;
+    /* Its queue pairs in CONNECT's order (lane by lane, a queue pair per requester rail in
+     * each); a grant's "rails" are indices into them. */
+    uint32_t nqps;
     struct rdma_link *links[ORB_RDMA_MAX_RAILS];
     pthread_mutex_t lock;          /* grants */
     pthread_cond_t cond;           /* bind completions */
     struct rdma_grant *grants;
-    uint32_t ngrants[ORB_RDMA_MAX_RAILS]; /* grants holding a receive of each rail */
+    uint32_t ngrants[ORB_RDMA_MAX_RAILS]; /* grants holding a receive of each queue pair */
     uint64_t next_grant;
     int failed;
     bool closing;                  /* on tp->reap_conns (tp->lock) */
@@ -309,9 +316,12 @@ void rdma_data_stop(struct orb_rdma_tp *tp);
 void rdma_data_destroy(struct orb_rdma_tp *tp);
 
 /* A link on context `c`: a QP in RESET with its message buffers, receives posted once
- * connected. Charged to max_endpoints and the CQ's capacity. */
-int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, void *owner,
-                  struct rdma_link **out);
+ * connected. Charged to max_endpoints and the CQ's capacity. It goes to the first lane from
+ * `first_lane` (RDMA_ANY_LANE: the next in turn) with room in its CQs, one on the NIC's NUMA
+ * node when there is one. ORB_ERESOURCE (a budget, named), ORB_ENOMEM, the device's refusal. */
+#define RDMA_ANY_LANE UINT32_MAX /* and a context with only_lane set uses that one */
+int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, uint32_t first_lane,
+                  void *owner, struct rdma_link **out);
 /* Connect to `remote` and post every receive. */
 int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote);
 /* Post one send WR (wr->wr_id is set here from the tracker) with `cookie`; with `msg`, its

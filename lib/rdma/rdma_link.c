@@ -105,6 +105,8 @@ static int ctx_new(struct orb_rdma_tp *tp, uint32_t nic, struct rdma_ctx **out)
         return orb_fail(ORB_ENOMEM, "rdma: out of memory");
     pthread_mutex_init(&c->wlock, NULL);
     c->nic = nic;
+    /* Soft-RoCE contexts are dealt one lane each, in turn. */
+    c->only_lane = tp->caps[nic].one_lane ? (int32_t)(tp->nrails % tp->nlanes) : -1;
     c->ctx = n->ctx;
     c->pd = n->pd;
     int rc;
@@ -157,8 +159,8 @@ free_ctx:
 
 /* ---- links ------------------------------------------------------------------------------------ */
 
-int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, void *owner,
-                  struct rdma_link **out)
+int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, uint32_t first_lane,
+                  void *owner, struct rdma_link **out)
 {
     /* A source's queue pair carries no payload: a window bind for each grant it may hold (one
      * per receive) and their ACKs, so it is sized for those rather than by max_send_wr, and
@@ -172,14 +174,18 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
         pthread_mutex_unlock(&tp->lock);
         return orb_fail(ORB_ERESOURCE, "rdma: max_endpoints (%u) queue pairs exist already", tp->cfg->max_endpoints);
     }
-    /* The next lane in turn whose CQs have room: one on the NIC's NUMA node when there is
-     * one, else any. */
+    /* The next lane in turn (from first_lane when given) whose CQs have room: one on the NIC's
+     * NUMA node when there is one, else any. */
+    uint32_t from = first_lane == RDMA_ANY_LANE ? tp->next_lane : first_lane;
     const struct orb_topo_nic *nic = inventory_nic(tp, c->nic);
     int32_t node = nic != NULL ? nic->numa_node : ORB_TOPO_NUMA_UNKNOWN;
     uint32_t lane = tp->nlanes;
+    uint32_t tries = c->only_lane >= 0 ? 1 : tp->nlanes;
+    if (c->only_lane >= 0)
+        from = (uint32_t)c->only_lane;
     for (int pass = node >= 0 ? 0 : 1; pass < 2 && lane == tp->nlanes; pass++)
-        for (uint32_t i = 0; i < tp->nlanes && lane == tp->nlanes; i++) {
-            uint32_t k = (tp->next_lane + i) % tp->nlanes;
+        for (uint32_t i = 0; i < tries && lane == tp->nlanes; i++) {
+            uint32_t k = (from + i) % tp->nlanes;
             if ((pass == 1 || tp->lanes[k].place.node == node) && c->cqe_charged[k] + charge <= c->cqe)
                 lane = k;
         }

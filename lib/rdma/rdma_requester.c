@@ -42,39 +42,64 @@ static void peer_free_now(struct rdma_peer *p)
         }
     }
     pthread_mutex_unlock(&tp->lock);
-    for (uint32_t k = 0; k < p->nrails; k++) {
-        if (p->links[k] == NULL)
+    for (uint32_t q = 0; q < p->nrails * p->width; q++) {
+        if (p->links[q] == NULL)
             continue;
-        rdma_link_fail(p->links[k], ORB_ECLOSED);
-        rdma_link_free(p->links[k]);
+        rdma_link_fail(p->links[q], ORB_ECLOSED);
+        rdma_link_free(p->links[q]);
     }
     pthread_mutex_destroy(&p->reconnect_lock);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
 
-/* A queue pair per rail for `p`, connected to the source's through CONNECT/CONNECT_OK under a
- * fresh incarnation: into links[0..tp->nrails) and *incarnation_out. On failure nothing of it is
- * left. */
+/* Free links[from..to) of a connection being made. */
+static void drop_links(struct rdma_link *links[ORB_RDMA_MAX_RAILS], uint32_t from, uint32_t to)
+{
+    for (uint32_t k = from; k < to; k++) {
+        rdma_link_fail(links[k], ORB_ECLOSED);
+        rdma_link_free(links[k]);
+        links[k] = NULL;
+    }
+}
+
+/* A connection for `p` under a fresh incarnation, through CONNECT/CONNECT_OK on `ctl`: `width`
+ * lanes of one queue pair per rail (lane j's of rail k at links[j * tp->nrails + k], each on its
+ * own lane thread as far as there are lanes), the width being the smaller lane count of the two
+ * engines and at most ORB_RDMA_MAX_RAILS queue pairs, narrower where a budget (max_endpoints,
+ * max_cqes) at either end cannot hold more; at least one lane, or the connection fails. Into
+ * links, *width_out and *incarnation_out; on failure nothing of it is left. */
 static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_control_path *ctl,
-                         uint64_t deadline, struct rdma_link *links[ORB_RDMA_MAX_RAILS],
+                         uint64_t deadline, struct rdma_link *links[ORB_RDMA_MAX_RAILS], uint32_t *width_out,
                          uint64_t *incarnation_out)
 {
     struct orb_rdma_connect c;
     memset(&c, 0, sizeof c);
     c.incarnation = orb_random_u64();
+    const uint32_t rails = tp->nrails;
+    uint32_t width = tp->nlanes < ORB_RDMA_MAX_RAILS / rails ? tp->nlanes : ORB_RDMA_MAX_RAILS / rails;
+    uint32_t base = (uint32_t)(c.incarnation % tp->nlanes); /* connections start on different lanes */
     uint32_t made = 0;
     int rc = 0;
-    for (uint32_t k = 0; k < tp->nrails; k++) {
+    for (uint32_t q = 0; q < rails * width; q++) {
+        uint32_t k = q % rails, j = q / rails;
         struct rdma_ctx *x = tp->dctx[tp->rail_nic[k]];
-        rc = rdma_link_new(tp, x, RDMA_ROLE_REQUESTER, k, p, &links[k]);
+        rc = rdma_link_new(tp, x, RDMA_ROLE_REQUESTER, k, (base + k + j) % tp->nlanes, p, &links[q]);
+        if (rc == ORB_ERESOURCE && j > 0) {
+            ORB_LOGD("rdma: %s: %u lane(s) of %u: %s", p->endpoint, j, width, orb_last_error());
+            width = j;
+            break;
+        }
         if (rc != 0)
             goto free_links;
         made++;
-        c.rails[k].nic = (uint8_t)x->nic;
-        c.rails[k].qp = links[k]->qp->local;
+        c.qps[q].nic = (uint8_t)x->nic;
+        c.qps[q].qp = links[q]->qp->local;
     }
-    c.nrails = made;
+    drop_links(links, rails * width, made); /* a lane cut short */
+    made = rails * width;
+    c.nqps = made;
+    c.lanes = width;
     uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
     size_t len = 0, rlen = 0;
     if ((rc = orb_rdma_connect_encode(ORB_RDMA_CONNECT, &c, msg, sizeof msg, &len)) != 0)
@@ -85,13 +110,19 @@ static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, const stru
         goto free_links;
     }
     struct orb_rdma_connect ok;
-    if (orb_rdma_connect_decode(ORB_RDMA_CONNECT_OK, resp, rlen, &ok) != 0 || ok.nrails != made) {
+    if (orb_rdma_connect_decode(ORB_RDMA_CONNECT_OK, resp, rlen, &ok) != 0 || ok.incarnation != c.incarnation ||
+        ok.lanes > width || ok.nqps != rails * ok.lanes) {
         rc = orb_fail(ORB_EPROTO, "rdma: %s answered CONNECT with a malformed CONNECT_OK", p->endpoint);
         goto free_links;
     }
-    for (uint32_t k = 0; k < made; k++)
-        if ((rc = rdma_link_connect(links[k], &ok.rails[k].qp)) != 0)
+    /* The source may hold fewer lanes (its own lane count or budget): the rest go. */
+    drop_links(links, ok.nqps, made);
+    made = ok.nqps;
+    width = ok.lanes;
+    for (uint32_t q = 0; q < made; q++)
+        if ((rc = rdma_link_connect(links[q], &ok.qps[q].qp)) != 0)
             goto free_links;
+    *width_out = width;
     *incarnation_out = c.incarnation;
     return 0;
 
@@ -99,11 +130,7 @@ free_links:
     {
         char why[256];
         snprintf(why, sizeof why, "%s", orb_last_error());
-        for (uint32_t k = 0; k < made; k++) {
-            rdma_link_fail(links[k], ORB_ECLOSED);
-            rdma_link_free(links[k]);
-            links[k] = NULL;
-        }
+        drop_links(links, 0, made);
         (void)orb_fail(rc, "%s", why);
     }
     return rc;
@@ -187,11 +214,13 @@ int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expe
     p->all_next = tp->peers;
     tp->peers = p;
     pthread_mutex_unlock(&tp->lock);
-    rc = connect_rails(tp, p, &s->ctl, deadline, p->links, &p->incarnation);
+    uint32_t width = 0;
+    rc = connect_rails(tp, p, &s->ctl, deadline, p->links, &width, &p->incarnation);
     pthread_mutex_lock(&tp->lock);
     p->building = false;
     if (rc == 0) {
         p->nrails = tp->nrails;
+        p->width = width;
         atomic_fetch_add(&tp->connections, 1);
     } else
         p->released = true; /* nobody joins it; peer_free_now() unlinks it */
@@ -204,7 +233,7 @@ int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expe
         (void)orb_fail(rc, "%s", why);
         goto free_seg;
     }
-    ORB_LOGI("rdma: %s: %u rail(s) connected", endpoint, p->nrails);
+    ORB_LOGI("rdma: %s: %u rail(s) connected, %u lane(s)", endpoint, p->nrails, width);
     s->p = p;
     *peer_out = s;
     return 0;
@@ -551,7 +580,7 @@ static void build_sendinv(struct rdma_req *r, uint32_t rail, struct ibv_send_wr 
     struct rdma_peer *p = r->peer;
     struct orb_rdma_binding b;
     memset(&b, 0, sizeof b);
-    b.rail = (uint16_t)rail;
+    b.rail = (uint16_t)(r->lane * p->nrails + rail); /* the queue pair's place in the connection */
     b.requester = *orb_engine_epoch(p->tp->engine);
     b.source = p->source_epoch;
     b.incarnation = p->incarnation;
@@ -626,7 +655,7 @@ void rdma_req_wait_failed(struct rdma_wait *w, int status)
  * the lane posts what fits now and a grant thread kicks the lane. */
 static void submit_wait(struct rdma_req *r, struct rdma_wait *w)
 {
-    struct rdma_link *l = r->peer->links[w->rail];
+    struct rdma_link *l = r->peer->links[r->lane * r->peer->nrails + w->rail];
     pthread_mutex_lock(&l->lock);
     rdma_link_enqueue(l, w);
     pthread_mutex_unlock(&l->lock);
@@ -846,8 +875,8 @@ static bool links_failed(struct rdma_peer *p)
 {
     bool dead = false;
     pthread_mutex_lock(&p->reconnect_lock);
-    for (uint32_t k = 0; k < p->nrails && !dead; k++) {
-        struct rdma_link *l = p->links[k];
+    for (uint32_t q = 0; q < p->nrails * p->width && !dead; q++) {
+        struct rdma_link *l = p->links[q];
         pthread_mutex_lock(&l->lock);
         dead = l->failed != 0;
         pthread_mutex_unlock(&l->lock);
@@ -885,7 +914,8 @@ static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct o
     }
     struct rdma_link *fresh[ORB_RDMA_MAX_RAILS] = {NULL}, *old[ORB_RDMA_MAX_RAILS] = {NULL};
     uint64_t incarnation = 0;
-    rc = connect_rails(tp, p, ctl, deadline, fresh, &incarnation);
+    uint32_t width = 0;
+    rc = connect_rails(tp, p, ctl, deadline, fresh, &width, &incarnation);
     if (rc != 0) {
         pthread_mutex_lock(&p->lock);
         p->reconnect_backoff_ns = p->reconnect_backoff_ns == 0 ? ORB_NS_PER_SEC
@@ -900,21 +930,22 @@ static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct o
     pthread_mutex_lock(&p->lock);
     busy = p->active != NULL;
     if (!busy) {
-        for (uint32_t k = 0; k < p->nrails; k++) {
-            old[k] = p->links[k];
-            p->links[k] = fresh[k];
+        for (uint32_t q = 0; q < ORB_RDMA_MAX_RAILS; q++) { /* unused places are NULL */
+            old[q] = p->links[q];
+            p->links[q] = fresh[q];
         }
+        p->width = width;
         p->incarnation = incarnation;
         p->reconnect_backoff_ns = 0;
     }
     pthread_mutex_unlock(&p->lock);
     struct rdma_link **gone = busy ? fresh : old;
     send_disconnect(p, ctl, busy ? incarnation : seen);
-    for (uint32_t k = 0; k < p->nrails; k++) {
-        if (gone[k] == NULL)
+    for (uint32_t q = 0; q < ORB_RDMA_MAX_RAILS; q++) {
+        if (gone[q] == NULL)
             continue;
-        rdma_link_fail(gone[k], ORB_ECLOSED);
-        rdma_link_free(gone[k]);
+        rdma_link_fail(gone[q], ORB_ECLOSED);
+        rdma_link_free(gone[q]);
     }
     if (busy) {
         rc = orb_fail(ORB_EPEER, "rdma: %s lost the connection; it is rebuilt once the requests granted on it end",
@@ -922,7 +953,7 @@ static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct o
         goto unlock;
     }
     atomic_fetch_add(&tp->reconnects, 1);
-    ORB_LOGI("rdma: %s: %s; %u rail(s) connected again", p->endpoint, cause, p->nrails);
+    ORB_LOGI("rdma: %s: %s; %u rail(s) connected again, %u lane(s)", p->endpoint, cause, p->nrails, width);
 
 unlock:
     pthread_mutex_unlock(&p->reconnect_lock);
@@ -950,6 +981,9 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
         memset(&q, 0, sizeof q);
         pthread_mutex_lock(&p->lock);
         q.incarnation = p->incarnation;
+        /* Each request on one lane of the connection, in turn: its rails' queue pairs there. */
+        for (uint32_t i = 0; i < n; i++)
+            rs[i]->lane = p->next_lane++ % p->width;
         pthread_mutex_unlock(&p->lock);
         if (!rebuilt && links_failed(p)) {
             /* A queue pair of ours is dead: the connection is rebuilt before anything is asked
@@ -969,7 +1003,8 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
         for (uint32_t i = 0; i < n; i++)
             q.ask[i] = (struct orb_rdma_grant_ask){
                 .request = rs[i]->id, .op = rs[i]->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE,
-                .rail_mask = rs[i]->rail_mask, .addr = rs[i]->addr, .length = rs[i]->length};
+                .rail_mask = rs[i]->rail_mask << (rs[i]->lane * p->nrails), .addr = rs[i]->addr,
+                .length = rs[i]->length};
         uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
         size_t len = 0, rlen = 0;
         if (rc == 0)
@@ -1236,20 +1271,20 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
                      p->endpoint, (unsigned long long)r->id, r->outstanding, r->sends_left,
                      r->acked ? "in" : "missing", r->rail_mask);
             fail_locked(r, ORB_ETIMEDOUT, "rdma: no ACK from the source within io_timeout_s");
-            fail_mask |= r->rail_mask;
+            fail_mask |= r->rail_mask << (r->lane * p->nrails); /* its queue pairs */
             if (maybe_end(r, &e[ne]))
                 ne++;
         }
         /* Its links as they are now: a reconnect may replace them once p->lock is let go, and
          * frees the old ones only through tp->lock, held here. */
         struct rdma_link *fail_links[ORB_RDMA_MAX_RAILS];
-        for (uint32_t k = 0; k < p->nrails; k++)
-            fail_links[k] = p->links[k];
+        for (uint32_t q = 0; q < ORB_RDMA_MAX_RAILS; q++)
+            fail_links[q] = p->links[q];
         pthread_mutex_unlock(&p->lock);
         /* Outstanding work of a timed-out request flushes once its rails are failed. */
-        for (uint32_t k = 0; k < p->nrails; k++)
-            if (fail_mask & (1u << k))
-                rdma_link_fail(fail_links[k], ORB_ETIMEDOUT);
+        for (uint32_t q = 0; q < ORB_RDMA_MAX_RAILS; q++)
+            if ((fail_mask & (1u << q)) && fail_links[q] != NULL)
+                rdma_link_fail(fail_links[q], ORB_ETIMEDOUT);
         for (uint32_t i = 0; i < ne; i++)
             report_pieces(tp, &e[i]);
     }

@@ -47,7 +47,7 @@ static void conn_put(struct orb_rdma_tp *tp, struct rdma_src_conn *c)
 
 static void conn_free_links(struct rdma_src_conn *c)
 {
-    for (uint32_t k = 0; k < c->nrails; k++) {
+    for (uint32_t k = 0; k < c->nqps; k++) {
         if (c->links[k] == NULL)
             continue;
         rdma_link_fail(c->links[k], ORB_ECLOSED);
@@ -111,7 +111,7 @@ static void conn_fail(struct rdma_src_conn *c, int status, const char *why)
         ORB_LOGD("rdma: a requester's connection closes: %s", why);
     else
         ORB_LOGW("rdma: a requester's connection is failed: %s", why);
-    for (uint32_t k = 0; k < c->nrails; k++)
+    for (uint32_t k = 0; k < c->nqps; k++)
         if (c->links[k] != NULL)
             rdma_link_fail(c->links[k], status);
 }
@@ -136,7 +136,7 @@ static void conn_mark_closing(struct orb_rdma_tp *tp, struct rdma_src_conn *c)
 static uint32_t conn_outstanding(struct rdma_src_conn *c)
 {
     uint32_t n = 0;
-    for (uint32_t k = 0; k < c->nrails; k++) {
+    for (uint32_t k = 0; k < c->nqps; k++) {
         if (c->links[k] == NULL)
             continue;
         pthread_mutex_lock(&c->links[k]->lock);
@@ -237,18 +237,36 @@ static int src_connect(struct orb_rdma_tp *tp, const struct orb_epoch *sender, c
     struct orb_rdma_connect out;
     memset(&out, 0, sizeof out);
     out.incarnation = in.incarnation;
-    out.nrails = in.nrails;
-    for (uint32_t k = 0; k < in.nrails; k++) {
-        struct rdma_ctx *x = tp->dctx[tp->rail_nic[k % tp->nrails]];
-        rc = rdma_link_new(tp, x, RDMA_ROLE_SOURCE, k, c, &c->links[k]);
+    /* The requester's rails: queue pair k of each lane goes to NIC (k mod n), so that hosts
+     * cabled rail to rail pair NICs the same way on every lane. The width is the smaller lane
+     * count, and narrower still where a budget cannot hold more lanes (at least one). */
+    uint32_t rails = in.nqps / in.lanes;
+    uint32_t lanes = in.lanes < tp->nlanes ? in.lanes : tp->nlanes;
+    for (uint32_t k = 0; k < rails * lanes; k++) {
+        struct rdma_ctx *x = tp->dctx[tp->rail_nic[(k % rails) % tp->nrails]];
+        rc = rdma_link_new(tp, x, RDMA_ROLE_SOURCE, k, RDMA_ANY_LANE, c, &c->links[k]);
+        if (rc == ORB_ERESOURCE && k >= rails) {
+            ORB_LOGD("rdma: a requester's connection gets %u lane(s) of %u: %s", k / rails, in.lanes,
+                     orb_last_error());
+            lanes = k / rails;
+            break;
+        }
         if (rc == 0)
-            rc = rdma_link_connect(c->links[k], &in.rails[k].qp);
-        c->nrails = k + 1;
+            rc = rdma_link_connect(c->links[k], &in.qps[k].qp);
+        c->nqps = k + 1;
         if (rc != 0)
             goto free_conn;
-        out.rails[k].nic = (uint8_t)x->nic;
-        out.rails[k].qp = c->links[k]->qp->local;
+        out.qps[k].nic = (uint8_t)x->nic;
+        out.qps[k].qp = c->links[k]->qp->local;
     }
+    for (uint32_t k = rails * lanes; k < c->nqps; k++) { /* a lane cut short by the budget */
+        rdma_link_fail(c->links[k], ORB_ECLOSED);
+        rdma_link_free(c->links[k]);
+        c->links[k] = NULL;
+    }
+    c->nqps = rails * lanes;
+    out.nqps = c->nqps;
+    out.lanes = lanes;
     if ((rc = orb_rdma_connect_encode(ORB_RDMA_CONNECT_OK, &out, resp, cap, resp_len)) != 0)
         goto free_conn;
     pthread_mutex_lock(&tp->lock);
@@ -298,8 +316,8 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
                          struct rdma_grant **out)
 {
     int rc;
-    if ((in->rail_mask >> c->nrails) != 0)
-        return orb_fail(ORB_EPROTO, "rdma: rails 0x%x asked for on a connection of %u", in->rail_mask, c->nrails);
+    if ((in->rail_mask >> c->nqps) != 0)
+        return orb_fail(ORB_EPROTO, "rdma: queue pairs 0x%x asked for on a connection of %u", in->rail_mask, c->nqps);
     struct orb_reg *pin = NULL;
     rc = orb_registry_acquire(orb_engine_registry(tp->engine), in->addr, in->length,
                               in->op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);
@@ -343,7 +361,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
         rc = orb_fail(ORB_EAGAIN, "rdma: max_grants (%u) grants are active", tp->cfg->max_grants);
         goto release;
     }
-    for (uint32_t k = 0; k < c->nrails; k++) {
+    for (uint32_t k = 0; k < c->nqps; k++) {
         if ((g->rail_mask & (1u << k)) && c->ngrants[k] >= RDMA_RQ_DEPTH) {
             atomic_fetch_sub(&tp->active_grants, 1);
             pthread_mutex_unlock(&c->lock);
@@ -352,7 +370,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
             goto release;
         }
     }
-    for (uint32_t k = 0; k < c->nrails; k++)
+    for (uint32_t k = 0; k < c->nqps; k++)
         if (g->rail_mask & (1u << k))
             c->ngrants[k]++;
     g->published = true; /* charged; published to the requester only by grant_publish() */
@@ -371,7 +389,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     }
 
     /* Bind a window per rail on that rail's queue pair, exactly the range, one direction. */
-    for (uint32_t k = 0; k < c->nrails; k++) {
+    for (uint32_t k = 0; k < c->nqps; k++) {
         if (!(g->rail_mask & (1u << k)))
             continue;
         struct rdma_link *l = c->links[k];

@@ -227,6 +227,11 @@ static void query_caps(struct orb_rdma_tp *tp)
         c->max_qp_init_rd_atom = a.max_qp_init_rd_atom > 0 ? (uint32_t)a.max_qp_init_rd_atom : 0;
         if (!c->mw_type_2b)
             ORB_LOGW("rdma: %s: no type-2B memory windows: it cannot carry grants", n->name);
+        char provider[96];
+        c->one_lane = tp->env.open_ops == NULL && sysfs_describe_provider(NULL, n->name, provider, sizeof provider) == 0 &&
+                      strncmp(provider, "rxe ", 4) == 0;
+        if (c->one_lane)
+            ORB_LOGI("rdma: %s: soft-RoCE: its queue pairs share one lane", n->name);
     }
 }
 

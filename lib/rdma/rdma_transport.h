@@ -68,6 +68,10 @@ struct orb_rdma_nic_caps {
     bool mw_type_2b;             /* one-use windows (grants) can be bound on it */
     uint64_t max_mr_size;
     uint32_t max_qp_wr, max_cqe, max_qp_rd_atom, max_qp_init_rd_atom;
+    /* Driven by soft-RoCE (rdma_rxe), as sysfs says: under Linux 6.1 its queue pairs stall when
+     * two threads post and poll queue pairs of one device at once, so all of the device's go on
+     * one lane. */
+    bool one_lane;
 };
 
 struct rdma_ctx;

@@ -45,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int rc = orb_rdma_connect_decode(k, data, size, &m);
         check_rc(rc, "connect decode");
         if (rc == 0) {
-            check(m.nrails >= 1 && m.nrails <= ORB_RDMA_MAX_RAILS, "connect rails");
+            check(m.nqps >= 1 && m.nqps <= ORB_RDMA_MAX_RAILS, "connect queue pairs");
+            check(m.lanes >= 1 && m.nqps % m.lanes == 0, "connect lanes");
             check(orb_rdma_connect_encode(k, &m, out, sizeof out, &len) == 0, "connect re-encode");
             same(out, len, data, size, "connect bytes");
         }

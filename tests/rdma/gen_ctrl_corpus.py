@@ -4,7 +4,7 @@ import os
 import sys
 import struct
 
-V = 4
+V = 5
 CONNECT, CONNECT_OK, GRANT_REQ, GRANT = 1, 2, 3, 4
 GID = bytes([0] * 10 + [0xFF, 0xFF, 10, 77, 1, 1])
 NONCE = bytes(range(32))
@@ -18,7 +18,7 @@ def rail(nic=0, mtu=3, lid=0, qpn=17, psn=0x123456, gid=GID):
     return struct.pack("<BBHII", nic, mtu, lid, qpn, psn) + gid
 
 
-def connect(kind, rails, n=None, incarnation=0x1122334455667788, pad=b"\0\0\0"):
+def connect(kind, rails, n=None, incarnation=0x1122334455667788, pad=b"\0\1\0"):
     return prefix(kind) + struct.pack("<QB", incarnation, len(rails) if n is None else n) + pad + b"".join(rails)
 
 
@@ -63,7 +63,9 @@ def corpus():
         "valid-connect-1": connect(CONNECT, [rail()]),
         "valid-connect-ok-2": connect(CONNECT_OK, [rail(0), rail(1, mtu=5, qpn=0xFFFFFF)]),
         "valid-connect-16": connect(CONNECT, [rail(i % 64, qpn=i + 1) for i in range(16)]),
-        "valid-connect-read-depth": connect(CONNECT_OK, [rail(0), rail(1)], pad=b"\x10\0\0"),
+        "valid-connect-read-depth": connect(CONNECT_OK, [rail(0), rail(1)], pad=b"\x10\1\0"),
+        "valid-connect-2-lanes": connect(CONNECT, [rail(i % 2, qpn=i + 1) for i in range(4)], pad=b"\0\2\0"),
+        "valid-connect-16-lanes": connect(CONNECT_OK, [rail(0, qpn=i + 1) for i in range(16)], pad=b"\x08\x10\0"),
         "valid-grant-req": grant_req(),
         "valid-grant-req-write-rails": grant_req(op=1, mask=0x8001, addr=2**64 - 4097, length=4096),
         "valid-grant-req-16": grant_req([ask(request=i, op=i % 2, mask=1 << (i % 16)) for i in range(16)]),
@@ -81,7 +83,10 @@ def corpus():
         "bad-connect-0-rails": connect(CONNECT, [], n=0),
         "bad-connect-17-rails": connect(CONNECT, [rail(qpn=i + 1) for i in range(17)]),
         "bad-connect-count-high": connect(CONNECT, [rail()], n=2),
-        "bad-connect-pad": connect(CONNECT, [rail()], pad=b"\0\1\0"),
+        "bad-connect-pad": connect(CONNECT, [rail()], pad=b"\0\1\1"),
+        "bad-connect-lanes-0": connect(CONNECT, [rail()], pad=b"\0\0\0"),
+        "bad-connect-lanes-above": connect(CONNECT, [rail(0), rail(1)], pad=b"\0\3\0"),
+        "bad-connect-lanes-indivisible": connect(CONNECT, [rail(qpn=i + 1) for i in range(3)], pad=b"\0\2\0"),
         "bad-connect-qpn-0": connect(CONNECT, [rail(qpn=0)]),
         "bad-connect-qpn-25-bits": connect(CONNECT, [rail(qpn=1 << 24)]),
         "bad-connect-mtu": connect(CONNECT, [rail(mtu=6)]),

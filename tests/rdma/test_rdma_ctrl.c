@@ -21,15 +21,16 @@ static void test_connect_round_trip(void **state)
     struct orb_rdma_connect m;
     memset(&m, 0, sizeof m);
     m.incarnation = 0x0102030405060708ull;
-    m.nrails = 3;
+    m.nqps = 3;
+    m.lanes = 3;
     for (uint32_t i = 0; i < 3; i++) {
-        m.rails[i].nic = (uint8_t)(i + 2);
-        m.rails[i].qp.qpn = 100 + i;
-        m.rails[i].qp.psn = 0xabcdef - i;
-        m.rails[i].qp.mtu = IBV_MTU_1024;
-        m.rails[i].qp.lid = (uint16_t)i;
-        m.rails[i].qp.read_depth = (uint8_t)(16 - 4 * i); /* the message carries the fewest: 8 */
-        memset(m.rails[i].qp.gid, (int)(0x40 + i), 16);
+        m.qps[i].nic = (uint8_t)(i + 2);
+        m.qps[i].qp.qpn = 100 + i;
+        m.qps[i].qp.psn = 0xabcdef - i;
+        m.qps[i].qp.mtu = IBV_MTU_1024;
+        m.qps[i].qp.lid = (uint16_t)i;
+        m.qps[i].qp.read_depth = (uint8_t)(16 - 4 * i); /* the message carries the fewest: 8 */
+        memset(m.qps[i].qp.gid, (int)(0x40 + i), 16);
     }
     uint8_t buf[1024];
     size_t len = 0;
@@ -41,36 +42,50 @@ static void test_connect_round_trip(void **state)
     struct orb_rdma_connect d;
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), 0);
     assert_int_equal(d.incarnation, m.incarnation);
-    assert_int_equal(d.nrails, 3);
+    assert_int_equal(d.nqps, 3);
+    assert_int_equal(d.lanes, 3);
     for (uint32_t i = 0; i < 3; i++) {
-        assert_int_equal(d.rails[i].nic, m.rails[i].nic);
-        assert_int_equal(d.rails[i].qp.qpn, m.rails[i].qp.qpn);
-        assert_int_equal(d.rails[i].qp.psn, m.rails[i].qp.psn);
-        assert_int_equal(d.rails[i].qp.mtu, m.rails[i].qp.mtu);
-        assert_int_equal(d.rails[i].qp.lid, m.rails[i].qp.lid);
-        assert_int_equal(d.rails[i].qp.read_depth, 8);
-        assert_memory_equal(d.rails[i].qp.gid, m.rails[i].qp.gid, 16);
+        assert_int_equal(d.qps[i].nic, m.qps[i].nic);
+        assert_int_equal(d.qps[i].qp.qpn, m.qps[i].qp.qpn);
+        assert_int_equal(d.qps[i].qp.psn, m.qps[i].qp.psn);
+        assert_int_equal(d.qps[i].qp.mtu, m.qps[i].qp.mtu);
+        assert_int_equal(d.qps[i].qp.lid, m.qps[i].qp.lid);
+        assert_int_equal(d.qps[i].qp.read_depth, 8);
+        assert_memory_equal(d.qps[i].qp.gid, m.qps[i].qp.gid, 16);
     }
-    /* The byte after the read depth is reserved. */
-    buf[4 + 10] = 1;
+    /* The byte after the lanes is reserved; the lanes divide the queue pairs. */
+    buf[4 + 11] = 1;
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), ORB_EPROTO);
-    buf[4 + 10] = 0;
+    buf[4 + 11] = 0;
+    const uint8_t bad_lanes[] = {0, 2, 4, 255};
+    for (size_t i = 0; i < sizeof bad_lanes; i++) {
+        buf[4 + 10] = bad_lanes[i];
+        assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), ORB_EPROTO);
+    }
+    buf[4 + 10] = 1;
+    assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), 0);
+    assert_int_equal(d.lanes, 1);
     /* A read depth of 0 (not stated) stays 0 on every rail. */
     buf[4 + 9] = 0;
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), 0);
-    assert_int_equal(d.rails[2].qp.read_depth, 0);
+    assert_int_equal(d.qps[2].qp.read_depth, 0);
     /* The other kind, a short buffer, a trailing byte. */
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT_OK, buf, len, &d), ORB_EPROTO);
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len - 1, &d), ORB_EPROTO);
     buf[len] = 0;
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len + 1, &d), ORB_EPROTO);
     /* Encoders refuse what decoders would. */
-    m.rails[1].qp.qpn = 0;
+    m.qps[1].qp.qpn = 0;
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, sizeof buf, &len), ORB_EINVAL);
-    m.rails[1].qp.qpn = 5;
-    m.nrails = ORB_RDMA_MAX_RAILS + 1;
+    m.qps[1].qp.qpn = 5;
+    m.nqps = ORB_RDMA_MAX_RAILS + 1;
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, sizeof buf, &len), ORB_EINVAL);
-    m.nrails = 3;
+    m.nqps = 3;
+    m.lanes = 2;
+    assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, sizeof buf, &len), ORB_EINVAL);
+    m.lanes = 0;
+    assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, sizeof buf, &len), ORB_EINVAL);
+    m.lanes = 1;
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, 20, &len), ORB_EINVAL);
     /* A different version. */
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, sizeof buf, &len), 0);
