@@ -1078,13 +1078,12 @@ void rdma_data_stop(struct orb_rdma_tp *tp)
     tp->granters = 0;
     /* Nothing new is posted now; what is posted flushes. */
     pthread_mutex_lock(&tp->lock);
-    struct rdma_link *all[256];
-    uint32_t n = 0;
-    for (struct rdma_link *l = tp->links; l != NULL && n < 256; l = l->all_next)
-        all[n++] = l;
+    /* Every link, however many (a link is freed only under tp->lock; failing one takes only its
+     * own lock). */
+    for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next)
+        rdma_link_fail(l, ORB_ECLOSED);
+    pthread_cond_broadcast(&tp->built); /* segments waiting for a connection's builder give up */
     pthread_mutex_unlock(&tp->lock);
-    for (uint32_t i = 0; i < n; i++)
-        rdma_link_fail(all[i], ORB_ECLOSED);
     for (uint32_t i = 0; i < tp->nlanes; i++)
         lane_wake(&tp->lanes[i]); /* a sleeping lane sees stopping at once */
     for (uint32_t i = 0; i < tp->nlanes; i++) {

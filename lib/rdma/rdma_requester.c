@@ -186,6 +186,11 @@ int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expe
         }
         /* Another segment is connecting it: wait for that (without holding anything across its
          * I/O); should it fail, this one builds its own. */
+        if (atomic_load(&tp->stopping)) {
+            pthread_mutex_unlock(&tp->lock);
+            rc = orb_fail(ORB_ECLOSED, "rdma: the transport stopped");
+            goto free_seg;
+        }
         if (orb_now_ns() >= deadline) {
             pthread_mutex_unlock(&tp->lock);
             rc = orb_fail(ORB_ETIMEDOUT, "rdma: the connection to %s that another segment is making did not "

@@ -9,6 +9,8 @@
  *    has no RDMA path (requests naming RDMA fail naming the budget, TCP still works); closing
  *    the last segment of a connection frees its queue pairs and a new segment gets RDMA again;
  *  - max_endpoints at the source: its refusal reaches a second requester's segment the same way;
+ *  - a connection's lanes: the smaller lane count of the two engines, fewer where max_endpoints
+ *    at either end holds no more whole lanes;
  *  - max_cqes too small for a queue pair: no RDMA path, naming max_cqes;
  *  - max_grants 1 at the source: 32 concurrent requests all complete (the source answers "not
  *    now" and the requester asks again), every byte checked;
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
 
 #include <orbite/orbite.h>
@@ -34,6 +37,8 @@
 #include "core/clock.h"
 #include "core/engine_internal.h"
 #include "device_util.h"
+#include "rdma/rdma_data.h"
+#include "rdma/rdma_transport.h"
 
 #define TIMEOUT_NS (120ull * 1000000000ull)
 #define SRC_LEN (16u << 20)
@@ -250,6 +255,52 @@ static void test_source_max_endpoints(void **state)
     side_down(&src);
 }
 
+/* The lanes of the segment's connection, and the queue pairs its engine holds. */
+static uint32_t lanes_of(const orb_segment *seg, const struct side *req, uint32_t *qps)
+{
+    const struct rdma_seg *s = seg->peer[ORB_TRANSPORT_RDMA];
+    struct orb_rdma_tp *tp = req->e->tp[ORB_TRANSPORT_RDMA].state;
+    pthread_mutex_lock(&tp->lock);
+    *qps = tp->endpoints;
+    pthread_mutex_unlock(&tp->lock);
+    return s->p->width;
+}
+
+/* A connection has the smaller lane count of the two engines, and no more lanes than a
+ * max_endpoints budget holds whole (the queue pairs of a lane cut short are let go); its
+ * requests move either way. */
+static void test_lanes_narrow_to_what_both_ends_hold(void **state)
+{
+    (void)state;
+    uint32_t rails = strchr(REQUESTER_NICS, ',') != NULL ? 2 : 1;
+    uint32_t qps = 0;
+    struct side src, req;
+    static const char *const one_lane[] = {"num_lanes", "1", NULL};
+    orb_segment *seg = pair_up(&src, one_lane, &req, NULL); /* the requester runs 2 lanes */
+    assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
+    assert_int_equal(lanes_of(seg, &req, &qps), 1);
+    assert_int_equal(qps, rails);
+    assert_int_equal(reads(&req, seg, &src, 8, 65536 + 7, ORB_TRANSPORT_RDMA), 0);
+    pair_down(&src, &req, seg);
+
+    char budget[8];
+    snprintf(budget, sizeof budget, "%u", rails + 1); /* a lane and a part of one */
+    const char *const tight[] = {"max_endpoints", budget, NULL};
+    seg = pair_up(&src, NULL, &req, tight);
+    assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
+    assert_int_equal(lanes_of(seg, &req, &qps), 1);
+    assert_int_equal(qps, rails);
+    assert_int_equal(reads(&req, seg, &src, 8, 65536 + 7, ORB_TRANSPORT_RDMA), 0);
+    pair_down(&src, &req, seg);
+
+    seg = pair_up(&src, tight, &req, NULL); /* the source's budget narrows it the same way */
+    assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
+    assert_int_equal(lanes_of(seg, &req, &qps), 1);
+    assert_int_equal(qps, rails);
+    assert_int_equal(reads(&req, seg, &src, 8, 65536 + 7, ORB_TRANSPORT_RDMA), 0);
+    pair_down(&src, &req, seg);
+}
+
 static void test_max_cqes_too_small_for_a_queue_pair(void **state)
 {
     (void)state;
@@ -302,6 +353,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requester_max_endpoints),
         cmocka_unit_test(test_source_max_endpoints),
+        cmocka_unit_test(test_lanes_narrow_to_what_both_ends_hold),
         cmocka_unit_test(test_max_cqes_too_small_for_a_queue_pair),
         cmocka_unit_test(test_one_grant_at_a_time),
         cmocka_unit_test(test_one_send_wr_at_a_time),
