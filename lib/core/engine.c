@@ -110,11 +110,22 @@ static int engine_reg_attach(void *ctx, struct orb_reg *reg)
 }
 
 /* Stop and free every started transport, last slot first. */
-static void stop_transports(orb_engine *engine)
+/* Stop every transport (each one, whatever the others answer). 0 when all proved quiescence,
+ * else ORB_EUNQUIESCED naming the first that did not. */
+static int stop_transports(orb_engine *engine, uint64_t deadline)
 {
-    for (unsigned i = ORB_TRANSPORT_SLOTS; i-- > 0;)
-        if (engine->tp[i].ops != NULL)
-            engine->tp[i].ops->stop(engine->tp[i].state);
+    int rc = 0;
+    char why[320] = "";
+    for (unsigned i = ORB_TRANSPORT_SLOTS; i-- > 0;) {
+        if (engine->tp[i].ops == NULL)
+            continue;
+        int st = engine->tp[i].ops->stop(engine->tp[i].state, deadline);
+        if (st != 0 && rc == 0) {
+            rc = ORB_EUNQUIESCED;
+            snprintf(why, sizeof why, "the %s transport: %s", engine->tp[i].ops->name, orb_last_error());
+        }
+    }
+    return rc == 0 ? 0 : orb_fail(rc, "%s", why);
 }
 
 static void destroy_transports(orb_engine *engine)
@@ -216,7 +227,14 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
     return 0;
 
 undo_transports:
-    stop_transports(engine);
+    {
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        /* Nothing was submitted yet: the started transports stop at once. */
+        if (stop_transports(engine, orb_deadline_after(ORB_FREE_CLOSE_TIMEOUT_NS)) != 0)
+            ORB_LOGE("engine creation failed and a transport did not stop cleanly: %s", orb_last_error());
+        (void)orb_fail(rc, "%s", why);
+    }
     destroy_transports(engine);
     orb_registry_free(engine->registry);
 free_reaper:
@@ -409,8 +427,15 @@ ORB_EXPORT int orb_engine_close(orb_engine *engine, uint64_t timeout_ns)
         ORB_LOGW("close: %llu transfers still in flight at the deadline; failing them",
                  (unsigned long long)left);
 
-    /* Stopping joins the workers and fails what remains: afterwards no thread touches memory. */
-    stop_transports(engine);
+    /* Stopping joins the workers and fails what remains: afterwards no thread touches memory.
+     * Where a transport cannot prove that, the engine stays unstopped, holding what that work
+     * uses: a later close (or orb_engine_free) asks again. */
+    int rc = stop_transports(engine, deadline);
+    if (rc != 0) {
+        rc = orb_fail_wrap(rc, "close: quiescence is not proven; registrations and their memory stay held");
+        ORB_LOGE("%s", orb_last_error());
+        return rc;
+    }
     pthread_mutex_lock(&engine->lock);
     engine->stopped = 1;
     pthread_mutex_unlock(&engine->lock);

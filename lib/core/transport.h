@@ -186,8 +186,13 @@ struct orb_transport_ops {
     /* Fence source admission (no new connections or requests). Idempotent. */
     void (*close_source)(void *tp);
     /* Stop: join workers, close every connection, complete every pending xfer with ORB_ECLOSED.
-     * After it returns no transport thread touches any memory. Idempotent. */
-    void (*stop)(void *tp);
+     * 0: quiescence is proven: no transport thread and no device touches any memory the
+     * transport was given, and every pending xfer was completed. ORB_EUNQUIESCED (the detail
+     * message says what is left): not proven by `deadline` (or by the transport's own drain
+     * window): the work whose end is unproven stays pending and its memory, registrations and
+     * loans stay held; the caller may call stop again, which keeps waiting until its new
+     * deadline. Once it returned 0, further calls return 0. */
+    int (*stop)(void *tp, uint64_t deadline);
     /* Free after stop(), once every registration's state was retired. */
     void (*destroy)(void *tp);
     /* Outstanding work touching memory (source ops in progress + requester xfers accepted). */

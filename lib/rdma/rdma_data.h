@@ -308,10 +308,14 @@ struct rdma_grant {
 /* Prepare every open NIC's data path (address, CQs, window pool) and start the lane thread.
  * NICs that cannot carry rails are logged and left out. 0 or ORB_ENOMEM/ORB_EUNAVAILABLE. */
 int rdma_data_start(struct orb_rdma_tp *tp);
-/* Stop: no new work; every link to the error state and its flushes drained (bounded); the
- * lane and grant threads joined; every pending request ended with ORB_ECLOSED; the source's
- * connections torn down. Requester links stay until their peers are released. Idempotent. */
-void rdma_data_stop(struct orb_rdma_tp *tp);
+/* Stop: no new work; every link to the error state and its flushes drained (within
+ * RDMA_DRAIN_NS, whatever `deadline` says); the lane and grant threads joined; every pending
+ * request ended with ORB_ECLOSED; the source's connections torn down. Requester links stay
+ * until their peers are released. 0, or ORB_EUNQUIESCED when work requests were still
+ * outstanding after the drain: then the requests, queue pairs and memory stay as they are, and
+ * a later call polls the completion queues itself until `deadline` and finishes the stop once
+ * nothing is outstanding. Once it returned 0, it returns 0. */
+int rdma_data_stop(struct orb_rdma_tp *tp, uint64_t deadline);
 /* After every peer was released: free the contexts' CQs and windows. */
 void rdma_data_destroy(struct orb_rdma_tp *tp);
 

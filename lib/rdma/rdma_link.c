@@ -1047,7 +1047,7 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     for (uint32_t i = 0; i < tp->nlanes; i++) {
         if (lane_spawn(&tp->lanes[i]) != 0) {
             tp->lane_started = i > 0;
-            rdma_data_stop(tp);
+            (void)rdma_data_stop(tp, 0);
             tp->data = false;
             return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot start lane %u", i);
         }
@@ -1056,7 +1056,7 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     tp->lane_started = true;
     for (uint32_t i = 0; i < RDMA_GRANT_THREADS; i++) {
         if (pthread_create(&tp->granter[i], NULL, rdma_grant_thread, tp) != 0) {
-            rdma_data_stop(tp);
+            (void)rdma_data_stop(tp, 0);
             return orb_fail(ORB_EUNAVAILABLE, "rdma: cannot start the grant threads");
         }
         tp->granters++;
@@ -1064,10 +1064,51 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     return 0;
 }
 
-void rdma_data_stop(struct orb_rdma_tp *tp)
+/* The end of stop, once no work request is outstanding: what was never granted or is still
+ * waiting ends with ORB_ECLOSED, the source's connections go, released peers are freed. */
+static void stop_finish(struct orb_rdma_tp *tp)
 {
-    if (!tp->data || atomic_load(&tp->stopping))
-        return;
+    rdma_req_fail_all(tp, ORB_ECLOSED);
+    rdma_src_close_all(tp);
+    rdma_src_reap(tp, true);
+    rdma_req_reap(tp, true);
+}
+
+/* After the lanes are gone: poll their completion queues here until nothing is outstanding or
+ * `deadline`. Whether nothing is. */
+static bool drain_inline(struct orb_rdma_tp *tp, uint64_t deadline)
+{
+    for (;;) {
+        if (outstanding_wrs(tp) == 0)
+            return true;
+        int got = 0;
+        for (uint32_t i = 0; i < tp->nlanes; i++)
+            got += poll_lane(&tp->lanes[i]);
+        if (got == 0) {
+            if (orb_now_ns() >= deadline)
+                return outstanding_wrs(tp) == 0;
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+int rdma_data_stop(struct orb_rdma_tp *tp, uint64_t deadline)
+{
+    if (!tp->data)
+        return 0;
+    if (atomic_load(&tp->stopping)) {
+        if (!tp->unquiesced)
+            return 0;
+        /* An earlier stop could not prove the end of every work request: wait again. */
+        if (!drain_inline(tp, deadline))
+            return orb_fail(ORB_EUNQUIESCED, "rdma: %u work requests are still outstanding: the memory they use stays "
+                                             "held", outstanding_wrs(tp));
+        ORB_LOGI("rdma: stop: every work request ended at last");
+        tp->unquiesced = false;
+        stop_finish(tp);
+        return 0;
+    }
     tp->drain_deadline = orb_now_ns() + RDMA_DRAIN_NS;
     atomic_store(&tp->stopping, 1);
     pthread_mutex_lock(&tp->glock);
@@ -1092,12 +1133,21 @@ void rdma_data_stop(struct orb_rdma_tp *tp)
         tp->lanes[i].started = false;
     }
     tp->lane_started = false;
-    if (outstanding_wrs(tp) > 0)
-        ORB_LOGE("rdma: stop: work requests did not flush within the drain window");
-    rdma_req_fail_all(tp, ORB_ECLOSED);
-    rdma_src_close_all(tp);
-    rdma_src_reap(tp, true);
-    rdma_req_reap(tp, true);
+    /* The lanes ran until the flushes were in or the drain window (separate from the caller's
+     * deadline) passed. A work request still outstanding may yet touch its memory: its request
+     * stays pending, and its queue pair, registrations and memory stay, until a later stop sees
+     * it end. */
+    uint32_t left = outstanding_wrs(tp);
+    if (left > 0) {
+        tp->unquiesced = true;
+        ORB_LOGE("rdma: stop: %u work requests did not flush within the drain window: their requests, queue pairs "
+                 "and memory are kept",
+                 left);
+        return orb_fail(ORB_EUNQUIESCED, "rdma: %u work requests did not flush within the %llu s drain window", left,
+                        (unsigned long long)(RDMA_DRAIN_NS / ORB_NS_PER_SEC));
+    }
+    stop_finish(tp);
+    return 0;
 }
 
 void rdma_data_destroy(struct orb_rdma_tp *tp)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -503,15 +504,19 @@ static void rdma_close_source(void *tp)
     (void)tp; /* the engine's source flag fences control messages (orb_engine_control) */
 }
 
-static void rdma_stop(void *tp)
+static int rdma_stop(void *tp, uint64_t deadline)
 {
-    rdma_data_stop(tp);
+    return rdma_data_stop(tp, deadline);
 }
 
 static void rdma_destroy(void *tp_)
 {
     struct orb_rdma_tp *tp = tp_;
-    rdma_data_stop(tp);
+    if (rdma_data_stop(tp, orb_now_ns()) != 0) {
+        /* Never reached through the engine, which keeps an unquiesced engine for good. */
+        ORB_LOGE("rdma: destroy: %s: the transport is kept", orb_last_error());
+        return;
+    }
     rdma_data_destroy(tp);
     tp_free(tp);
 }

@@ -110,6 +110,7 @@ struct orb_rdma_tp {
     uint64_t drain_deadline;
     uint32_t endpoints;                         /* QPs, against max_endpoints */
     atomic_int stopping;
+    bool unquiesced;                            /* stop left work requests outstanding */
     struct rdma_lane *lanes;                    /* nlanes of them (rdma_data.h) */
     uint32_t nlanes;
     uint32_t next_lane;                         /* the lane the next link gets (tp->lock) */

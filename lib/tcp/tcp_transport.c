@@ -383,7 +383,7 @@ static uint32_t clamp_u32(uint32_t v, uint32_t lo, uint32_t hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-static void tcp_stop(void *tp_);
+static int tcp_stop(void *tp_, uint64_t deadline);
 
 static int tcp_start(orb_engine *engine, void **tp_out)
 {
@@ -440,7 +440,7 @@ static int tcp_start(orb_engine *engine, void **tp_out)
             w->thread_started = 1;
     }
     if (rc != 0) {
-        tcp_stop(tp);
+        (void)tcp_stop(tp, 0);
         tcp_transport_unref(tp);
         return rc;
     }
@@ -472,8 +472,10 @@ static void tcp_close_source(void *tp_)
     pthread_mutex_unlock(&tp->stop_lock);
 }
 
-static void tcp_stop(void *tp_)
+/* Joining the workers proves quiescence: only they touch memory (sockets copy out of it). */
+static int tcp_stop(void *tp_, uint64_t deadline)
 {
+    (void)deadline;
     struct tcp_transport *tp = tp_;
     pthread_mutex_lock(&tp->stop_lock);
     if (!tp->stopped) {
@@ -494,6 +496,7 @@ static void tcp_stop(void *tp_)
         tp->stopped = 1;
     }
     pthread_mutex_unlock(&tp->stop_lock);
+    return 0;
 }
 
 static void tcp_destroy(void *tp_)
@@ -501,7 +504,7 @@ static void tcp_destroy(void *tp_)
     struct tcp_transport *tp = tp_;
     if (tp == NULL)
         return;
-    tcp_stop(tp);
+    (void)tcp_stop(tp, 0);
     tcp_transport_unref(tp);
 }
 

@@ -70,13 +70,14 @@ static int complete(size_t i, int status, enum orb_remote_effect effect)
     orb_xfer_done(x, started ? status : ORB_ETIMEDOUT, started ? effect : ORB_REMOTE_EFFECT_NONE);
     return started;
 }
-static void fake_stop(void *tp)
+static int fake_stop(void *tp, uint64_t deadline)
 {
-    (void)tp;
+    (void)tp, (void)deadline;
     while (npending > 0) {
         struct orb_xfer *x = take(0);
         orb_xfer_done(x, ORB_ECLOSED, ORB_REMOTE_EFFECT_NONE);
     }
+    return 0;
 }
 static void fake_destroy(void *tp)
 {

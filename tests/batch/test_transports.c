@@ -41,6 +41,8 @@ struct script {
     pthread_t retire_thread;
     int retire_seq;
     int visible_at_attach;        /* a reg_attach found its range already resolvable */
+    int unquiesced_stops;         /* stop() answers ORB_EUNQUIESCED this many times */
+    atomic_int stops;
     struct orb_xfer *pending[MAX_PENDING];
     size_t npending;
 };
@@ -95,7 +97,19 @@ static void complete_all(struct script *s, int status)
         orb_xfer_done(x, started ? status : ORB_ETIMEDOUT, ORB_REMOTE_EFFECT_NONE);
     }
 }
-static void s_stop(void *tp) { complete_all(tp, ORB_ECLOSED); }
+/* Unquiesced while unquiesced_stops > 0 (each stop counts one down), keeping its work pending. */
+static int s_stop(void *tp, uint64_t deadline)
+{
+    (void)deadline;
+    struct script *s = tp;
+    atomic_fetch_add(&s->stops, 1);
+    if (s->unquiesced_stops > 0) {
+        s->unquiesced_stops--;
+        return orb_fail(ORB_EUNQUIESCED, "%s: a work request may still touch memory", s->name);
+    }
+    complete_all(tp, ORB_ECLOSED);
+    return 0;
+}
 static void s_destroy(void *tp)
 {
     struct script *s = tp;
@@ -258,6 +272,8 @@ static void reset_script(struct script *s)
     atomic_store(&s->retire_violations, 0);
     atomic_store(&s->destroyed, 0);
     s->visible_at_attach = 0;
+    s->unquiesced_stops = 0;
+    atomic_store(&s->stops, 0);
     s->npending = 0;
 }
 
@@ -694,6 +710,39 @@ static void test_retire_before_transport_destroy(void **state)
     assert_int_equal(atomic_load(&f->released), 1);
 }
 
+/* A transport that cannot prove its work ended makes close fail with ORB_EUNQUIESCED naming it:
+ * the engine stays unstopped, the work stays pending and the registration's bytes stay held; a
+ * later close asks again and, once the transport proves it, ends the work and stops. */
+static void test_close_keeps_what_a_transport_cannot_prove_ended(void **state)
+{
+    struct fx *f = *state;
+    open_all(f);
+    struct orb_request r = rq(f, ORB_TRANSPORT_RDMA, 0, 100);
+    orb_batch *b;
+    assert_int_equal(orb_batch_open(f->engine, f->seg, &b), 0);
+    assert_int_equal(orb_batch_submit(b, &r, 1), 0);
+    assert_int_equal(orb_batch_seal(b, NULL), 0);
+    rdma_script.unquiesced_stops = 1;
+    assert_int_equal(orb_engine_close(f->engine, 20000000ull), ORB_EUNQUIESCED);
+    assert_non_null(strstr(orb_last_error(), "scripted-rdma"));
+    assert_non_null(strstr(orb_last_error(), "quiescence"));
+    assert_int_equal(atomic_load(&tcp_script.stops), 1); /* every transport was asked */
+    assert_int_equal(rdma_script.npending, 1);
+    struct orb_batch_report rep;
+    assert_int_equal(orb_batch_poll(b, &rep), ORB_EAGAIN);
+    assert_int_equal(orb_unregister_memory(f->engine, f->id), 0);
+    assert_int_equal(atomic_load(&f->released), 0); /* the pending work still holds the bytes */
+    assert_int_equal(orb_engine_close(f->engine, 20000000ull), 0);
+    assert_int_equal(atomic_load(&rdma_script.stops), 2);
+    assert_int_equal(orb_batch_wait(b, 1000000000ull, &rep), ORB_ECLOSED);
+    assert_int_equal(orb_batch_free(b), 0);
+    orb_segment_close(f->seg);
+    f->seg = NULL;
+    orb_engine_free(f->engine);
+    f->engine = NULL;
+    assert_int_equal(atomic_load(&f->released), 1);
+}
+
 /* The public request has room to grow: bits and words this library does not know refuse the
  * request instead of being ignored; the layout is fixed. */
 static void test_request_room_to_grow(void **state)
@@ -730,6 +779,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_retire_failure_keeps_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration_attach_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retire_before_transport_destroy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_keeps_what_a_transport_cannot_prove_ended, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_room_to_grow, setup, teardown),
     };
     return cmocka_run_group_tests_name("transports", tests, NULL, NULL);

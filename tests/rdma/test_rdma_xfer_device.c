@@ -166,9 +166,14 @@ static int teardown(void **state)
     (void)state;
     orb_segment_close(seg);
     assert_int_equal(orb_unregister_memory(req, req_id), 0);
+    /* Every work request ended: both transports prove quiescence. */
+    if (orb_engine_close(req, TIMEOUT_NS) != 0)
+        fail_msg("closing the requester: %s", orb_last_error());
     orb_engine_free(req);
     assert_int_equal(orb_unregister_memory(src, src_id), 0);
     assert_int_equal(orb_unregister_memory(src, ro_id), 0);
+    if (orb_engine_close(src, TIMEOUT_NS) != 0)
+        fail_msg("closing the source: %s", orb_last_error());
     orb_engine_free(src);
     orb_host_memory_unref(src_mem);
     orb_host_memory_unref(ro_mem);

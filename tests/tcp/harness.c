@@ -145,7 +145,7 @@ void th_engine_free(orb_engine *e)
 {
     if (e == NULL)
         return;
-    orb_tcp_transport.stop(e->tp);
+    (void)orb_tcp_transport.stop(e->tp, 0);
     assert_int_equal(orb_tcp_transport.inflight(e->tp), 0);
     orb_tcp_transport.destroy(e->tp);
     orb_registry_free(e->registry);

@@ -896,7 +896,7 @@ static void test_stop_requester_completes_with_eclosed(void **state)
         xp[i] = &t[i].x;
     }
     assert_int_equal(T->peer_submit(peer, xp, 4), 0);
-    T->stop(req->tp);
+    assert_int_equal(T->stop(req->tp, orb_deadline_after(1000000000ull)), 0);
     for (int i = 0; i < 4; i++) {
         assert_int_equal(th_done_calls(&t[i]), 1); /* done before stop() returned */
         assert_int_equal(t[i].status, ORB_ECLOSED);
