@@ -109,9 +109,8 @@ static int engine_reg_attach(void *ctx, struct orb_reg *reg)
     return 0;
 }
 
-/* Stop and free every started transport, last slot first. */
-/* Stop every transport (each one, whatever the others answer). 0 when all proved quiescence,
- * else ORB_EUNQUIESCED naming the first that did not. */
+/* Stop every started transport, last slot first (each one, whatever the others answer). 0 when
+ * all proved quiescence, else ORB_EUNQUIESCED naming the first that did not. */
 static int stop_transports(orb_engine *engine, uint64_t deadline)
 {
     int rc = 0;
