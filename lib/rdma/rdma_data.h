@@ -54,6 +54,9 @@ struct orb_rdma_tp;
 /* Pre-dispatch admission drops a request whose DeadlineMlu reaches this (TENT suggests 1.2-1.5). */
 #define RDMA_ADMISSION_MLU 1.5
 #define RDMA_DRAIN_NS (2ull * 1000000000ull) /* stop: flushes of failed links */
+/* A source gives an answered grant the requester's io_timeout_s (its own) and this much more
+ * for its end: the requester gives up first and fails its queue pairs. */
+#define RDMA_GRANT_GRACE_NS (2ull * 1000000000ull)
 #define RDMA_GRANT_THREADS 4u     /* GRANT calls in flight at once (they overlap the data) */
 #define RDMA_MAX_LANES 16u        /* num_lanes is capped here */
 
@@ -298,6 +301,7 @@ struct rdma_grant {
     int bind_status;
     bool abandoned;                /* its GRANT call gave up: the lane frees it */
     bool published;
+    uint64_t expires_ns;           /* answered: its end must come by then (0: not answered yet) */
     struct rdma_wr_ctx bind_ctx[ORB_RDMA_MAX_RAILS];
     struct ibv_send_wr bind_wr[ORB_RDMA_MAX_RAILS];   /* built by the handler, posted by the lane */
     struct rdma_bind_wait bind_wait[ORB_RDMA_MAX_RAILS];
@@ -391,6 +395,10 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
 void rdma_req_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg);
 /* The lane's periodic look at ACK deadlines. */
 void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now);
+/* Source: fail and let go of each connection holding a grant whose end did not come by its
+ * expiry (the requester died, or lost the connection without a word): its windows, pins and
+ * staging go with it, and the requester's next grant request finds it gone and reconnects. */
+void rdma_src_scan(struct orb_rdma_tp *tp, uint64_t now);
 /* End every request still pending (stop). */
 void rdma_req_fail_all(struct orb_rdma_tp *tp, int status);
 /* A queued wait was posted on `l` (the lane, link lock held): the NIC's transmit bookkeeping. */

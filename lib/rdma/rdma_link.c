@@ -879,6 +879,7 @@ static void *lane_main(void *arg)
             uint64_t now = orb_now_ns();
             if (now >= next_scan) {
                 rdma_req_scan(tp, now);
+                rdma_src_scan(tp, now);
                 next_scan = now + SCAN_EVERY_NS;
             }
             /* Lane 0 frees links here, holding no completion; other lanes hold theirs through

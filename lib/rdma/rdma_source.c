@@ -200,6 +200,54 @@ void rdma_src_reap(struct orb_rdma_tp *tp, bool force)
     }
 }
 
+#define SCAN_CONNS_MAX 16u /* connections failed per scan; the next scan takes the rest */
+
+void rdma_src_scan(struct orb_rdma_tp *tp, uint64_t now)
+{
+    struct rdma_src_conn *held[SCAN_CONNS_MAX];
+    uint32_t n = 0, count = 0;
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_src_conn *c = tp->conns; c != NULL; c = c->next)
+        count++;
+    /* Up to SCAN_CONNS_MAX of them, starting where the last scan stopped. */
+    uint32_t skip = count > SCAN_CONNS_MAX ? tp->src_scan_turn % count : 0;
+    for (struct rdma_src_conn *c = tp->conns; n < SCAN_CONNS_MAX && n < count; c = c->next) {
+        if (c == NULL)
+            c = tp->conns; /* wrap */
+        if (skip > 0) {
+            skip--;
+            continue;
+        }
+        c->users++; /* not reaped while looked at */
+        held[n++] = c;
+    }
+    tp->src_scan_turn += n;
+    pthread_mutex_unlock(&tp->lock);
+    for (uint32_t i = 0; i < n; i++) {
+        struct rdma_src_conn *c = held[i];
+        uint64_t expired = 0, request = 0;
+        pthread_mutex_lock(&c->lock);
+        for (struct rdma_grant *g = c->grants; g != NULL && expired == 0; g = g->next)
+            if (g->expires_ns != 0 && now >= g->expires_ns) {
+                expired = g->id;
+                request = g->request;
+            }
+        pthread_mutex_unlock(&c->lock);
+        if (expired != 0) {
+            ORB_LOGW("rdma: grant %llu (request %llu) of a requester's connection %llx did not end within "
+                     "io_timeout_s and %llu s more: the connection is failed and let go",
+                     (unsigned long long)expired, (unsigned long long)request, (unsigned long long)c->incarnation,
+                     (unsigned long long)(RDMA_GRANT_GRACE_NS / ORB_NS_PER_SEC));
+            conn_fail(c, ORB_ETIMEDOUT, "a grant's end did not come in time");
+        }
+        pthread_mutex_lock(&tp->lock);
+        if (expired != 0)
+            conn_mark_closing(tp, c); /* reaped once its flushes are in: its grants go then */
+        c->users--;
+        pthread_mutex_unlock(&tp->lock);
+    }
+}
+
 void rdma_src_close_all(struct orb_rdma_tp *tp)
 {
     pthread_mutex_lock(&tp->lock);
@@ -483,6 +531,7 @@ static void grant_publish(struct rdma_src_conn *c, struct rdma_grant *g, struct 
         return;
     }
     out->status = 0;
+    g->expires_ns = orb_now_ns() + c->tp->io_timeout_ns + RDMA_GRANT_GRACE_NS;
     out->grant = g->id;
     out->generation = g->generation;
     memcpy(out->nonce, g->nonce, sizeof out->nonce);

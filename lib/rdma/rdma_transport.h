@@ -107,6 +107,7 @@ struct orb_rdma_tp {
     struct rdma_src_conn *conns;
     struct rdma_peer *reap_peers;               /* released, freed by the lane */
     struct rdma_src_conn *reap_conns;           /* closing, freed by the lane */
+    uint32_t src_scan_turn;                     /* where the grant-expiry scan goes on (tp->lock) */
     uint64_t drain_deadline;
     uint32_t endpoints;                         /* QPs, against max_endpoints */
     atomic_int stopping;

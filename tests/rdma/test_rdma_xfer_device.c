@@ -58,6 +58,7 @@ static uint8_t *sbytes, *rbytes;
 static const char *policy = "direct";
 static const char *progress = "polling";
 static const char *signal_interval = "1";
+static uint32_t io_timeout_s; /* engines made while it is set get this io_timeout_s (0: default) */
 
 static bool stages(int source)
 {
@@ -81,6 +82,8 @@ static orb_engine *engine_with(const char *whitelist, int source, const char *ma
     orb_engine_config_init(&cfg);
     cfg.helper_mode = ORB_HELPER_OFF;
     cfg.enable_source = source;
+    if (io_timeout_s != 0)
+        cfg.io_timeout_s = io_timeout_s;
     struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
                                   .rdma = rdma};
     orb_engine *e = NULL;
@@ -618,6 +621,92 @@ static void test_a_lost_connection_is_rebuilt(void **state)
     fill(sbytes, BIG, 1);
 }
 
+struct one_read {
+    orb_engine *e;
+    orb_segment *seg;
+    struct orb_request r;
+    int rc;
+};
+
+static void *run_one_read(void *arg)
+{
+    struct one_read *t = arg;
+    struct orb_batch_report rep;
+    t->rc = orb_submit_and_wait(t->e, t->seg, &t->r, 1, NULL, TIMEOUT_NS, &rep);
+    return NULL;
+}
+
+static struct orb_rdma_stats stats_of(orb_engine *e)
+{
+    struct orb_rdma_stats st;
+    assert_int_equal(orb_engine_rdma_stats(e, &st), 0);
+    return st;
+}
+
+/* A requester that loses its queue pairs while the source holds a grant for it, and says
+ * nothing more (as a killed process would): the source fails and lets go of that connection
+ * once the grant outlived io_timeout_s and the grace (2 s each here), so that its window, pin
+ * and receives come back; the requester's next request connects again and moves its bytes. */
+static void test_a_silent_requester_loses_its_grants(void **state)
+{
+    (void)state;
+    enum { LEN = 48u << 20 };
+    io_timeout_s = 2;
+    orb_engine *s2 = engine(SOURCE_NICS, 1), *r2 = engine(REQUESTER_NICS, 0);
+    io_timeout_s = 0;
+    orb_reg_id sid, rid;
+    assert_int_equal(orb_register_host_memory(s2, src_mem, 0, BIG, ORB_PERM_REMOTE_WRITE, &sid), 0);
+    assert_int_equal(orb_register_host_memory(r2, req_mem, 0, BIG, ORB_PERM_LOCAL, &rid), 0);
+    char ep[ORB_ENDPOINT_MAX];
+    struct orb_epoch ee;
+    assert_int_equal(orb_engine_endpoint(s2, ep, sizeof ep), 0);
+    assert_int_equal(orb_engine_source_epoch(s2, &ee), 0);
+    orb_segment *s;
+    assert_int_equal(orb_open_segment(r2, ep, &ee, TIMEOUT_NS, &s), 0);
+    struct one_read t = {.e = r2, .seg = s,
+                         .r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ, .length = LEN,
+                               .local_addr = (uint64_t)(uintptr_t)rbytes,
+                               .remote_addr = (uint64_t)(uintptr_t)sbytes}};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_one_read, &t), 0);
+    uint64_t give_up = orb_now_ns() + 20ull * 1000000000ull;
+    while (stats_of(s2).grants_active == 0 && orb_now_ns() < give_up) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(stats_of(s2).grants_active, 1);
+    fail_links(r2, RDMA_ROLE_REQUESTER); /* the requester goes quiet: no end, no DISCONNECT */
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_not_equal(t.rc, 0);
+    uint64_t failed_at = orb_now_ns();
+    while (stats_of(s2).grants_active != 0 && orb_now_ns() < failed_at + 15ull * 1000000000ull) {
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    double took = (double)(orb_now_ns() - failed_at) / 1e9;
+    print_message("the source let the silent requester's grant go %.1f s after the requester failed\n", took);
+    struct orb_rdma_stats st = stats_of(s2);
+    assert_int_equal(st.grants_active, 0);
+    assert_int_equal(st.source_connections, 0);
+    assert_true(took < 2.0 + 2.0 + 2.0); /* io_timeout_s, the grace, the scan and slack */
+    /* The requester's next request finds its connection gone and makes a new one. */
+    memset(rbytes, 0, 1u << 20);
+    struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ, .length = 1u << 20,
+                            .local_addr = (uint64_t)(uintptr_t)rbytes,
+                            .remote_addr = (uint64_t)(uintptr_t)sbytes + 4096};
+    struct orb_batch_report rep;
+    if (orb_submit_and_wait(r2, s, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+        fail_msg("after the source let go: %s", orb_last_error());
+    assert_memory_equal(rbytes, sbytes + 4096, 1u << 20);
+    orb_segment_close(s);
+    assert_int_equal(orb_unregister_memory(r2, rid), 0);
+    assert_int_equal(orb_engine_close(r2, TIMEOUT_NS), 0);
+    orb_engine_free(r2);
+    assert_int_equal(orb_unregister_memory(s2, sid), 0);
+    assert_int_equal(orb_engine_close(s2, TIMEOUT_NS), 0);
+    orb_engine_free(s2);
+}
+
 static void test_unspec_takes_rdma(void **state)
 {
     (void)state;
@@ -1087,6 +1176,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_deadline_arbitration_orders_work),
         cmocka_unit_test(test_admission_drops_what_cannot_end_in_time),
         cmocka_unit_test(test_a_lost_connection_is_rebuilt),
+        cmocka_unit_test(test_a_silent_requester_loses_its_grants),
         cmocka_unit_test(test_staging_waits_for_room),
         cmocka_unit_test(test_staging_budget),
         cmocka_unit_test(test_notification_follows_the_data),
