@@ -299,20 +299,23 @@ static int src_connect(struct orb_rdma_tp *tp, const struct orb_epoch *sender, c
             lanes = k / rails;
             break;
         }
-        if (rc == 0)
-            rc = rdma_link_connect(c->links[k], &in.qps[k].qp);
-        c->nqps = k + 1;
         if (rc != 0)
             goto free_conn;
+        c->nqps = k + 1;
         out.qps[k].nic = (uint8_t)x->nic;
         out.qps[k].qp = c->links[k]->qp->local;
     }
-    for (uint32_t k = rails * lanes; k < c->nqps; k++) { /* a lane cut short by the budget */
+    /* A lane cut short by the budget goes before anything is connected: a connected queue pair
+     * would flush its receives, and a flushed receive fails the connection it belongs to. */
+    for (uint32_t k = rails * lanes; k < c->nqps; k++) {
         rdma_link_fail(c->links[k], ORB_ECLOSED);
         rdma_link_free(c->links[k]);
         c->links[k] = NULL;
     }
     c->nqps = rails * lanes;
+    for (uint32_t k = 0; k < c->nqps; k++)
+        if ((rc = rdma_link_connect(c->links[k], &in.qps[k].qp)) != 0)
+            goto free_conn;
     out.nqps = c->nqps;
     out.lanes = lanes;
     if ((rc = orb_rdma_connect_encode(ORB_RDMA_CONNECT_OK, &out, resp, cap, resp_len)) != 0)
