@@ -5,9 +5,10 @@
  * range it did not register, a WRITE into a read-only registration, a READ past its end); many
  * requests in one batch; segments opened at once to one source share one connection (one each
  * when the requester stages), as wide as the lanes, every queue pair carrying work; a priority
- * matrix steers slices by the memory's location; a High request
- * overtakes queued Low ones; deadline arbitration puts a near deadline first; and the same with
- * the source engine in another process.
+ * matrix steers slices by the memory's location; a High request overtakes queued Low ones;
+ * deadline arbitration puts a near deadline first; a lost connection is rebuilt; a source lets
+ * go of a silent requester's grants after io_timeout_s and the grace; both engines close
+ * quiescent; and the same with the source engine in another process.
  *
  * `--progress M` runs both engines' lanes in progress mode M (polling, the default, or
  * event_driven); `--signal-interval N` has the requester signal every Nth work request (and the
