@@ -207,6 +207,8 @@ static int not_here(const char *why)
 
 static void query_caps(struct orb_rdma_tp *tp)
 {
+    /* The real /sys only where the devices are real (a scripted environment has none). */
+    int sysfs = tp->env.open_ops == NULL ? open("/sys", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     for (uint32_t i = 0; i < tp->dev.nslots; i++) {
         const struct orb_rdma_nic *n = &tp->dev.nics[i];
         if (n->pd == NULL)
@@ -228,12 +230,12 @@ static void query_caps(struct orb_rdma_tp *tp)
         c->max_qp_init_rd_atom = a.max_qp_init_rd_atom > 0 ? (uint32_t)a.max_qp_init_rd_atom : 0;
         if (!c->mw_type_2b)
             ORB_LOGW("rdma: %s: no type-2B memory windows: it cannot carry grants", n->name);
-        char provider[96];
-        c->one_lane = tp->env.open_ops == NULL && sysfs_describe_provider(NULL, n->name, provider, sizeof provider) == 0 &&
-                      strncmp(provider, "rxe ", 4) == 0;
+        c->one_lane = sysfs >= 0 && orb_topo_nic_is_rxe(sysfs, n->name);
         if (c->one_lane)
             ORB_LOGI("rdma: %s: soft-RoCE: its queue pairs share one lane", n->name);
     }
+    if (sysfs >= 0)
+        (void)close(sysfs);
 }
 
 static void log_opened(const struct orb_rdma_tp *tp)

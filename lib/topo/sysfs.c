@@ -933,16 +933,38 @@ int orb_topo_load_sysfs(int sysfs_dirfd, struct orb_topo_inventory *out)
     return rc;
 }
 
+/* Whether `nic` (a valid name) has no parent device but rdma_rxe's `parent` attribute (the netdev
+ * it runs over, into parent[ORB_TOPO_NAME_MAX]); siw has neither. *driver_rc: how reading its
+ * device/driver link went (ATTR_OK: it has a driver, whose link is in link[link_len]). */
+static bool rxe_parent(int sysfs_dirfd, const char *nic, char *link, size_t link_len, int *driver_rc,
+                       char parent[ORB_TOPO_NAME_MAX])
+{
+    char path[ORB_TOPO_NAME_MAX + 64];
+    int rc = ATTR_ABSENT;
+    if (format_path(path, sizeof path, "class/infiniband/%s/device/driver", nic))
+        rc = read_link(sysfs_dirfd, path, link, link_len);
+    *driver_rc = rc;
+    return rc == ATTR_ABSENT && format_path(path, sizeof path, "class/infiniband/%s/parent", nic) &&
+           read_attr(sysfs_dirfd, path, parent, ORB_TOPO_NAME_MAX) == ATTR_OK && orb_topo_name_valid(parent);
+}
+
+bool orb_topo_nic_is_rxe(int sysfs_dirfd, const char *nic)
+{
+    char link[256], parent[ORB_TOPO_NAME_MAX];
+    int driver_rc;
+    return nic != NULL && orb_topo_name_valid(nic) &&
+           rxe_parent(sysfs_dirfd, nic, link, sizeof link, &driver_rc, parent);
+}
+
 int orb_topo_nic_provider(int sysfs_dirfd, const char *nic, char *buf, size_t len)
 {
     if (nic == NULL || buf == NULL || len == 0)
         return orb_fail(ORB_EINVAL, "topology: NULL NIC name or buffer");
     if (!orb_topo_name_valid(nic))
         return orb_fail(ORB_EINVAL, "topology: invalid NIC name");
-    char path[ORB_TOPO_NAME_MAX + 64], link[256], parent[ORB_TOPO_NAME_MAX];
-    int rc = ATTR_ABSENT;
-    if (format_path(path, sizeof path, "class/infiniband/%s/device/driver", nic))
-        rc = read_link(sysfs_dirfd, path, link, sizeof link);
+    char link[256], parent[ORB_TOPO_NAME_MAX];
+    int rc;
+    bool rxe = rxe_parent(sysfs_dirfd, nic, link, sizeof link, &rc, parent);
     if (rc == ATTR_OK) {
         const char *base = strrchr(link, '/');
         base = base != NULL ? base + 1 : link;
@@ -950,10 +972,7 @@ int orb_topo_nic_provider(int sysfs_dirfd, const char *nic, char *buf, size_t le
             return 0;
         return orb_fail(ORB_ENOENT, "topology: %s: its driver's name is not valid or too long", nic);
     }
-    /* No parent device: a software device. rdma_rxe gives its devices a `parent` attribute (the
-     * netdev it runs over); siw does not. */
-    if (rc == ATTR_ABSENT && format_path(path, sizeof path, "class/infiniband/%s/parent", nic) &&
-        read_attr(sysfs_dirfd, path, parent, sizeof parent) == ATTR_OK && orb_topo_name_valid(parent)) {
+    if (rxe) {
         if ((size_t)snprintf(buf, len, "rxe (soft-RoCE over %s)", parent) < len)
             return 0;
         return orb_fail(ORB_ENOENT, "topology: %s: the buffer is too small for its provider", nic);

@@ -54,6 +54,10 @@ bool orb_topo_name_valid(const char *name);
  * ORB_ENOENT (sysfs names neither, or the text does not fit). Reads only. */
 int orb_topo_nic_provider(int sysfs_dirfd, const char *nic, char *buf, size_t len);
 
+/* Whether NIC `nic` is a soft-RoCE (rdma_rxe) device, by the same sysfs facts
+ * orb_topo_nic_provider() names it by. false also for an invalid name or unreadable sysfs. */
+bool orb_topo_nic_is_rxe(int sysfs_dirfd, const char *nic);
+
 /* The CPUs of NUMA node `node` (devices/system/node/node<N>/cpulist) into *out, written only on
  * success. Errors: ORB_EINVAL (NULL, negative node), ORB_ENOENT (no such file, or unreadable),
  * ORB_ECONFIG (not a cpulist). */

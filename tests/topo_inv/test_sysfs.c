@@ -680,6 +680,8 @@ static void test_nic_provider_names_the_driver(void **state)
     put(&t, "devices/virtual/infiniband/rxe0/parent", "eth7\n");
     assert_int_equal(orb_topo_nic_provider(t.fd, "rxe0", buf, sizeof buf), 0);
     assert_string_equal(buf, "rxe (soft-RoCE over eth7)");
+    assert_true(orb_topo_nic_is_rxe(t.fd, "rxe0"));
+    assert_false(orb_topo_nic_is_rxe(t.fd, "mlx5_0"));
 
     /* A software device without rxe's attribute, an odd parent name, a missing NIC. */
     put_link(&t, "class/infiniband/siw0", "../../devices/virtual/infiniband/siw0");
@@ -688,6 +690,11 @@ static void test_nic_provider_names_the_driver(void **state)
     put_link(&t, "class/infiniband/rxe1", "../../devices/virtual/infiniband/rxe1");
     put(&t, "devices/virtual/infiniband/rxe1/parent", "../etc\n");
     assert_int_equal(orb_topo_nic_provider(t.fd, "rxe1", buf, sizeof buf), ORB_ENOENT);
+    assert_false(orb_topo_nic_is_rxe(t.fd, "siw0"));
+    assert_false(orb_topo_nic_is_rxe(t.fd, "rxe1"));
+    assert_false(orb_topo_nic_is_rxe(t.fd, "nope0"));
+    assert_false(orb_topo_nic_is_rxe(t.fd, "../x"));
+    assert_false(orb_topo_nic_is_rxe(t.fd, NULL));
     assert_int_equal(orb_topo_nic_provider(t.fd, "nope0", buf, sizeof buf), ORB_ENOENT);
     assert_int_equal(orb_topo_nic_provider(t.fd, "../x", buf, sizeof buf), ORB_EINVAL);
     assert_int_equal(orb_topo_nic_provider(t.fd, NULL, buf, sizeof buf), ORB_EINVAL);
