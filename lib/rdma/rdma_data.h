@@ -364,6 +364,8 @@ void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out);
 void rdma_link_fail(struct rdma_link *l, int status);
 /* Unhook from the lane and destroy (the QP must hold no bound window). */
 void rdma_link_free(struct rdma_link *l);
+/* Fail and free links[from..to), skipping empty places; each place is NULL afterwards. */
+void rdma_links_drop(struct rdma_link **links, uint32_t from, uint32_t to);
 
 /* ---- rdma_staging.c --------------------------------------------------------------------------- */
 

@@ -616,6 +616,17 @@ void rdma_link_free(struct rdma_link *l)
     free(l);
 }
 
+void rdma_links_drop(struct rdma_link **links, uint32_t from, uint32_t to)
+{
+    for (uint32_t k = from; k < to; k++) {
+        if (links[k] == NULL)
+            continue;
+        rdma_link_fail(links[k], ORB_ECLOSED);
+        rdma_link_free(links[k]);
+        links[k] = NULL;
+    }
+}
+
 /* ---- the lane --------------------------------------------------------------------------------- */
 
 /* The link whose QP has number `qpn` on context `c`, or NULL; it is not freed until

@@ -42,25 +42,10 @@ static void peer_free_now(struct rdma_peer *p)
         }
     }
     pthread_mutex_unlock(&tp->lock);
-    for (uint32_t q = 0; q < p->nrails * p->width; q++) {
-        if (p->links[q] == NULL)
-            continue;
-        rdma_link_fail(p->links[q], ORB_ECLOSED);
-        rdma_link_free(p->links[q]);
-    }
+    rdma_links_drop(p->links, 0, p->nrails * p->width);
     pthread_mutex_destroy(&p->reconnect_lock);
     pthread_mutex_destroy(&p->lock);
     free(p);
-}
-
-/* Free links[from..to) of a connection being made. */
-static void drop_links(struct rdma_link *links[ORB_RDMA_MAX_RAILS], uint32_t from, uint32_t to)
-{
-    for (uint32_t k = from; k < to; k++) {
-        rdma_link_fail(links[k], ORB_ECLOSED);
-        rdma_link_free(links[k]);
-        links[k] = NULL;
-    }
 }
 
 /* A connection for `p` under a fresh incarnation, through CONNECT/CONNECT_OK on `ctl`: `width`
@@ -96,7 +81,7 @@ static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, const stru
         c.qps[q].nic = (uint8_t)x->nic;
         c.qps[q].qp = links[q]->qp->local;
     }
-    drop_links(links, rails * width, made); /* a lane cut short */
+    rdma_links_drop(links, rails * width, made); /* a lane cut short */
     made = rails * width;
     c.nqps = made;
     c.lanes = width;
@@ -116,7 +101,7 @@ static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, const stru
         goto free_links;
     }
     /* The source may hold fewer lanes (its own lane count or budget): the rest go. */
-    drop_links(links, ok.nqps, made);
+    rdma_links_drop(links, ok.nqps, made);
     made = ok.nqps;
     width = ok.lanes;
     for (uint32_t q = 0; q < made; q++)
@@ -130,7 +115,7 @@ free_links:
     {
         char why[256];
         snprintf(why, sizeof why, "%s", orb_last_error());
-        drop_links(links, 0, made);
+        rdma_links_drop(links, 0, made);
         (void)orb_fail(rc, "%s", why);
     }
     return rc;
@@ -944,14 +929,8 @@ static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct o
         p->reconnect_backoff_ns = 0;
     }
     pthread_mutex_unlock(&p->lock);
-    struct rdma_link **gone = busy ? fresh : old;
     send_disconnect(p, ctl, busy ? incarnation : seen);
-    for (uint32_t q = 0; q < ORB_RDMA_MAX_RAILS; q++) {
-        if (gone[q] == NULL)
-            continue;
-        rdma_link_fail(gone[q], ORB_ECLOSED);
-        rdma_link_free(gone[q]);
-    }
+    rdma_links_drop(busy ? fresh : old, 0, ORB_RDMA_MAX_RAILS);
     if (busy) {
         rc = orb_fail(ORB_EPEER, "rdma: %s lost the connection; it is rebuilt once the requests granted on it end",
                       p->endpoint);

@@ -47,13 +47,7 @@ static void conn_put(struct orb_rdma_tp *tp, struct rdma_src_conn *c)
 
 static void conn_free_links(struct rdma_src_conn *c)
 {
-    for (uint32_t k = 0; k < c->nqps; k++) {
-        if (c->links[k] == NULL)
-            continue;
-        rdma_link_fail(c->links[k], ORB_ECLOSED);
-        rdma_link_free(c->links[k]);
-        c->links[k] = NULL;
-    }
+    rdma_links_drop(c->links, 0, c->nqps);
 }
 
 /* Undo a grant's windows and pin. Windows whose binding may still be in force are discarded
@@ -307,11 +301,7 @@ static int src_connect(struct orb_rdma_tp *tp, const struct orb_epoch *sender, c
     }
     /* A lane cut short by the budget goes before anything is connected: a connected queue pair
      * would flush its receives, and a flushed receive fails the connection it belongs to. */
-    for (uint32_t k = rails * lanes; k < c->nqps; k++) {
-        rdma_link_fail(c->links[k], ORB_ECLOSED);
-        rdma_link_free(c->links[k]);
-        c->links[k] = NULL;
-    }
+    rdma_links_drop(c->links, rails * lanes, c->nqps);
     c->nqps = rails * lanes;
     for (uint32_t k = 0; k < c->nqps; k++)
         if ((rc = rdma_link_connect(c->links[k], &in.qps[k].qp)) != 0)
