@@ -115,6 +115,9 @@ static int stop_transports(orb_engine *engine, uint64_t deadline)
 {
     int rc = 0;
     char why[320] = "";
+    for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++)
+        if (engine->tp[i].ops != NULL && engine->tp[i].ops->abandon_calls != NULL)
+            engine->tp[i].ops->abandon_calls(engine->tp[i].state);
     for (unsigned i = ORB_TRANSPORT_SLOTS; i-- > 0;) {
         if (engine->tp[i].ops == NULL)
             continue;

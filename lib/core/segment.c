@@ -68,6 +68,7 @@ ORB_EXPORT int orb_open_segment(orb_engine *engine, const char *endpoint,
     segment->peer_status[ORB_TRANSPORT_TCP] = 0;
     segment->control.peer = segment->peer[ORB_TRANSPORT_TCP];
     segment->control.call = tcp->ops->peer_control;
+    segment->control.lost = tcp->ops->peer_lost;
     for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++) {
         const struct orb_tp_slot *t = &engine->tp[i];
         if (i == ORB_TRANSPORT_TCP || t->ops == NULL)

@@ -164,6 +164,9 @@ struct orb_control_path {
      * ORB_EINVAL, ORB_ENOMEM. Thread-safe; calls from several threads queue on the connection. */
     int (*call)(void *peer, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp, size_t cap,
                 size_t *resp_len, uint64_t deadline);
+    /* 0 while the connection lives; once it died, why (ORB_EPEER: lost, so the source may have
+     * been restarted; ORB_EPROTO, ...). Never blocks. */
+    int (*lost)(void *peer);
 };
 
 /* start()'s answer for a transport that is not on this host (positive: not an error). */
@@ -193,6 +196,10 @@ struct orb_transport_ops {
      * loans stay held; the caller may call stop again, which keeps waiting until its new
      * deadline. Once it returned 0, further calls return 0. */
     int (*stop)(void *tp, uint64_t deadline);
+    /* Before any transport stops: calls waiting on this transport's connections (control
+     * messages, descriptions) end now with ORB_ECLOSED instead of waiting out their deadlines,
+     * so that another transport's stop is not held up by one of them. NULL: none to cut. */
+    void (*abandon_calls)(void *tp);
     /* Free after stop(), once every registration's state was retired. */
     void (*destroy)(void *tp);
     /* Outstanding work touching memory (source ops in progress + requester xfers accepted). */
@@ -217,6 +224,8 @@ struct orb_transport_ops {
     /* The control transport (TCP) only, NULL for others: orb_control_path.call on `peer`. */
     int (*peer_control)(void *peer, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp,
                         size_t cap, size_t *resp_len, uint64_t deadline);
+    /* The control transport only, NULL for others: orb_control_path.lost on `peer`. */
+    int (*peer_lost)(void *peer);
     /* At the source: answer a control message that the engine `sender`'s same transport sent
      * (through orb_engine_control()). Writes at most `cap` (>= ORB_CONTROL_MAX) bytes. Runs on a
      * TCP source worker: it must finish promptly (no waiting on a peer). NULL: no control

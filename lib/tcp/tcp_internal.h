@@ -92,6 +92,7 @@ struct tcp_transport {
     int listen_more;                  /* the accept loop stopped at its batch, not at EAGAIN */
 
     atomic_int stopping;
+    atomic_int calls_abandoned;    /* the engine stops: calls stop waiting (tcp_abandon_calls) */
     pthread_mutex_t stop_lock;        /* serialises stop() */
     int stopped;                      /* stop_lock */
 
@@ -147,6 +148,8 @@ void tcp_req_conn_kill(struct tcp_req_conn *c, int status);
 
 int tcp_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected,
                   uint64_t deadline, const struct orb_control_path *ctl, void **peer_out);
+int tcp_peer_lost(void *peer);
+void tcp_abandon_calls(void *tp);
 int tcp_peer_control(void *peer, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp,
                      size_t cap, size_t *resp_len, uint64_t deadline);
 int tcp_peer_describe(void *peer, uint64_t deadline, struct orb_region_desc **regions_out,

@@ -18,6 +18,7 @@
  * sendmsg(), the worker leaves the work where it is and the submitter pokes it (tcp_worker_poke)
  * as soon as it has accounted for its bytes or let go of the socket. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1134,6 +1135,8 @@ int tcp_peer_submit(void *peer_, struct orb_xfer *const *xfers, size_t n)
  * connection and wait for its end until `deadline`. 0 when it ended (op->status says how), or a
  * negative status (not queued, or the deadline passed). Drops the caller's reference only on the
  * error paths that never queued it. */
+#define CALL_SLICE_NS (50ull * 1000000ull) /* a waiting call looks at tcp_abandon_calls this often */
+
 static int call_run(struct tcp_peer *p, struct tcp_call_op *op, uint64_t deadline, const char *what)
 {
     if (atomic_load(&p->tp->stopping))
@@ -1148,20 +1151,32 @@ static int call_run(struct tcp_peer *p, struct tcp_call_op *op, uint64_t deadlin
         return rc;
     }
     pthread_mutex_lock(&op->lock);
+    bool abandoned = false;
     while (!op->done) {
-        if (deadline == ORB_DEADLINE_NONE) {
-            pthread_cond_wait(&op->cond, &op->lock);
-            continue;
-        }
-        struct timespec ts = orb_deadline_timespec(deadline);
-        if (pthread_cond_timedwait(&op->cond, &op->lock, &ts) == ETIMEDOUT && !op->done)
+        /* In slices, so that an engine that stops (tcp_abandon_calls) is seen within one. */
+        uint64_t slice = orb_deadline_after(CALL_SLICE_NS);
+        struct timespec ts = orb_deadline_timespec(slice < deadline ? slice : deadline);
+        int w = pthread_cond_timedwait(&op->cond, &op->lock, &ts);
+        if (op->done)
+            break;
+        if ((abandoned = atomic_load(&p->tp->calls_abandoned) != 0))
+            break;
+        if (w == ETIMEDOUT && orb_now_ns() >= deadline)
             break;
     }
     int done = op->done;
     pthread_mutex_unlock(&op->lock);
+    if (!done && abandoned)
+        return orb_fail(ORB_ECLOSED, "%s of %s: abandoned, the engine stops", what, p->endpoint);
     if (!done)
         return orb_fail(ORB_ETIMEDOUT, "%s of %s: deadline passed", what, p->endpoint);
     return 0;
+}
+
+void tcp_abandon_calls(void *tp_)
+{
+    struct tcp_transport *tp = tp_;
+    atomic_store(&tp->calls_abandoned, 1);
 }
 
 static struct tcp_call_op *call_new(uint8_t op_code)
@@ -1211,6 +1226,12 @@ int tcp_peer_describe(void *peer_, uint64_t deadline, struct orb_region_desc **r
     *regions_out = regions;
     *count_out = count;
     return 0;
+}
+
+int tcp_peer_lost(void *peer_)
+{
+    const struct tcp_peer *p = peer_;
+    return atomic_load(&p->dead);
 }
 
 int tcp_peer_control(void *peer_, uint8_t transport, const uint8_t *req, size_t len, uint8_t *resp,

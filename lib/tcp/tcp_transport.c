@@ -407,6 +407,7 @@ static int tcp_start(orb_engine *engine, void **tp_out)
     atomic_init(&tp->source_conns, 0);
     atomic_init(&tp->authed_conns, 0);
     atomic_init(&tp->stopping, 0);
+    atomic_init(&tp->calls_abandoned, 0);
     atomic_init(&tp->inflight_xfers, 0);
     atomic_init(&tp->source_pins, 0);
     pthread_mutex_init(&tp->stop_lock, NULL);
@@ -521,11 +522,13 @@ const struct orb_transport_ops orb_tcp_transport = {
     .endpoint = tcp_endpoint,
     .close_source = tcp_close_source,
     .stop = tcp_stop,
+    .abandon_calls = tcp_abandon_calls,
     .destroy = tcp_destroy,
     .inflight = tcp_inflight,
     .peer_open = tcp_peer_open,
     .peer_describe = tcp_peer_describe,
     .peer_control = tcp_peer_control,
+    .peer_lost = tcp_peer_lost,
     .peer_plan = tcp_peer_plan,
     .peer_submit = tcp_peer_submit,
     .peer_release = tcp_peer_release,
