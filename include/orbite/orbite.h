@@ -340,6 +340,16 @@ struct orb_rdma_stats {
     uint64_t reconnects;           /* requester connections rebuilt after the source lost them */
     uint64_t connections;          /* gauge: requester connections (the segments to a process share one) */
     uint64_t source_connections;   /* gauge: source side, requester connections served */
+    /* Rail health, per (peer process, local rail, remote rail) pair: */
+    uint64_t rail_errors;          /* failed attempts charged to a pair (the path failed, not the peer's authority) */
+    uint64_t rail_open_pairs;      /* gauge: pairs paused by errors (cooling down or in their trial) */
+    uint64_t rail_probes;          /* half-open trials posted on paused pairs */
+    uint64_t rail_recoveries;      /* trials that brought their pair back */
+    /* The monitor (a scan every second, with or without traffic): */
+    uint64_t monitor_ticks;        /* scans */
+    uint64_t route_queries;        /* port states queried */
+    uint64_t route_recoveries;     /* rails whose port came back, their route open again */
+    uint64_t routes_down;          /* gauge: rails whose port is not active now */
     uint64_t reserved[1];          /* 0 */
 };
 
@@ -360,7 +370,8 @@ struct orb_rdma_nic_load {
     uint32_t rail;                 /* the rail this NIC carries (0-based) */
     char name[64];                 /* the device's name, NUL-terminated */
     uint32_t port;                 /* the port its queue pairs use */
-    uint32_t healthy;              /* 1: slices may be placed on it */
+    uint32_t healthy;              /* 1: slices may be placed on it (its port is active; pairs
+                                    * paused by errors are left out per peer) */
     uint64_t link_mbps;            /* the port's rate as the device reports it; 0: unknown */
     uint64_t effective_mbps;       /* the rate the estimates start from */
     double selection_bps;          /* the estimate slices are scored with */
@@ -369,7 +380,11 @@ struct orb_rdma_nic_load {
     uint64_t posted_bytes;         /* now: payload posted to the NIC and not completed */
     uint64_t completed_bytes;      /* payload completed successfully */
     uint64_t allocated_bytes;      /* bytes the selector placed on it */
-    uint64_t reserved[4];          /* 0 */
+    uint64_t rail_errors;          /* failed attempts charged to its pairs with peers */
+    uint64_t rail_probes;          /* half-open trials posted on it */
+    uint64_t rail_open_pairs;      /* now: its pairs paused by errors */
+    uint32_t port_active;          /* now: 1 while the monitor finds its port active */
+    uint32_t reserved32;           /* 0 */
 };
 
 /**

@@ -83,7 +83,8 @@ static const struct key_row rows[] = {
     ROW(max_cached_mrs, KEY_U32, 1, 1u << 20),
     ROW(max_cached_mr_bytes, KEY_U64, 4096, 1ull << 50),
     ROW(max_window_key_indices, KEY_U32, 16, 1u << 24),
-    ROW(rail_error_threshold, KEY_U32, 1, 1000000),
+    ROW(rail_error_threshold, KEY_U32, 1, 8), /* the rail table keeps that many failure times */
+    ROW(max_rail_pairs, KEY_U32, 1, 1u << 20),
     DURATION("rail_error_window", rail_error_window_ns, 1 * MS, 86400 * SEC),
     DURATION("rail_cooldown", rail_cooldown_ns, 1 * MS, 86400 * SEC),
     DURATION("rail_probe_interval", rail_probe_interval_ns, 0, 86400 * SEC),
@@ -120,6 +121,7 @@ static void set_defaults(struct orb_rdma_config *c)
     c->rail_error_window_ns = 10 * SEC;
     c->rail_cooldown_ns = 30 * SEC;
     c->rail_probe_interval_ns = 1 * SEC;
+    c->max_rail_pairs = 4096;
 }
 
 static const struct key_row *find_row(const char *key)

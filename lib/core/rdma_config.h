@@ -67,6 +67,7 @@ struct orb_rdma_config {
     uint64_t rail_error_window_ns;
     uint64_t rail_cooldown_ns;
     uint64_t rail_probe_interval_ns;
+    uint32_t max_rail_pairs;
 };
 
 /* A deep copy of `src` (strings included). Errors: ORB_EINVAL, ORB_ENOMEM. */

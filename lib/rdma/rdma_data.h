@@ -42,6 +42,7 @@
 #include "rdma/window.h"
 #include "topo/lane_cpus.h"
 #include "topo/qos.h"
+#include "topo/rail.h"
 #include "topo/selector.h"
 #include "topo/slots.h"
 #include "topo/slicing.h"
@@ -154,6 +155,9 @@ struct rdma_link {
     pthread_mutex_t lock;          /* the QP's posts, its tracker, the wait queue, the slots */
     struct orb_rdma_qp *qp;
     int failed;                    /* 0, or why it is dead */
+    atomic_bool down;              /* failed != 0, readable without the lock */
+    atomic_bool fault;             /* it failed because the path did (retries ran out, no ACK,
+                                    * its port went down), which rail health counts */
     uint8_t *buf;                  /* RDMA_RQ_DEPTH receive slots, then sq_depth send slots */
     struct ibv_mr *buf_mr;
     uint32_t send_next;
@@ -211,6 +215,15 @@ struct rdma_peer {
     pthread_mutex_t reconnect_lock;
     uint64_t reconnect_after_ns, reconnect_backoff_ns;
     char reconnect_why[192];
+    /* Healing (rdma_requester.c, heal): a rail whose queue pairs died is rebuilt with the whole
+     * connection once the connection is fenced (no new GRANT_REQ) and drained (no request
+     * granted or being granted on it). Under `lock`; fence_cond says the fence lifted or a
+     * request left. */
+    bool fenced;
+    uint32_t granting;             /* grant threads between their GRANT_REQ and start() */
+    pthread_cond_t fence_cond;
+    uint64_t heal_after_ns;        /* no rebuild for a rail other rails stand in for before then */
+    uint32_t suspect;              /* rails with failures on record in the health table */
 };
 
 /* What the core holds for one segment: the connection it uses and its own control path, which
@@ -245,6 +258,12 @@ struct rdma_req {
     uint8_t lease_slot[ORB_SLICE_MAX];
     uint64_t first_post_ns[ORB_RDMA_MAX_RAILS]; /* the lane's first post of a payload WR per rail */
     uint32_t rail_mask;
+    uint32_t rail_failed;          /* rails where the path failed it (rail health counts them) */
+    /* A half-open trial of a paused rail (lib/topo/rail.h) rides on this request, alone on that
+     * rail: trial_token 0: none. */
+    uint64_t trial_token;
+    uint32_t trial_rail;
+    bool trial_posted;
     struct orb_rdma_grant grant;
     uint32_t key_of_rail[ORB_RDMA_MAX_RAILS];
     /* Under peer->lock once granted: */
@@ -362,6 +381,8 @@ void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w);
 void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out);
 /* Move the QP to the error state (every outstanding WR flushes) and remember `status`. */
 void rdma_link_fail(struct rdma_link *l, int status);
+/* The same, for a failure of the path rather than of the peer (rail health counts it). */
+void rdma_link_fault(struct rdma_link *l, int status);
 /* Unhook from the lane and destroy (the QP must hold no bound window). */
 void rdma_link_free(struct rdma_link *l);
 /* Fail and free links[from..to), skipping empty places; each place is NULL afterwards. */

@@ -25,6 +25,7 @@
 #define LANE_NAP_NS 50000          /* the first nap: 50 us, doubling while idle */
 #define LANE_NAP_MAX_NS 200000     /* at most 200 us: queued work waits no longer than that */
 #define SCAN_EVERY_NS 100000000ull /* ACK deadlines, every 100 ms */
+#define MONITOR_EVERY_NS 1000000000ull /* port states, every second */
 #define LANE_ARBITRATE_MAX 4096    /* waiting WRs of one tier ordered by deadline at once */
 
 /* ---- contexts --------------------------------------------------------------------------------- */
@@ -211,6 +212,8 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     l->rail = rail;
     l->lane = lane;
     atomic_init(&l->users, 0);
+    atomic_init(&l->down, false);
+    atomic_init(&l->fault, false);
     l->owner = owner;
     l->cqe_charge = charge;
     pthread_mutex_init(&l->lock, NULL);
@@ -573,8 +576,10 @@ void rdma_link_fail(struct rdma_link *l, int status)
 {
     pthread_mutex_lock(&l->lock);
     int first = l->failed == 0;
-    if (first)
+    if (first) {
         l->failed = status != 0 ? status : ORB_EPEER;
+        atomic_store(&l->down, true);
+    }
     pthread_mutex_unlock(&l->lock);
     if (first && status != ORB_ECLOSED)
         ORB_LOGD("rdma: %s rail %u (qp %u): the link fails (%s)",
@@ -582,6 +587,15 @@ void rdma_link_fail(struct rdma_link *l, int status)
                  orb_strerror(status));
     if (first && orb_rdma_qp_fail(l->qp) != 0)
         ORB_LOGW("%s", orb_last_error());
+}
+
+void rdma_link_fault(struct rdma_link *l, int status)
+{
+    pthread_mutex_lock(&l->lock);
+    if (l->failed == 0)
+        atomic_store(&l->fault, true);
+    pthread_mutex_unlock(&l->lock);
+    rdma_link_fail(l, status);
 }
 
 void rdma_link_free(struct rdma_link *l)
@@ -664,6 +678,26 @@ static void note_retired(void *ctx, uint64_t cookie, bool is_this)
         r->items[r->n++] = (struct retired){cookie, is_this};
 }
 
+/* Whether a completion's error is the path's (rail health counts it against the rail) rather
+ * than the peer's authority refusing the access (a revoked or wrong key, an operation it does
+ * not allow) or a local memory protection error; a flush is the consequence of an earlier one.
+ * Soft-RoCE reports a port that went down as a local QP operation error. */
+static bool wc_is_path_failure(enum ibv_wc_status st)
+{
+    switch (st) {
+    case IBV_WC_SUCCESS:
+    case IBV_WC_WR_FLUSH_ERR:
+    case IBV_WC_REM_ACCESS_ERR:
+    case IBV_WC_REM_INV_REQ_ERR:
+    case IBV_WC_REM_OP_ERR:
+    case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_MW_BIND_ERR:
+        return false;
+    default:
+        return true;
+    }
+}
+
 static void on_send_wc(struct orb_rdma_tp *tp, struct rdma_link *l, const struct ibv_wc *wc)
 {
     static _Thread_local struct retire_list r;
@@ -682,7 +716,10 @@ static void on_send_wc(struct orb_rdma_tp *tp, struct rdma_link *l, const struct
                      l->rail, tp->v->wc_status_str(wc->status));
             atomic_fetch_add(&tp->errors, 1);
         }
-        rdma_link_fail(l, ORB_EPEER);
+        if (wc_is_path_failure(wc->status))
+            rdma_link_fault(l, ORB_EPEER);
+        else
+            rdma_link_fail(l, ORB_EPEER);
     }
     for (uint32_t i = 0; i < r.n; i++) {
         if (l->role == RDMA_ROLE_REQUESTER)
@@ -863,6 +900,59 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
     }
 }
 
+/* Fail the requester queue pairs of rail k as the path's failure: what they carry flushes now
+ * rather than after the device's retransmissions run out. */
+static void fail_rail_links(struct orb_rdma_tp *tp, uint32_t k)
+{
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next)
+        if (l->role == RDMA_ROLE_REQUESTER && l->rail == k)
+            rdma_link_fault(l, ORB_EPEER);
+    pthread_mutex_unlock(&tp->lock);
+}
+
+static const char *port_state_name(int err, enum ibv_port_state st)
+{
+    if (err != 0)
+        return "not readable";
+    switch (st) {
+    case IBV_PORT_DOWN: return "down";
+    case IBV_PORT_INIT: return "initializing";
+    case IBV_PORT_ARMED: return "armed";
+    default: return "not active";
+    }
+}
+
+/* The monitor's scan (lane 0, every second, with or without traffic): each rail's port. One
+ * that is not active fences its rail -- no slice, trial or rebuild goes there -- and fails the
+ * requester queue pairs on it; one that is active again opens the route, and the queue pairs
+ * are rebuilt when a request wants the rail. */
+static void monitor_scan(struct orb_rdma_tp *tp)
+{
+    atomic_fetch_add(&tp->monitor_ticks, 1);
+    for (uint32_t k = 0; k < tp->nrails; k++) {
+        const struct rdma_ctx *c = tp->dctx[tp->rail_nic[k]];
+        struct ibv_port_attr pa;
+        memset(&pa, 0, sizeof pa);
+        int err = tp->env.query_port(tp->ops_impl, c->ctx, c->port, &pa);
+        atomic_fetch_add(&tp->route_queries, 1);
+        bool active = err == 0 && (pa.state == IBV_PORT_ACTIVE || pa.state == IBV_PORT_ACTIVE_DEFER);
+        uint32_t bit = 1u << k;
+        bool was_down = (atomic_load(&tp->routes_down) & bit) != 0;
+        if (!active && !was_down) {
+            atomic_fetch_or(&tp->routes_down, bit);
+            ORB_LOGW("rdma: rail %u (%s port %u): the port is %s: the rail is fenced until it is active again", k,
+                     tp->dev.nics[c->nic].name, c->port, port_state_name(err, pa.state));
+            fail_rail_links(tp, k);
+        } else if (active && was_down) {
+            atomic_fetch_and(&tp->routes_down, ~bit);
+            atomic_fetch_add(&tp->route_recoveries, 1);
+            ORB_LOGI("rdma: rail %u (%s port %u): the port is active again: the rail's route is open", k,
+                     tp->dev.nics[c->nic].name, c->port);
+        }
+    }
+}
+
 static void *lane_main(void *arg)
 {
     struct rdma_lane *lane = arg;
@@ -870,7 +960,7 @@ static void *lane_main(void *arg)
     this_lane = lane;
     uint32_t idle = 0;
     uint64_t nap = LANE_NAP_NS;
-    uint64_t next_scan = orb_now_ns() + SCAN_EVERY_NS;
+    uint64_t next_scan = orb_now_ns() + SCAN_EVERY_NS, next_monitor = orb_now_ns() + MONITOR_EVERY_NS;
     for (;;) {
         /* Stopping: every link is in the error state; run until their flushes are in, so that
          * no device access is left behind the completions, or until the drain's deadline. */
@@ -892,6 +982,10 @@ static void *lane_main(void *arg)
                 rdma_req_scan(tp, now);
                 rdma_src_scan(tp, now);
                 next_scan = now + SCAN_EVERY_NS;
+            }
+            if (now >= next_monitor) {
+                monitor_scan(tp);
+                next_monitor = now + MONITOR_EVERY_NS;
             }
             /* Lane 0 frees links here, holding no completion; other lanes hold theirs through
              * link_of()/link_put(), which rdma_link_free() waits out. */
@@ -919,6 +1013,23 @@ static void *lane_main(void *arg)
         }
     }
     return NULL;
+}
+
+/* The rail health table, with the settings' thresholds (the doubling stops at five minutes, or
+ * at the cooldown when that is longer). */
+static int health_start(struct orb_rdma_tp *tp)
+{
+    struct orb_rail_config rc;
+    orb_rail_config_default(&rc);
+    rc.error_threshold = tp->cfg->rail_error_threshold;
+    rc.error_window_ns = tp->cfg->rail_error_window_ns;
+    rc.cooldown_ns = tp->cfg->rail_cooldown_ns;
+    if (rc.max_cooldown_ns < rc.cooldown_ns)
+        rc.max_cooldown_ns = rc.cooldown_ns;
+    rc.probe_interval_ns = tp->cfg->rail_probe_interval_ns;
+    rc.max_rail_pairs = tp->cfg->max_rail_pairs;
+    int err = orb_rail_table_new(&rc, &orb_clock_monotonic, &tp->health);
+    return err != 0 ? orb_fail_wrap(err, "rdma: the rail health table") : 0;
 }
 
 /* The rails' selector, seeded from each rail's port rate; its tier row from the NICs' tiers. */
@@ -1048,7 +1159,9 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     }
     if (tp->nrails == 0)
         return 0;
-    int rc = selector_start(tp);
+    int rc = health_start(tp);
+    if (rc == 0)
+        rc = selector_start(tp);
     if (rc == 0)
         rc = rdma_staging_start(tp);
     if (rc != 0)
@@ -1171,6 +1284,8 @@ void rdma_data_destroy(struct orb_rdma_tp *tp)
     rdma_staging_destroy(tp);
     orb_selector_free(tp->sel);
     tp->sel = NULL;
+    orb_rail_table_free(tp->health);
+    tp->health = NULL;
     for (uint32_t i = 0; tp->lanes != NULL && i < tp->nlanes; i++) {
         if (tp->lanes[i].wake_fd >= 0)
             close(tp->lanes[i].wake_fd);

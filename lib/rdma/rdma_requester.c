@@ -16,6 +16,8 @@
 #include "rdma/rdma_transport.h"
 
 #define DISCONNECT_WAIT_NS (1ull * 1000000000ull)
+#define HEAL_SPACING_NS (1ull * 1000000000ull) /* rebuilds for a rail others stand in for */
+#define FENCE_NAP_NS (10ull * 1000000ull)     /* fence waits look at stop this often */
 #define MAX_REQUEST_BYTES (64ull << 30) /* 64 slices of at most 1 GiB: one WR each */
 
 static uint32_t popcount(uint32_t v)
@@ -43,6 +45,9 @@ static void peer_free_now(struct rdma_peer *p)
     }
     pthread_mutex_unlock(&tp->lock);
     rdma_links_drop(p->links, 0, p->nrails * p->width);
+    if (tp->health != NULL)
+        (void)orb_rail_forget_peer(tp->health, &p->source_epoch);
+    pthread_cond_destroy(&p->fence_cond);
     pthread_mutex_destroy(&p->reconnect_lock);
     pthread_mutex_destroy(&p->lock);
     free(p);
@@ -198,6 +203,7 @@ int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expe
     p->source_epoch = *expected;
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->reconnect_lock, NULL);
+    (void)orb_cond_init_monotonic(&p->fence_cond);
     p->users = 1;
     p->building = true;
     p->shared = share;
@@ -363,7 +369,7 @@ static const uint8_t *tier_row(const struct orb_rdma_tp *tp, const struct orb_xf
 /* Each live piece's rail, from the selector (grant thread, before the GRANT_REQ): the charges
  * go into r->lease, returned piece by piece as their WRs complete and the rest when the request
  * ends. */
-static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r)
+static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t allowed)
 {
     struct orb_slice s[ORB_SLICE_MAX];
     uint32_t n = 0;
@@ -379,8 +385,7 @@ static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r)
     }
     if (first == NULL)
         return orb_fail(ORB_EINVAL, "rdma: a request without pieces");
-    uint64_t peer_mask = r->peer->nrails >= 64 ? UINT64_MAX : (1ull << r->peer->nrails) - 1;
-    int rc = orb_selector_select(tp->sel, tier_row(tp, first), peer_mask, s, n, &r->lease);
+    int rc = orb_selector_select(tp->sel, tier_row(tp, first), allowed, s, n, &r->lease);
     if (rc != 0)
         return orb_fail_wrap(rc, "rdma: no rail for the request (the priority matrix, filters and rails "
                              "leave none for its memory)");
@@ -423,10 +428,16 @@ static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *first)
 
 int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
 {
-    struct rdma_peer *p = ((struct rdma_seg *)peer)->p;
+    const struct rdma_seg *s = peer;
+    struct rdma_peer *p = s->p;
     struct orb_rdma_tp *tp = p->tp;
     if (atomic_load(&tp->stopping))
         return orb_fail(ORB_ECLOSED, "rdma: the transport is stopped");
+    /* No grant can be asked for on a dead control connection: refused whole, now, so that the
+     * engine can tell a restarted source (ORB_ESTALE) from a lost one. */
+    int lost = s->ctl.lost != NULL ? s->ctl.lost(s->ctl.peer) : 0;
+    if (lost != 0)
+        return orb_fail(lost, "rdma: the control connection to %s was lost (%s)", p->endpoint, orb_strerror(lost));
     struct rdma_req *first = NULL, **last = &first; /* whole requests, linked through next */
     pthread_mutex_lock(&p->lock);
     for (size_t i = 0; i < n; i++) {
@@ -467,10 +478,67 @@ struct ending {
     char why[160];
 };
 
+static struct orb_rail_key rail_key(const struct rdma_peer *p, uint32_t rail)
+{
+    return (struct orb_rail_key){.peer = p->source_epoch, .local_nic = (uint16_t)rail, .remote_nic = (uint16_t)rail};
+}
+
+/* Rail health's verdicts as `r` ends (p->lock held; the table has a lock of its own, taken
+ * under none of it): its trial's outcome; a failure for each rail where the path failed it; a
+ * success for its rails with failures on record when it succeeded. */
+static void judge_rails(struct rdma_req *r, int status)
+{
+    struct rdma_peer *p = r->peer;
+    struct orb_rail_table *t = p->tp->health;
+    if (t == NULL)
+        return;
+    uint32_t trial_bit = 0;
+    if (r->trial_token != 0) {
+        struct orb_rail_key key = rail_key(p, r->trial_rail);
+        trial_bit = 1u << r->trial_rail;
+        if (status == 0) {
+            if (orb_rail_trial_succeeded(t, &key, r->trial_token) == 0)
+                ORB_LOGI("rdma: %s: rail %u passed its trial: it carries requests again", p->endpoint, r->trial_rail);
+            p->suspect &= ~trial_bit;
+        } else if (r->trial_posted) {
+            if (orb_rail_trial_failed(t, &key, r->trial_token) == 0)
+                ORB_LOGW("rdma: %s: rail %u failed its trial (%s): it stays paused, its cooldown doubled", p->endpoint,
+                         r->trial_rail, r->why);
+        } else {
+            (void)orb_rail_trial_cancel(t, &key, r->trial_token);
+        }
+        r->trial_token = 0;
+    }
+    for (uint32_t m = r->rail_failed & ~trial_bit; m != 0; m &= m - 1) {
+        uint32_t k = (uint32_t)__builtin_ctz(m);
+        struct orb_rail_key key = rail_key(p, k);
+        struct orb_rail_pair_info before, after;
+        bool known = orb_rail_pair_info(t, &key, &before) == 0;
+        if (orb_rail_record_failure(t, &key) != 0) {
+            ORB_LOGW("rdma: %s: rail %u: %s", p->endpoint, k, orb_last_error());
+            continue;
+        }
+        p->suspect |= 1u << k;
+        if (known && before.state == ORB_RAIL_HEALTHY && orb_rail_pair_info(t, &key, &after) == 0 &&
+            after.state != ORB_RAIL_HEALTHY)
+            ORB_LOGW("rdma: %s: rail %u reached rail_error_threshold (%u failure(s) within rail_error_window): "
+                     "paused for %llu ms, then one request tries it", p->endpoint, k, p->tp->cfg->rail_error_threshold,
+                     (unsigned long long)(after.cooldown_ns / 1000000u));
+    }
+    if (status == 0)
+        for (uint32_t m = r->rail_mask & p->suspect & ~trial_bit; m != 0; m &= m - 1) {
+            uint32_t k = (uint32_t)__builtin_ctz(m);
+            struct orb_rail_key key = rail_key(p, k);
+            orb_rail_record_success(t, &key);
+            p->suspect &= ~(1u << k);
+        }
+}
+
 static void end_locked(struct rdma_req *r, int status, struct ending *e)
 {
     struct rdma_peer *p = r->peer;
     r->ended = true;
+    judge_rails(r, status);
     if (r->granted) {
         for (struct rdma_req **pp = &p->active; *pp != NULL; pp = &(*pp)->next) {
             if (*pp == r) {
@@ -478,6 +546,8 @@ static void end_locked(struct rdma_req *r, int status, struct ending *e)
                 break;
             }
         }
+        if (p->fenced && p->active == NULL)
+            pthread_cond_broadcast(&p->fence_cond);
     }
     if (r->counted) {
         r->counted = false;
@@ -746,6 +816,117 @@ static bool admitted(struct orb_rdma_tp *tp, const struct rdma_req *r, const str
     return false;
 }
 
+static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_control_path *ctl,
+                     uint64_t seen, uint64_t deadline, const char *cause);
+
+/* Rails of p whose queue pair died on any lane (p->lock held, which keeps the links in place). */
+static uint32_t dead_rails_locked(const struct rdma_peer *p)
+{
+    uint32_t dead = 0;
+    for (uint32_t q = 0; q < p->nrails * p->width; q++)
+        if (atomic_load(&p->links[q]->down))
+            dead |= 1u << (q % p->nrails);
+    return dead;
+}
+
+/* Wait on p's fence condition (p->lock held) for a while, at most until `deadline`. */
+static void fence_wait(struct rdma_peer *p, uint64_t deadline)
+{
+    uint64_t until = orb_deadline_after(FENCE_NAP_NS);
+    struct timespec ts = orb_deadline_timespec(until < deadline ? until : deadline);
+    pthread_cond_timedwait(&p->fence_cond, &p->lock, &ts);
+}
+
+/* Rebuild p's connection because queue pairs of it died: fence it (no GRANT_REQ starts on it),
+ * wait until no request is granted or being granted on it, then reconnect; the fence lifts
+ * either way. Another thread healing it already: wait for that one instead. Every wait ends by
+ * `deadline` or at stop. 0: the queue pairs are new. */
+static int heal(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_control_path *ctl, uint64_t deadline)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->fenced) {
+        while (p->fenced && !atomic_load(&tp->stopping) && orb_now_ns() < deadline)
+            fence_wait(p, deadline);
+        bool lifted = !p->fenced;
+        pthread_mutex_unlock(&p->lock);
+        return lifted ? 0 : orb_fail(ORB_ETIMEDOUT, "rdma: %s: the connection's rebuild did not end in time", p->endpoint);
+    }
+    p->fenced = true;
+    uint64_t seen = p->incarnation;
+    while ((p->active != NULL || p->granting > 0) && !atomic_load(&tp->stopping) && orb_now_ns() < deadline)
+        fence_wait(p, deadline);
+    bool drained = p->active == NULL && p->granting == 0;
+    pthread_mutex_unlock(&p->lock);
+    int rc = drained ? reconnect(tp, p, ctl, seen, deadline, "queue pairs of a rail died")
+                     : orb_fail(ORB_ETIMEDOUT, "rdma: %s: the requests on the connection did not end in time for its rebuild",
+                                p->endpoint);
+    pthread_mutex_lock(&p->lock);
+    p->fenced = false;
+    p->heal_after_ns = orb_now_ns() + HEAL_SPACING_NS;
+    pthread_cond_broadcast(&p->fence_cond);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* The rails `r` may use, into *allowed: those whose port is active and whose pair with the
+ * peer is healthy; or a paused pair's half-open trial, once its cooldown is over, alone (the
+ * request carries it). Rails whose queue pairs died are rebuilt first when nothing else can
+ * carry the request, and otherwise at most once a HEAL_SPACING_NS; while they stay dead the
+ * others carry it. Nothing left: ORB_EUNAVAILABLE, before any payload, naming why. */
+static int pick_rails(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t *allowed)
+{
+    static const uint16_t same_rail[ORB_RAIL_MAX_NICS] = {
+        0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+        22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+        44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+    struct rdma_peer *p = r->peer;
+    uint32_t all = (uint32_t)((1ull << p->nrails) - 1);
+    uint32_t down = atomic_load(&tp->routes_down) & all;
+    uint32_t up = all & ~down;
+    uint32_t healthy = (uint32_t)orb_rail_usable_mask(tp->health, &p->source_epoch, up, same_rail);
+    r->trial_token = 0;
+    r->trial_posted = false;
+    for (uint32_t m = up & ~healthy; m != 0 && r->trial_token == 0; m &= m - 1) {
+        uint32_t k = (uint32_t)__builtin_ctz(m);
+        struct orb_rail_key key = rail_key(p, k);
+        uint64_t token = 0;
+        if (orb_rail_trial_begin(tp->health, &key, &token) == 0) {
+            r->trial_token = token;
+            r->trial_rail = k;
+            ORB_LOGI("rdma: %s: rail %u's cooldown is over: a request tries it", p->endpoint, k);
+        }
+    }
+    uint32_t want = r->trial_token != 0 ? 1u << r->trial_rail : healthy;
+    pthread_mutex_lock(&p->lock);
+    uint32_t dead = dead_rails_locked(p);
+    bool spaced = orb_now_ns() >= p->heal_after_ns;
+    pthread_mutex_unlock(&p->lock);
+    char why[200] = "";
+    if ((want & dead) != 0 && ((want & ~dead) == 0 || spaced)) {
+        if (heal(tp, p, r->ctl, orb_deadline_after(tp->io_timeout_ns)) != 0) {
+            snprintf(why, sizeof why, ": %s", orb_last_error());
+            ORB_LOGD("rdma: %s: rails 0x%x stay dead%s", p->endpoint, want & dead, why);
+        }
+        pthread_mutex_lock(&p->lock);
+        dead = dead_rails_locked(p);
+        pthread_mutex_unlock(&p->lock);
+    }
+    if ((want & ~dead) == 0 && r->trial_token != 0) {
+        /* The trial cannot run: its slot goes back, and the healthy rails carry the request. */
+        struct orb_rail_key key = rail_key(p, r->trial_rail);
+        (void)orb_rail_trial_cancel(tp->health, &key, r->trial_token);
+        r->trial_token = 0;
+        want = healthy;
+    }
+    if ((want & ~dead) == 0)
+        return orb_fail(ORB_EUNAVAILABLE,
+                        "rdma: %s: no rail can carry the request (%u rail(s); ports down 0x%x, paused by errors 0x%x, "
+                        "queue pairs dead 0x%x)%s",
+                        p->endpoint, p->nrails, down, up & ~healthy, dead & healthy, why);
+    *allowed = want & ~dead;
+    return 0;
+}
+
 /* Ready `r` for its grant: ask each piece once whether it may still start (right before
  * anything of the request moves) and choose the live pieces' rails. false: it ended here. */
 static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
@@ -788,7 +969,10 @@ static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
         end_now(tp, r, ORB_ETIMEDOUT, why);
         return false;
     }
-    int rc = choose_rails(tp, r);
+    uint32_t allowed = 0;
+    int rc = pick_rails(tp, r, &allowed);
+    if (rc == 0)
+        rc = choose_rails(tp, r, allowed);
     if (rc != 0) {
         end_now(tp, r, rc, orb_last_error());
         return false;
@@ -827,6 +1011,10 @@ static void start(struct orb_rdma_tp *tp, struct rdma_req *r)
         empty_rails &= ~(1u << x->rail);
     }
     r->posted_write = r->op == ORB_XFER_WRITE;
+    if (r->trial_token != 0) {
+        struct orb_rail_key key = rail_key(p, r->trial_rail);
+        r->trial_posted = orb_rail_trial_posted(tp->health, &key, r->trial_token) == 0;
+    }
     pthread_mutex_unlock(&p->lock);
     for (uint32_t i = 0; i < r->npieces; i++)
         if (r->pieces[i] != NULL)
@@ -858,20 +1046,12 @@ static int accept_grant(struct rdma_req *r, const struct orb_rdma_grant *g)
     return 0;
 }
 
-/* Whether a queue pair of p's connection is dead. The builder's lock keeps the links in place
- * (only reconnect replaces them, holding it); a link's lock is never taken under p->lock, which
- * the lanes take under a link's. */
-static bool links_failed(struct rdma_peer *p)
+/* Whether a queue pair of p's connection on one of `rails` is dead. */
+static bool links_failed(struct rdma_peer *p, uint32_t rails)
 {
-    bool dead = false;
-    pthread_mutex_lock(&p->reconnect_lock);
-    for (uint32_t q = 0; q < p->nrails * p->width && !dead; q++) {
-        struct rdma_link *l = p->links[q];
-        pthread_mutex_lock(&l->lock);
-        dead = l->failed != 0;
-        pthread_mutex_unlock(&l->lock);
-    }
-    pthread_mutex_unlock(&p->reconnect_lock);
+    pthread_mutex_lock(&p->lock);
+    bool dead = (dead_rails_locked(p) & rails) != 0;
+    pthread_mutex_unlock(&p->lock);
     return dead;
 }
 
@@ -960,6 +1140,15 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
     struct orb_rdma_grants *ans = malloc(sizeof *ans);
     char why[320];
     bool rebuilt = false; /* at most one reconnect per call */
+    uint32_t rails = 0;
+    for (uint32_t i = 0; i < n; i++)
+        rails |= rs[i]->rail_mask;
+    /* A connection being healed is asked nothing until it is new (or the wait is over). */
+    pthread_mutex_lock(&p->lock);
+    while (p->fenced && !atomic_load(&tp->stopping) && orb_now_ns() < deadline)
+        fence_wait(p, deadline);
+    p->granting++;
+    pthread_mutex_unlock(&p->lock);
     while (n > 0) {
         int rc = ans == NULL ? orb_fail(ORB_ENOMEM, "rdma: out of memory for a GRANT") : 0;
         memset(&q, 0, sizeof q);
@@ -969,7 +1158,7 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
         for (uint32_t i = 0; i < n; i++)
             rs[i]->lane = p->next_lane++ % p->width;
         pthread_mutex_unlock(&p->lock);
-        if (!rebuilt && links_failed(p)) {
+        if (!rebuilt && links_failed(p, rails)) {
             /* A queue pair of ours is dead: the connection is rebuilt before anything is asked
              * on it (no grant can be used on it any more). */
             rebuilt = true;
@@ -1057,6 +1246,10 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
         if (nap < 25600000)
             nap *= 2;
     }
+    pthread_mutex_lock(&p->lock);
+    if (--p->granting == 0 && p->fenced)
+        pthread_cond_broadcast(&p->fence_cond);
+    pthread_mutex_unlock(&p->lock);
     free(ans);
 }
 
@@ -1189,6 +1382,8 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
     }
     if (!ok) {
         ORB_LOGD("rdma: %s: rail %u: %s", p->endpoint, rail, tp->v->wc_status_str(wc->status));
+        if (atomic_load(&l->fault)) /* the path failed (not the peer's authority): rail health counts it */
+            r->rail_failed |= 1u << rail;
         fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER,
                     "rdma: rail %u: the device completed a work request with \"%s\"", rail,
                     tp->v->wc_status_str(wc->status));
@@ -1244,7 +1439,7 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
     for (struct rdma_peer *p = tp->peers; p != NULL; p = p->all_next) {
         struct ending e[8];
         uint32_t ne = 0;
-        uint32_t fail_mask = 0;
+        uint32_t fail_mask = 0, fault_mask = 0;
         pthread_mutex_lock(&p->lock);
         for (struct rdma_req *r = p->active, *next; r != NULL && ne < 8; r = next) {
             next = r->next;
@@ -1256,6 +1451,13 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
                      r->acked ? "in" : "missing", r->rail_mask);
             fail_locked(r, ORB_ETIMEDOUT, "rdma: no ACK from the source within io_timeout_s");
             fail_mask |= r->rail_mask << (r->lane * p->nrails); /* its queue pairs */
+            /* Rails with work still outstanding failed on the path; an ACK alone missing is the
+             * source's silence, not a rail's. */
+            for (uint32_t k = 0; k < p->nrails; k++)
+                if ((r->rail_mask & (1u << k)) && r->rail_left[k] > 0) {
+                    r->rail_failed |= 1u << k;
+                    fault_mask |= 1u << (r->lane * p->nrails + k);
+                }
             if (maybe_end(r, &e[ne]))
                 ne++;
         }
@@ -1267,8 +1469,12 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
         pthread_mutex_unlock(&p->lock);
         /* Outstanding work of a timed-out request flushes once its rails are failed. */
         for (uint32_t q = 0; q < ORB_RDMA_MAX_RAILS; q++)
-            if ((fail_mask & (1u << q)) && fail_links[q] != NULL)
-                rdma_link_fail(fail_links[q], ORB_ETIMEDOUT);
+            if ((fail_mask & (1u << q)) && fail_links[q] != NULL) {
+                if (fault_mask & (1u << q))
+                    rdma_link_fault(fail_links[q], ORB_ETIMEDOUT);
+                else
+                    rdma_link_fail(fail_links[q], ORB_ETIMEDOUT);
+            }
         for (uint32_t i = 0; i < ne; i++)
             report_pieces(tp, &e[i]);
     }

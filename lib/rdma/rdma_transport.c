@@ -457,6 +457,18 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.reconnects = atomic_load(&tp->reconnects);
     st.connections = atomic_load(&tp->connections);
     st.source_connections = atomic_load(&tp->source_connections);
+    if (tp->health != NULL) {
+        struct orb_rail_stats rs;
+        orb_rail_stats(tp->health, &rs);
+        st.rail_errors = rs.errors;
+        st.rail_open_pairs = rs.open_pairs;
+        st.rail_probes = rs.probes;
+        st.rail_recoveries = rs.recoveries;
+    }
+    st.monitor_ticks = atomic_load(&tp->monitor_ticks);
+    st.route_queries = atomic_load(&tp->route_queries);
+    st.route_recoveries = atomic_load(&tp->route_recoveries);
+    st.routes_down = (uint64_t)__builtin_popcount(atomic_load(&tp->routes_down));
     memcpy(out, &st, sizeof st);
     return 0;
 }
@@ -485,7 +497,14 @@ static int rdma_nic_load(void *tp_, void *out_, size_t cap, size_t *count)
         o->rail = k;
         snprintf(o->name, sizeof o->name, "%s", tp->dev.nics[c->nic].name);
         o->port = c->port;
-        o->healthy = l[k].healthy;
+        o->port_active = (atomic_load(&tp->routes_down) & (1u << k)) == 0;
+        o->healthy = l[k].healthy && o->port_active;
+        struct orb_rail_nic_stats rn;
+        if (tp->health != NULL && orb_rail_nic_stats(tp->health, k, &rn) == 0) {
+            o->rail_errors = rn.errors;
+            o->rail_probes = rn.probes;
+            o->rail_open_pairs = rn.open_pairs;
+        }
         o->link_mbps = l[k].link_mbps;
         o->effective_mbps = l[k].effective_mbps;
         o->selection_bps = l[k].selection_bps;

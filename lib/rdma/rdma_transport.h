@@ -81,6 +81,7 @@ struct rdma_req;
 struct rdma_peer;
 struct rdma_staging;
 struct rdma_lane;
+struct orb_rail_table;
 
 struct orb_rdma_tp {
     orb_engine *engine;
@@ -141,6 +142,12 @@ struct orb_rdma_tp {
     atomic_uint_fast64_t reconnects;            /* requester connections rebuilt */
     atomic_uint_fast64_t connections;           /* requester connections built, not released */
     atomic_uint_fast64_t source_connections;    /* source connections made, not closing */
+    /* Rail health per (peer epoch, local rail, remote rail): lib/topo/rail.h; NULL without a
+     * data path. Rail k is "NIC" k to it on both sides. */
+    struct orb_rail_table *health;
+    /* The monitor (lane 0, every RDMA_MONITOR_EVERY_NS): rails whose port is not active. */
+    _Atomic uint32_t routes_down;
+    atomic_uint_fast64_t monitor_ticks, route_queries, route_recoveries;
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */

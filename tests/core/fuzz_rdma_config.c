@@ -23,7 +23,7 @@ static const char *const keys[] = {
     "max_rd_atomic", "max_dest_rd_atomic", "ack_timeout", "retry_count", "max_endpoints", "max_grants", "max_send_wr",
     "max_cqes", "max_direct_bytes", "max_staging_bytes", "max_cached_mrs",
     "max_cached_mr_bytes", "max_window_key_indices", "rail_error_threshold",
-    "rail_error_window", "rail_cooldown", "rail_probe_interval",
+    "rail_error_window", "rail_cooldown", "rail_probe_interval", "max_rail_pairs",
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 #define VALUE_MAX ((1u << 20) + 1)

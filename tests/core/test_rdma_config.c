@@ -48,7 +48,7 @@ static void test_defaults(void **state)
         {"max_staging_bytes", "67108864"}, {"max_cached_mrs", "64"},
         {"max_cached_mr_bytes", "67108864"}, {"max_window_key_indices", "65536"},
         {"rail_error_threshold", "3"}, {"rail_error_window", "10s"}, {"rail_cooldown", "30s"},
-        {"rail_probe_interval", "1s"},
+        {"rail_probe_interval", "1s"}, {"max_rail_pairs", "4096"},
     };
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         expect_key(c, defaults[i][0], defaults[i][1]);
@@ -93,7 +93,8 @@ static void test_text_round_trip_and_refusals(void **state)
         {"priority_promotion_timeout", "999ns"}, {"rail_cooldown", "99999999999999999999s"},
         {"host_memory", "Direct"}, {"progress_mode", "busy"}, {"num_lanes", "0"},
         {"num_lanes", "65"}, {"signal_interval", "0"}, {"max_cqes", "15"},
-        {"ack_timeout", "32"}, {"retry_count", "8"},
+        {"ack_timeout", "32"}, {"retry_count", "8"}, {"rail_error_threshold", "9"},
+        {"rail_error_threshold", "0"}, {"max_rail_pairs", "0"}, {"max_rail_pairs", "1048577"},
         {"shared_quota_shm_path", "no-slash"}, {"shared_quota_shm_path", "/a/b"},
         {"shared_quota_shm_path", "/"}, {"shared_quota_shm_path", "/.."},
         {"slot_rotation_interval", "1001ms"}, {"slot_rotation_interval", "999us"},

@@ -1,0 +1,614 @@
+/* RDMA under faults on the rails topology, two processes (the source engine in a child): a port
+ * that goes down under a two-rail transfer (the rail is fenced and paused, the other rail carries
+ * the rest, every failure is reported exactly and within its bound, no byte outside a failed
+ * request changes; when the port comes back the rail's trial brings it back and both rails carry
+ * traffic again).
+ *
+ * It changes the VM's links (`ip link`), so it needs root and the rails topology; elsewhere it
+ * exits 77. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <orbite/orbite.h>
+
+#include "device_util.h"
+
+#define AREA (8u << 20)            /* each side's registered memory */
+#define CHUNK (1u << 20)           /* one request */
+#define GUARD 4096u                /* bytes around the local target that must never change */
+#define TIMEOUT_NS (60ull * 1000000000ull)
+#define IO_TIMEOUT_S 4u
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static uint8_t pattern(uint64_t i, uint32_t seed)
+{
+    return (uint8_t)((i * 2654435761u) >> 13) ^ (uint8_t)(seed * 7u + 1u);
+}
+
+/* An engine on `nics` with the settings this test's faults need: short retransmission (about
+ * 0.27 s before a lost peer is given up), a rail paused at its first failure for 2 s,
+ * io_timeout_s IO_TIMEOUT_S. */
+static orb_engine *engine_on(const char *nics, int source, const char *endpoint)
+{
+    const char *kv[] = {"rdma_whitelist", nics, "ack_timeout", "14", "retry_count", "3", "rail_error_threshold", "1",
+                        "rail_cooldown", "2s", "rail_probe_interval", "200ms", NULL};
+    orb_rdma_config *rdma = NULL;
+    assert_int_equal(orb_rdma_config_new(&rdma), 0);
+    for (size_t i = 0; kv[i] != NULL; i += 2)
+        if (orb_rdma_config_set(rdma, kv[i], kv[i + 1]) != 0)
+            fail_msg("%s = %s: %s", kv[i], kv[i + 1], orb_last_error());
+    struct orb_engine_config cfg;
+    orb_engine_config_init(&cfg);
+    cfg.helper_mode = ORB_HELPER_OFF;
+    cfg.enable_source = source;
+    cfg.io_timeout_s = IO_TIMEOUT_S;
+    if (endpoint != NULL)
+        snprintf(cfg.endpoint, sizeof cfg.endpoint, "%s", endpoint);
+    struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA, .config = &cfg,
+                                  .rdma = rdma};
+    orb_engine *e = NULL;
+    if (orb_engine_create_params(&p, &e) != 0)
+        fail_msg("engine on %s: %s", nics, orb_last_error());
+    orb_rdma_config_free(rdma);
+    return e;
+}
+
+/* ---- the source process ---------------------------------------------------------------------- */
+
+struct hello {
+    char endpoint[ORB_ENDPOINT_MAX];
+    struct orb_epoch epoch;
+    uint64_t base;
+};
+
+static _Noreturn void source_main(int to_parent, int from_parent, const char *endpoint)
+{
+    orb_engine *e = engine_on(RDMA_TEST_SOURCE_NICS, 1, endpoint);
+    orb_host_memory *mem = NULL;
+    orb_reg_id id;
+    if (orb_host_memory_alloc(AREA, 0, &mem) != 0 ||
+        orb_register_host_memory(e, mem, 0, AREA, ORB_PERM_REMOTE_WRITE, &id) != 0)
+        _exit(2);
+    uint8_t *bytes = orb_host_memory_data(mem);
+    for (uint64_t i = 0; i < AREA; i++)
+        bytes[i] = pattern(i, 0);
+    struct hello h;
+    memset(&h, 0, sizeof h);
+    if (orb_engine_endpoint(e, h.endpoint, sizeof h.endpoint) != 0 || orb_engine_source_epoch(e, &h.epoch) != 0)
+        _exit(3);
+    h.base = (uint64_t)(uintptr_t)bytes;
+    if (write(to_parent, &h, sizeof h) != (ssize_t)sizeof h)
+        _exit(4);
+    uint8_t cmd = 0;
+    while (read(from_parent, &cmd, 1) == 1 && cmd != 'q')
+        ;
+    int rc = orb_engine_close(e, TIMEOUT_NS);
+    orb_engine_free(e);
+    orb_host_memory_unref(mem);
+    _exit(rc == 0 ? 0 : 5);
+}
+
+/* ---- the requester ----------------------------------------------------------------------------- */
+
+/* A source process and the pipes to it. */
+struct source {
+    pid_t pid;
+    int to, from;
+    struct hello h;
+};
+
+/* Start a source process listening on `endpoint` ("127.0.0.1:0": any port) and read its hello. */
+static void source_spawn(struct source *sp, const char *endpoint)
+{
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    fflush(NULL);
+    sp->pid = fork();
+    assert_true(sp->pid >= 0);
+    if (sp->pid == 0) {
+        /* A fresh process image: nothing of this one's engines or locks comes along. */
+        close(up[0]);
+        close(down[1]);
+        char a[16], b[16];
+        snprintf(a, sizeof a, "%d", up[1]);
+        snprintf(b, sizeof b, "%d", down[0]);
+        execl("/proc/self/exe", "test_rdma_faults_device", "--source", a, b, endpoint, (char *)NULL);
+        _exit(127);
+    }
+    close(up[1]);
+    close(down[0]);
+    sp->from = up[0];
+    sp->to = down[1];
+    assert_int_equal(read(sp->from, &sp->h, sizeof sp->h), (ssize_t)sizeof sp->h);
+}
+
+/* Ask it to close and wait for its exit; 0 when it closed quiescent. */
+static void source_stop(struct source *sp)
+{
+    uint8_t q = 'q';
+    assert_int_equal(write(sp->to, &q, 1), 1);
+    int status = 0;
+    assert_int_equal(waitpid(sp->pid, &status, 0), sp->pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(sp->to);
+    close(sp->from);
+}
+
+/* Kill it outright and reap it. */
+static void source_kill(struct source *sp)
+{
+    assert_int_equal(kill(sp->pid, SIGKILL), 0);
+    int status = 0;
+    assert_int_equal(waitpid(sp->pid, &status, 0), sp->pid);
+    assert_true(WIFSIGNALED(status));
+    close(sp->to);
+    close(sp->from);
+}
+
+static orb_engine *req;
+static orb_host_memory *req_mem;
+static orb_reg_id req_id;
+static uint8_t *local;
+static orb_segment *seg;
+static struct hello peer;
+static struct source main_source;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (!rdma_test_present(RDMA_TEST_REQUESTER_NICS) || !rdma_test_present(RDMA_TEST_SOURCE_NICS) || geteuid() != 0) {
+        if (getenv("ORBITE_VM_TOPOLOGY") != NULL && strcmp(getenv("ORBITE_VM_TOPOLOGY"), "rails") == 0)
+            fail_msg("the rails topology lacks its rxe devices, or this is not root");
+        printf("skipped: the devices %s and %s are not all here, or this is not root (the VM's rails topology "
+               "has them)\n", RDMA_TEST_REQUESTER_NICS, RDMA_TEST_SOURCE_NICS);
+        exit(77);
+    }
+    source_spawn(&main_source, "127.0.0.1:0");
+    peer = main_source.h;
+    req = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL);
+    assert_int_equal(orb_host_memory_alloc(AREA, 0, &req_mem), 0);
+    local = orb_host_memory_data(req_mem);
+    assert_int_equal(orb_register_host_memory(req, req_mem, 0, AREA, ORB_PERM_LOCAL, &req_id), 0);
+    if (orb_open_segment(req, peer.endpoint, &peer.epoch, TIMEOUT_NS, &seg) != 0)
+        fail_msg("open_segment: %s", orb_last_error());
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    orb_segment_close(seg);
+    assert_int_equal(orb_unregister_memory(req, req_id), 0);
+    if (orb_engine_close(req, TIMEOUT_NS) != 0)
+        fail_msg("closing the requester: %s", orb_last_error());
+    orb_engine_free(req);
+    orb_host_memory_unref(req_mem);
+    source_stop(&main_source);
+    return 0;
+}
+
+/* The network device under an rxe device's port 1 (its GID 1's), into `out`. */
+static void netdev_of(const char *ibdev, char *out, size_t cap)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/1/gid_attrs/ndevs/1", ibdev);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(out, (int)cap, f));
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static void link_set(const char *netdev, const char *state)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ip link set dev %s %s", netdev, state);
+    if (system(cmd) != 0)
+        fail_msg("%s failed", cmd);
+}
+
+static struct orb_rdma_stats stats(void)
+{
+    struct orb_rdma_stats s;
+    assert_int_equal(orb_engine_rdma_stats(req, &s), 0);
+    return s;
+}
+
+static void loads(struct orb_rdma_nic_load out[2])
+{
+    size_t n = 0;
+    assert_int_equal(orb_engine_rdma_nic_load(req, out, 2, &n), 0);
+    assert_int_equal(n, 2);
+}
+
+/* The traffic: WRITE a chunk of a fresh pattern, READ it back and compare, over and over, at a
+ * rotating place of the remote area. Every failure's report is checked as it comes. */
+struct traffic {
+    orb_engine *e;                 /* the requester */
+    orb_segment *seg;              /* to this source */
+    bool closing;                  /* ORB_ECLOSED is a failure it may see */
+    uint64_t base;                 /* its area */
+    uint8_t *area;                 /* the local bytes it uses: CHUNK + 2 * GUARD */
+    atomic_int stop;
+    atomic_uint_fast64_t ok, failed, corrupt, slow, failed_requests;
+    uint64_t first_failure_ns, last_failure_ns;
+    uint64_t longest_ns;
+    int bad_report;
+    char bad[256];
+};
+
+static void note_bad(struct traffic *t, const char *fmt, ...)
+{
+    if (t->bad_report)
+        return;
+    t->bad_report = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->bad, sizeof t->bad, fmt, ap);
+    va_end(ap);
+}
+
+/* One request; 0 or its status; the report checked against what a failure may look like. */
+static int one(struct traffic *t, enum orb_op op, uint64_t remote_off, uint64_t local_off)
+{
+    struct orb_request r;
+    memset(&r, 0, sizeof r);
+    r.transport = ORB_TRANSPORT_RDMA;
+    r.op = op;
+    r.local_addr = (uint64_t)(uintptr_t)t->area + local_off;
+    r.remote_addr = t->base + remote_off;
+    r.length = CHUNK;
+    struct orb_batch_report rep;
+    uint64_t t0 = now_ns();
+    int rc = orb_submit_and_wait(t->e, t->seg, &r, 1, NULL, TIMEOUT_NS, &rep);
+    uint64_t took = now_ns() - t0;
+    if (took > t->longest_ns)
+        t->longest_ns = took;
+    /* Each wait is bounded by io_timeout_s (the ACK's) and, for a rebuild, the drain before it. */
+    if (took > (2ull * IO_TIMEOUT_S + 1) * 1000000000ull)
+        atomic_fetch_add(&t->slow, 1);
+    if (rc == 0) {
+        if (rep.status != 0 || rep.completed_requests != 1 || rep.has_failure)
+            note_bad(t, "a success reported status %d, %zu completed, failure %d", rep.status, rep.completed_requests,
+                     rep.has_failure);
+        return 0;
+    }
+    /* Refused before it was accepted (a closed engine, a lost control connection), nothing of
+     * it was attempted: the span may be empty. */
+    size_t span_min = rep.submitted_requests == 0 ? 0 : 1;
+    /* A batch the engine refused to make (it is closed) has no failure block at all. */
+    bool no_batch = rep.done && rep.status == rc && rep.submitted_requests == 0 && !rep.has_failure;
+    if (!no_batch && (!rep.done || rep.status != rc || !rep.has_failure || rep.failure.request_index != 0 ||
+        rep.failure.affected_requests < span_min || rep.failure.affected_requests > 1 || rep.failure.status != rc ||
+        rep.completed_requests != 0))
+        note_bad(t, "a failure (%s) reported done %d status %d index %zu span %zu completed %zu", orb_strerror(rc),
+                 rep.done, rep.status, rep.failure.request_index, rep.failure.affected_requests,
+                 rep.completed_requests);
+    if (rc != ORB_EPEER && rc != ORB_ETIMEDOUT && rc != ORB_EUNAVAILABLE && !(t->closing && rc == ORB_ECLOSED))
+        note_bad(t, "a request failed with %s: %s", orb_strerror(rc), orb_last_error());
+    if (atomic_fetch_add(&t->failed_requests, 1) == 0)
+        t->first_failure_ns = now_ns();
+    t->last_failure_ns = now_ns();
+    if (op == ORB_OP_READ && rep.failure.remote_effect != ORB_REMOTE_EFFECT_NONE)
+        note_bad(t, "a failed READ reports a remote effect");
+    return rc;
+}
+
+static void *traffic_main(void *arg)
+{
+    struct traffic *t = arg;
+    uint64_t round = 0;
+    /* Local layout: [guard][target][guard]; the guards keep pattern 0xee throughout. */
+    uint8_t *guard = t->area, *target = t->area + GUARD;
+    memset(guard, 0xee, CHUNK + 2 * GUARD);
+    while (!atomic_load(&t->stop)) {
+        uint32_t seed = (uint32_t)++round;
+        uint64_t remote_off = (round % (AREA / CHUNK)) * CHUNK;
+        for (uint64_t i = 0; i < CHUNK; i++)
+            target[i] = pattern(i, seed);
+        int rc = one(t, ORB_OP_WRITE, remote_off, GUARD);
+        if (rc == 0) {
+            memset(target, 0, CHUNK);
+            rc = one(t, ORB_OP_READ, remote_off, GUARD);
+            if (rc == 0) {
+                for (uint64_t i = 0; i < CHUNK; i++)
+                    if (target[i] != pattern(i, seed)) {
+                        atomic_fetch_add(&t->corrupt, 1);
+                        note_bad(t, "round %llu: byte %llu read back differs", (unsigned long long)round,
+                                 (unsigned long long)i);
+                        break;
+                    }
+            }
+        }
+        atomic_fetch_add(rc == 0 ? &t->ok : &t->failed, 1);
+        for (uint32_t i = 0; i < GUARD; i++)
+            if (guard[i] != 0xee || guard[GUARD + CHUNK + i] != 0xee) {
+                note_bad(t, "round %llu: a byte outside the request changed", (unsigned long long)round);
+                break;
+            }
+    }
+    return NULL;
+}
+
+/* Checks made while traffic runs: the first one that fails is kept, and reported once the
+ * traffic is stopped (an assertion's jump would leave its thread running). */
+static char checks_failed[256];
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond) && checks_failed[0] == '\0')                                                   \
+            snprintf(checks_failed, sizeof checks_failed, "line %d: %s", __LINE__, #cond);          \
+    } while (0)
+
+/* Poll every 20 ms until `cond` holds or `limit_ms` passed; the time it took in ms, or -1. */
+#define WAIT_FOR(cond, limit_ms)                                                                   \
+    ({                                                                                             \
+        uint64_t t0_ = now_ns();                                                                   \
+        long took_ = -1;                                                                           \
+        while (now_ns() - t0_ < (uint64_t)(limit_ms) * 1000000ull) {                               \
+            if (cond) {                                                                            \
+                took_ = (long)((now_ns() - t0_) / 1000000ull);                                     \
+                break;                                                                             \
+            }                                                                                      \
+            sleep_ms(20);                                                                          \
+        }                                                                                          \
+        took_;                                                                                     \
+    })
+
+static void test_a_port_down_under_a_two_rail_transfer(void **state)
+{
+    (void)state;
+    checks_failed[0] = '\0';
+    char requester_nics[128], rail1_dev[64], netdev[64];
+    snprintf(requester_nics, sizeof requester_nics, "%s", RDMA_TEST_REQUESTER_NICS);
+    char *comma = strchr(requester_nics, ',');
+    assert_non_null(comma);
+    snprintf(rail1_dev, sizeof rail1_dev, "%s", comma + 1);
+    netdev_of(rail1_dev, netdev, sizeof netdev);
+
+    struct traffic t;
+    memset(&t, 0, sizeof t);
+    t.e = req;
+    t.seg = seg;
+    t.base = peer.base;
+    t.area = local;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
+    struct orb_rdma_nic_load l[2];
+    /* Both rails carry it first. */
+    long took = WAIT_FOR((loads(l), l[0].completed_bytes > 0 && l[1].completed_bytes > 0), 10000);
+    CHECK(took >= 0);
+
+    link_set(netdev, "down");
+    uint64_t down_at = now_ns();
+    long detected = WAIT_FOR(stats().routes_down >= 1, 3000);
+    print_message("port of %s (%s) down: the monitor fenced rail 1 after %ld ms\n", rail1_dev, netdev, detected);
+    CHECK(detected >= 0 && detected <= 2000);
+    sleep_ms(500); /* what was in flight on rail 1 has failed by now */
+    loads(l);
+    uint64_t rail0 = l[0].completed_bytes, rail1 = l[1].completed_bytes;
+    uint64_t ok_down = atomic_load(&t.ok);
+    sleep_ms(3000);
+    loads(l);
+    struct orb_rdma_stats s = stats();
+    print_message("while down: %llu more round(s) ok, rail 0 +%llu bytes, rail 1 +%llu bytes; rail errors %llu, "
+                  "open pairs %llu, %llu failed round(s) so far\n",
+                  (unsigned long long)(atomic_load(&t.ok) - ok_down), (unsigned long long)(l[0].completed_bytes - rail0),
+                  (unsigned long long)(l[1].completed_bytes - rail1), (unsigned long long)s.rail_errors,
+                  (unsigned long long)s.rail_open_pairs, (unsigned long long)atomic_load(&t.failed));
+    /* The other rail carries the rest; the fenced one carries nothing. */
+    CHECK(atomic_load(&t.ok) > ok_down);
+    CHECK(l[0].completed_bytes > rail0);
+    CHECK((l[1].completed_bytes) == (rail1));
+    CHECK((l[1].port_active) == (0));
+    CHECK((l[1].healthy) == (0));
+    /* The failure on rail 1 paused its pair (threshold 1), charged to the rail's NIC. */
+    CHECK(s.rail_errors >= 1 && s.rail_open_pairs == 1);
+    CHECK(l[1].rail_errors >= 1 && l[1].rail_open_pairs == 1 && l[0].rail_open_pairs == 0);
+
+    link_set(netdev, "up");
+    uint64_t up_at = now_ns();
+    long back = WAIT_FOR((loads(l), l[1].port_active && l[1].completed_bytes > rail1 && stats().rail_recoveries >= 1),
+                         20000);
+    s = stats();
+    print_message("port up: rail 1 carried traffic again after %ld ms (route recoveries %llu, probes %llu, "
+                  "rail recoveries %llu, reconnects %llu; down for %llu ms)\n",
+                  back, (unsigned long long)s.route_recoveries, (unsigned long long)s.rail_probes,
+                  (unsigned long long)s.rail_recoveries, (unsigned long long)s.reconnects,
+                  (unsigned long long)((up_at - down_at) / 1000000ull));
+    CHECK(back >= 0);
+    /* The monitor opened the route, and the pair's half-open trial brought it back. */
+    CHECK(s.route_recoveries >= 1);
+    CHECK(s.rail_probes >= 1 && s.rail_recoveries >= 1 && s.rail_open_pairs == 0);
+    sleep_ms(500);
+    atomic_store(&t.stop, 1);
+    pthread_join(th, NULL);
+    print_message("%llu round(s) ok, %llu failed, longest wait %llu ms\n", (unsigned long long)atomic_load(&t.ok),
+                  (unsigned long long)atomic_load(&t.failed), (unsigned long long)(t.longest_ns / 1000000ull));
+    if (t.bad_report)
+        fail_msg("%s", t.bad);
+    if (checks_failed[0] != '\0')
+        fail_msg("%s", checks_failed);
+    assert_int_equal(atomic_load(&t.corrupt), 0);
+    assert_int_equal(atomic_load(&t.slow), 0);
+    s = stats();
+    assert_int_equal(s.routes_down, 0);
+    assert_true(s.monitor_ticks >= 4);
+}
+
+/* Local bytes [off, off + len) all `v`? */
+static bool all_are(const uint8_t *p, uint64_t len, uint8_t v)
+{
+    for (uint64_t i = 0; i < len; i++)
+        if (p[i] != v)
+            return false;
+    return true;
+}
+
+static int read_one(orb_engine *e, orb_segment *s, uint8_t *dst, uint64_t remote, struct orb_batch_report *rep)
+{
+    struct orb_request r;
+    memset(&r, 0, sizeof r);
+    r.transport = ORB_TRANSPORT_RDMA;
+    r.op = ORB_OP_READ;
+    r.local_addr = (uint64_t)(uintptr_t)dst;
+    r.remote_addr = remote;
+    r.length = CHUNK;
+    return orb_submit_and_wait(e, s, &r, 1, NULL, TIMEOUT_NS, rep);
+}
+
+static void test_a_killed_source_and_its_successor(void **state)
+{
+    (void)state;
+    struct source b;
+    source_spawn(&b, "127.0.0.1:0");
+    orb_segment *sb = NULL;
+    if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
+        fail_msg("open_segment: %s", orb_last_error());
+    struct traffic t;
+    memset(&t, 0, sizeof t);
+    t.e = req;
+    t.seg = sb;
+    t.base = b.h.base;
+    t.area = local + 2 * (CHUNK + 2 * GUARD);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
+    checks_failed[0] = '\0';
+    CHECK(WAIT_FOR(atomic_load(&t.ok) >= 3, 10000) >= 0);
+    source_kill(&b);
+    uint64_t killed_at = now_ns();
+    long detected = WAIT_FOR(atomic_load(&t.failed_requests) >= 1, (IO_TIMEOUT_S + 2) * 1000);
+    sleep_ms(1000);
+    atomic_store(&t.stop, 1);
+    pthread_join(th, NULL);
+    print_message("source killed: the first request failed after %ld ms; %llu failed request(s), the last %llu ms "
+                  "after the kill; longest wait %llu ms\n", detected, (unsigned long long)atomic_load(&t.failed_requests),
+                  (unsigned long long)((t.last_failure_ns - killed_at) / 1000000ull),
+                  (unsigned long long)(t.longest_ns / 1000000ull));
+    if (t.bad_report)
+        fail_msg("%s", t.bad);
+    if (checks_failed[0] != '\0')
+        fail_msg("%s", checks_failed);
+    assert_true(detected >= 0);
+    assert_int_equal(atomic_load(&t.corrupt), 0);
+    assert_int_equal(atomic_load(&t.slow), 0);
+
+    /* A new process at the same endpoint: the old segment's requests are stale and touch
+     * nothing; a segment with the new epoch reads the new process's memory. */
+    struct source b2;
+    source_spawn(&b2, b.h.endpoint);
+    assert_string_equal(b2.h.endpoint, b.h.endpoint);
+    assert_memory_not_equal(&b2.h.epoch, &b.h.epoch, sizeof b.h.epoch);
+    uint8_t *dst = t.area + GUARD;
+    memset(t.area, 0xab, CHUNK + 2 * GUARD);
+    struct orb_batch_report rep;
+    uint64_t t0 = now_ns();
+    int rc = read_one(req, sb, dst, b2.h.base, &rep);
+    print_message("the old segment's READ after the restart: %s in %llu ms (%s)\n", orb_strerror(rc),
+                  (unsigned long long)((now_ns() - t0) / 1000000ull), orb_last_error());
+    assert_int_equal(rc, ORB_ESTALE);
+    assert_true(rep.done && rep.has_failure && rep.failure.status == ORB_ESTALE &&
+                rep.failure.remote_effect == ORB_REMOTE_EFFECT_NONE);
+    assert_true(all_are(t.area, CHUNK + 2 * GUARD, 0xab));
+    orb_segment_close(sb);
+    orb_segment *sb2 = NULL;
+    if (orb_open_segment(req, b2.h.endpoint, &b2.h.epoch, TIMEOUT_NS, &sb2) != 0)
+        fail_msg("open_segment to the successor: %s", orb_last_error());
+    assert_int_equal(read_one(req, sb2, dst, b2.h.base, &rep), 0);
+    for (uint64_t i = 0; i < CHUNK; i++)
+        if (dst[i] != pattern(i, 0))
+            fail_msg("byte %llu of the successor's memory differs", (unsigned long long)i);
+    orb_segment_close(sb2);
+    source_stop(&b2);
+}
+
+/* A requester engine of its own closes while its source is frozen (SIGSTOP) under traffic: the
+ * documented result within the close's timeout, and the engine's batches all end. */
+static void test_close_with_a_frozen_source(void **state)
+{
+    (void)state;
+    struct source c;
+    source_spawn(&c, "127.0.0.1:0");
+    orb_engine *e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL);
+    orb_host_memory *mem = NULL;
+    orb_reg_id id;
+    assert_int_equal(orb_host_memory_alloc(CHUNK + 2 * GUARD, 0, &mem), 0);
+    assert_int_equal(orb_register_host_memory(e, mem, 0, CHUNK + 2 * GUARD, ORB_PERM_LOCAL, &id), 0);
+    orb_segment *sc = NULL;
+    if (orb_open_segment(e, c.h.endpoint, &c.h.epoch, TIMEOUT_NS, &sc) != 0)
+        fail_msg("open_segment: %s", orb_last_error());
+    struct traffic t;
+    memset(&t, 0, sizeof t);
+    t.e = e;
+    t.seg = sc;
+    t.base = c.h.base;
+    t.area = orb_host_memory_data(mem);
+    t.closing = true;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
+    checks_failed[0] = '\0';
+    CHECK(WAIT_FOR(atomic_load(&t.ok) >= 3, 10000) >= 0);
+    CHECK(kill(c.pid, SIGSTOP) == 0);
+    sleep_ms(200); /* requests in flight now wait for a frozen process */
+    const uint64_t close_timeout = 2ull * 1000000000ull;
+    uint64_t t0 = now_ns();
+    int rc = orb_engine_close(e, close_timeout);
+    uint64_t took = now_ns() - t0;
+    print_message("close with a frozen source: %s in %llu ms (%s)\n", orb_strerror(rc),
+                  (unsigned long long)(took / 1000000ull), rc != 0 ? orb_last_error() : "");
+    atomic_store(&t.stop, 1);
+    pthread_join(th, NULL);
+    (void)kill(c.pid, SIGCONT);
+    if (checks_failed[0] != '\0')
+        fail_msg("%s", checks_failed);
+    assert_true(rc == 0 || rc == ORB_EUNQUIESCED);
+    assert_true(took <= close_timeout + 1000000000ull);
+    if (t.bad_report)
+        fail_msg("%s", t.bad);
+    assert_int_equal(atomic_load(&t.corrupt), 0);
+    if (rc == ORB_EUNQUIESCED) /* a later close keeps waiting */
+        assert_int_equal(orb_engine_close(e, TIMEOUT_NS), 0);
+    orb_segment_close(sc);
+    assert_int_equal(orb_unregister_memory(e, id), 0);
+    orb_engine_free(e);
+    orb_host_memory_unref(mem);
+    source_stop(&c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 5 && strcmp(argv[1], "--source") == 0)
+        source_main(atoi(argv[2]), atoi(argv[3]), argv[4]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_port_down_under_a_two_rail_transfer),
+        cmocka_unit_test(test_a_killed_source_and_its_successor),
+        cmocka_unit_test(test_close_with_a_frozen_source),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
