@@ -80,7 +80,7 @@ int orb_rdma_connect_encode(uint8_t kind, const struct orb_rdma_connect *m, uint
     if (m->lanes == 0 || m->nqps % m->lanes != 0)
         return orb_fail(ORB_EINVAL, "rdma connect encode: %u lanes do not divide %u queue pairs", m->lanes, m->nqps);
     for (uint32_t i = 0; i < m->nqps; i++)
-        if (!qp_addr_ok(&m->qps[i].qp))
+        if (!qp_addr_ok(&m->qps[i].qp) || m->qps[i].nic >= 64)
             return orb_fail(ORB_EINVAL, "rdma connect encode: queue pair %u has a malformed address", i);
     struct orb_writer w;
     orb_writer_init(&w, out, cap);
@@ -96,7 +96,7 @@ int orb_rdma_connect_encode(uint8_t kind, const struct orb_rdma_connect *m, uint
     orb_writer_u8(&w, 0);
     for (uint32_t i = 0; i < m->nqps; i++) {
         const struct orb_rdma_rail_addr *r = &m->qps[i];
-        orb_writer_u8(&w, r->nic);
+        orb_writer_u8(&w, (uint8_t)(r->nic | (r->unconnected ? ORB_RDMA_RAIL_UNCONNECTED : 0u)));
         orb_writer_u8(&w, r->qp.mtu);
         orb_writer_u16(&w, r->qp.lid);
         orb_writer_u32(&w, r->qp.qpn);
@@ -131,6 +131,8 @@ int orb_rdma_connect_decode(uint8_t kind, const uint8_t *buf, size_t len, struct
     for (uint32_t i = 0; i < d.nqps; i++) {
         struct orb_rdma_rail_addr *r = &d.qps[i];
         r->nic = orb_cursor_u8(&c);
+        r->unconnected = (r->nic & ORB_RDMA_RAIL_UNCONNECTED) != 0;
+        r->nic &= (uint8_t)~ORB_RDMA_RAIL_UNCONNECTED;
         r->qp.mtu = orb_cursor_u8(&c);
         r->qp.lid = orb_cursor_u16(&c);
         r->qp.qpn = orb_cursor_u32(&c);

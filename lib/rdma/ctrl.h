@@ -17,11 +17,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdbool.h>
+
 #include <orbite/orbite.h>
 
 #include "rdma/qp.h"
 
-#define ORB_RDMA_CTRL_VERSION 5u
+#define ORB_RDMA_CTRL_VERSION 6u
 #define ORB_RDMA_MAX_RAILS 16u        /* rails, and queue pairs per connection */
 #define ORB_RDMA_NONCE_LEN 32u
 #define ORB_RDMA_GRANT_BATCH 16u      /* requests one GRANT_REQ carries at most */
@@ -40,12 +42,17 @@ enum orb_rdma_ctrl_kind {
 };
 
 struct orb_rdma_rail_addr {
-    uint8_t nic;                      /* the sender's NIC slot (for logs and stats) */
+    uint8_t nic;                      /* the sender's NIC slot (for logs and stats), < 64 */
+    bool unconnected;                 /* the sender does not connect this queue pair (its port is
+                                       * down, or connecting it failed): nothing may use it */
     struct orb_rdma_qp_addr qp;
 };
 
+#define ORB_RDMA_RAIL_UNCONNECTED 0x80u /* in a queue pair's NIC byte */
+
 /* CONNECT / CONNECT_OK: u64 incarnation | u8 nqps | u8 read_depth | u8 lanes | u8 0 | nqps x
- * (u8 nic | u8 mtu | u16 lid | u32 qpn | u32 psn | 16 gid). A connection is `lanes` sets of one
+ * (u8 nic | u8 mtu | u16 lid | u32 qpn | u32 psn | 16 gid), the NIC byte's bit 7
+ * ORB_RDMA_RAIL_UNCONNECTED, bit 6 zero. A connection is `lanes` sets of one
  * queue pair per rail, lane by lane: queue pair j * (nqps / lanes) + k is lane j's of rail k
  * (lanes: 1..nqps, dividing it). read_depth: the fewest RDMA READs any of the sender's queue
  * pairs answers at once (0: not stated); decoded into every queue pair's qp.read_depth. */

@@ -108,10 +108,14 @@ struct rdma_ctx {
     uint32_t nic;
     struct ibv_context *ctx;
     struct ibv_pd *pd;
+    /* Its address: the lane's monitor may change it (a GID that changed, a port back with
+     * another MTU) under addr_lock; new queue pairs read it there. */
+    pthread_mutex_t addr_lock;
     uint8_t port, gid_index;
     union ibv_gid gid;
     uint16_t lid;
     enum ibv_mtu mtu;
+    bool paused;                   /* its port was not active when it was opened */
     struct orb_rdma_hca_limits hca;
     struct ibv_cq *scq[RDMA_MAX_LANES], *rcq[RDMA_MAX_LANES]; /* one pair per lane */
     struct ibv_comp_channel *chan[RDMA_MAX_LANES]; /* event_driven: each lane's pair reports here */
@@ -223,6 +227,9 @@ struct rdma_peer {
     uint32_t granting;             /* grant threads between their GRANT_REQ and start() */
     pthread_cond_t fence_cond;
     uint64_t heal_after_ns;        /* no rebuild for a rail other rails stand in for before then */
+    /* A request granted on the connection failed without its ACK: the source holds its grant
+     * until the grant expires and then fails the whole connection; it is healed before that. */
+    bool poisoned;
     uint32_t suspect;              /* rails with failures on record in the health table */
 };
 
@@ -290,6 +297,7 @@ struct rdma_src_conn {
      * each); a grant's "rails" are indices into them. */
     uint32_t nqps;
     struct rdma_link *links[ORB_RDMA_MAX_RAILS];
+    uint32_t unconnected;          /* queue pairs left unconnected (in INIT), never granted */
     pthread_mutex_t lock;          /* grants */
     pthread_cond_t cond;           /* bind completions */
     struct rdma_grant *grants;

@@ -30,9 +30,22 @@
 
 /* ---- contexts --------------------------------------------------------------------------------- */
 
+/* A GID's rank: IPv4-mapped first, then RoCE v2, v1, IB. */
+static int gid_score(enum orb_gid_type type, bool ipv4)
+{
+    return (type == ORB_GID_ROCE_V2 ? 4 : type == ORB_GID_ROCE_V1 ? 2 : 1) + (ipv4 ? 8 : 0);
+}
+
+static bool gid_is_ipv4(const uint8_t raw[16])
+{
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return memcmp(raw, mapped, sizeof mapped) == 0;
+}
+
 /* The port and GID a NIC's rails use: the settings' pins, else the first active port's first
- * IPv4-mapped RoCE v2 GID, else its first RoCE v2, v1 or IB GID. */
-static int pick_address(const struct orb_rdma_tp *tp, const struct orb_topo_nic *n, uint8_t *port,
+ * IPv4-mapped RoCE v2 GID, else its first RoCE v2, v1 or IB GID; with `inactive`, a port in any
+ * state (a rail that starts paused). */
+static int pick_address(const struct orb_rdma_tp *tp, const struct orb_topo_nic *n, bool inactive, uint8_t *port,
                         uint8_t *gid_index, union ibv_gid *gid)
 {
     int best = -1;
@@ -40,13 +53,13 @@ static int pick_address(const struct orb_rdma_tp *tp, const struct orb_topo_nic 
         const struct orb_topo_port *pt = &n->ports[p];
         if (tp->cfg->port != 0 && pt->num != tp->cfg->port)
             continue;
-        if (pt->state != ORB_PORT_ACTIVE && pt->state != ORB_PORT_ACTIVE_DEFER)
+        if (!inactive && pt->state != ORB_PORT_ACTIVE && pt->state != ORB_PORT_ACTIVE_DEFER)
             continue;
         for (uint32_t g = 0; g < pt->ngids; g++) {
             const struct orb_topo_gid *e = &pt->gids[g];
             if (tp->cfg->gid_index >= 0 && e->index != (uint16_t)tp->cfg->gid_index)
                 continue;
-            int score = (e->type == ORB_GID_ROCE_V2 ? 4 : e->type == ORB_GID_ROCE_V1 ? 2 : 1) + (e->is_ipv4 ? 8 : 0);
+            int score = gid_score((enum orb_gid_type)e->type, e->is_ipv4 != 0);
             if (score > best) {
                 best = score;
                 *port = pt->num;
@@ -89,6 +102,7 @@ static void ctx_free(struct orb_rdma_tp *tp, struct rdma_ctx *c)
             ORB_LOGE("rdma: NIC %u: a completion channel could not be destroyed: kept", c->nic);
     }
     pthread_mutex_destroy(&c->wlock);
+    pthread_mutex_destroy(&c->addr_lock);
     free(c);
 }
 
@@ -111,9 +125,16 @@ static int ctx_new(struct orb_rdma_tp *tp, uint32_t nic, struct rdma_ctx **out)
     c->ctx = n->ctx;
     c->pd = n->pd;
     int rc;
-    if (pick_address(tp, inv, &c->port, &c->gid_index, &c->gid) != 0) {
-        rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: no active port with a usable GID", n->name);
-        goto free_ctx;
+    pthread_mutex_init(&c->addr_lock, NULL);
+    if (pick_address(tp, inv, false, &c->port, &c->gid_index, &c->gid) != 0) {
+        /* A port that is down now but has its address: the rail starts paused, and the monitor
+         * resumes it once the port is active. */
+        if (pick_address(tp, inv, true, &c->port, &c->gid_index, &c->gid) != 0) {
+            rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: no port with a usable GID", n->name);
+            goto free_ctx;
+        }
+        c->paused = true;
+        ORB_LOGW("rdma: %s: port %u is not active: its rail starts paused and resumes once it is", n->name, c->port);
     }
     struct ibv_port_attr pa;
     memset(&pa, 0, sizeof pa);
@@ -220,6 +241,7 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     struct orb_qos_config qc;
     rdma_qos_config(tp, &qc);
     (void)orb_qos_set_init(&l->waits, &qc, &orb_clock_monotonic);
+    pthread_mutex_lock(&c->addr_lock); /* the monitor may change the address */
     struct orb_rdma_qp_params p = {
         .port = c->port, .gid_index = c->gid_index, .gid = c->gid, .lid = c->lid, .mtu = c->mtu,
         .max_send_wr = sq, .max_recv_wr = RDMA_RQ_DEPTH, .max_rd_atomic = tp->cfg->max_rd_atomic,
@@ -227,6 +249,7 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
         .retry_count = (uint8_t)tp->cfg->retry_count, .psn = (uint32_t)orb_random_u64() & 0xffffffu,
         .incarnation = orb_random_u64() & 0xffffffu,
     };
+    pthread_mutex_unlock(&c->addr_lock);
     rc = orb_rdma_qp_create(tp->v, c->pd, c->scq[lane], c->rcq[lane], &p, &c->hca, &l->qp);
     if (rc != 0)
         goto free_link;
@@ -923,32 +946,109 @@ static const char *port_state_name(int err, enum ibv_port_state st)
     }
 }
 
-/* The monitor's scan (lane 0, every second, with or without traffic): each rail's port. One
- * that is not active fences its rail -- no slice, trial or rebuild goes there -- and fails the
- * requester queue pairs on it; one that is active again opens the route, and the queue pairs
+/* The best valid GID of c's port now, read from the device (the settings' gid_index: that one
+ * only). The GID type comes from the device where this rdma-core can say, else from the
+ * inventory's entry of that index. false: none. */
+static bool rank_gids(const struct orb_rdma_tp *tp, const struct rdma_ctx *c, uint8_t *index, union ibv_gid *gid)
+{
+    const struct orb_topo_nic *inv = inventory_nic(tp, c->nic);
+    int best = -1;
+    uint32_t first = tp->cfg->gid_index >= 0 ? (uint32_t)tp->cfg->gid_index : 0;
+    uint32_t last = tp->cfg->gid_index >= 0 ? first : ORB_TOPO_MAX_GIDS - 1;
+    for (uint32_t i = first; i <= last && i <= UINT8_MAX; i++) {
+        union ibv_gid g;
+        memset(&g, 0, sizeof g);
+        static const uint8_t zero[16];
+        if (tp->v->query_gid(c->ctx, c->port, (int)i, &g) != 0 || memcmp(g.raw, zero, sizeof zero) == 0)
+            continue;
+        enum orb_gid_type type = ORB_GID_IB;
+        struct ibv_gid_entry e;
+        if (tp->v->query_gid_ex != NULL && tp->v->query_gid_ex(c->ctx, c->port, i, &e, 0, sizeof e) == 0) {
+            type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? ORB_GID_ROCE_V2
+                   : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? ORB_GID_ROCE_V1 : ORB_GID_IB;
+        } else {
+            for (uint32_t p = 0; inv != NULL && p < inv->nports && p < ORB_TOPO_MAX_PORTS; p++)
+                for (uint32_t j = 0; inv->ports[p].num == c->port && j < inv->ports[p].ngids; j++)
+                    if (inv->ports[p].gids[j].index == i)
+                        type = (enum orb_gid_type)inv->ports[p].gids[j].type;
+        }
+        int score = gid_score(type, gid_is_ipv4(g.raw));
+        if (score > best) {
+            best = score;
+            *index = (uint8_t)i;
+            *gid = g;
+        }
+    }
+    return best >= 0;
+}
+
+/* Whether c's address still holds: its GID index still has its GID. Where it does not, the
+ * best valid GID now (gid_index pinned: whatever that index holds, if anything) becomes the
+ * address, into *changed; false when there is none. */
+static bool address_holds(const struct orb_rdma_tp *tp, struct rdma_ctx *c, bool *changed)
+{
+    *changed = false;
+    pthread_mutex_lock(&c->addr_lock);
+    union ibv_gid now;
+    memset(&now, 0, sizeof now);
+    bool same = tp->v->query_gid(c->ctx, c->port, c->gid_index, &now) == 0 &&
+                memcmp(now.raw, c->gid.raw, sizeof now.raw) == 0;
+    bool found = same;
+    if (!same) {
+        uint8_t index = c->gid_index;
+        union ibv_gid g;
+        found = rank_gids(tp, c, &index, &g);
+        if (found) {
+            c->gid_index = index;
+            c->gid = g;
+            *changed = true;
+        }
+    }
+    pthread_mutex_unlock(&c->addr_lock);
+    return found;
+}
+
+/* The monitor's scan (lane 0, every second, with or without traffic): each rail's port and
+ * address. A port that is not active, or whose address changed, fences its rail -- no slice,
+ * trial or rebuild goes there -- and fails the requester queue pairs on it; a changed GID is
+ * replaced by the best valid one now (automatic gid_index) or what the pinned index holds. A
+ * rail whose port is active with an address that held since the last scan opens its route
+ * again (so queue pairs of an old address have had a scan's time to drain), and its queue pairs
  * are rebuilt when a request wants the rail. */
 static void monitor_scan(struct orb_rdma_tp *tp)
 {
     atomic_fetch_add(&tp->monitor_ticks, 1);
     for (uint32_t k = 0; k < tp->nrails; k++) {
-        const struct rdma_ctx *c = tp->dctx[tp->rail_nic[k]];
+        struct rdma_ctx *c = tp->dctx[tp->rail_nic[k]];
         struct ibv_port_attr pa;
         memset(&pa, 0, sizeof pa);
         int err = tp->env.query_port(tp->ops_impl, c->ctx, c->port, &pa);
         atomic_fetch_add(&tp->route_queries, 1);
         bool active = err == 0 && (pa.state == IBV_PORT_ACTIVE || pa.state == IBV_PORT_ACTIVE_DEFER);
+        bool changed = false, holds = active && address_holds(tp, c, &changed);
         uint32_t bit = 1u << k;
         bool was_down = (atomic_load(&tp->routes_down) & bit) != 0;
-        if (!active && !was_down) {
+        const char *name = tp->dev.nics[c->nic].name;
+        if (changed)
+            ORB_LOGW("rdma: rail %u (%s port %u): its address changed: GID index %u now, the rail is fenced for a "
+                     "scan", k, name, c->port, c->gid_index);
+        else if (active && !holds)
+            ORB_LOGW("rdma: rail %u (%s port %u): no valid GID: the rail is fenced until it has one", k, name, c->port);
+        if ((!holds || changed) && !was_down) {
             atomic_fetch_or(&tp->routes_down, bit);
-            ORB_LOGW("rdma: rail %u (%s port %u): the port is %s: the rail is fenced until it is active again", k,
-                     tp->dev.nics[c->nic].name, c->port, port_state_name(err, pa.state));
+            if (!active)
+                ORB_LOGW("rdma: rail %u (%s port %u): the port is %s: the rail is fenced until it is active again", k,
+                         name, c->port, port_state_name(err, pa.state));
             fail_rail_links(tp, k);
-        } else if (active && was_down) {
+        } else if (holds && !changed && was_down) {
+            pthread_mutex_lock(&c->addr_lock);
+            c->mtu = pa.active_mtu;
+            c->lid = pa.lid;
+            pthread_mutex_unlock(&c->addr_lock);
             atomic_fetch_and(&tp->routes_down, ~bit);
             atomic_fetch_add(&tp->route_recoveries, 1);
-            ORB_LOGI("rdma: rail %u (%s port %u): the port is active again: the rail's route is open", k,
-                     tp->dev.nics[c->nic].name, c->port);
+            ORB_LOGI("rdma: rail %u (%s port %u): the port is active with a valid address: the rail's route is open",
+                     k, name, c->port);
         }
     }
 }
@@ -1155,6 +1255,8 @@ int rdma_data_start(struct orb_rdma_tp *tp)
             continue;
         }
         tp->dctx[i] = c;
+        if (c->paused)
+            atomic_fetch_or(&tp->routes_down, 1u << tp->nrails);
         tp->rail_nic[tp->nrails++] = i;
     }
     if (tp->nrails == 0)

@@ -33,6 +33,13 @@ static uint64_t piece_offset(const struct rdma_req *r, const struct orb_xfer *x)
 
 /* ---- peers ------------------------------------------------------------------------------------- */
 
+/* Rail k of a connection is "NIC" k at both ends to the health table: the pair (k, k). */
+static struct orb_rail_key rail_key(const struct rdma_peer *p, uint32_t rail)
+{
+    return (struct orb_rail_key){.peer = p->source_epoch, .local_nic = (uint16_t)rail, .remote_nic = (uint16_t)rail};
+}
+
+
 static void peer_free_now(struct rdma_peer *p)
 {
     struct orb_rdma_tp *tp = p->tp;
@@ -85,6 +92,9 @@ static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, const stru
         made++;
         c.qps[q].nic = (uint8_t)x->nic;
         c.qps[q].qp = links[q]->qp->local;
+        /* A rail whose port is down here is made (the places of the others depend on it) but
+         * not connected. */
+        c.qps[q].unconnected = (atomic_load(&tp->routes_down) & (1u << k)) != 0;
     }
     rdma_links_drop(links, rails * width, made); /* a lane cut short */
     made = rails * width;
@@ -109,9 +119,48 @@ static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, const stru
     rdma_links_drop(links, ok.nqps, made);
     made = ok.nqps;
     width = ok.lanes;
-    for (uint32_t q = 0; q < made; q++)
-        if ((rc = rdma_link_connect(links[q], &ok.qps[q].qp)) != 0)
-            goto free_links;
+    /* A rail either end leaves unconnected, or that fails to connect here, is out of this
+     * connection on every lane (its queue pairs fail at once); the others carry it. One the
+     * source left out, or that failed here, counts against the rail's health; a port down here
+     * does not (the monitor brings that back). */
+    uint32_t dead = 0, path = 0;
+    char dead_why[200] = "";
+    for (uint32_t q = 0; q < made; q++) {
+        uint32_t k = q % rails, bit = 1u << k;
+        if (c.qps[q].unconnected) {
+            dead |= bit;
+            snprintf(dead_why, sizeof dead_why, "rail %u's port is down here", k);
+            continue;
+        }
+        if (ok.qps[q].unconnected) {
+            dead |= bit;
+            path |= bit;
+            snprintf(dead_why, sizeof dead_why, "the source left rail %u unconnected", k);
+            continue;
+        }
+        if ((dead & bit) == 0 && rdma_link_connect(links[q], &ok.qps[q].qp) != 0) {
+            dead |= bit;
+            path |= bit;
+            snprintf(dead_why, sizeof dead_why, "%s", orb_last_error());
+        }
+    }
+    if (dead == (1u << rails) - 1) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "rdma: %s: no rail of the connection could be connected (%s)", p->endpoint, dead_why);
+        goto free_links;
+    }
+    if (dead != 0) {
+        ORB_LOGI("rdma: %s: rails 0x%x are left out of the connection for now: %s", p->endpoint, dead, dead_why);
+        for (uint32_t q = 0; q < made; q++)
+            if (dead & (1u << (q % rails)))
+                rdma_link_fail(links[q], ORB_EUNAVAILABLE);
+        for (uint32_t m = path; m != 0 && tp->health != NULL; m &= m - 1) {
+            struct orb_rail_key key = rail_key(p, (uint32_t)__builtin_ctz(m));
+            (void)orb_rail_record_failure(tp->health, &key);
+        }
+        pthread_mutex_lock(&p->lock);
+        p->suspect |= path;
+        pthread_mutex_unlock(&p->lock);
+    }
     *width_out = width;
     *incarnation_out = c.incarnation;
     return 0;
@@ -478,11 +527,6 @@ struct ending {
     char why[160];
 };
 
-static struct orb_rail_key rail_key(const struct rdma_peer *p, uint32_t rail)
-{
-    return (struct orb_rail_key){.peer = p->source_epoch, .local_nic = (uint16_t)rail, .remote_nic = (uint16_t)rail};
-}
-
 /* Rail health's verdicts as `r` ends (p->lock held; the table has a lock of its own, taken
  * under none of it): its trial's outcome; a failure for each rail where the path failed it; a
  * success for its rails with failures on record when it succeeded. */
@@ -539,6 +583,8 @@ static void end_locked(struct rdma_req *r, int status, struct ending *e)
     struct rdma_peer *p = r->peer;
     r->ended = true;
     judge_rails(r, status);
+    if (r->granted && status != 0 && !r->acked && r->incarnation == p->incarnation)
+        p->poisoned = true;
     if (r->granted) {
         for (struct rdma_req **pp = &p->active; *pp != NULL; pp = &(*pp)->next) {
             if (*pp == r) {
@@ -841,7 +887,8 @@ static void fence_wait(struct rdma_peer *p, uint64_t deadline)
  * wait until no request is granted or being granted on it, then reconnect; the fence lifts
  * either way. Another thread healing it already: wait for that one instead. Every wait ends by
  * `deadline` or at stop. 0: the queue pairs are new. */
-static int heal(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_control_path *ctl, uint64_t deadline)
+static int heal(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_control_path *ctl, uint64_t deadline,
+                const char *cause)
 {
     pthread_mutex_lock(&p->lock);
     if (p->fenced) {
@@ -857,7 +904,7 @@ static int heal(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_co
         fence_wait(p, deadline);
     bool drained = p->active == NULL && p->granting == 0;
     pthread_mutex_unlock(&p->lock);
-    int rc = drained ? reconnect(tp, p, ctl, seen, deadline, "queue pairs of a rail died")
+    int rc = drained ? reconnect(tp, p, ctl, seen, deadline, cause)
                      : orb_fail(ORB_ETIMEDOUT, "rdma: %s: the requests on the connection did not end in time for its rebuild",
                                 p->endpoint);
     pthread_mutex_lock(&p->lock);
@@ -899,11 +946,13 @@ static int pick_rails(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t *allo
     uint32_t want = r->trial_token != 0 ? 1u << r->trial_rail : healthy;
     pthread_mutex_lock(&p->lock);
     uint32_t dead = dead_rails_locked(p);
-    bool spaced = orb_now_ns() >= p->heal_after_ns;
+    bool spaced = orb_now_ns() >= p->heal_after_ns, poisoned = p->poisoned;
     pthread_mutex_unlock(&p->lock);
     char why[200] = "";
-    if ((want & dead) != 0 && ((want & ~dead) == 0 || spaced)) {
-        if (heal(tp, p, r->ctl, orb_deadline_after(tp->io_timeout_ns)) != 0) {
+    if (((want & dead) != 0 && ((want & ~dead) == 0 || spaced)) || (poisoned && spaced)) {
+        const char *cause = (want & dead) != 0 ? "queue pairs of a rail died"
+                                               : "a failed request left its grant at the source";
+        if (heal(tp, p, r->ctl, orb_deadline_after(tp->io_timeout_ns), cause) != 0) {
             snprintf(why, sizeof why, ": %s", orb_last_error());
             ORB_LOGD("rdma: %s: rails 0x%x stay dead%s", p->endpoint, want & dead, why);
         }
@@ -1106,6 +1155,7 @@ static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct o
         }
         p->width = width;
         p->incarnation = incarnation;
+        p->poisoned = false;
         p->reconnect_backoff_ns = 0;
     }
     pthread_mutex_unlock(&p->lock);

@@ -303,9 +303,34 @@ static int src_connect(struct orb_rdma_tp *tp, const struct orb_epoch *sender, c
      * would flush its receives, and a flushed receive fails the connection it belongs to. */
     rdma_links_drop(c->links, rails * lanes, c->nqps);
     c->nqps = rails * lanes;
-    for (uint32_t k = 0; k < c->nqps; k++)
-        if ((rc = rdma_link_connect(c->links[k], &in.qps[k].qp)) != 0)
-            goto free_conn;
+    /* A queue pair the requester does not connect, or whose port is down here, or that fails
+     * to connect, stays unconnected (in INIT: a queue pair moved to the error state would flush
+     * its receives, which fails the connection): the answer says so, and grants never use it.
+     * The connection needs one rail connected on every lane. */
+    uint32_t dead_rails = 0;
+    char dead_why[200] = "";
+    for (uint32_t k = 0; k < c->nqps; k++) {
+        uint32_t rail = (k % rails) % tp->nrails; /* this engine's rail of the queue pair */
+        int st = 0;
+        if (in.qps[k].unconnected)
+            st = orb_fail(ORB_EUNAVAILABLE, "the requester's port of it is down");
+        else if (atomic_load(&tp->routes_down) & (1u << rail))
+            st = orb_fail(ORB_EUNAVAILABLE, "the port of rail %u is down here", rail);
+        else
+            st = rdma_link_connect(c->links[k], &in.qps[k].qp);
+        if (st != 0) {
+            snprintf(dead_why, sizeof dead_why, "%s", orb_last_error());
+            c->unconnected |= 1u << k;
+            out.qps[k].unconnected = true;
+            dead_rails |= 1u << (k % rails);
+        }
+    }
+    if (dead_rails == (1u << rails) - 1) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "rdma: no rail of a requester's connection could be connected (%s)", dead_why);
+        goto free_conn;
+    }
+    if (dead_rails != 0)
+        ORB_LOGI("rdma: a requester's connection leaves rails 0x%x unconnected: %s", dead_rails, dead_why);
     out.nqps = c->nqps;
     out.lanes = lanes;
     if ((rc = orb_rdma_connect_encode(ORB_RDMA_CONNECT_OK, &out, resp, cap, resp_len)) != 0)
@@ -359,6 +384,9 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     int rc;
     if ((in->rail_mask >> c->nqps) != 0)
         return orb_fail(ORB_EPROTO, "rdma: queue pairs 0x%x asked for on a connection of %u", in->rail_mask, c->nqps);
+    if (in->rail_mask & c->unconnected)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: queue pairs 0x%x asked for are not connected here",
+                        in->rail_mask & c->unconnected);
     struct orb_reg *pin = NULL;
     rc = orb_registry_acquire(orb_engine_registry(tp->engine), in->addr, in->length,
                               in->op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);

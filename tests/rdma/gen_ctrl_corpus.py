@@ -4,7 +4,7 @@ import os
 import sys
 import struct
 
-V = 5
+V = 6
 CONNECT, CONNECT_OK, GRANT_REQ, GRANT = 1, 2, 3, 4
 GID = bytes([0] * 10 + [0xFF, 0xFF, 10, 77, 1, 1])
 NONCE = bytes(range(32))
@@ -66,6 +66,7 @@ def corpus():
         "valid-connect-read-depth": connect(CONNECT_OK, [rail(0), rail(1)], pad=b"\x10\1\0"),
         "valid-connect-2-lanes": connect(CONNECT, [rail(i % 2, qpn=i + 1) for i in range(4)], pad=b"\0\2\0"),
         "valid-connect-16-lanes": connect(CONNECT_OK, [rail(0, qpn=i + 1) for i in range(16)], pad=b"\x08\x10\0"),
+        "valid-connect-ok-unconnected": connect(CONNECT_OK, [rail(0), rail(0x81, qpn=18)]),
         "valid-grant-req": grant_req(),
         "valid-grant-req-write-rails": grant_req(op=1, mask=0x8001, addr=2**64 - 4097, length=4096),
         "valid-grant-req-16": grant_req([ask(request=i, op=i % 2, mask=1 << (i % 16)) for i in range(16)]),
@@ -91,6 +92,7 @@ def corpus():
         "bad-connect-qpn-25-bits": connect(CONNECT, [rail(qpn=1 << 24)]),
         "bad-connect-mtu": connect(CONNECT, [rail(mtu=6)]),
         "bad-connect-nic-64": connect(CONNECT, [rail(nic=64)]),
+        "bad-connect-nic-unconnected-64": connect(CONNECT_OK, [rail(nic=0xC0)]),
         "bad-connect-trailing": connect(CONNECT, [rail()]) + b"\0",
         "bad-grant-req-op": grant_req(op=2),
         "bad-grant-req-mask-0": grant_req(mask=0),

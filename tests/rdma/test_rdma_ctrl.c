@@ -32,6 +32,7 @@ static void test_connect_round_trip(void **state)
         m.qps[i].qp.read_depth = (uint8_t)(16 - 4 * i); /* the message carries the fewest: 8 */
         memset(m.qps[i].qp.gid, (int)(0x40 + i), 16);
     }
+    m.qps[1].unconnected = true; /* the sender's port of it is down */
     uint8_t buf[1024];
     size_t len = 0;
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, sizeof buf, &len), 0);
@@ -46,6 +47,7 @@ static void test_connect_round_trip(void **state)
     assert_int_equal(d.lanes, 3);
     for (uint32_t i = 0; i < 3; i++) {
         assert_int_equal(d.qps[i].nic, m.qps[i].nic);
+        assert_int_equal(d.qps[i].unconnected, i == 1);
         assert_int_equal(d.qps[i].qp.qpn, m.qps[i].qp.qpn);
         assert_int_equal(d.qps[i].qp.psn, m.qps[i].qp.psn);
         assert_int_equal(d.qps[i].qp.mtu, m.qps[i].qp.mtu);
@@ -53,6 +55,11 @@ static void test_connect_round_trip(void **state)
         assert_int_equal(d.qps[i].qp.read_depth, 8);
         assert_memory_equal(d.qps[i].qp.gid, m.qps[i].qp.gid, 16);
     }
+    /* The NIC byte's bit 7 says unconnected; bit 6 is never set. */
+    assert_int_equal(buf[4 + 12 + 28], 3 | ORB_RDMA_RAIL_UNCONNECTED);
+    buf[4 + 12] |= 0x40;
+    assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), ORB_EPROTO);
+    buf[4 + 12] &= (uint8_t)~0x40;
     /* The byte after the lanes is reserved; the lanes divide the queue pairs. */
     buf[4 + 11] = 1;
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), ORB_EPROTO);
