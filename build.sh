@@ -125,7 +125,7 @@ run_vm_tests() {
     rc=${PIPESTATUS[0]}
     set -e
     case $rc in
-        0) log "SUMMARY rdma-vm: PASSED ($(grep -m1 'tests passed' "$ROOT/build/vm.log" | sed 's/\x1b\[[0-9;]*m//g' || echo 'no tests'); $(grep -c 'Failed' "$ROOT/build/vm.log") failed attempt(s) passed on the second) in $((SECONDS - start)) s" ;;
+        0) log "SUMMARY rdma-vm: PASSED ($(grep -m1 'tests passed' "$ROOT/build/vm.log" | sed 's/\x1b\[[0-9;]*m//g' || echo 'no tests'); $(sed 's/\x1b\[[0-9;]*m//g' "$ROOT/build/vm.log" | grep -cE 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception)') failed attempt(s) passed on the second) in $((SECONDS - start)) s" ;;
         77) log "SUMMARY rdma-vm: SKIPPED ($(grep -m1 'SKIP' "$ROOT/build/vm.log" || echo 'the VM cannot run here'))" ;;
         *) log "SUMMARY rdma-vm: FAILED (status $rc) after $((SECONDS - start)) s"; return 1 ;;
     esac

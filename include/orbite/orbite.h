@@ -350,6 +350,7 @@ struct orb_rdma_stats {
     uint64_t route_queries;        /* port states queried */
     uint64_t route_recoveries;     /* rails whose port came back, their route open again */
     uint64_t routes_down;          /* gauge: rails whose port is not active now */
+    uint64_t kept_queue_pairs;     /* queue pairs the device refused to destroy (kept for good) */
     uint64_t reserved[1];          /* 0 */
 };
 

@@ -280,8 +280,9 @@ struct rdma_req {
     uint32_t outstanding;          /* WRs posted or queued and not completed */
     uint32_t sends_left;           /* SEND_WITH_INVs not completed */
     bool counted, granted, acked, ended, posted_write; /* counted: in peer->inflight */
+    bool expired;                  /* its ACK deadline passed (the scan failed it) */
     int status;                    /* the first failure */
-    char why[160];                 /* its cause */
+    char why[320];                 /* its cause */
     uint64_t deadline;             /* the ACK's */
     struct rdma_wr_ctx send_ctx[ORB_RDMA_MAX_RAILS];
     struct rdma_wait waits[ORB_SLICE_MAX + ORB_RDMA_MAX_RAILS];
@@ -365,7 +366,9 @@ int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote
  * completion is then learnt from a later one's: the send queue completes in order); without
  * `more` it is always signalled, so that no WR waits for a completion nobody will ask for.
  * ORB_ERESOURCE when the send queue is full (nothing posted), ORB_EPEER when the link is dead or
- * the post was refused (the link is failed then). The link's lock is held; only the lane posts. */
+ * the device refused the post naming it (bad_wr) as not taken, RDMA_POST_UNKNOWN when it
+ * refused it without that proof (the WR stays tracked); the link is failed in both cases. The
+ * link's lock is held; only the lane posts. */
 int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
                           uint32_t msg_len, bool more);
 /* Have the lane of `l` post what is queued on it: now when called on that lane, else by kicking it. */
@@ -387,6 +390,9 @@ int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
 void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w);
 /* The promotion settings of the transport's priority queues. */
 void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out);
+/* rdma_link_post_locked's answer when the device refused a post without naming it as not
+ * taken (bad_wr): the link is failed and the WR stays tracked, as posted. */
+#define RDMA_POST_UNKNOWN 1
 /* Move the QP to the error state (every outstanding WR flushes) and remember `status`. */
 void rdma_link_fail(struct rdma_link *l, int status);
 /* The same, for a failure of the path rather than of the peer (rail health counts it). */

@@ -169,7 +169,8 @@ static int ctx_new(struct orb_rdma_tp *tp, uint32_t nic, struct rdma_ctx **out)
             goto free_ctx;
         }
     }
-    orb_rdma_window_pool_init(&c->windows, &orb_rdma_verbs_mw_ops, NULL, c->pd, tp->cfg->max_window_key_indices);
+    orb_rdma_window_pool_init(&c->windows, &orb_rdma_verbs_mw_ops, (void *)(uintptr_t)tp->v, c->pd,
+                              tp->cfg->max_window_key_indices);
     c->ready = true;
     *out = c;
     return 0;
@@ -293,7 +294,7 @@ static int post_recv(struct rdma_link *l, uint32_t slot)
     struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(l->buf + (size_t)slot * RDMA_MSG_SLOT),
                           .length = RDMA_MSG_SLOT, .lkey = l->buf_mr->lkey};
     struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
-    return ibv_post_recv(l->qp->qp, &wr, &bad);
+    return l->tp->v->post_recv(l->qp->qp, &wr, &bad);
 }
 
 int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote)
@@ -337,19 +338,26 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
     else
         wr->send_flags &= ~(unsigned)IBV_SEND_SIGNALED;
     struct ibv_send_wr *bad = NULL;
-    int err = ibv_post_send(l->qp->qp, wr, &bad);
-    if (err == 0)
+    int err = l->tp->v->post_send(l->qp->qp, wr, &bad);
+    if (err == 0) {
         l->unsignaled = signal ? 0 : l->unsignaled + 1;
-    if (err != 0) {
-        (void)orb_rdma_wr_track_withdraw(&l->qp->track, id);
-        atomic_fetch_add(&l->tp->errors, 1);
-        l->failed = ORB_EPEER;
-        (void)orb_rdma_qp_fail(l->qp);
-        ORB_LOGW("rdma: %s rail %u: the device refused a work request (opcode %d): %s; the link is failed",
-                 l->role == RDMA_ROLE_SOURCE ? "source" : "requester", l->rail, (int)wr->opcode, strerror(err));
-        return orb_fail(ORB_EPEER, "rdma: the device refused a work request on rail %u: %s", l->rail, strerror(err));
+        return 0;
     }
-    return 0;
+    /* Refused. Only a bad_wr naming this very WR proves the device did not take it; any other
+     * answer leaves it possibly taken: it stays tracked (charged), and its flush or completion
+     * ends it -- or nothing does, and it stays outstanding (a stop then cannot prove quiescence). */
+    bool proven = bad == wr;
+    if (proven)
+        (void)orb_rdma_wr_track_withdraw(&l->qp->track, id);
+    atomic_fetch_add(&l->tp->errors, 1);
+    l->failed = ORB_EPEER;
+    atomic_store(&l->down, true);
+    (void)orb_rdma_qp_fail(l->qp);
+    ORB_LOGW("rdma: %s rail %u: the device refused a work request (opcode %d): %s%s; the link is failed",
+             l->role == RDMA_ROLE_SOURCE ? "source" : "requester", l->rail, (int)wr->opcode, strerror(err),
+             proven ? "" : ", without saying it was not taken: it stays outstanding until the device ends it");
+    (void)orb_fail(ORB_EPEER, "rdma: the device refused a work request on rail %u: %s", l->rail, strerror(err));
+    return proven ? ORB_EPEER : RDMA_POST_UNKNOWN;
 }
 
 void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out)
@@ -390,6 +398,8 @@ int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
     wr.opcode = IBV_WR_SEND;
     pthread_mutex_lock(&l->lock);
     int rc = l->acks_head != NULL ? ORB_ERESOURCE : rdma_link_post_locked(l, &wr, 0, msg, ORB_RDMA_ACK_LEN, false);
+    if (rc == RDMA_POST_UNKNOWN) /* the link is failed either way: the requester sees no ACK */
+        rc = ORB_EPEER;
     if (rc == ORB_ERESOURCE) {
         /* Queued behind the others: it goes out when completions free the send queue. */
         struct rdma_ack_wait *w = malloc(sizeof *w);
@@ -425,7 +435,9 @@ static void drain_binds_locked(struct rdma_link *l, struct rdma_bind_wait **fail
         l->binds_head = w->next;
         if (l->binds_head == NULL)
             l->binds_tail = NULL;
-        if (rc != 0) {
+        /* RDMA_POST_UNKNOWN: possibly taken, so its window may be bound: it ends with its
+         * completion (a flush), like a posted one. */
+        if (rc != 0 && rc != RDMA_POST_UNKNOWN) {
             w->next = *failed;
             *failed = w;
             *failed_status = rc;
@@ -483,6 +495,8 @@ static int drain_acks_locked(struct rdma_link *l)
         int rc = rdma_link_post_locked(l, &wr, 0, w->msg, ORB_RDMA_ACK_LEN, false);
         if (rc == ORB_ERESOURCE)
             return 0;
+        if (rc == RDMA_POST_UNKNOWN)
+            rc = ORB_EPEER;
         l->acks_head = w->next;
         if (l->acks_head == NULL)
             l->acks_tail = NULL;
@@ -579,7 +593,7 @@ void rdma_link_drain_waits(struct rdma_link *l)
         if (rc == ORB_ERESOURCE)
             break;
         (void)orb_qos_pop(&l->waits, ORB_QOS_ALL_TIERS); /* w */
-        if (rc == 0) {
+        if (rc == 0 || rc == RDMA_POST_UNKNOWN) { /* possibly taken: its completion (a flush) ends it */
             rdma_req_posted(w, l);
         } else {
             w->next = failed;
@@ -633,16 +647,21 @@ void rdma_link_free(struct rdma_link *l)
             break;
         }
     }
-    tp->endpoints--;
-    l->ctx->cqe_charged[l->lane] -= l->cqe_charge;
     pthread_mutex_unlock(&tp->lock);
     /* Unhooked: no lane finds it any more; wait out one that is handling its completion. */
     while (atomic_load(&l->users) > 0)
         sched_yield();
     if (orb_rdma_qp_destroy(l->qp) != 0) {
-        ORB_LOGE("%s: the link's buffers are kept", orb_last_error());
+        /* The queue pair may still reach memory: it, its buffers and its charges (an endpoint,
+         * its CQ entries) stay for good, and nothing tries again. */
+        atomic_fetch_add(&tp->kept_qps, 1);
+        ORB_LOGE("%s: the queue pair, its buffers and its charges are kept", orb_last_error());
         return;
     }
+    pthread_mutex_lock(&tp->lock);
+    tp->endpoints--;
+    l->ctx->cqe_charged[l->lane] -= l->cqe_charge;
+    pthread_mutex_unlock(&tp->lock);
     if (tp->v->dereg_mr(l->buf_mr) != 0) {
         ORB_LOGE("rdma: a link's message buffers could not be deregistered: kept");
         return;
@@ -1320,13 +1339,23 @@ static bool drain_inline(struct orb_rdma_tp *tp, uint64_t deadline)
     }
 }
 
+/* 0, or ORB_EUNQUIESCED when a queue pair could not be destroyed (it may still reach memory). */
+static int kept_verdict(struct orb_rdma_tp *tp)
+{
+    uint64_t kept = atomic_load(&tp->kept_qps);
+    if (kept == 0)
+        return 0;
+    return orb_fail(ORB_EUNQUIESCED, "rdma: %llu queue pair(s) could not be destroyed: the memory they may reach stays held",
+                    (unsigned long long)kept);
+}
+
 int rdma_data_stop(struct orb_rdma_tp *tp, uint64_t deadline)
 {
     if (!tp->data)
         return 0;
     if (atomic_load(&tp->stopping)) {
         if (!tp->unquiesced)
-            return 0;
+            return kept_verdict(tp);
         /* An earlier stop could not prove the end of every work request: wait again. */
         if (!drain_inline(tp, deadline))
             return orb_fail(ORB_EUNQUIESCED, "rdma: %u work requests are still outstanding: the memory they use stays "
@@ -1334,7 +1363,7 @@ int rdma_data_stop(struct orb_rdma_tp *tp, uint64_t deadline)
         ORB_LOGI("rdma: stop: every work request ended at last");
         tp->unquiesced = false;
         stop_finish(tp);
-        return 0;
+        return kept_verdict(tp);
     }
     tp->drain_deadline = orb_now_ns() + RDMA_DRAIN_NS;
     atomic_store(&tp->stopping, 1);
@@ -1374,7 +1403,7 @@ int rdma_data_stop(struct orb_rdma_tp *tp, uint64_t deadline)
                         (unsigned long long)(RDMA_DRAIN_NS / ORB_NS_PER_SEC));
     }
     stop_finish(tp);
-    return 0;
+    return kept_verdict(tp);
 }
 
 void rdma_data_destroy(struct orb_rdma_tp *tp)

@@ -524,7 +524,7 @@ struct ending {
     uint32_t n;
     int status;
     enum orb_remote_effect effect;
-    char why[160];
+    char why[320];
 };
 
 /* Rail health's verdicts as `r` ends (p->lock held; the table has a lock of its own, taken
@@ -1493,8 +1493,9 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
         pthread_mutex_lock(&p->lock);
         for (struct rdma_req *r = p->active, *next; r != NULL && ne < 8; r = next) {
             next = r->next;
-            if (r->ended || now < r->deadline)
+            if (r->ended || r->expired || now < r->deadline)
                 continue;
+            r->expired = true; /* once: it may outlive its deadline, waiting for its WRs */
             ORB_LOGW("rdma: %s: request %llu got no ACK within io_timeout_s: it fails (%u work requests "
                      "outstanding, %u rail ends to send, ACK %s, rails 0x%x)",
                      p->endpoint, (unsigned long long)r->id, r->outstanding, r->sends_left,

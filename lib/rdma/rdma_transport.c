@@ -469,6 +469,7 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.route_queries = atomic_load(&tp->route_queries);
     st.route_recoveries = atomic_load(&tp->route_recoveries);
     st.routes_down = (uint64_t)__builtin_popcount(atomic_load(&tp->routes_down));
+    st.kept_queue_pairs = atomic_load(&tp->kept_qps);
     memcpy(out, &st, sizeof st);
     return 0;
 }

@@ -148,6 +148,7 @@ struct orb_rdma_tp {
     /* The monitor (lane 0, every RDMA_MONITOR_EVERY_NS): rails whose port is not active. */
     _Atomic uint32_t routes_down;
     atomic_uint_fast64_t monitor_ticks, route_queries, route_recoveries;
+    atomic_uint_fast64_t kept_qps;              /* queue pairs the device refused to destroy */
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */

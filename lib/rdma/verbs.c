@@ -54,6 +54,26 @@ static const struct symbol symbols[] = {
     OPTIONAL(query_gid_ex, "_ibv_query_gid_ex"),
 };
 
+static int inline_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+    return ibv_post_send(qp, wr, bad_wr);
+}
+
+static int inline_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+    return ibv_post_recv(qp, wr, bad_wr);
+}
+
+static struct ibv_mw *inline_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+    return ibv_alloc_mw(pd, type);
+}
+
+static int inline_dealloc_mw(struct ibv_mw *mw)
+{
+    return ibv_dealloc_mw(mw);
+}
+
 int orb_verbs_load(const char *path, struct orb_verbs *out)
 {
     if (path == NULL || out == NULL)
@@ -79,6 +99,10 @@ int orb_verbs_load(const char *path, struct orb_verbs *out)
         /* POSIX lets a function pointer hold what dlsym returns. */
         memcpy((char *)&table + symbols[i].offset, &address, sizeof address);
     }
+    table.post_send = inline_post_send;
+    table.post_recv = inline_post_recv;
+    table.alloc_mw = inline_alloc_mw;
+    table.dealloc_mw = inline_dealloc_mw;
     /* Kept for the process's lifetime: contexts, MRs and providers loaded by it outlive any one
      * engine, and providers are not safe to unload. */
     *out = table;

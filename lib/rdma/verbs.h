@@ -56,6 +56,14 @@ struct orb_verbs {
     struct ibv_context *(*import_device)(int cmd_fd);
     const char *(*wc_status_str)(enum ibv_wc_status status);
 
+    /* ---- rdma-core's inline calls, through the context's operation table: no export is
+     * involved; the loader sets them to its own functions, so that every call the transport
+     * makes goes through this table ---- */
+    int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+    int (*post_recv)(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+    struct ibv_mw *(*alloc_mw)(struct ibv_pd *pd, enum ibv_mw_type type);
+    int (*dealloc_mw)(struct ibv_mw *mw);
+
     /* ---- optional: NULL when this rdma-core lacks them ---- */
     struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
                                     int access);

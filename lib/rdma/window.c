@@ -11,18 +11,17 @@
 #include "core/error.h"
 #include "core/log.h"
 
-/* ibv_alloc_mw and ibv_dealloc_mw are rdma-core's inline wrappers over the context's operation
- * table: no library symbol is involved. */
+/* Through the loaded verbs table (`impl`, a const struct orb_verbs *). */
 static struct ibv_mw *verbs_alloc_mw(void *impl, struct ibv_pd *pd)
 {
-    (void)impl;
-    return ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+    const struct orb_verbs *v = impl;
+    return v->alloc_mw(pd, IBV_MW_TYPE_2);
 }
 
 static int verbs_dealloc_mw(void *impl, struct ibv_mw *mw)
 {
-    (void)impl;
-    return ibv_dealloc_mw(mw);
+    const struct orb_verbs *v = impl;
+    return v->dealloc_mw(mw);
 }
 
 const struct orb_rdma_mw_ops orb_rdma_verbs_mw_ops = {

@@ -45,7 +45,8 @@ struct orb_rdma_mw_ops {
     int (*dealloc_mw)(void *impl, struct ibv_mw *mw);           /* 0 or errno */
 };
 
-/* ibv_alloc_mw(pd, IBV_MW_TYPE_2) / ibv_dealloc_mw through the context's operation table. */
+/* ibv_alloc_mw(pd, IBV_MW_TYPE_2) / ibv_dealloc_mw through the loaded verbs table, which the
+ * pool's impl must be (a const struct orb_verbs *). */
 extern const struct orb_rdma_mw_ops orb_rdma_verbs_mw_ops;
 
 /* The keys one window index ever carried. */

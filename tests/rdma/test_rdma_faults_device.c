@@ -1,17 +1,29 @@
-/* RDMA under faults on the rails topology, two processes (the source engine in a child): a port
- * that goes down under a two-rail transfer (the rail is fenced and paused, the other rail carries
- * the rest, every failure is reported exactly and within its bound, no byte outside a failed
- * request changes; when the port comes back the rail's trial brings it back and both rails carry
- * traffic again).
+/* RDMA under faults on the rails topology, two processes (the source engine in a child), each
+ * cell with traffic in flight and its batch reports checked exactly (status, prefix, span,
+ * remote effect), every wait within its bound and the bytes outside a failed request intact:
+ *  - a port down under a two-rail transfer, for longer than a grant's expiry: the rail is fenced
+ *    and paused, the other rail carries the rest, and the rail's trial brings it back once the
+ *    port is up;
+ *  - a port down when the engine starts: the rail starts paused, then carries requests;
+ *  - the address under a rail replaced mid-run (and back): fenced, re-ranked, reopened;
+ *  - a source killed (SIGKILL) under traffic, and its successor at the same endpoint (the old
+ *    segment reads ORB_ESTALE, never the new process's memory);
+ *  - close with a frozen source (SIGSTOP): the documented result within the timeout;
+ *  - through a test-only interposer over the loaded verbs table (verbs_interposer.h): posts the
+ *    device refuses with and without naming the WR, a key never granted (the peer refuses the
+ *    access), a queue pair forced to the error state mid-batch, a post that cannot be proven
+ *    untaken (it stays charged; close says ORB_EUNQUIESCED), a queue pair the device refuses to
+ *    destroy (kept with its charges, never retried).
  *
- * It changes the VM's links (`ip link`), so it needs root and the rails topology; elsewhere it
- * exits 77. */
+ * It changes the VM's links (`ip link`, `ip addr`), so it needs root and the rails topology;
+ * elsewhere it exits 77. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdatomic.h>
@@ -26,6 +38,7 @@
 #include <orbite/orbite.h>
 
 #include "device_util.h"
+#include "verbs_interposer.h"
 
 #define AREA (8u << 20)            /* each side's registered memory */
 #define CHUNK (1u << 20)           /* one request */
@@ -264,7 +277,7 @@ struct traffic {
     char bad[256];
 };
 
-static void note_bad(struct traffic *t, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void note_bad(struct traffic *t, const char *fmt, ...)
 {
     if (t->bad_report)
         return;
@@ -744,16 +757,297 @@ static void test_close_with_a_frozen_source(void **state)
     source_stop(&c);
 }
 
+/* ---- the device refusing calls (the verbs interposer) ----------------------------------------- */
+
+/* An engine of its own for a cell that leaves it unquiesced, with memory and a segment. */
+struct side {
+    orb_engine *e;
+    orb_host_memory *mem;
+    orb_reg_id id;
+    orb_segment *seg;
+    struct traffic t;              /* its one-request helper's state */
+};
+
+static void side_up(struct side *sd)
+{
+    memset(sd, 0, sizeof *sd);
+    sd->e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL);
+    assert_int_equal(orb_host_memory_alloc(CHUNK + 2 * GUARD, 0, &sd->mem), 0);
+    assert_int_equal(orb_register_host_memory(sd->e, sd->mem, 0, CHUNK + 2 * GUARD, ORB_PERM_LOCAL, &sd->id), 0);
+    if (orb_open_segment(sd->e, peer.endpoint, &peer.epoch, TIMEOUT_NS, &sd->seg) != 0)
+        fail_msg("open_segment: %s", orb_last_error());
+    sd->t.e = sd->e;
+    sd->t.seg = sd->seg;
+    sd->t.base = peer.base;
+    sd->t.area = orb_host_memory_data(sd->mem);
+    memset(sd->t.area, 0xee, CHUNK + 2 * GUARD);
+}
+
+static struct orb_rdma_stats stats_of(orb_engine *e)
+{
+    struct orb_rdma_stats s;
+    assert_int_equal(orb_engine_rdma_stats(e, &s), 0);
+    return s;
+}
+
+/* WRITE a fresh pattern to the source and READ it back; 0 when both succeeded and it matched. */
+static int round_trip(struct traffic *t, uint32_t seed)
+{
+    uint8_t *target = t->area + GUARD;
+    for (uint64_t i = 0; i < CHUNK; i++)
+        target[i] = pattern(i, seed);
+    int rc = one(t, ORB_OP_WRITE, 0, GUARD);
+    if (rc != 0)
+        return rc;
+    memset(target, 0, CHUNK);
+    if ((rc = one(t, ORB_OP_READ, 0, GUARD)) != 0)
+        return rc;
+    for (uint64_t i = 0; i < CHUNK; i++)
+        if (target[i] != pattern(i, seed))
+            return ORB_EPROTO;
+    return 0;
+}
+
+/* A READ whose second work request the device refuses: named by bad_wr (the WR was not taken,
+ * it is let go at once) or not named though it was taken (it ends with its flush). Either way
+ * the request fails at once with its exact report, nothing of it stays charged, and the next
+ * requests succeed (the connection heals). */
+static void test_refused_posts(void **state)
+{
+    (void)state;
+    static const enum itp_post_failure modes[] = {ITP_REFUSED_NAMED, ITP_TAKEN_UNNAMED};
+    struct traffic t;
+    memset(&t, 0, sizeof t);
+    t.e = req;
+    t.seg = seg;
+    t.base = peer.base;
+    t.area = local;
+    memset(local, 0xee, CHUNK + 2 * GUARD);
+    for (size_t m = 0; m < 2; m++) {
+        uint64_t failed_before = itp_failures(ITP_POST_SEND);
+        itp_arm(ITP_POST_SEND, 2, ENOMEM, IBV_WR_RDMA_READ, modes[m]);
+        uint64_t t0 = now_ns();
+        int rc = one(&t, ORB_OP_READ, 0, GUARD);
+        uint64_t took = now_ns() - t0;
+        itp_disarm(ITP_POST_SEND);
+        print_message("a READ post refused (%s): %s in %llu ms\n", m == 0 ? "named by bad_wr" : "taken, not named",
+                      orb_strerror(rc), (unsigned long long)(took / 1000000ull));
+        assert_int_equal(itp_failures(ITP_POST_SEND), failed_before + 1);
+        assert_int_equal(rc, ORB_EPEER);
+        assert_true(took < 2000000000ull);
+        if (t.bad_report)
+            fail_msg("%s", t.bad);
+        assert_true(WAIT_FOR(stats().requests_in_flight == 0, 2000) >= 0);
+        for (uint32_t i = 0; i < 3; i++)
+            if ((rc = round_trip(&t, 100 + i)) != 0)
+                fail_msg("round %u after the refused post: %s (%s)", i, orb_strerror(rc), orb_last_error());
+    }
+}
+
+/* A READ through a key the source never granted (a revoked one): the source's device refuses
+ * the access, the request fails with ORB_EPERM and its exact report, rail health does not count
+ * it (the peer's authority, not the path), and the connection heals. */
+static void test_a_revoked_key(void **state)
+{
+    (void)state;
+    struct traffic t;
+    memset(&t, 0, sizeof t);
+    t.e = req;
+    t.seg = seg;
+    t.base = peer.base;
+    t.area = local;
+    memset(local, 0xee, CHUNK + 2 * GUARD);
+    struct orb_rdma_stats s0 = stats();
+    itp_arm(ITP_POST_SEND, 1, 0, IBV_WR_RDMA_READ, ITP_WRONG_KEY);
+    struct orb_request r;
+    memset(&r, 0, sizeof r);
+    r.transport = ORB_TRANSPORT_RDMA;
+    r.op = ORB_OP_READ;
+    r.local_addr = (uint64_t)(uintptr_t)local + GUARD;
+    r.remote_addr = peer.base;
+    r.length = CHUNK;
+    struct orb_batch_report rep;
+    uint64_t t0 = now_ns();
+    int rc = orb_submit_and_wait(req, seg, &r, 1, NULL, TIMEOUT_NS, &rep);
+    uint64_t took = now_ns() - t0;
+    itp_disarm(ITP_POST_SEND);
+    print_message("a READ through a key never granted: %s in %llu ms (%s)\n", orb_strerror(rc),
+                  (unsigned long long)(took / 1000000ull), orb_last_error());
+    assert_int_equal(rc, ORB_EPERM);
+    assert_true(rep.done && rep.has_failure && rep.failure.request_index == 0 && rep.failure.affected_requests == 1 &&
+                rep.failure.status == ORB_EPERM && rep.failure.remote_effect == ORB_REMOTE_EFFECT_NONE);
+    assert_true(took < 2000000000ull);
+    for (uint32_t i = 0; i < GUARD; i++)
+        assert_true(local[i] == 0xee && local[GUARD + CHUNK + i] == 0xee);
+    assert_int_equal(stats().rail_errors, s0.rail_errors);
+    for (uint32_t i = 0; i < 3; i++)
+        if ((rc = round_trip(&t, 200 + i)) != 0)
+            fail_msg("round %u after the refused access: %s (%s)", i, orb_strerror(rc), orb_last_error());
+}
+
+/* A queue pair forced to the error state in the middle of a batch of READs: the report names the
+ * first request that did not complete, the prefix before it completed with its bytes, READs
+ * have no remote effect, the bytes around the batch never change; the next batch succeeds. */
+static void test_a_queue_pair_forced_to_error_mid_batch(void **state)
+{
+    (void)state;
+    enum { N = 8, PART = CHUNK / 4 };
+    uint8_t *dst = local + GUARD;
+    struct traffic t;
+    memset(&t, 0, sizeof t);
+    t.e = req;
+    t.seg = seg;
+    t.base = peer.base;
+    t.area = local;
+    /* The source's first 2 MiB hold a known pattern (a WRITE of them first). */
+    for (uint32_t half = 0; half < 2; half++) {
+        memset(local, 0xee, CHUNK + 2 * GUARD);
+        for (uint64_t i = 0; i < CHUNK; i++)
+            dst[i] = pattern(half * CHUNK + i, 77);
+        assert_int_equal(one(&t, ORB_OP_WRITE, half * CHUNK, GUARD), 0);
+    }
+    struct orb_request r[N];
+    memset(r, 0, sizeof r);
+    for (uint32_t i = 0; i < N; i++) {
+        r[i].transport = ORB_TRANSPORT_RDMA;
+        r[i].op = ORB_OP_READ;
+        r[i].local_addr = (uint64_t)(uintptr_t)dst + (uint64_t)i * (PART / 2);
+        r[i].remote_addr = peer.base + (uint64_t)i * PART;
+        r[i].length = PART / 2; /* 128 KiB each, packed into the first 1 MiB locally */
+    }
+    memset(local, 0xee, CHUNK + 2 * GUARD);
+    itp_arm(ITP_POST_SEND, 13, 0, IBV_WR_RDMA_READ, ITP_QP_TO_ERROR); /* of 16: 2 slices a request */
+    struct orb_batch_report rep;
+    int rc = orb_submit_and_wait(req, seg, r, N, NULL, TIMEOUT_NS, &rep);
+    itp_disarm(ITP_POST_SEND);
+    print_message("a queue pair forced to error mid-batch: %s; %zu completed, failure at %zu spanning %zu\n",
+                  orb_strerror(rc), rep.completed_requests, rep.failure.request_index, rep.failure.affected_requests);
+    assert_int_equal(itp_failures(ITP_POST_SEND) > 0, 1);
+    assert_int_equal(rc, ORB_EPEER);
+    assert_true(rep.done && rep.has_failure && rep.failure.status == ORB_EPEER);
+    assert_int_equal(rep.completed_requests, rep.failure.request_index);
+    assert_true(rep.failure.affected_requests >= 1 && rep.failure.request_index + rep.failure.affected_requests <= N);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+    for (size_t i = 0; i < rep.completed_requests; i++)
+        for (uint64_t b = 0; b < PART / 2; b++)
+            if (dst[i * (PART / 2) + b] != pattern(i * PART + b, 77))
+                fail_msg("request %zu of the completed prefix: byte %llu differs", i, (unsigned long long)b);
+    for (uint32_t i = 0; i < GUARD; i++)
+        assert_int_equal(local[i], 0xee);
+    for (uint64_t i = (uint64_t)N * (PART / 2); i < CHUNK + GUARD; i++)
+        assert_int_equal(dst[i], 0xee);
+    memset(local, 0xee, CHUNK + 2 * GUARD);
+    rc = orb_submit_and_wait(req, seg, r, N, NULL, TIMEOUT_NS, &rep);
+    if (rc != 0)
+        fail_msg("the next batch: %s (%s)", orb_strerror(rc), orb_last_error());
+    for (size_t i = 0; i < N; i++)
+        for (uint64_t b = 0; b < PART / 2; b++)
+            if (dst[i * (PART / 2) + b] != pattern(i * PART + b, 77))
+                fail_msg("the next batch, request %zu: byte %llu differs", i, (unsigned long long)b);
+}
+
+/* A READ whose work request the device refuses without naming it, not having taken it: nothing
+ * can prove it will never run, so it stays charged -- its request does not end, the wait for it
+ * times out with it still live, and the engine's close says ORB_EUNQUIESCED and keeps its
+ * memory. Its connection takes no new work meanwhile (its grant at the source expires, and the
+ * connection cannot be rebuilt under a request that may still run): a new request fails within
+ * its bound, naming why. */
+static void test_an_unprovable_post_stays_charged(void **state)
+{
+    (void)state;
+    struct side sd;
+    side_up(&sd);
+    assert_int_equal(round_trip(&sd.t, 7), 0);
+    itp_arm(ITP_POST_SEND, 1, ENOMEM, IBV_WR_RDMA_READ, ITP_REFUSED_UNNAMED);
+    struct orb_request r;
+    memset(&r, 0, sizeof r);
+    r.transport = ORB_TRANSPORT_RDMA;
+    r.op = ORB_OP_READ;
+    r.local_addr = (uint64_t)(uintptr_t)sd.t.area + GUARD;
+    r.remote_addr = peer.base;
+    r.length = CHUNK;
+    struct orb_batch_report rep;
+    int rc = orb_submit_and_wait(sd.e, sd.seg, &r, 1, NULL, 3000000000ull, &rep);
+    itp_disarm(ITP_POST_SEND);
+    print_message("a READ post refused without proof: %s, done %d, %llu request(s) in flight\n", orb_strerror(rc),
+                  rep.done, (unsigned long long)stats_of(sd.e).requests_in_flight);
+    assert_int_equal(rc, ORB_ETIMEDOUT);
+    assert_int_equal(rep.done, 0);
+    assert_int_equal(stats_of(sd.e).requests_in_flight, 1);
+    /* Past its ACK deadline it is still charged. */
+    sleep_ms((IO_TIMEOUT_S + 1) * 1000);
+    assert_int_equal(stats_of(sd.e).requests_in_flight, 1);
+    /* A new request: refused within io_timeout_s (the rebuild it waits for cannot start). */
+    uint64_t t0 = now_ns();
+    memset(&r, 0, sizeof r);
+    r.transport = ORB_TRANSPORT_RDMA;
+    r.op = ORB_OP_WRITE;
+    r.local_addr = (uint64_t)(uintptr_t)sd.t.area + GUARD;
+    r.remote_addr = peer.base;
+    r.length = CHUNK;
+    rc = orb_submit_and_wait(sd.e, sd.seg, &r, 1, NULL, TIMEOUT_NS, &rep);
+    uint64_t took = now_ns() - t0;
+    print_message("the next request: %s in %llu ms (%s)\n", orb_strerror(rc), (unsigned long long)(took / 1000000ull),
+                  orb_last_error());
+    assert_true(rc != 0 && rep.done && rep.has_failure && rep.failure.remote_effect == ORB_REMOTE_EFFECT_NONE);
+    assert_true(took < (IO_TIMEOUT_S + 2) * 1000000000ull);
+    rc = orb_engine_close(sd.e, 2000000000ull);
+    print_message("close: %s (%s)\n", orb_strerror(rc), orb_last_error());
+    assert_int_equal(rc, ORB_EUNQUIESCED);
+    /* Unquiesced: the engine is kept (orb_engine_free leaks it on purpose), its memory too. */
+    orb_engine_free(sd.e);
+    orb_host_memory_unref(sd.mem);
+}
+
+/* A queue pair the device refuses to destroy: it is kept with its charges, never destroyed
+ * again, counted in kept_queue_pairs, and the engine's close says ORB_EUNQUIESCED, again and
+ * again. */
+static void test_a_queue_pair_that_cannot_be_destroyed(void **state)
+{
+    (void)state;
+    struct side sd;
+    side_up(&sd);
+    assert_int_equal(round_trip(&sd.t, 9), 0);
+    uint64_t before = itp_calls(ITP_DESTROY_QP);
+    itp_arm(ITP_DESTROY_QP, 1, EBUSY, -1, ITP_REFUSED_NAMED);
+    orb_segment_close(sd.seg); /* its connection goes: its queue pairs are destroyed */
+    long took = WAIT_FOR(stats_of(sd.e).kept_queue_pairs == 1, 5000);
+    itp_disarm(ITP_DESTROY_QP);
+    uint64_t after = itp_calls(ITP_DESTROY_QP);
+    print_message("a queue pair kept after %ld ms; %llu destroy call(s)\n", took,
+                  (unsigned long long)(after - before));
+    assert_true(took >= 0);
+    assert_true(after - before >= 2); /* the kept one and its siblings, each once */
+    int rc = orb_engine_close(sd.e, 2000000000ull);
+    assert_int_equal(rc, ORB_EUNQUIESCED);
+    assert_non_null(strstr(orb_last_error(), "could not be destroyed"));
+    assert_int_equal(orb_engine_close(sd.e, 1000000000ull), ORB_EUNQUIESCED);
+    assert_int_equal(itp_calls(ITP_DESTROY_QP), after); /* never tried again */
+    assert_int_equal(stats_of(sd.e).kept_queue_pairs, 1);
+    orb_engine_free(sd.e);
+    orb_host_memory_unref(sd.mem);
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 5 && strcmp(argv[1], "--source") == 0)
         source_main(atoi(argv[2]), atoi(argv[3]), argv[4]);
+    /* The requester's verbs calls go through the interposer (the source processes' do not). */
+    if (itp_install() != 0) {
+        printf("skipped: libibverbs cannot be loaded\n");
+        return 77;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_port_down_under_a_two_rail_transfer),
         cmocka_unit_test(test_a_port_down_at_start),
         cmocka_unit_test(test_the_address_of_a_rail_changes),
         cmocka_unit_test(test_a_killed_source_and_its_successor),
         cmocka_unit_test(test_close_with_a_frozen_source),
+        cmocka_unit_test(test_refused_posts),
+        cmocka_unit_test(test_a_revoked_key),
+        cmocka_unit_test(test_a_queue_pair_forced_to_error_mid_batch),
+        cmocka_unit_test(test_an_unprovable_post_stays_charged),
+        cmocka_unit_test(test_a_queue_pair_that_cannot_be_destroyed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

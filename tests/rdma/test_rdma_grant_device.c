@@ -185,7 +185,7 @@ static int setup(void **state)
     sink_mr = v->reg_mr_iova2(req.pd, sink, BUF, (uint64_t)(uintptr_t)sink, ORB_RDMA_LOCAL_ACCESS);
     out_mr = v->reg_mr_iova2(req.pd, msg_out, 4096, (uint64_t)(uintptr_t)msg_out, ORB_RDMA_LOCAL_ACCESS);
     assert_true(data_parent && in_mr && sink_mr && out_mr);
-    orb_rdma_window_pool_init(&pool, &orb_rdma_verbs_mw_ops, NULL, src.pd, 64);
+    orb_rdma_window_pool_init(&pool, &orb_rdma_verbs_mw_ops, (void *)(uintptr_t)v, src.pd, 64);
     connect_pair(1);
     return 0;
 }

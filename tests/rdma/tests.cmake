@@ -115,8 +115,10 @@ orb_unit_test(test_rdma_budgets_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_bu
 set_tests_properties(test_rdma_budgets_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)
 
 # Faults on the rails topology, the source in a second process (77 without it or without root):
-# a port down under a two-rail transfer.
+# ports down and addresses replaced, a killed or frozen source, and the device refusing posts
+# and teardown (a test-only interposer over the loaded verbs table, tests/rdma/verbs_interposer.h).
 orb_unit_test(test_rdma_faults_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_faults_device.c
+                                              ${ORB_RDMA_TEST_DIR}/verbs_interposer.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
                       orb_rdma_tp orb_helperlib orb_hproto
               LIBS ${CMAKE_DL_LIBS})

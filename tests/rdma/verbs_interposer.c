@@ -1,0 +1,162 @@
+/* The verbs interposer (verbs_interposer.h). The process's table lives in lib/rdma/verbs.c as a
+ * writable object handed out as const: the interposer keeps a copy of the real entries and
+ * writes its wrappers over them. */
+#include "verbs_interposer.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "rdma/verbs.h"
+
+static struct orb_verbs real;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int install_rc = -1;
+
+struct armed {
+    bool on;
+    uint64_t left;   /* matching calls until the failing one */
+    int err;
+    int opcode;
+    enum itp_post_failure how;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct armed armed[ITP_VERBS];
+static atomic_uint_fast64_t calls[ITP_VERBS], failures[ITP_VERBS];
+
+/* Whether this call of `verb` (of `opcode` for posts) is the armed one; counts it. */
+static bool fails_now(enum itp_verb verb, int opcode, int *err, enum itp_post_failure *how)
+{
+    atomic_fetch_add(&calls[verb], 1);
+    bool fail = false;
+    pthread_mutex_lock(&lock);
+    struct armed *a = &armed[verb];
+    if (a->on && (a->opcode < 0 || a->opcode == opcode) && --a->left == 0) {
+        a->on = false;
+        fail = true;
+        *err = a->err;
+        if (how != NULL)
+            *how = a->how;
+    }
+    pthread_mutex_unlock(&lock);
+    if (fail)
+        atomic_fetch_add(&failures[verb], 1);
+    return fail;
+}
+
+static int w_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+    int err = 0;
+    enum itp_post_failure how = ITP_REFUSED_NAMED;
+    if (!fails_now(ITP_POST_SEND, wr != NULL ? (int)wr->opcode : -1, &err, &how))
+        return real.post_send(qp, wr, bad_wr);
+    switch (how) {
+    case ITP_WRONG_KEY:
+        wr->wr.rdma.rkey ^= 0x00a5a500u; /* another key index: never one the peer granted */
+        return real.post_send(qp, wr, bad_wr);
+    case ITP_QP_TO_ERROR: {
+        struct ibv_qp_attr a;
+        memset(&a, 0, sizeof a);
+        a.qp_state = IBV_QPS_ERR;
+        (void)real.modify_qp(qp, &a, IBV_QP_STATE);
+        return real.post_send(qp, wr, bad_wr);
+    }
+    case ITP_TAKEN_UNNAMED:
+        (void)real.post_send(qp, wr, bad_wr);
+        break;
+    case ITP_REFUSED_NAMED:
+    case ITP_REFUSED_UNNAMED:
+        break;
+    }
+    *bad_wr = how == ITP_REFUSED_NAMED ? wr : NULL;
+    return err;
+}
+
+static int w_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+    int err = 0;
+    if (!fails_now(ITP_POST_RECV, -1, &err, NULL))
+        return real.post_recv(qp, wr, bad_wr);
+    *bad_wr = wr;
+    return err;
+}
+
+static int w_destroy_qp(struct ibv_qp *qp)
+{
+    int err = 0;
+    return fails_now(ITP_DESTROY_QP, -1, &err, NULL) ? err : real.destroy_qp(qp);
+}
+
+static int w_dereg_mr(struct ibv_mr *mr)
+{
+    int err = 0;
+    return fails_now(ITP_DEREG_MR, -1, &err, NULL) ? err : real.dereg_mr(mr);
+}
+
+static int w_dealloc_mw(struct ibv_mw *mw)
+{
+    int err = 0;
+    return fails_now(ITP_DEALLOC_MW, -1, &err, NULL) ? err : real.dealloc_mw(mw);
+}
+
+static int w_destroy_cq(struct ibv_cq *cq)
+{
+    int err = 0;
+    return fails_now(ITP_DESTROY_CQ, -1, &err, NULL) ? err : real.destroy_cq(cq);
+}
+
+static int w_dealloc_pd(struct ibv_pd *pd)
+{
+    int err = 0;
+    return fails_now(ITP_DEALLOC_PD, -1, &err, NULL) ? err : real.dealloc_pd(pd);
+}
+
+static void install_once(void)
+{
+    const struct orb_verbs *v = NULL;
+    if (orb_verbs_get(&v) != 0)
+        return;
+    real = *v;
+    /* The table is a writable object that the loader hands out as const. */
+    struct orb_verbs *t = (struct orb_verbs *)(uintptr_t)v;
+    t->post_send = w_post_send;
+    t->post_recv = w_post_recv;
+    t->destroy_qp = w_destroy_qp;
+    t->dereg_mr = w_dereg_mr;
+    t->dealloc_mw = w_dealloc_mw;
+    t->destroy_cq = w_destroy_cq;
+    t->dealloc_pd = w_dealloc_pd;
+    install_rc = 0;
+}
+
+int itp_install(void)
+{
+    pthread_once(&once, install_once);
+    return install_rc;
+}
+
+void itp_arm(enum itp_verb verb, uint64_t nth, int err, int opcode, enum itp_post_failure how)
+{
+    pthread_mutex_lock(&lock);
+    armed[verb] = (struct armed){.on = nth > 0, .left = nth, .err = err, .opcode = opcode, .how = how};
+    pthread_mutex_unlock(&lock);
+}
+
+void itp_disarm(enum itp_verb verb)
+{
+    pthread_mutex_lock(&lock);
+    armed[verb].on = false;
+    pthread_mutex_unlock(&lock);
+}
+
+uint64_t itp_calls(enum itp_verb verb)
+{
+    return atomic_load(&calls[verb]);
+}
+
+uint64_t itp_failures(enum itp_verb verb)
+{
+    return atomic_load(&failures[verb]);
+}

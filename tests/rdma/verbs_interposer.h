@@ -1,0 +1,46 @@
+/* A test-only interposer over the process's loaded verbs table (lib/rdma/verbs.h), never part of
+ * the installed library: it replaces entries of the table orb_verbs_get() hands out with
+ * wrappers that count their calls and, once a failure is armed, fail the Nth matching call from
+ * then on, the way a device would. Install it before any engine starts; it stays for the
+ * process's lifetime. Thread-safe. */
+#ifndef ORB_TESTS_RDMA_VERBS_INTERPOSER_H
+#define ORB_TESTS_RDMA_VERBS_INTERPOSER_H
+
+#include <stdint.h>
+
+enum itp_verb {
+    ITP_POST_SEND,
+    ITP_POST_RECV,
+    ITP_DESTROY_QP,
+    ITP_DEREG_MR,
+    ITP_DEALLOC_MW,
+    ITP_DESTROY_CQ,
+    ITP_DEALLOC_PD,
+    ITP_VERBS
+};
+
+/* What the armed post_send does. */
+enum itp_post_failure {
+    ITP_REFUSED_NAMED,        /* not posted; bad_wr names the WR: proven not taken */
+    ITP_REFUSED_UNNAMED,      /* not posted; bad_wr NULL: the caller cannot know */
+    ITP_TAKEN_UNNAMED,        /* posted for real, then an error with bad_wr NULL */
+    ITP_WRONG_KEY,            /* posted for real with its remote key altered: the peer refuses */
+    ITP_QP_TO_ERROR,          /* the queue pair moved to the error state first, then posted for
+                               * real: it and everything outstanding on the queue pair flush */
+};
+
+/* 0, or -1 when libibverbs cannot be loaded (the message says why). */
+int itp_install(void);
+
+/* From now on, the `nth` (1-based) call of `verb` that matches fails with errno value `err`
+ * (destroy and dealloc calls do nothing else: the object stays); for ITP_POST_SEND only WRs of
+ * `opcode` match (-1: any) and `how` says how it fails. One armed failure per verb: arming
+ * again replaces it. */
+void itp_arm(enum itp_verb verb, uint64_t nth, int err, int opcode, enum itp_post_failure how);
+void itp_disarm(enum itp_verb verb);
+
+/* Calls of `verb` since the interposer was installed, and how many of them it failed. */
+uint64_t itp_calls(enum itp_verb verb);
+uint64_t itp_failures(enum itp_verb verb);
+
+#endif
