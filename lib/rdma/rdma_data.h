@@ -54,7 +54,7 @@ struct orb_rdma_tp;
 #define RDMA_BIND_WAIT_NS (5ull * 1000000000ull)
 /* Pre-dispatch admission drops a request whose DeadlineMlu reaches this (TENT suggests 1.2-1.5). */
 #define RDMA_ADMISSION_MLU 1.5
-#define RDMA_DRAIN_NS (2ull * 1000000000ull) /* stop: flushes of failed links */
+#define RDMA_DRAIN_NS (30ull * 1000000000ull) /* stop: the destruction window for the flushes of failed links */
 /* A source gives an answered grant the requester's io_timeout_s (its own) and this much more
  * for its end: the requester gives up first and fails its queue pairs. */
 #define RDMA_GRANT_GRACE_NS (2ull * 1000000000ull)
@@ -116,6 +116,8 @@ struct rdma_ctx {
     uint16_t lid;
     enum ibv_mtu mtu;
     bool paused;                   /* its port was not active when it was opened */
+    bool async_events;             /* its async event descriptor is non-blocking: the monitor reads it */
+    bool fatal;                    /* a fatal device or CQ event: its rail stays fenced (lane 0's) */
     struct orb_rdma_hca_limits hca;
     struct ibv_cq *scq[RDMA_MAX_LANES], *rcq[RDMA_MAX_LANES]; /* one pair per lane */
     struct ibv_comp_channel *chan[RDMA_MAX_LANES]; /* event_driven: each lane's pair reports here */
@@ -397,6 +399,10 @@ void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out);
 void rdma_link_fail(struct rdma_link *l, int status);
 /* The same, for a failure of the path rather than of the peer (rail health counts it). */
 void rdma_link_fault(struct rdma_link *l, int status);
+/* The monitor fenced rail `rail` under live queue pairs of connection `peer` (a struct
+ * rdma_peer; tp->lock held): one failure of its pair there (rdma_requester.c), once per
+ * connection and fence. */
+void rdma_req_rail_fenced(void *peer, uint32_t rail);
 /* Unhook from the lane and destroy (the QP must hold no bound window). */
 void rdma_link_free(struct rdma_link *l);
 /* Fail and free links[from..to), skipping empty places; each place is NULL afterwards. */

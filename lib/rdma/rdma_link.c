@@ -145,6 +145,11 @@ static int ctx_new(struct orb_rdma_tp *tp, uint32_t nic, struct rdma_ctx **out)
     }
     c->mtu = pa.active_mtu;
     c->lid = pa.lid;
+    /* The monitor reads the device's async events without blocking. */
+    int afl = fcntl(c->ctx->async_fd, F_GETFL);
+    c->async_events = afl >= 0 && fcntl(c->ctx->async_fd, F_SETFL, afl | O_NONBLOCK) == 0;
+    if (!c->async_events)
+        ORB_LOGW("rdma: %s: its async events cannot be read without blocking: the monitor only scans", n->name);
     c->hca.max_qp_wr = tp->caps[nic].max_qp_wr;
     c->hca.max_qp_rd_atom = tp->caps[nic].max_qp_rd_atom;
     c->hca.max_qp_init_rd_atom = tp->caps[nic].max_qp_init_rd_atom;
@@ -943,13 +948,27 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
 }
 
 /* Fail the requester queue pairs of rail k as the path's failure: what they carry flushes now
- * rather than after the device's retransmissions run out. */
+ * rather than after the device's retransmissions run out; and count one failure against each
+ * connection's pair on the rail whose queue pairs were live (its path did fail). */
 static void fail_rail_links(struct orb_rdma_tp *tp, uint32_t k)
 {
+    void *counted[64]; /* connections charged already (one failure each) */
+    uint32_t ncounted = 0;
     pthread_mutex_lock(&tp->lock);
-    for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next)
-        if (l->role == RDMA_ROLE_REQUESTER && l->rail == k)
-            rdma_link_fault(l, ORB_EPEER);
+    for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next) {
+        if (l->role != RDMA_ROLE_REQUESTER || l->rail != k)
+            continue;
+        bool live = !atomic_load(&l->down);
+        rdma_link_fault(l, ORB_EPEER);
+        bool seen = false;
+        for (uint32_t i = 0; i < ncounted && !seen; i++)
+            seen = counted[i] == l->owner;
+        if (live && !seen) {
+            rdma_req_rail_fenced(l->owner, k);
+            if (ncounted < sizeof counted / sizeof counted[0])
+                counted[ncounted++] = l->owner;
+        }
+    }
     pthread_mutex_unlock(&tp->lock);
 }
 
@@ -1027,6 +1046,76 @@ static bool address_holds(const struct orb_rdma_tp *tp, struct rdma_ctx *c, bool
     return found;
 }
 
+static const char *async_event_name(enum ibv_event_type t)
+{
+    switch (t) {
+    case IBV_EVENT_PORT_ERR: return "port error";
+    case IBV_EVENT_PORT_ACTIVE: return "port active";
+    case IBV_EVENT_GID_CHANGE: return "GID change";
+    case IBV_EVENT_LID_CHANGE: return "LID change";
+    case IBV_EVENT_QP_FATAL: return "queue pair fatal";
+    case IBV_EVENT_QP_REQ_ERR: return "queue pair request error";
+    case IBV_EVENT_QP_ACCESS_ERR: return "queue pair access error";
+    case IBV_EVENT_CQ_ERR: return "completion queue error";
+    case IBV_EVENT_DEVICE_FATAL: return "device fatal";
+    default: return "other";
+    }
+}
+
+/* The devices' async events (lane 0, at each deadline scan): a port or address event makes the
+ * monitor scan now; a queue pair's error fails its link; a completion queue's error or a fatal
+ * device event fences the device's rail for good (its queues can no longer be trusted). Each
+ * event is acknowledged at once (a queue pair's destruction waits for that). Whether the monitor
+ * should scan now. */
+static bool async_events(struct orb_rdma_tp *tp)
+{
+    bool scan = false;
+    for (uint32_t k = 0; k < tp->nrails; k++) {
+        struct rdma_ctx *c = tp->dctx[tp->rail_nic[k]];
+        struct ibv_async_event ev;
+        for (int n = 0; c->async_events && n < 64 && tp->v->get_async_event(c->ctx, &ev) == 0; n++) {
+            const char *name = tp->dev.nics[c->nic].name;
+            struct rdma_link *l = NULL;
+            switch (ev.event_type) {
+            case IBV_EVENT_PORT_ERR:
+            case IBV_EVENT_PORT_ACTIVE:
+            case IBV_EVENT_GID_CHANGE:
+            case IBV_EVENT_LID_CHANGE:
+                ORB_LOGI("rdma: rail %u (%s): %s event", k, name, async_event_name(ev.event_type));
+                scan = true;
+                break;
+            case IBV_EVENT_QP_FATAL:
+            case IBV_EVENT_QP_REQ_ERR:
+            case IBV_EVENT_QP_ACCESS_ERR:
+                ORB_LOGW("rdma: rail %u (%s): qp %u: %s event: its link is failed", k, name, ev.element.qp->qp_num,
+                         async_event_name(ev.event_type));
+                if ((l = link_of(tp, c, ev.element.qp->qp_num)) != NULL) {
+                    if (ev.event_type == IBV_EVENT_QP_ACCESS_ERR)
+                        rdma_link_fail(l, ORB_EPERM);
+                    else
+                        rdma_link_fault(l, ORB_EPEER);
+                    link_put(l);
+                }
+                break;
+            case IBV_EVENT_CQ_ERR:
+            case IBV_EVENT_DEVICE_FATAL:
+                if (!c->fatal) {
+                    c->fatal = true;
+                    ORB_LOGE("rdma: rail %u (%s): %s event: the rail is fenced for good", k, name,
+                             async_event_name(ev.event_type));
+                }
+                scan = true;
+                break;
+            default:
+                ORB_LOGD("rdma: rail %u (%s): async event %d", k, name, (int)ev.event_type);
+                break;
+            }
+            tp->v->ack_async_event(&ev);
+        }
+    }
+    return scan;
+}
+
 /* The monitor's scan (lane 0, every second, with or without traffic): each rail's port and
  * address. A port that is not active, or whose address changed, fences its rail -- no slice,
  * trial or rebuild goes there -- and fails the requester queue pairs on it; a changed GID is
@@ -1043,7 +1132,7 @@ static void monitor_scan(struct orb_rdma_tp *tp)
         memset(&pa, 0, sizeof pa);
         int err = tp->env.query_port(tp->ops_impl, c->ctx, c->port, &pa);
         atomic_fetch_add(&tp->route_queries, 1);
-        bool active = err == 0 && (pa.state == IBV_PORT_ACTIVE || pa.state == IBV_PORT_ACTIVE_DEFER);
+        bool active = err == 0 && (pa.state == IBV_PORT_ACTIVE || pa.state == IBV_PORT_ACTIVE_DEFER) && !c->fatal;
         bool changed = false, holds = active && address_holds(tp, c, &changed);
         uint32_t bit = 1u << k;
         bool was_down = (atomic_load(&tp->routes_down) & bit) != 0;
@@ -1055,7 +1144,7 @@ static void monitor_scan(struct orb_rdma_tp *tp)
             ORB_LOGW("rdma: rail %u (%s port %u): no valid GID: the rail is fenced until it has one", k, name, c->port);
         if ((!holds || changed) && !was_down) {
             atomic_fetch_or(&tp->routes_down, bit);
-            if (!active)
+            if (!active && !c->fatal)
                 ORB_LOGW("rdma: rail %u (%s port %u): the port is %s: the rail is fenced until it is active again", k,
                          name, c->port, port_state_name(err, pa.state));
             fail_rail_links(tp, k);
@@ -1100,6 +1189,8 @@ static void *lane_main(void *arg)
             if (now >= next_scan) {
                 rdma_req_scan(tp, now);
                 rdma_src_scan(tp, now);
+                if (async_events(tp))
+                    next_monitor = now;
                 next_scan = now + SCAN_EVERY_NS;
             }
             if (now >= next_monitor) {

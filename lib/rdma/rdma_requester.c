@@ -865,6 +865,17 @@ static bool admitted(struct orb_rdma_tp *tp, const struct rdma_req *r, const str
 static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_control_path *ctl,
                      uint64_t seen, uint64_t deadline, const char *cause);
 
+void rdma_req_rail_fenced(void *peer, uint32_t rail)
+{
+    struct rdma_peer *p = peer;
+    struct orb_rail_table *t = p->tp->health;
+    struct orb_rail_key key = rail_key(p, rail);
+    pthread_mutex_lock(&p->lock);
+    if (t != NULL && orb_rail_record_failure(t, &key) == 0)
+        p->suspect |= 1u << rail;
+    pthread_mutex_unlock(&p->lock);
+}
+
 /* Rails of p whose queue pair died on any lane (p->lock held, which keeps the links in place). */
 static uint32_t dead_rails_locked(const struct rdma_peer *p)
 {
@@ -1432,7 +1443,10 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
     }
     if (!ok) {
         ORB_LOGD("rdma: %s: rail %u: %s", p->endpoint, rail, tp->v->wc_status_str(wc->status));
-        if (atomic_load(&l->fault)) /* the path failed (not the peer's authority): rail health counts it */
+        /* The path failed (not the peer's authority): rail health counts it -- unless the
+         * request had already failed otherwise, of which this is a consequence (a source that
+         * drops its queue pairs after a refused access). */
+        if (atomic_load(&l->fault) && (r->status == 0 || r->rail_failed != 0))
             r->rail_failed |= 1u << rail;
         fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER,
                     "rdma: rail %u: the device completed a work request with \"%s\"", rail,
