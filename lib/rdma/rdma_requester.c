@@ -527,8 +527,8 @@ struct ending {
     char why[320];
 };
 
-/* Rail health's verdicts as `r` ends (p->lock held; the table has a lock of its own, taken
- * under none of it): its trial's outcome; a failure for each rail where the path failed it; a
+/* Rail health's verdicts as `r` ends (p->lock held; the table's own lock nests inside it, and
+ * the table calls nothing back): its trial's outcome; a failure for each rail where the path failed it; a
  * success for its rails with failures on record when it succeeded. */
 static void judge_rails(struct rdma_req *r, int status)
 {

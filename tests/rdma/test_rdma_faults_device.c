@@ -290,16 +290,34 @@ __attribute__((format(printf, 2, 3))) static void note_bad(struct traffic *t, co
     va_end(ap);
 }
 
-/* One request; 0 or its status; the report checked against what a failure may look like. */
-static int one(struct traffic *t, enum orb_op op, uint64_t remote_off, uint64_t local_off)
+/* A request of CHUNK bytes between the local bytes at `local_at` and the remote address `remote`. */
+static struct orb_request chunk_request(enum orb_op op, const uint8_t *local_at, uint64_t remote)
 {
     struct orb_request r;
     memset(&r, 0, sizeof r);
     r.transport = ORB_TRANSPORT_RDMA;
     r.op = op;
-    r.local_addr = (uint64_t)(uintptr_t)t->area + local_off;
-    r.remote_addr = t->base + remote_off;
+    r.local_addr = (uint64_t)(uintptr_t)local_at;
+    r.remote_addr = remote;
     r.length = CHUNK;
+    return r;
+}
+
+/* Traffic of requester `e` on segment `s` to the source area at `base`, through the local bytes
+ * at `area` (CHUNK + 2 * GUARD of them). */
+static void traffic_init(struct traffic *t, orb_engine *e, orb_segment *s, uint64_t base, uint8_t *area)
+{
+    memset(t, 0, sizeof *t);
+    t->e = e;
+    t->seg = s;
+    t->base = base;
+    t->area = area;
+}
+
+/* One request; 0 or its status; the report checked against what a failure may look like. */
+static int one(struct traffic *t, enum orb_op op, uint64_t remote_off, uint64_t local_off)
+{
+    struct orb_request r = chunk_request(op, t->area + local_off, t->base + remote_off);
     struct orb_batch_report rep;
     uint64_t t0 = now_ns();
     int rc = orb_submit_and_wait(t->e, t->seg, &r, 1, NULL, TIMEOUT_NS, &rep);
@@ -488,11 +506,7 @@ static void test_a_port_down_under_a_two_rail_transfer(void **state)
 
     struct footprint before = footprint();
     struct traffic t;
-    memset(&t, 0, sizeof t);
-    t.e = req;
-    t.seg = seg;
-    t.base = peer.base;
-    t.area = local;
+    traffic_init(&t, req, seg, peer.base, local);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
     struct orb_rdma_nic_load l[2];
@@ -575,6 +589,38 @@ static void rail1_of(char *dev, size_t dev_cap, char *netdev, size_t net_cap)
     netdev_of(dev, netdev, net_cap);
 }
 
+/* A requester engine of a cell's own, with its memory and a segment to the source `h`. */
+struct side {
+    orb_engine *e;
+    orb_host_memory *mem;
+    orb_reg_id id;
+    orb_segment *seg;
+    struct traffic t;              /* its one-request helper's state */
+};
+
+static void side_up(struct side *sd, const struct hello *h)
+{
+    memset(sd, 0, sizeof *sd);
+    sd->e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL);
+    assert_int_equal(orb_host_memory_alloc(CHUNK + 2 * GUARD, 0, &sd->mem), 0);
+    assert_int_equal(orb_register_host_memory(sd->e, sd->mem, 0, CHUNK + 2 * GUARD, ORB_PERM_LOCAL, &sd->id), 0);
+    if (orb_open_segment(sd->e, h->endpoint, &h->epoch, TIMEOUT_NS, &sd->seg) != 0)
+        fail_msg("open_segment: %s", orb_last_error());
+    traffic_init(&sd->t, sd->e, sd->seg, h->base, orb_host_memory_data(sd->mem));
+    memset(sd->t.area, 0xee, CHUNK + 2 * GUARD);
+}
+
+/* Its segment closed, its memory unregistered, the engine closed quiescent and freed. */
+static void side_down(struct side *sd)
+{
+    orb_segment_close(sd->seg);
+    assert_int_equal(orb_unregister_memory(sd->e, sd->id), 0);
+    if (orb_engine_close(sd->e, TIMEOUT_NS) != 0)
+        fail_msg("closing a cell's engine: %s", orb_last_error());
+    orb_engine_free(sd->e);
+    orb_host_memory_unref(sd->mem);
+}
+
 /* A port down when the engine starts: the rail's context and protection domain are kept
  * (paused), Direct registrations still get their memory regions on it, requests go on the
  * other rail; once the port is up the rail carries requests too. */
@@ -587,27 +633,16 @@ static void test_a_port_down_at_start(void **state)
     struct footprint before = footprint();
     link_set(netdev, "down");
     uint64_t down_at = now_ns();
-    orb_engine *e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL);
+    struct side sd;
+    side_up(&sd, &peer);
+    orb_engine *e = sd.e;
     struct orb_rdma_stats s;
     assert_int_equal(orb_engine_rdma_stats(e, &s), 0);
     CHECK(s.rails == 2 && s.routes_down == 1);
-    orb_host_memory *mem = NULL;
-    orb_reg_id id;
-    assert_int_equal(orb_host_memory_alloc(CHUNK + 2 * GUARD, 0, &mem), 0);
-    assert_int_equal(orb_register_host_memory(e, mem, 0, CHUNK + 2 * GUARD, ORB_PERM_LOCAL, &id), 0);
-    assert_int_equal(orb_engine_rdma_stats(e, &s), 0);
     CHECK(s.memory_regions == 2); /* one on each NIC, the paused one's included */
-    orb_segment *se = NULL;
-    int rc = orb_open_segment(e, peer.endpoint, &peer.epoch, TIMEOUT_NS, &se);
-    CHECK(rc == 0);
-    struct traffic t;
-    memset(&t, 0, sizeof t);
-    t.e = e;
-    t.seg = se;
-    t.base = peer.base;
-    t.area = orb_host_memory_data(mem);
+    struct traffic t = sd.t;
     pthread_t th;
-    bool running = rc == 0 && pthread_create(&th, NULL, traffic_main, &t) == 0;
+    bool running = pthread_create(&th, NULL, traffic_main, &t) == 0;
     CHECK(running);
     struct orb_rdma_nic_load l[2];
     size_t n = 0;
@@ -628,11 +663,7 @@ static void test_a_port_down_at_start(void **state)
                   (unsigned long long)atomic_load(&t.failed), (unsigned long long)s.route_recoveries);
     CHECK(s.route_recoveries >= 1 && s.routes_down == 0);
     CHECK(atomic_load(&t.failed) == 0);
-    orb_segment_close(se);
-    assert_int_equal(orb_unregister_memory(e, id), 0);
-    CHECK(orb_engine_close(e, TIMEOUT_NS) == 0);
-    orb_engine_free(e);
-    orb_host_memory_unref(mem);
+    side_down(&sd);
     if (t.bad_report)
         fail_msg("%s", t.bad);
     if (checks_failed[0] != '\0')
@@ -673,11 +704,7 @@ static void test_the_address_of_a_rail_changes(void **state)
         "ip addr add 10.77.2.9/32 dev va1", "ip addr del 10.77.2.1/32 dev va1", NULL};
     static const char *const to_old[] = {"ip addr add 10.77.2.1/32 dev va1", "ip addr del 10.77.2.9/32 dev va1", NULL};
     struct traffic t;
-    memset(&t, 0, sizeof t);
-    t.e = req;
-    t.seg = seg;
-    t.base = peer.base;
-    t.area = local;
+    traffic_init(&t, req, seg, peer.base, local);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
     struct orb_rdma_nic_load l[2];
@@ -723,13 +750,7 @@ static bool all_are(const uint8_t *p, uint64_t len, uint8_t v)
 
 static int read_one(orb_engine *e, orb_segment *s, uint8_t *dst, uint64_t remote, struct orb_batch_report *rep)
 {
-    struct orb_request r;
-    memset(&r, 0, sizeof r);
-    r.transport = ORB_TRANSPORT_RDMA;
-    r.op = ORB_OP_READ;
-    r.local_addr = (uint64_t)(uintptr_t)dst;
-    r.remote_addr = remote;
-    r.length = CHUNK;
+    struct orb_request r = chunk_request(ORB_OP_READ, dst, remote);
     return orb_submit_and_wait(e, s, &r, 1, NULL, TIMEOUT_NS, rep);
 }
 
@@ -743,11 +764,7 @@ static void test_a_killed_source_and_its_successor(void **state)
     if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
         fail_msg("open_segment: %s", orb_last_error());
     struct traffic t;
-    memset(&t, 0, sizeof t);
-    t.e = req;
-    t.seg = sb;
-    t.base = b.h.base;
-    t.area = local + 2 * (CHUNK + 2 * GUARD);
+    traffic_init(&t, req, sb, b.h.base, local + 2 * (CHUNK + 2 * GUARD));
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
     checks_failed[0] = '\0';
@@ -814,20 +831,10 @@ static void test_close_with_a_frozen_source(void **state)
     struct footprint before = footprint();
     struct source c;
     source_spawn(&c, "127.0.0.1:0");
-    orb_engine *e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL);
-    orb_host_memory *mem = NULL;
-    orb_reg_id id;
-    assert_int_equal(orb_host_memory_alloc(CHUNK + 2 * GUARD, 0, &mem), 0);
-    assert_int_equal(orb_register_host_memory(e, mem, 0, CHUNK + 2 * GUARD, ORB_PERM_LOCAL, &id), 0);
-    orb_segment *sc = NULL;
-    if (orb_open_segment(e, c.h.endpoint, &c.h.epoch, TIMEOUT_NS, &sc) != 0)
-        fail_msg("open_segment: %s", orb_last_error());
-    struct traffic t;
-    memset(&t, 0, sizeof t);
-    t.e = e;
-    t.seg = sc;
-    t.base = c.h.base;
-    t.area = orb_host_memory_data(mem);
+    struct side sd;
+    side_up(&sd, &c.h);
+    orb_engine *e = sd.e;
+    struct traffic t = sd.t;
     t.closing = true;
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
@@ -853,10 +860,7 @@ static void test_close_with_a_frozen_source(void **state)
     assert_int_equal(atomic_load(&t.corrupt), 0);
     if (rc == ORB_EUNQUIESCED) /* a later close keeps waiting */
         assert_int_equal(orb_engine_close(e, TIMEOUT_NS), 0);
-    orb_segment_close(sc);
-    assert_int_equal(orb_unregister_memory(e, id), 0);
-    orb_engine_free(e);
-    orb_host_memory_unref(mem);
+    side_down(&sd); /* closed already: the close is 0 again */
     source_stop(&c);
     char why[320];
     struct footprint after = footprint();
@@ -866,30 +870,6 @@ static void test_close_with_a_frozen_source(void **state)
 }
 
 /* ---- the device refusing calls (the verbs interposer) ----------------------------------------- */
-
-/* An engine of its own for a cell that leaves it unquiesced, with memory and a segment. */
-struct side {
-    orb_engine *e;
-    orb_host_memory *mem;
-    orb_reg_id id;
-    orb_segment *seg;
-    struct traffic t;              /* its one-request helper's state */
-};
-
-static void side_up(struct side *sd)
-{
-    memset(sd, 0, sizeof *sd);
-    sd->e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL);
-    assert_int_equal(orb_host_memory_alloc(CHUNK + 2 * GUARD, 0, &sd->mem), 0);
-    assert_int_equal(orb_register_host_memory(sd->e, sd->mem, 0, CHUNK + 2 * GUARD, ORB_PERM_LOCAL, &sd->id), 0);
-    if (orb_open_segment(sd->e, peer.endpoint, &peer.epoch, TIMEOUT_NS, &sd->seg) != 0)
-        fail_msg("open_segment: %s", orb_last_error());
-    sd->t.e = sd->e;
-    sd->t.seg = sd->seg;
-    sd->t.base = peer.base;
-    sd->t.area = orb_host_memory_data(sd->mem);
-    memset(sd->t.area, 0xee, CHUNK + 2 * GUARD);
-}
 
 static struct orb_rdma_stats stats_of(orb_engine *e)
 {
@@ -925,11 +905,7 @@ static void test_refused_posts(void **state)
     (void)state;
     static const enum itp_post_failure modes[] = {ITP_REFUSED_NAMED, ITP_TAKEN_UNNAMED};
     struct traffic t;
-    memset(&t, 0, sizeof t);
-    t.e = req;
-    t.seg = seg;
-    t.base = peer.base;
-    t.area = local;
+    traffic_init(&t, req, seg, peer.base, local);
     memset(local, 0xee, CHUNK + 2 * GUARD);
     for (size_t m = 0; m < 2; m++) {
         uint64_t failed_before = itp_failures(ITP_POST_SEND);
@@ -959,21 +935,11 @@ static void test_a_revoked_key(void **state)
 {
     (void)state;
     struct traffic t;
-    memset(&t, 0, sizeof t);
-    t.e = req;
-    t.seg = seg;
-    t.base = peer.base;
-    t.area = local;
+    traffic_init(&t, req, seg, peer.base, local);
     memset(local, 0xee, CHUNK + 2 * GUARD);
     struct orb_rdma_stats s0 = stats();
     itp_arm(ITP_POST_SEND, 1, 0, IBV_WR_RDMA_READ, ITP_WRONG_KEY);
-    struct orb_request r;
-    memset(&r, 0, sizeof r);
-    r.transport = ORB_TRANSPORT_RDMA;
-    r.op = ORB_OP_READ;
-    r.local_addr = (uint64_t)(uintptr_t)local + GUARD;
-    r.remote_addr = peer.base;
-    r.length = CHUNK;
+    struct orb_request r = chunk_request(ORB_OP_READ, local + GUARD, peer.base);
     struct orb_batch_report rep;
     uint64_t t0 = now_ns();
     int rc = orb_submit_and_wait(req, seg, &r, 1, NULL, TIMEOUT_NS, &rep);
@@ -1002,11 +968,7 @@ static void test_a_queue_pair_forced_to_error_mid_batch(void **state)
     enum { N = 8, PART = CHUNK / 4 };
     uint8_t *dst = local + GUARD;
     struct traffic t;
-    memset(&t, 0, sizeof t);
-    t.e = req;
-    t.seg = seg;
-    t.base = peer.base;
-    t.area = local;
+    traffic_init(&t, req, seg, peer.base, local);
     /* The source's first 2 MiB hold a known pattern (a WRITE of them first). */
     for (uint32_t half = 0; half < 2; half++) {
         memset(local, 0xee, CHUNK + 2 * GUARD);
@@ -1064,16 +1026,10 @@ static void test_an_unprovable_post_stays_charged(void **state)
 {
     (void)state;
     struct side sd;
-    side_up(&sd);
+    side_up(&sd, &peer);
     assert_int_equal(round_trip(&sd.t, 7), 0);
     itp_arm(ITP_POST_SEND, 1, ENOMEM, IBV_WR_RDMA_READ, ITP_REFUSED_UNNAMED);
-    struct orb_request r;
-    memset(&r, 0, sizeof r);
-    r.transport = ORB_TRANSPORT_RDMA;
-    r.op = ORB_OP_READ;
-    r.local_addr = (uint64_t)(uintptr_t)sd.t.area + GUARD;
-    r.remote_addr = peer.base;
-    r.length = CHUNK;
+    struct orb_request r = chunk_request(ORB_OP_READ, sd.t.area + GUARD, peer.base);
     struct orb_batch_report rep;
     int rc = orb_submit_and_wait(sd.e, sd.seg, &r, 1, NULL, 3000000000ull, &rep);
     itp_disarm(ITP_POST_SEND);
@@ -1087,12 +1043,7 @@ static void test_an_unprovable_post_stays_charged(void **state)
     assert_int_equal(stats_of(sd.e).requests_in_flight, 1);
     /* A new request: refused within io_timeout_s (the rebuild it waits for cannot start). */
     uint64_t t0 = now_ns();
-    memset(&r, 0, sizeof r);
-    r.transport = ORB_TRANSPORT_RDMA;
-    r.op = ORB_OP_WRITE;
-    r.local_addr = (uint64_t)(uintptr_t)sd.t.area + GUARD;
-    r.remote_addr = peer.base;
-    r.length = CHUNK;
+    r = chunk_request(ORB_OP_WRITE, sd.t.area + GUARD, peer.base);
     rc = orb_submit_and_wait(sd.e, sd.seg, &r, 1, NULL, TIMEOUT_NS, &rep);
     uint64_t took = now_ns() - t0;
     print_message("the next request: %s in %llu ms (%s)\n", orb_strerror(rc), (unsigned long long)(took / 1000000ull),
@@ -1119,7 +1070,7 @@ static void test_a_queue_pair_that_cannot_be_destroyed(void **state)
 {
     (void)state;
     struct side sd;
-    side_up(&sd);
+    side_up(&sd, &peer);
     assert_int_equal(round_trip(&sd.t, 9), 0);
     uint64_t before = itp_calls(ITP_DESTROY_QP);
     itp_arm(ITP_DESTROY_QP, 1, EBUSY, -1, ITP_REFUSED_NAMED);
@@ -1157,11 +1108,7 @@ static int soak(unsigned seconds)
     struct traffic t[2];
     pthread_t th[2];
     for (uint32_t i = 0; i < 2; i++) {
-        memset(&t[i], 0, sizeof t[i]);
-        t[i].e = req;
-        t[i].seg = seg;
-        t[i].base = peer.base;
-        t[i].area = local + i * (CHUNK + 2 * GUARD);
+        traffic_init(&t[i], req, seg, peer.base, local + i * (CHUNK + 2 * GUARD));
         t[i].first_chunk = i * (AREA / CHUNK / 2);
         t[i].nchunks = AREA / CHUNK / 2;
         if (pthread_create(&th[i], NULL, traffic_main, &t[i]) != 0)
