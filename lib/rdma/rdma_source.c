@@ -457,22 +457,48 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
         g->target = (uint64_t)(uintptr_t)g->stage.cpu;
     }
 
-    /* Bind a window per rail on that rail's queue pair, exactly the range, one direction. */
+    /* A window and its parent MR for every rail first: a rail that has none (the key history
+     * full, say) fails the grant before any bind is queued, so the windows taken for the other
+     * rails go back unbound, their keys unspent, instead of being discarded. */
+    const struct orb_rdma_reg_mr *parents[ORB_RDMA_MAX_RAILS] = {0};
+    for (uint32_t k = 0; k < c->nqps && rc == 0; k++) {
+        if (!(g->rail_mask & (1u << k)))
+            continue;
+        struct rdma_link *l = c->links[k];
+        parents[k] = staged ? rdma_stage_mr(tp, l->ctx->nic) : orb_rdma_reg_mrs_on(m, l->ctx->nic);
+        if (parents[k] == NULL || parents[k]->parent == NULL) {
+            rc = orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no window parent on NIC %u", l->ctx->nic);
+            break;
+        }
+        pthread_mutex_lock(&l->ctx->wlock);
+        rc = orb_rdma_window_take(&l->ctx->windows, &g->win[k]);
+        pthread_mutex_unlock(&l->ctx->wlock);
+    }
+    if (rc != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++) {
+            if (g->win[k] == NULL)
+                continue;
+            struct rdma_ctx *x = c->links[k]->ctx;
+            pthread_mutex_lock(&x->wlock);
+            orb_rdma_window_put(&x->windows, g->win[k]);
+            pthread_mutex_unlock(&x->wlock);
+            g->win[k] = NULL;
+        }
+        rc = orb_fail(rc, "%s", why);
+        goto unlink;
+    }
+
+    /* Bind each rail's window on that rail's queue pair, exactly the range, one direction. */
     for (uint32_t k = 0; k < c->nqps; k++) {
         if (!(g->rail_mask & (1u << k)))
             continue;
         struct rdma_link *l = c->links[k];
-        const struct orb_rdma_reg_mr *mr = staged ? rdma_stage_mr(tp, l->ctx->nic) : orb_rdma_reg_mrs_on(m, l->ctx->nic);
-        if (mr == NULL || mr->parent == NULL) {
-            rc = orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no window parent on NIC %u", l->ctx->nic);
-            break;
-        }
         uint32_t key = 0;
         pthread_mutex_lock(&l->ctx->wlock);
-        rc = orb_rdma_window_take(&l->ctx->windows, &g->win[k]);
-        if (rc == 0)
-            rc = orb_rdma_window_bind_wr(&l->ctx->windows, g->win[k], mr->parent, g->target, in->length, in->op, 0,
-                                         &g->bind_wr[k], &key);
+        rc = orb_rdma_window_bind_wr(&l->ctx->windows, g->win[k], parents[k]->parent, g->target, in->length, in->op,
+                                     0, &g->bind_wr[k], &key);
         pthread_mutex_unlock(&l->ctx->wlock);
         if (rc != 0)
             break;

@@ -97,9 +97,14 @@ int orb_rdma_reg_mrs_create(const struct orb_rdma_mr_ops *ops, void *impl, const
             struct ibv_mr *mr = ops->reg_mr(impl, n->pd, addr, (size_t)len, iova, access);
             if (mr == NULL) {
                 int err = errno != 0 ? errno : EIO;
-                int rc = orb_fail(status_of_errno(err), "rdma: %s: cannot register %llu bytes as its %s MR: %s",
+                /* ENOMEM is nearly always the locked-memory limit: every MR pins its pages once
+                 * more, against RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK. */
+                int rc = orb_fail(status_of_errno(err), "rdma: %s: cannot register %llu bytes as its %s MR: %s%s",
                                   n->name, (unsigned long long)len, k == 0 ? "local-only" : "MW_BIND parent",
-                                  strerror(err));
+                                  strerror(err),
+                                  err == ENOMEM ? " (the locked-memory limit, RLIMIT_MEMLOCK or ulimit -l, may be "
+                                                  "reached: each MR copy counts)"
+                                                : "");
                 char why[256];
                 snprintf(why, sizeof why, "%s", orb_last_error());
                 if (release_all(ops, impl, m) == 0) {

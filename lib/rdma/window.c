@@ -247,6 +247,10 @@ int orb_rdma_window_take(struct orb_rdma_window_pool *p, struct orb_rdma_window 
         } else {
             park(p, w);
         }
+        /* Windows in use come back when their grants end, and a returned one with keys left
+         * serves again: "not now" then, and "never" only when none is out. */
+        if (p->in_use > 0)
+            return orb_fail(ORB_EAGAIN, "%s; %u window(s) in use will come back", why, p->in_use);
         return orb_fail(rc, "%s", why);
     }
     return orb_fail(ORB_ERESOURCE, "rdma: the device keeps handing out memory windows whose keys are spent");

@@ -79,8 +79,9 @@ void orb_rdma_window_pool_init(struct orb_rdma_window_pool *p, const struct orb_
  * to return or discard first. */
 uint32_t orb_rdma_window_pool_fini(struct orb_rdma_window_pool *p);
 
-/* A window with a key left, from the free list or newly allocated. Errors: ORB_ERESOURCE
- * (max_window_key_indices reached: the message says how many are parked), ORB_EUNAVAILABLE (the
+/* A window with a key left, from the free list or newly allocated. Errors: ORB_EAGAIN
+ * (max_window_key_indices reached while windows are in use: ask again once one came back),
+ * ORB_ERESOURCE (reached with none in use: the message says how many are parked), ORB_EUNAVAILABLE (the
  * device cannot allocate a type-2 window: errno named), ORB_ENOMEM. */
 int orb_rdma_window_take(struct orb_rdma_window_pool *p, struct orb_rdma_window **out);
 

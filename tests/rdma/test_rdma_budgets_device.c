@@ -15,7 +15,17 @@
  *  - max_grants 1 at the source: 32 concurrent requests all complete (the source answers "not
  *    now" and the requester asks again), every byte checked;
  *  - max_send_wr 1 at the requester: 4 x 4 MiB (64 slices each) wait for room in the send queue
- *    and complete, every byte checked.
+ *    and complete, every byte checked;
+ *  - memory-region bytes: the locked-memory limit (RLIMIT_MEMLOCK, CAP_IPC_LOCK dropped) lets
+ *    one registration's MR copies in and not a second's: the second is refused with
+ *    ORB_ERESOURCE naming the limit, its copies already made are let go (the pinned count says
+ *    so), the first still carries RDMA, and once the first is gone the second registers and
+ *    carries it;
+ *  - max_window_key_indices 16 at the source: concurrent grants beyond the windows the history
+ *    holds wait ("not now") and complete; once every index spent its keys the source refuses
+ *    with ORB_ERESOURCE naming the budget, at once, each time, bytes intact, exact reports, and
+ *    TCP still serves the segment (spent keys never come back: a history that frees would let
+ *    an old key regain authority).
  *
  * A hardware check: it exits 77 without those devices; inside the test VM it runs for real. The
  * queue-pair counts assume two rails a side (one rail: max_endpoints 1 plays the same role). Each
@@ -31,6 +41,10 @@
 #include <string.h>
 #include <pthread.h>
 #include <time.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <orbite/orbite.h>
 
@@ -122,29 +136,43 @@ static void pair_down(struct side *src, struct side *req, orb_segment *seg)
     side_down(src);
 }
 
-/* n READs of `len` bytes each into consecutive local ranges, one batch; every byte checked. */
-static int reads(struct side *req, orb_segment *seg, const struct side *src, uint32_t n, uint64_t len,
-                 enum orb_transport t)
+/* n READs of `len` bytes each from the source's start into consecutive local ranges from
+ * `at`, one batch, its report in *rep; the bytes of the completed prefix checked, and those of
+ * requests after the failure's span untouched. */
+static int reads_at(struct side *req, orb_segment *seg, const struct side *src, uint64_t at, uint32_t n, uint64_t len,
+                    enum orb_transport t, struct orb_batch_report *rep)
 {
     struct orb_request *r = calloc(n, sizeof *r);
     assert_non_null(r);
     for (uint32_t i = 0; i < n; i++) {
         r[i].transport = t;
         r[i].op = ORB_OP_READ;
-        r[i].local_addr = (uint64_t)(uintptr_t)req->bytes + i * len;
+        r[i].local_addr = (uint64_t)(uintptr_t)req->bytes + at + i * len;
         r[i].remote_addr = (uint64_t)(uintptr_t)src->bytes + i * len;
         r[i].length = len;
     }
-    memset(req->bytes, 0, (size_t)(n * len));
-    struct orb_batch_report rep;
-    int rc = orb_submit_and_wait(req->e, seg, r, n, NULL, TIMEOUT_NS, &rep);
+    memset(req->bytes + at, 0, (size_t)(n * len));
+    int rc = orb_submit_and_wait(req->e, seg, r, n, NULL, TIMEOUT_NS, rep);
     free(r);
-    if (rc != 0)
-        return rc;
-    for (uint64_t i = 0; i < n * len; i++)
-        if (req->bytes[i] != pattern(i, 1))
+    uint64_t good = rc == 0 ? n * len : rep->completed_requests * len;
+    for (uint64_t i = 0; i < good; i++)
+        if (req->bytes[at + i] != pattern(i, 1))
             fail_msg("byte %llu of %u x %llu differs", (unsigned long long)i, n, (unsigned long long)len);
-    return 0;
+    if (rc != 0 && rep->has_failure) {
+        uint64_t after = (rep->failure.request_index + rep->failure.affected_requests) * len;
+        for (uint64_t i = after; i < n * len; i++)
+            if (req->bytes[at + i] != 0)
+                fail_msg("byte %llu after the failure's span changed", (unsigned long long)i);
+    }
+    return rc;
+}
+
+/* n READs of `len` bytes each into consecutive local ranges, one batch; every byte checked. */
+static int reads(struct side *req, orb_segment *seg, const struct side *src, uint32_t n, uint64_t len,
+                 enum orb_transport t)
+{
+    struct orb_batch_report rep;
+    return reads_at(req, seg, src, 0, n, len, t, &rep);
 }
 
 static int setup(void **state)
@@ -348,6 +376,200 @@ static void test_one_send_wr_at_a_time(void **state)
     assert_int_equal(rs.requests_in_flight, 0);
 }
 
+/* This process's pinned memory in KiB (VmPin: every MR copy's pages count once more). */
+static uint64_t pinned_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    assert_non_null(f);
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f) != NULL)
+        found = sscanf(line, "VmPin: %llu kB", &kib) == 1;
+    fclose(f);
+    assert_true(found);
+    return kib;
+}
+
+/* The pinned KiB once they settled at `want`: unregistering deregisters on the engine's
+ * release thread, a moment later. Fails the test when they do not within 5 s. */
+static void pinned_settle(uint64_t want)
+{
+    uint64_t give_up = orb_now_ns() + 5000000000ull, now;
+    while ((now = pinned_kib()) != want) {
+        if (orb_now_ns() > give_up)
+            fail_msg("pinned memory stays at %llu KiB, not %llu", (unsigned long long)now, (unsigned long long)want);
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Pinned KiB once they fell below `from` (the release thread deregistered something). */
+static uint64_t pinned_below(uint64_t from)
+{
+    uint64_t give_up = orb_now_ns() + 5000000000ull, now;
+    while ((now = pinned_kib()) >= from) {
+        if (orb_now_ns() > give_up)
+            fail_msg("pinned memory stays at %llu KiB after unregistering", (unsigned long long)now);
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    struct timespec ts = {0, 50000000}; /* the release thread may not be done with every copy */
+    nanosleep(&ts, NULL);
+    return pinned_kib();
+}
+
+/* Turn CAP_IPC_LOCK in this thread's effective set on or off (the permitted set keeps it, so
+ * it can come back); whether it was on before. Registration pins memory in the calling thread,
+ * so this thread's set is the one the kernel asks. */
+static bool ipc_lock_effective(bool on)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct d[2];
+    assert_int_equal(syscall(SYS_capget, &h, d), 0);
+    bool was = (d[0].effective >> CAP_IPC_LOCK) & 1u;
+    bool can = (d[0].permitted >> CAP_IPC_LOCK) & 1u;
+    if (on && !can)
+        return was;
+    if (on)
+        d[0].effective |= 1u << CAP_IPC_LOCK;
+    else
+        d[0].effective &= ~(1u << CAP_IPC_LOCK);
+    assert_int_equal(syscall(SYS_capset, &h, d), 0);
+    return was;
+}
+
+static void test_locked_memory_limit(void **state)
+{
+    (void)state;
+    struct side src, req;
+    orb_segment *seg = pair_up(&src, NULL, &req, NULL);
+    assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
+    /* What one registration of the whole buffer pins: a local-only MR copy per NIC. */
+    uint64_t with = pinned_kib();
+    assert_int_equal(orb_unregister_memory(req.e, req.id), 0);
+    uint64_t base = pinned_below(with);
+    uint64_t whole = with - base;
+    assert_int_equal(whole % (SRC_LEN / 1024), 0); /* whole copies of the range */
+    uint64_t half_len = SRC_LEN / 2;
+    /* Room for one half's copies and for part of the other's: the second half's registration
+     * fails after some of its copies were made (when there are several NICs). */
+    uint64_t room_kib = base + whole / 2 + whole / 4 + whole / 8;
+    struct rlimit saved;
+    assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &saved), 0);
+    struct rlimit tight = {.rlim_cur = room_kib * 1024, .rlim_max = saved.rlim_max};
+    if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < tight.rlim_cur)
+        tight.rlim_max = tight.rlim_cur; /* raising the hard limit takes CAP_SYS_RESOURCE */
+    if (setrlimit(RLIMIT_MEMLOCK, &tight) != 0) {
+        print_message("skipped: the hard RLIMIT_MEMLOCK is below what the cell needs and cannot be raised\n");
+        orb_segment_close(seg);
+        assert_int_equal(orb_register_host_memory(req.e, req.mem, 0, SRC_LEN, ORB_PERM_LOCAL, &req.id), 0);
+        side_down(&req);
+        side_down(&src);
+        return;
+    }
+    bool had_cap = ipc_lock_effective(false);
+
+    orb_reg_id first, second;
+    assert_int_equal(orb_register_host_memory(req.e, req.mem, 0, half_len, ORB_PERM_LOCAL, &first), 0);
+    assert_int_equal(pinned_kib(), base + whole / 2);
+    assert_int_equal(orb_register_host_memory(req.e, req.mem, half_len, half_len, ORB_PERM_LOCAL, &second),
+                     ORB_ERESOURCE);
+    assert_non_null(strstr(orb_last_error(), "RLIMIT_MEMLOCK"));
+    assert_int_equal(pinned_kib(), base + whole / 2); /* the refused one's copies are gone */
+
+    struct orb_batch_report rep;
+    assert_int_equal(reads_at(&req, seg, &src, 0, 8, 65536 + 5, ORB_TRANSPORT_RDMA, &rep), 0);
+    /* Into the half that is not registered: refused before anything moves. */
+    assert_int_equal(reads_at(&req, seg, &src, half_len, 2, 65536, ORB_TRANSPORT_RDMA, &rep), ORB_ENOENT);
+    assert_int_equal(rep.submitted_requests, 0);
+
+    assert_int_equal(orb_unregister_memory(req.e, first), 0);
+    pinned_settle(base);
+    assert_int_equal(orb_register_host_memory(req.e, req.mem, half_len, half_len, ORB_PERM_LOCAL, &second), 0);
+    assert_int_equal(reads_at(&req, seg, &src, half_len, 8, 65536 + 5, ORB_TRANSPORT_RDMA, &rep), 0);
+    assert_int_equal(orb_unregister_memory(req.e, second), 0);
+
+    (void)ipc_lock_effective(had_cap);
+    assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
+    assert_int_equal(orb_register_host_memory(req.e, req.mem, 0, SRC_LEN, ORB_PERM_LOCAL, &req.id), 0);
+    pair_down(&src, &req, seg);
+}
+
+/* Windows of the source's PDs: max_window_key_indices 16 each; every index carries at most 255
+ * keys. Batches of 32 READs of 4 KiB (more grants at once than windows) until the keys run
+ * out. */
+static void test_window_keys_run_out(void **state)
+{
+    (void)state;
+    static const char *const kv[] = {"max_window_key_indices", "16", NULL};
+    struct side src, req;
+    orb_segment *seg = pair_up(&src, kv, &req, NULL);
+    assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
+    uint32_t rails = strchr(SOURCE_NICS, ',') != NULL ? 2 : 1;
+    const uint32_t n = 32, len = 4096;
+    const uint64_t most = (uint64_t)rails * 16 * 255; /* grants the histories can ever serve */
+    uint64_t served = 0;
+    struct orb_batch_report rep;
+    int rc = 0;
+    while (rc == 0 && served <= most + n) {
+        rc = reads_at(&req, seg, &src, 0, n, len, ORB_TRANSPORT_RDMA, &rep);
+        served += rc == 0 ? n : rep.completed_requests;
+    }
+    assert_int_equal(rc, ORB_ERESOURCE);
+    assert_non_null(strstr(orb_last_error(), "max_window_key_indices"));
+    assert_true(rep.done && rep.has_failure);
+    assert_int_equal(rep.status, ORB_ERESOURCE);
+    assert_int_equal(rep.failure.request_index, rep.completed_requests);
+    assert_true(rep.failure.request_index + rep.failure.affected_requests <= n);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE); /* READs */
+    assert_true(served <= most);
+    /* Keys are not wasted: every index served most of its 255 keys (some are spent on windows a
+     * failed grant could not prove over; none here). */
+    assert_true(served >= most / 2);
+    print_message("%llu grants served before the keys ran out (at most %llu)\n", (unsigned long long)served,
+                  (unsigned long long)most);
+    /* One PD's history runs out first; a batch whose first request lands on the other rail
+     * still gets that rail's last keys. Drain them: four refusals in a row, nothing served. */
+    for (int refused = 0; refused < 4 && served <= most + n;) {
+        rc = reads_at(&req, seg, &src, 0, 4, len, ORB_TRANSPORT_RDMA, &rep);
+        served += rc == 0 ? 4 : rep.completed_requests;
+        refused = rc == ORB_ERESOURCE && rep.completed_requests == 0 ? refused + 1 : 0;
+    }
+    assert_int_equal(rc, ORB_ERESOURCE);
+    assert_true(served <= most);
+    /* Refused at once from now on, each time. */
+    for (int i = 0; i < 3; i++) {
+        uint64_t t0 = orb_now_ns();
+        assert_int_equal(reads_at(&req, seg, &src, 0, 4, len, ORB_TRANSPORT_RDMA, &rep), ORB_ERESOURCE);
+        assert_true(orb_now_ns() - t0 < 2000000000ull);
+        assert_int_equal(rep.completed_requests, 0);
+    }
+    assert_int_equal(reads_at(&req, seg, &src, 0, n, len, ORB_TRANSPORT_TCP, &rep), 0);
+    /* No grant stays charged (the last served one's end may lag its ACK a moment). */
+    uint64_t give_up = orb_now_ns() + 2000000000ull;
+    while (stats_of(&src).grants_active != 0 && orb_now_ns() < give_up) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    if (stats_of(&src).grants_active != 0) {
+        struct orb_rdma_tp *tp = src.e->tp[ORB_TRANSPORT_RDMA].state;
+        pthread_mutex_lock(&tp->lock);
+        for (struct rdma_src_conn *c = tp->conns; c != NULL; c = c->next) {
+            pthread_mutex_lock(&c->lock);
+            for (struct rdma_grant *g = c->grants; g != NULL; g = g->next)
+                print_message("still charged: grant %llu req %llu rails %x done %x binds_left %u abandoned %d expires %llu pub %d\n",
+                              (unsigned long long)g->id, (unsigned long long)g->request, g->rail_mask, g->done_mask,
+                              g->binds_left, g->abandoned, (unsigned long long)g->expires_ns, g->published);
+            print_message("receives held per rail: %u %u\n", c->ngrants[0], c->ngrants[1]);
+            pthread_mutex_unlock(&c->lock);
+        }
+        pthread_mutex_unlock(&tp->lock);
+    }
+    assert_int_equal(stats_of(&src).grants_active, 0);
+    pair_down(&src, &req, seg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -357,6 +579,8 @@ int main(void)
         cmocka_unit_test(test_max_cqes_too_small_for_a_queue_pair),
         cmocka_unit_test(test_one_grant_at_a_time),
         cmocka_unit_test(test_one_send_wr_at_a_time),
+        cmocka_unit_test(test_window_keys_run_out),
+        cmocka_unit_test(test_locked_memory_limit),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
