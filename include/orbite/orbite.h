@@ -351,7 +351,7 @@ struct orb_rdma_stats {
     uint64_t route_recoveries;     /* rails whose port came back, their route open again */
     uint64_t routes_down;          /* gauge: rails whose port is not active now */
     uint64_t kept_queue_pairs;     /* queue pairs the device refused to destroy (kept for good) */
-    uint64_t reserved[1];          /* 0 */
+    uint64_t read_replays;         /* READs asked again after a queue pair carrying them died */
 };
 
 /**
@@ -709,7 +709,10 @@ struct orb_transfer_failure {
  * part), whatever each one's own outcome: a request in the span may have
  * succeeded, and a READ in it may have filled local bytes. Requests after the
  * span were never attempted. remote_effect is UNKNOWN when a WRITE in the span
- * may have changed peer bytes. Nothing is ever replayed automatically.
+ * may have changed peer bytes. A reported failure is never replayed
+ * automatically, and a WRITE never is; before its failure is reported, an
+ * RDMA READ whose queue pair died is asked again (the RDMA setting
+ * read_replays, 1 by default).
  */
 struct orb_batch_report {
     int done;                  /* 1: every request finished or failed */

@@ -74,6 +74,7 @@ static const struct key_row rows[] = {
     ROW(max_dest_rd_atomic, KEY_U32, 0, 255),
     ROW(ack_timeout, KEY_U32, 0, 31),
     ROW(retry_count, KEY_U32, 0, 7),
+    ROW(read_replays, KEY_U32, 0, 8),
     ROW(max_endpoints, KEY_U32, 1, 1u << 20),
     ROW(max_grants, KEY_U32, 1, 1u << 20),
     ROW(max_send_wr, KEY_U32, 1, 1u << 16),
@@ -108,6 +109,7 @@ static void set_defaults(struct orb_rdma_config *c)
     c->max_dest_rd_atomic = 16;
     c->ack_timeout = 18; /* about 1.07 s */
     c->retry_count = 7;
+    c->read_replays = 1;
     c->max_endpoints = 64;
     c->max_grants = 64;
     c->max_send_wr = 16;

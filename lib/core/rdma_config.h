@@ -52,6 +52,7 @@ struct orb_rdma_config {
     uint32_t max_dest_rd_atomic;
     uint32_t ack_timeout;                /* IB local ACK timeout exponent: 4.096 us * 2^N; 0: none */
     uint32_t retry_count;                /* transport retries before an error completion (0..7) */
+    uint32_t read_replays;               /* times a READ whose rail's path failed is asked again */
     /* budgets */
     uint32_t max_endpoints;
     uint32_t max_grants;

@@ -268,6 +268,10 @@ struct rdma_req {
     uint64_t first_post_ns[ORB_RDMA_MAX_RAILS]; /* the lane's first post of a payload WR per rail */
     uint32_t rail_mask;
     uint32_t rail_failed;          /* rails where the path failed it (rail health counts them) */
+    uint32_t rail_lost;            /* rails whose queue pair died under it, whatever the cause */
+    /* A READ that lost a queue pair is asked for again, from its grant on, up to read_replays
+     * times; `avoid` holds the rails that lost it before (another carries it when one can). */
+    uint32_t replays, avoid;
     /* A half-open trial of a paused rail (lib/topo/rail.h) rides on this request, alone on that
      * rail: trial_token 0: none. */
     uint64_t trial_token;
@@ -281,7 +285,10 @@ struct rdma_req {
     uint64_t rail_bytes[ORB_RDMA_MAX_RAILS];
     uint32_t outstanding;          /* WRs posted or queued and not completed */
     uint32_t sends_left;           /* SEND_WITH_INVs not completed */
-    bool counted, granted, acked, ended, posted_write; /* counted: in peer->inflight */
+    bool counted, granted, acked, ended; /* counted: in peer->inflight */
+    /* A payload WR of it may have reached the device (posted, or refused without proof that it
+     * was not taken): set by the lane that posts it, before its completion can be polled. */
+    atomic_bool payload_posted;
     bool expired;                  /* its ACK deadline passed (the scan failed it) */
     int status;                    /* the first failure */
     char why[320];                 /* its cause */
@@ -399,10 +406,9 @@ void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out);
 void rdma_link_fail(struct rdma_link *l, int status);
 /* The same, for a failure of the path rather than of the peer (rail health counts it). */
 void rdma_link_fault(struct rdma_link *l, int status);
-/* The monitor fenced rail `rail` under live queue pairs of connection `peer` (a struct
- * rdma_peer; tp->lock held): one failure of its pair there (rdma_requester.c), once per
- * connection and fence. */
-void rdma_req_rail_fenced(void *peer, uint32_t rail);
+/* The monitor fenced rail `rail` under live queue pairs of connection `p` (tp->lock held): one
+ * failure of its pair there (rdma_requester.c), once per connection and fence. */
+void rdma_req_rail_fenced(struct rdma_peer *p, uint32_t rail);
 /* Unhook from the lane and destroy (the QP must hold no bound window). */
 void rdma_link_free(struct rdma_link *l);
 /* Fail and free links[from..to), skipping empty places; each place is NULL afterwards. */
@@ -451,7 +457,7 @@ void rdma_link_drain_waits(struct rdma_link *l);
 /* The WR (and message) of a queued wait; a queued wait that could not be posted. */
 void rdma_req_build(struct rdma_wait *w, const struct rdma_link *l, struct ibv_send_wr *wr, struct ibv_sge *sge,
                     uint64_t *cookie, uint8_t *msg, uint32_t *msg_len);
-void rdma_req_wait_failed(struct rdma_wait *w, int status);
+void rdma_req_wait_failed(struct rdma_wait *w, int status, bool path_failed);
 /* Free released peers whose requests all ended (`force`: the lane is gone: all of them). */
 void rdma_req_reap(struct orb_rdma_tp *tp, bool force);
 void *rdma_grant_thread(void *arg);

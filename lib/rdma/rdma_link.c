@@ -315,6 +315,16 @@ int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote
     return 0;
 }
 
+/* Mark `l` dead with `status` (its lock held). Whether this was its first failure. */
+static bool mark_failed_locked(struct rdma_link *l, int status)
+{
+    if (l->failed != 0)
+        return false;
+    l->failed = status != 0 ? status : ORB_EPEER;
+    atomic_store(&l->down, true);
+    return true;
+}
+
 int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t cookie, const void *msg,
                           uint32_t msg_len, bool more)
 {
@@ -355,9 +365,8 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
     if (proven)
         (void)orb_rdma_wr_track_withdraw(&l->qp->track, id);
     atomic_fetch_add(&l->tp->errors, 1);
-    l->failed = ORB_EPEER;
-    atomic_store(&l->down, true);
-    (void)orb_rdma_qp_fail(l->qp);
+    if (mark_failed_locked(l, ORB_EPEER))
+        (void)orb_rdma_qp_fail(l->qp);
     ORB_LOGW("rdma: %s rail %u: the device refused a work request (opcode %d): %s%s; the link is failed",
              l->role == RDMA_ROLE_SOURCE ? "source" : "requester", l->rail, (int)wr->opcode, strerror(err),
              proven ? "" : ", without saying it was not taken: it stays outstanding until the device ends it");
@@ -552,6 +561,7 @@ void rdma_link_drain_waits(struct rdma_link *l)
 {
     struct rdma_wait *failed = NULL;
     int failed_status = 0;
+    bool failed_path = false;
     pthread_mutex_lock(&l->lock);
     if (l->role == RDMA_ROLE_SOURCE) {
         struct rdma_bind_wait *bfailed = NULL;
@@ -604,12 +614,13 @@ void rdma_link_drain_waits(struct rdma_link *l)
             w->next = failed;
             failed = w;
             failed_status = rc;
+            failed_path = atomic_load(&l->fault); /* refused because the link's path failed */
         }
     }
     pthread_mutex_unlock(&l->lock);
     while (failed != NULL) {
         struct rdma_wait *next = failed->next;
-        rdma_req_wait_failed(failed, failed_status);
+        rdma_req_wait_failed(failed, failed_status, failed_path);
         failed = next;
     }
 }
@@ -617,11 +628,7 @@ void rdma_link_drain_waits(struct rdma_link *l)
 void rdma_link_fail(struct rdma_link *l, int status)
 {
     pthread_mutex_lock(&l->lock);
-    int first = l->failed == 0;
-    if (first) {
-        l->failed = status != 0 ? status : ORB_EPEER;
-        atomic_store(&l->down, true);
-    }
+    bool first = mark_failed_locked(l, status);
     pthread_mutex_unlock(&l->lock);
     if (first && status != ORB_ECLOSED)
         ORB_LOGD("rdma: %s rail %u (qp %u): the link fails (%s)",
@@ -634,7 +641,9 @@ void rdma_link_fail(struct rdma_link *l, int status)
 void rdma_link_fault(struct rdma_link *l, int status)
 {
     pthread_mutex_lock(&l->lock);
-    if (l->failed == 0)
+    /* Failed already without a cause (ORB_EPEER: its receives' flushes, polled from their own
+     * completion queue, can come before the send completion that says why): the path is it. */
+    if (l->failed == 0 || l->failed == ORB_EPEER)
         atomic_store(&l->fault, true);
     pthread_mutex_unlock(&l->lock);
     rdma_link_fail(l, status);
@@ -964,7 +973,7 @@ static void fail_rail_links(struct orb_rdma_tp *tp, uint32_t k)
         for (uint32_t i = 0; i < ncounted && !seen; i++)
             seen = counted[i] == l->owner;
         if (live && !seen) {
-            rdma_req_rail_fenced(l->owner, k);
+            rdma_req_rail_fenced((struct rdma_peer *)l->owner, k); /* a requester link's owner */
             if (ncounted < sizeof counted / sizeof counted[0])
                 counted[ncounted++] = l->owner;
         }

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "rdma/outcome.h"
 #include "rdma/rdma_transport.h"
 
 #define DISCONNECT_WAIT_NS (1ull * 1000000000ull)
@@ -454,11 +455,9 @@ static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t all
 }
 
 /* Append the requests linked from `first` (through next), whole and in order, to the grant
- * queue and wake a grant thread. Called without any peer's lock: the grant threads take the
- * queue's lock, then a peer's. */
-static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *first)
+ * queue (glock held). */
+static void enqueue_for_grants_locked(struct orb_rdma_tp *tp, struct rdma_req *first)
 {
-    pthread_mutex_lock(&tp->glock);
     while (first != NULL) {
         struct orb_qos_entry *e[64];
         size_t n = 0;
@@ -471,6 +470,14 @@ static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *first)
         if (orb_qos_enqueue(&tp->gq, e, n) != 0) /* a request queued twice: a bug, said loudly */
             ORB_LOGE("rdma: requests could not be queued for their grants: %s", orb_last_error());
     }
+}
+
+/* Queue the requests linked from `first` for their grants and wake a grant thread. Called
+ * without any peer's lock: the grant threads take the queue's lock, then a peer's. */
+static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *first)
+{
+    pthread_mutex_lock(&tp->glock);
+    enqueue_for_grants_locked(tp, first);
     pthread_cond_signal(&tp->gcond);
     pthread_mutex_unlock(&tp->glock);
 }
@@ -524,6 +531,7 @@ struct ending {
     uint32_t n;
     int status;
     enum orb_remote_effect effect;
+    bool replay;                   /* not ended: asked for again (report_pieces queues it) */
     char why[320];
 };
 
@@ -578,10 +586,11 @@ static void judge_rails(struct rdma_req *r, int status)
         }
 }
 
-static void end_locked(struct rdma_req *r, int status, struct ending *e)
+/* `r` leaves its attempt (p->lock held): its rails judged, out of the connection's granted
+ * requests and its count, the connection marked when the source still holds its grant. */
+static void leave_locked(struct rdma_req *r, int status)
 {
     struct rdma_peer *p = r->peer;
-    r->ended = true;
     judge_rails(r, status);
     if (r->granted && status != 0 && !r->acked && r->incarnation == p->incarnation)
         p->poisoned = true;
@@ -599,15 +608,89 @@ static void end_locked(struct rdma_req *r, int status, struct ending *e)
         r->counted = false;
         p->inflight--;
     }
+}
+
+static void end_locked(struct rdma_req *r, int status, struct ending *e)
+{
+    r->ended = true;
+    leave_locked(r, status);
     e->r = r;
+    e->replay = false;
     e->n = 0;
     for (uint32_t i = 0; i < r->npieces; i++)
         if (r->pieces[i] != NULL)
             e->pieces[e->n++] = r->pieces[i];
     e->status = status;
     snprintf(e->why, sizeof e->why, "%s", status != 0 ? r->why : "");
-    e->effect = status != 0 && r->op == ORB_XFER_WRITE && r->posted_write ? ORB_REMOTE_EFFECT_UNKNOWN
-                                                                          : ORB_REMOTE_EFFECT_NONE;
+    struct orb_rdma_attempt a = {.read = r->op == ORB_XFER_READ, .status = status,
+                                 .payload_posted = atomic_load(&r->payload_posted)};
+    e->effect = orb_rdma_attempt_outcome(&a).effect;
+}
+
+/* The outcome of `r`'s finished attempt (p->lock held; outcome.h has the rules). */
+static struct orb_rdma_outcome outcome_locked(struct rdma_req *r)
+{
+    struct orb_rdma_tp *tp = r->peer->tp;
+    struct orb_rdma_attempt a = {.read = r->op == ORB_XFER_READ, .status = r->status, .qp_died = r->rail_lost != 0,
+                                 .acked = r->acked, .payload_posted = atomic_load(&r->payload_posted),
+                                 .replays = r->replays,
+                                 .max_replays = tp->cfg->read_replays, .stopping = atomic_load(&tp->stopping)};
+    uint64_t now = orb_now_ns();
+    for (uint32_t i = 0; i < r->npieces; i++) {
+        const struct orb_xfer *x = r->pieces[i];
+        if (x != NULL && x->deadline_ns != 0 && now >= x->deadline_ns)
+            a.deadline_passed = true;
+    }
+    return orb_rdma_attempt_outcome(&a);
+}
+
+/* Take failed `r` back to before its grant (p->lock held): its attempt is judged and left as an
+ * ending one would be, and it starts over with the rails that failed it avoided; report_pieces()
+ * queues it for its new grant. */
+static void replay_locked(struct rdma_req *r, struct ending *e)
+{
+    leave_locked(r, r->status);
+    e->r = r;
+    e->replay = true;
+    e->n = 0;
+    e->status = r->status;
+    e->effect = ORB_REMOTE_EFFECT_NONE;
+    snprintf(e->why, sizeof e->why, "%s", r->why);
+    r->replays++;
+    r->avoid |= r->rail_lost;
+    r->rail_failed = r->rail_lost = 0;
+    r->status = 0;
+    r->why[0] = '\0';
+    r->granted = r->acked = r->expired = false;
+    r->trial_token = 0;
+    r->trial_posted = false;
+    r->rail_mask = 0;
+    r->outstanding = r->sends_left = 0;
+    memset(r->rail_left, 0, sizeof r->rail_left);
+    memset(r->rail_wrs, 0, sizeof r->rail_wrs);
+    memset(r->rail_bytes, 0, sizeof r->rail_bytes);
+    memset(r->first_post_ns, 0, sizeof r->first_post_ns);
+}
+
+static void end_now(struct orb_rdma_tp *tp, struct rdma_req *r, int status, const char *why);
+
+/* Queue replayed `r` for its new grant; a transport that began to stop meanwhile ends it with
+ * the failure that made it replay (its grant threads drain the queue once, under glock). */
+static void ask_again(struct orb_rdma_tp *tp, struct rdma_req *r, const struct ending *e)
+{
+    ORB_LOGI("rdma: %s: a READ of %llu bytes failed on rail(s) 0x%x (%s): asked again (replay %u of %u)",
+             r->peer->endpoint, (unsigned long long)r->length, r->avoid, e->why, r->replays, tp->cfg->read_replays);
+    atomic_fetch_add(&tp->read_replays, 1);
+    r->next = NULL;
+    pthread_mutex_lock(&tp->glock);
+    bool stopping = atomic_load(&tp->stopping);
+    if (!stopping) {
+        enqueue_for_grants_locked(tp, r);
+        pthread_cond_signal(&tp->gcond);
+    }
+    pthread_mutex_unlock(&tp->glock);
+    if (stopping)
+        end_now(tp, r, e->status, e->why);
 }
 
 static void report_pieces(struct orb_rdma_tp *tp, const struct ending *e)
@@ -616,6 +699,10 @@ static void report_pieces(struct orb_rdma_tp *tp, const struct ending *e)
     if (r->leased) {
         (void)orb_lease_abandon(&r->lease); /* the charges of pieces that never completed */
         r->leased = false;
+    }
+    if (e->replay) {
+        ask_again(tp, r, e);
+        return;
     }
     if (r->stage.cpu != NULL) {
         /* A staged READ that succeeded lands in the application's bytes now; a failed one leaves
@@ -637,7 +724,10 @@ static bool maybe_end(struct rdma_req *r, struct ending *e)
     if (r->ended)
         return false;
     if (r->status != 0 && r->outstanding == 0) {
-        end_locked(r, r->status, e);
+        if (outcome_locked(r).replay)
+            replay_locked(r, e);
+        else
+            end_locked(r, r->status, e);
         return true;
     }
     if (r->status == 0 && r->outstanding == 0 && r->sends_left == 0 && r->acked) {
@@ -735,12 +825,13 @@ void rdma_req_posted(struct rdma_wait *w, const struct rdma_link *l)
     if (w->x == NULL)
         return; /* a SEND_WITH_INV: no payload */
     struct rdma_req *r = w->req;
+    atomic_store(&r->payload_posted, true);
     if (r->first_post_ns[l->rail] == 0)
         r->first_post_ns[l->rail] = orb_now_ns();
     (void)orb_selector_note_posted(l->tp->sel, l->rail, w->x->length);
 }
 
-void rdma_req_wait_failed(struct rdma_wait *w, int status)
+void rdma_req_wait_failed(struct rdma_wait *w, int status, bool path_failed)
 {
     struct rdma_req *r = w->req;
     struct rdma_peer *p = r->peer;
@@ -749,6 +840,11 @@ void rdma_req_wait_failed(struct rdma_wait *w, int status)
     r->outstanding--;
     if (w->x == NULL)
         r->sends_left--;
+    /* A post fails only on a dead queue pair; one that failed on the path counts as for a
+     * flushed WR (rdma_req_on_send). */
+    r->rail_lost |= 1u << w->rail;
+    if (path_failed && (r->status == 0 || r->rail_failed != 0))
+        r->rail_failed |= 1u << w->rail;
     fail_locked(r, status, "rdma: rail %u: a work request could not be posted (%s)", w->rail, orb_strerror(status));
     bool end = maybe_end(r, &e);
     pthread_mutex_unlock(&p->lock);
@@ -865,9 +961,8 @@ static bool admitted(struct orb_rdma_tp *tp, const struct rdma_req *r, const str
 static int reconnect(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_control_path *ctl,
                      uint64_t seen, uint64_t deadline, const char *cause);
 
-void rdma_req_rail_fenced(void *peer, uint32_t rail)
+void rdma_req_rail_fenced(struct rdma_peer *p, uint32_t rail)
 {
-    struct rdma_peer *p = peer;
     struct orb_rail_table *t = p->tp->health;
     struct orb_rail_key key = rail_key(p, rail);
     pthread_mutex_lock(&p->lock);
@@ -944,7 +1039,8 @@ static int pick_rails(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t *allo
     uint32_t healthy = (uint32_t)orb_rail_usable_mask(tp->health, &p->source_epoch, up, same_rail);
     r->trial_token = 0;
     r->trial_posted = false;
-    for (uint32_t m = up & ~healthy; m != 0 && r->trial_token == 0; m &= m - 1) {
+    /* A replay carries no trial: it needs a rail that works. */
+    for (uint32_t m = r->replays == 0 ? up & ~healthy : 0; m != 0 && r->trial_token == 0; m &= m - 1) {
         uint32_t k = (uint32_t)__builtin_ctz(m);
         struct orb_rail_key key = rail_key(p, k);
         uint64_t token = 0;
@@ -984,12 +1080,14 @@ static int pick_rails(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t *allo
                         "queue pairs dead 0x%x)%s",
                         p->endpoint, p->nrails, down, up & ~healthy, dead & healthy, why);
     *allowed = want & ~dead;
+    if ((*allowed & ~r->avoid) != 0) /* a replay goes elsewhere than where it failed, when it can */
+        *allowed &= ~r->avoid;
     return 0;
 }
 
-/* Ready `r` for its grant: ask each piece once whether it may still start (right before
- * anything of the request moves) and choose the live pieces' rails. false: it ended here. */
-static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
+/* Ask each piece of `r` once whether it may still start (right before anything of the request
+ * moves): those that may not end now, withdrawn. false: none may, and `r` ended with them. */
+static bool may_start_pieces(struct orb_rdma_tp *tp, struct rdma_req *r)
 {
     struct rdma_peer *p = r->peer;
     struct orb_xfer *withdrawn[ORB_SLICE_MAX];
@@ -1006,16 +1104,26 @@ static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
     if (live == 0) {
         p->inflight--;
         r->counted = false;
-    } else {
-        r->id = ++p->next_request;
     }
     pthread_mutex_unlock(&p->lock);
     if (live == 0) /* the request's space goes with its last piece: count it out first */
         atomic_fetch_sub(&tp->inflight_reqs, 1);
     for (uint32_t i = 0; i < nw; i++) /* live pieces, if any, keep the space alive */
         orb_xfer_done(withdrawn[i], ORB_ETIMEDOUT, ORB_REMOTE_EFFECT_NONE);
-    if (live == 0)
+    return live > 0;
+}
+
+/* Ready `r` for its grant: its pieces asked whether they may start (a replay's started once
+ * already and stay), a new id, admission, and the live pieces' rails. false: it ended here. */
+static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
+{
+    struct rdma_peer *p = r->peer;
+    if (r->replays == 0 && !may_start_pieces(tp, r))
         return false;
+    /* A new id for each grant asked for: late answers about a replay's old one match nothing. */
+    pthread_mutex_lock(&p->lock);
+    r->id = ++p->next_request;
+    pthread_mutex_unlock(&p->lock);
     const struct orb_xfer *first = NULL;
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < r->npieces; i++)
@@ -1070,7 +1178,6 @@ static void start(struct orb_rdma_tp *tp, struct rdma_req *r)
         r->outstanding++;
         empty_rails &= ~(1u << x->rail);
     }
-    r->posted_write = r->op == ORB_XFER_WRITE;
     if (r->trial_token != 0) {
         struct orb_rail_key key = rail_key(p, r->trial_rail);
         r->trial_posted = orb_rail_trial_posted(tp->health, &key, r->trial_token) == 0;
@@ -1325,7 +1432,7 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req **batch, uint32_t n)
         struct rdma_req *r = batch[i];
         if (!prepare(tp, r))
             continue;
-        if (r->staged) {
+        if (r->staged && r->stage.cpu == NULL) { /* a replay keeps its extent */
             int rc = stage_in(tp, r, false);
             if (rc == ORB_EAGAIN) {
                 if (nlive > 0)
@@ -1448,6 +1555,7 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
          * drops its queue pairs after a refused access). */
         if (atomic_load(&l->fault) && (r->status == 0 || r->rail_failed != 0))
             r->rail_failed |= 1u << rail;
+        r->rail_lost |= 1u << rail;
         fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER,
                     "rdma: rail %u: the device completed a work request with \"%s\"", rail,
                     tp->v->wc_status_str(wc->status));

@@ -140,6 +140,7 @@ struct orb_rdma_tp {
     atomic_uint_fast64_t slot_deferrals;        /* payload drains the slot held back */
     atomic_uint_fast64_t deadline_drops;        /* requests admission dropped before dispatch */
     atomic_uint_fast64_t reconnects;            /* requester connections rebuilt */
+    atomic_uint_fast64_t read_replays;          /* READs asked again after a path failure */
     atomic_uint_fast64_t connections;           /* requester connections built, not released */
     atomic_uint_fast64_t source_connections;    /* source connections made, not closing */
     /* Rail health per (peer epoch, local rail, remote rail): lib/topo/rail.h; NULL without a

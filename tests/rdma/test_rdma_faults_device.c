@@ -67,11 +67,13 @@ static uint8_t pattern(uint64_t i, uint32_t seed)
 
 /* An engine on `nics` with the settings this test's faults need: short retransmission (about
  * 0.27 s before a lost peer is given up), a rail paused at its first failure for 2 s,
- * io_timeout_s IO_TIMEOUT_S. */
-static orb_engine *engine_on(const char *nics, int source, const char *endpoint)
+ * io_timeout_s IO_TIMEOUT_S; read_replays `replays` (NULL: the default). */
+static orb_engine *engine_on(const char *nics, int source, const char *endpoint, const char *replays)
 {
     const char *kv[] = {"rdma_whitelist", nics, "ack_timeout", "14", "retry_count", "3", "rail_error_threshold", "1",
-                        "rail_cooldown", "2s", "rail_probe_interval", "200ms", NULL};
+                        "rail_cooldown", "2s", "rail_probe_interval", "200ms", "read_replays", replays, NULL};
+    if (replays == NULL)
+        kv[12] = NULL;
     orb_rdma_config *rdma = NULL;
     assert_int_equal(orb_rdma_config_new(&rdma), 0);
     for (size_t i = 0; kv[i] != NULL; i += 2)
@@ -103,7 +105,10 @@ struct hello {
 
 static _Noreturn void source_main(int to_parent, int from_parent, const char *endpoint)
 {
-    orb_engine *e = engine_on(RDMA_TEST_SOURCE_NICS, 1, endpoint);
+    /* Nothing is armed here: the interposer counts the source's memory windows. */
+    if (itp_install() != 0)
+        _exit(7);
+    orb_engine *e = engine_on(RDMA_TEST_SOURCE_NICS, 1, endpoint, NULL);
     orb_host_memory *mem = NULL;
     orb_reg_id id;
     if (orb_host_memory_alloc(AREA, 0, &mem) != 0 ||
@@ -125,7 +130,10 @@ static _Noreturn void source_main(int to_parent, int from_parent, const char *en
     int rc = orb_engine_close(e, TIMEOUT_NS);
     orb_engine_free(e);
     orb_host_memory_unref(mem);
-    _exit(rc == 0 ? 0 : 5);
+    if (rc != 0)
+        _exit(5);
+    /* A window its grants bound and did not give back: 6 (source_stop fails on it). */
+    _exit(itp_live_mws() == 0 ? 0 : 6);
 }
 
 /* ---- the requester ----------------------------------------------------------------------------- */
@@ -163,7 +171,8 @@ static void source_spawn(struct source *sp, const char *endpoint)
     assert_int_equal(read(sp->from, &sp->h, sizeof sp->h), (ssize_t)sizeof sp->h);
 }
 
-/* Ask it to close and wait for its exit; 0 when it closed quiescent. */
+/* Ask it to close and wait for its exit: 0 when it closed quiescent with every memory window
+ * it allocated deallocated. */
 static void source_stop(struct source *sp)
 {
     uint8_t q = 'q';
@@ -206,7 +215,7 @@ static int setup(void **state)
     }
     source_spawn(&main_source, "127.0.0.1:0");
     peer = main_source.h;
-    req = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL);
+    req = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL, NULL);
     assert_int_equal(orb_host_memory_alloc(AREA, 0, &req_mem), 0);
     local = orb_host_memory_data(req_mem);
     assert_int_equal(orb_register_host_memory(req, req_mem, 0, AREA, ORB_PERM_LOCAL, &req_id), 0);
@@ -589,7 +598,129 @@ static void rail1_of(char *dev, size_t dev_cap, char *netdev, size_t net_cap)
     netdev_of(dev, netdev, net_cap);
 }
 
-/* A requester engine of a cell's own, with its memory and a segment to the source `h`. */
+/* READs of half an area (`half` 0 or 1) into the same half of `local`, batch after batch, each
+ * checked byte for byte against the source's pattern (a fresh source's memory, which nothing
+ * writes). Two of them keep both rails busy while the other checks its bytes. */
+struct reader {
+    orb_segment *seg;
+    uint64_t base;
+    uint32_t half;
+    const uint8_t *expect;         /* the pattern of the whole area */
+    atomic_int *stop;
+    atomic_uint_fast64_t batches, failed, corrupt;
+    char why[320];                 /* the first failure */
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader *rd = arg;
+    enum { N = AREA / CHUNK / 2 };
+    uint64_t at = (uint64_t)rd->half * N * CHUNK;
+    struct orb_request r[N];
+    for (uint32_t i = 0; i < N; i++)
+        r[i] = chunk_request(ORB_OP_READ, local + at + (uint64_t)i * CHUNK, rd->base + at + (uint64_t)i * CHUNK);
+    while (!atomic_load(rd->stop)) {
+        memset(local + at, 0, (size_t)N * CHUNK);
+        struct orb_batch_report rep;
+        int rc = orb_submit_and_wait(req, rd->seg, r, N, NULL, TIMEOUT_NS, &rep);
+        if (rc != 0) {
+            if (atomic_fetch_add(&rd->failed, 1) == 0)
+                snprintf(rd->why, sizeof rd->why, "%s at request %zu of %u, effect %d: %s", orb_strerror(rc),
+                         rep.failure.request_index, N, rep.failure.remote_effect, orb_last_error());
+            continue;
+        }
+        if (memcmp(local + at, rd->expect + at, (size_t)N * CHUNK) != 0)
+            atomic_fetch_add(&rd->corrupt, 1);
+        atomic_fetch_add(&rd->batches, 1);
+    }
+    return NULL;
+}
+
+/* A port down under batches of READs spread over both rails: the READs its rail was carrying are
+ * asked again (read_replays) and the other rail carries them, so that no batch fails and every
+ * byte arrives; once the port is up the rail carries READs again. */
+static void test_reads_replay_on_the_other_rail(void **state)
+{
+    (void)state;
+    checks_failed[0] = '\0';
+    char dev[64], netdev[64];
+    rail1_of(dev, sizeof dev, netdev, sizeof netdev);
+    struct footprint before = footprint();
+    struct source b;
+    source_spawn(&b, "127.0.0.1:0");
+    orb_segment *sb = NULL;
+    if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
+        fail_msg("open_segment: %s", orb_last_error());
+    uint8_t *expect = malloc(AREA);
+    assert_non_null(expect);
+    for (uint64_t i = 0; i < AREA; i++)
+        expect[i] = pattern(i, 0);
+    atomic_int stop = 0;
+    struct reader rd[2];
+    memset(rd, 0, sizeof rd);
+    struct orb_rdma_stats s0 = stats();
+    struct orb_rdma_nic_load l[2];
+    loads(l);
+    uint64_t rail1_start = l[1].completed_bytes;
+    pthread_t th[2];
+    for (uint32_t k = 0; k < 2; k++) {
+        rd[k] = (struct reader){.seg = sb, .base = b.h.base, .half = k, .expect = expect, .stop = &stop};
+        assert_int_equal(pthread_create(&th[k], NULL, reader_main, &rd[k]), 0);
+    }
+#define BATCHES() (atomic_load(&rd[0].batches) + atomic_load(&rd[1].batches))
+    CHECK(WAIT_FOR((loads(l), l[1].completed_bytes > rail1_start && BATCHES() >= 2), 10000) >= 0);
+
+    link_set(netdev, "down");
+    long replayed = WAIT_FOR(stats().read_replays > s0.read_replays, 5000);
+    print_message("port of %s (%s) down under READ batches: the first READ was asked again after %ld ms\n", dev, netdev,
+                  replayed);
+    CHECK(replayed >= 0);
+    sleep_ms(1500); /* the replays are through */
+    uint64_t batches_down = BATCHES();
+    loads(l);
+    uint64_t rail0 = l[0].completed_bytes, rail1 = l[1].completed_bytes;
+    sleep_ms(1500);
+    loads(l);
+    /* The other rail carries every READ meanwhile; the fenced one nothing. */
+    CHECK(BATCHES() > batches_down);
+    CHECK(l[0].completed_bytes > rail0);
+    CHECK(l[1].completed_bytes == rail1);
+
+    link_set(netdev, "up");
+    long back = WAIT_FOR((loads(l), l[1].port_active && l[1].completed_bytes > rail1), 20000);
+    print_message("port up: rail 1 carried READs again after %ld ms\n", back);
+    CHECK(back >= 0);
+    atomic_store(&stop, 1);
+    for (uint32_t k = 0; k < 2; k++)
+        pthread_join(th[k], NULL);
+    free(expect);
+    struct orb_rdma_stats s = stats();
+    uint64_t failed = atomic_load(&rd[0].failed) + atomic_load(&rd[1].failed);
+    print_message("%llu batch(es) of %u READs ok, %llu failed, %llu corrupt; %llu READ(s) asked again, %llu rail "
+                  "error(s), %llu reconnect(s)\n",
+                  (unsigned long long)BATCHES(), AREA / CHUNK / 2, (unsigned long long)failed,
+                  (unsigned long long)(atomic_load(&rd[0].corrupt) + atomic_load(&rd[1].corrupt)),
+                  (unsigned long long)(s.read_replays - s0.read_replays),
+                  (unsigned long long)(s.rail_errors - s0.rail_errors), (unsigned long long)(s.reconnects - s0.reconnects));
+#undef BATCHES
+    if (failed != 0)
+        fail_msg("a batch of READs failed: %s", rd[0].failed != 0 ? rd[0].why : rd[1].why);
+    if (checks_failed[0] != '\0')
+        fail_msg("%s", checks_failed);
+    assert_int_equal(atomic_load(&rd[0].corrupt) + atomic_load(&rd[1].corrupt), 0);
+    /* The path failure counted against the rail, as without replays. */
+    assert_true(s.rail_errors > s0.rail_errors);
+    orb_segment_close(sb);
+    source_stop(&b);
+    char why[320];
+    struct footprint after;
+    if (WAIT_FOR((after = footprint(), footprint_back(&before, &after, why, sizeof why)), 3000) < 0)
+        fail_msg("the requester kept something of the connection: %s", why);
+    print_message("footprint back: %s\n", why);
+}
+
+/* A requester engine of a cell's own (read_replays `replays`, NULL: the default), with its memory
+ * and a segment to the source `h`. */
 struct side {
     orb_engine *e;
     orb_host_memory *mem;
@@ -598,10 +729,10 @@ struct side {
     struct traffic t;              /* its one-request helper's state */
 };
 
-static void side_up(struct side *sd, const struct hello *h)
+static void side_up(struct side *sd, const struct hello *h, const char *replays)
 {
     memset(sd, 0, sizeof *sd);
-    sd->e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL);
+    sd->e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL, replays);
     assert_int_equal(orb_host_memory_alloc(CHUNK + 2 * GUARD, 0, &sd->mem), 0);
     assert_int_equal(orb_register_host_memory(sd->e, sd->mem, 0, CHUNK + 2 * GUARD, ORB_PERM_LOCAL, &sd->id), 0);
     if (orb_open_segment(sd->e, h->endpoint, &h->epoch, TIMEOUT_NS, &sd->seg) != 0)
@@ -634,19 +765,19 @@ static void test_a_port_down_at_start(void **state)
     link_set(netdev, "down");
     uint64_t down_at = now_ns();
     struct side sd;
-    side_up(&sd, &peer);
+    side_up(&sd, &peer, NULL);
     orb_engine *e = sd.e;
     struct orb_rdma_stats s;
     assert_int_equal(orb_engine_rdma_stats(e, &s), 0);
     CHECK(s.rails == 2 && s.routes_down == 1);
     CHECK(s.memory_regions == 2); /* one on each NIC, the paused one's included */
-    struct traffic t = sd.t;
+    struct traffic *t = &sd.t;
     pthread_t th;
-    bool running = pthread_create(&th, NULL, traffic_main, &t) == 0;
+    bool running = pthread_create(&th, NULL, traffic_main, t) == 0;
     CHECK(running);
     struct orb_rdma_nic_load l[2];
     size_t n = 0;
-    CHECK(WAIT_FOR(atomic_load(&t.ok) >= 3, 10000) >= 0);
+    CHECK(WAIT_FOR(atomic_load(&t->ok) >= 3, 10000) >= 0);
     CHECK(orb_engine_rdma_nic_load(e, l, 2, &n) == 0 && n == 2);
     CHECK(l[0].completed_bytes > 0 && l[1].completed_bytes == 0 && l[1].port_active == 0);
     while (now_ns() - down_at < 5000000000ull)
@@ -655,17 +786,17 @@ static void test_a_port_down_at_start(void **state)
     long back = WAIT_FOR((orb_engine_rdma_nic_load(e, l, 2, &n) == 0 && l[1].completed_bytes > 0), 10000);
     print_message("a port down at start: rail 1 carried requests %ld ms after the port came up\n", back);
     CHECK(back >= 0);
-    atomic_store(&t.stop, 1);
+    atomic_store(&t->stop, 1);
     if (running)
         pthread_join(th, NULL);
     assert_int_equal(orb_engine_rdma_stats(e, &s), 0);
-    print_message("%llu round(s) ok, %llu failed; route recoveries %llu\n", (unsigned long long)atomic_load(&t.ok),
-                  (unsigned long long)atomic_load(&t.failed), (unsigned long long)s.route_recoveries);
+    print_message("%llu round(s) ok, %llu failed; route recoveries %llu\n", (unsigned long long)atomic_load(&t->ok),
+                  (unsigned long long)atomic_load(&t->failed), (unsigned long long)s.route_recoveries);
     CHECK(s.route_recoveries >= 1 && s.routes_down == 0);
-    CHECK(atomic_load(&t.failed) == 0);
+    CHECK(atomic_load(&t->failed) == 0);
     side_down(&sd);
-    if (t.bad_report)
-        fail_msg("%s", t.bad);
+    if (t->bad_report)
+        fail_msg("%s", t->bad);
     if (checks_failed[0] != '\0')
         fail_msg("%s", checks_failed);
     char why[320];
@@ -832,14 +963,14 @@ static void test_close_with_a_frozen_source(void **state)
     struct source c;
     source_spawn(&c, "127.0.0.1:0");
     struct side sd;
-    side_up(&sd, &c.h);
+    side_up(&sd, &c.h, NULL);
     orb_engine *e = sd.e;
-    struct traffic t = sd.t;
-    t.closing = true;
+    struct traffic *t = &sd.t;
+    t->closing = true;
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
+    assert_int_equal(pthread_create(&th, NULL, traffic_main, t), 0);
     checks_failed[0] = '\0';
-    CHECK(WAIT_FOR(atomic_load(&t.ok) >= 3, 10000) >= 0);
+    CHECK(WAIT_FOR(atomic_load(&t->ok) >= 3, 10000) >= 0);
     CHECK(kill(c.pid, SIGSTOP) == 0);
     sleep_ms(200); /* requests in flight now wait for a frozen process */
     const uint64_t close_timeout = 2ull * 1000000000ull;
@@ -848,16 +979,16 @@ static void test_close_with_a_frozen_source(void **state)
     uint64_t took = now_ns() - t0;
     print_message("close with a frozen source: %s in %llu ms (%s)\n", orb_strerror(rc),
                   (unsigned long long)(took / 1000000ull), rc != 0 ? orb_last_error() : "");
-    atomic_store(&t.stop, 1);
+    atomic_store(&t->stop, 1);
     pthread_join(th, NULL);
     (void)kill(c.pid, SIGCONT);
     if (checks_failed[0] != '\0')
         fail_msg("%s", checks_failed);
     assert_true(rc == 0 || rc == ORB_EUNQUIESCED);
     assert_true(took <= close_timeout + 1000000000ull);
-    if (t.bad_report)
-        fail_msg("%s", t.bad);
-    assert_int_equal(atomic_load(&t.corrupt), 0);
+    if (t->bad_report)
+        fail_msg("%s", t->bad);
+    assert_int_equal(atomic_load(&t->corrupt), 0);
     if (rc == ORB_EUNQUIESCED) /* a later close keeps waiting */
         assert_int_equal(orb_engine_close(e, TIMEOUT_NS), 0);
     side_down(&sd); /* closed already: the close is 0 again */
@@ -898,34 +1029,89 @@ static int round_trip(struct traffic *t, uint32_t seed)
 
 /* A READ whose second work request the device refuses: named by bad_wr (the WR was not taken,
  * it is let go at once) or not named though it was taken (it ends with its flush). Either way
- * the request fails at once with its exact report, nothing of it stays charged, and the next
- * requests succeed (the connection heals). */
+ * its queue pair is dead: with a replay left the READ is asked again on a new one and succeeds;
+ * without (`replays` false: the engine's read_replays is 0) it fails at once with its exact
+ * report. Nothing of it stays charged, and the next requests succeed (the connection heals). */
+static void refused_posts_on(orb_engine *e, struct traffic *t, bool replays)
+{
+    static const enum itp_post_failure modes[] = {ITP_REFUSED_NAMED, ITP_TAKEN_UNNAMED};
+    for (size_t m = 0; m < 2; m++) {
+        uint64_t failed_before = itp_failures(ITP_POST_SEND);
+        uint64_t replayed_before = stats_of(e).read_replays;
+        itp_arm(ITP_POST_SEND, 2, ENOMEM, IBV_WR_RDMA_READ, modes[m]);
+        uint64_t t0 = now_ns();
+        int rc = one(t, ORB_OP_READ, 0, GUARD);
+        uint64_t took = now_ns() - t0;
+        itp_disarm(ITP_POST_SEND);
+        print_message("a READ post refused (%s), %s: %s in %llu ms\n", m == 0 ? "named by bad_wr" : "taken, not named",
+                      replays ? "replays on" : "no replays", orb_strerror(rc), (unsigned long long)(took / 1000000ull));
+        assert_int_equal(itp_failures(ITP_POST_SEND), failed_before + 1);
+        assert_int_equal(rc, replays ? 0 : ORB_EPEER);
+        assert_int_equal(stats_of(e).read_replays, replayed_before + (replays ? 1 : 0));
+        assert_true(took < (replays ? (IO_TIMEOUT_S + 1) * 1000000000ull : 2000000000ull));
+        if (t->bad_report)
+            fail_msg("%s", t->bad);
+        assert_true(WAIT_FOR(stats_of(e).requests_in_flight == 0, 2000) >= 0);
+        for (uint32_t i = 0; i < 3; i++)
+            if ((rc = round_trip(t, 100 + i)) != 0)
+                fail_msg("round %u after the refused post: %s (%s)", i, orb_strerror(rc), orb_last_error());
+    }
+}
+
 static void test_refused_posts(void **state)
 {
     (void)state;
-    static const enum itp_post_failure modes[] = {ITP_REFUSED_NAMED, ITP_TAKEN_UNNAMED};
     struct traffic t;
     traffic_init(&t, req, seg, peer.base, local);
     memset(local, 0xee, CHUNK + 2 * GUARD);
+    refused_posts_on(req, &t, true);
+    struct side sd;
+    side_up(&sd, &peer, "0");
+    refused_posts_on(sd.e, &sd.t, false);
+    side_down(&sd);
+}
+
+/* A WRITE whose only work request the device refuses. Named by bad_wr, nothing of it reached
+ * the device: its failure says no remote effect, and the source's bytes are as they were. Taken
+ * without being named, it may have: the effect is unknown. A WRITE is never asked again. */
+static void test_refused_write_posts(void **state)
+{
+    (void)state;
+    static const enum itp_post_failure modes[] = {ITP_REFUSED_NAMED, ITP_TAKEN_UNNAMED};
+    enum { LEN = 4096 };
+    struct traffic t;
+    traffic_init(&t, req, seg, peer.base, local);
+    memset(local, 0xee, CHUNK + 2 * GUARD);
+    uint8_t *target = local + GUARD;
+    assert_int_equal(round_trip(&t, 9), 0); /* the source's first chunk: pattern 9 */
     for (size_t m = 0; m < 2; m++) {
-        uint64_t failed_before = itp_failures(ITP_POST_SEND);
-        itp_arm(ITP_POST_SEND, 2, ENOMEM, IBV_WR_RDMA_READ, modes[m]);
-        uint64_t t0 = now_ns();
-        int rc = one(&t, ORB_OP_READ, 0, GUARD);
-        uint64_t took = now_ns() - t0;
+        uint64_t replayed_before = stats().read_replays;
+        struct orb_request r = chunk_request(ORB_OP_WRITE, target, peer.base);
+        r.length = LEN; /* one work request */
+        memset(target, 0x5a, LEN);
+        itp_arm(ITP_POST_SEND, 1, ENOMEM, IBV_WR_RDMA_WRITE, modes[m]);
+        struct orb_batch_report rep;
+        int rc = orb_submit_and_wait(req, seg, &r, 1, NULL, TIMEOUT_NS, &rep);
         itp_disarm(ITP_POST_SEND);
-        print_message("a READ post refused (%s): %s in %llu ms\n", m == 0 ? "named by bad_wr" : "taken, not named",
-                      orb_strerror(rc), (unsigned long long)(took / 1000000ull));
-        assert_int_equal(itp_failures(ITP_POST_SEND), failed_before + 1);
+        print_message("a WRITE post refused (%s): %s, remote effect %s\n", m == 0 ? "named by bad_wr" : "taken, not named",
+                      orb_strerror(rc), rep.failure.remote_effect == ORB_REMOTE_EFFECT_NONE ? "none" : "unknown");
         assert_int_equal(rc, ORB_EPEER);
-        assert_true(took < 2000000000ull);
-        if (t.bad_report)
-            fail_msg("%s", t.bad);
+        assert_true(rep.done && rep.has_failure && rep.failure.request_index == 0 && rep.failure.affected_requests == 1);
+        assert_int_equal(rep.failure.remote_effect, m == 0 ? ORB_REMOTE_EFFECT_NONE : ORB_REMOTE_EFFECT_UNKNOWN);
+        assert_int_equal(stats().read_replays, replayed_before);
         assert_true(WAIT_FOR(stats().requests_in_flight == 0, 2000) >= 0);
-        for (uint32_t i = 0; i < 3; i++)
-            if ((rc = round_trip(&t, 100 + i)) != 0)
-                fail_msg("round %u after the refused post: %s (%s)", i, orb_strerror(rc), orb_last_error());
+        if (m == 0) {
+            /* Nothing of it reached the source: READ back, its bytes are pattern 9 still. */
+            memset(target, 0, LEN);
+            r.op = ORB_OP_READ;
+            if ((rc = orb_submit_and_wait(req, seg, &r, 1, NULL, TIMEOUT_NS, &rep)) != 0)
+                fail_msg("reading back: %s (%s)", orb_strerror(rc), orb_last_error());
+            for (uint32_t i = 0; i < LEN; i++)
+                if (target[i] != pattern(i, 9))
+                    fail_msg("byte %u of the source changed under a WRITE that was never posted", i);
+        }
     }
+    assert_int_equal(round_trip(&t, 10), 0);
 }
 
 /* A READ through a key the source never granted (a revoked one): the source's device refuses
@@ -959,19 +1145,21 @@ static void test_a_revoked_key(void **state)
             fail_msg("round %u after the refused access: %s (%s)", i, orb_strerror(rc), orb_last_error());
 }
 
-/* A queue pair forced to the error state in the middle of a batch of READs: the report names the
+/* A queue pair forced to the error state in the middle of a batch of READs (through `e`'s
+ * segment `sg`, into `area`, CHUNK + 2 * GUARD bytes). With replays the READs it carried are
+ * asked again and the whole batch arrives. Without (`replays` false), the report names the
  * first request that did not complete, the prefix before it completed with its bytes, READs
- * have no remote effect, the bytes around the batch never change; the next batch succeeds. */
-static void test_a_queue_pair_forced_to_error_mid_batch(void **state)
+ * have no remote effect; either way the bytes around the batch never change and the next batch
+ * succeeds. */
+static void qp_to_error_on(orb_engine *e, orb_segment *sg, uint8_t *area, bool replays)
 {
-    (void)state;
     enum { N = 8, PART = CHUNK / 4 };
-    uint8_t *dst = local + GUARD;
+    uint8_t *dst = area + GUARD;
     struct traffic t;
-    traffic_init(&t, req, seg, peer.base, local);
+    traffic_init(&t, e, sg, peer.base, area);
     /* The source's first 2 MiB hold a known pattern (a WRITE of them first). */
     for (uint32_t half = 0; half < 2; half++) {
-        memset(local, 0xee, CHUNK + 2 * GUARD);
+        memset(area, 0xee, CHUNK + 2 * GUARD);
         for (uint64_t i = 0; i < CHUNK; i++)
             dst[i] = pattern(half * CHUNK + i, 77);
         assert_int_equal(one(&t, ORB_OP_WRITE, half * CHUNK, GUARD), 0);
@@ -985,35 +1173,59 @@ static void test_a_queue_pair_forced_to_error_mid_batch(void **state)
         r[i].remote_addr = peer.base + (uint64_t)i * PART;
         r[i].length = PART / 2; /* 128 KiB each, packed into the first 1 MiB locally */
     }
-    memset(local, 0xee, CHUNK + 2 * GUARD);
+    memset(area, 0xee, CHUNK + 2 * GUARD);
+    uint64_t replayed_before = stats_of(e).read_replays;
     itp_arm(ITP_POST_SEND, 13, 0, IBV_WR_RDMA_READ, ITP_QP_TO_ERROR); /* of 16: 2 slices a request */
     struct orb_batch_report rep;
-    int rc = orb_submit_and_wait(req, seg, r, N, NULL, TIMEOUT_NS, &rep);
+    int rc = orb_submit_and_wait(e, sg, r, N, NULL, TIMEOUT_NS, &rep);
     itp_disarm(ITP_POST_SEND);
-    print_message("a queue pair forced to error mid-batch: %s; %zu completed, failure at %zu spanning %zu\n",
-                  orb_strerror(rc), rep.completed_requests, rep.failure.request_index, rep.failure.affected_requests);
+    uint64_t replayed = stats_of(e).read_replays - replayed_before;
+    print_message("a queue pair forced to error mid-batch, %s: %s; %zu completed, failure at %zu spanning %zu; "
+                  "%llu READ(s) asked again\n", replays ? "replays on" : "no replays", orb_strerror(rc),
+                  rep.completed_requests, rep.failure.request_index, rep.failure.affected_requests,
+                  (unsigned long long)replayed);
     assert_int_equal(itp_failures(ITP_POST_SEND) > 0, 1);
-    assert_int_equal(rc, ORB_EPEER);
-    assert_true(rep.done && rep.has_failure && rep.failure.status == ORB_EPEER);
-    assert_int_equal(rep.completed_requests, rep.failure.request_index);
-    assert_true(rep.failure.affected_requests >= 1 && rep.failure.request_index + rep.failure.affected_requests <= N);
-    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
-    for (size_t i = 0; i < rep.completed_requests; i++)
+    size_t whole = N;
+    if (replays) {
+        if (rc != 0)
+            fail_msg("the batch with replays: %s (%s)", orb_strerror(rc), orb_last_error());
+        assert_true(rep.done && !rep.has_failure && rep.completed_requests == N);
+        assert_true(replayed >= 1);
+    } else {
+        assert_int_equal(rc, ORB_EPEER);
+        assert_true(rep.done && rep.has_failure && rep.failure.status == ORB_EPEER);
+        assert_int_equal(rep.completed_requests, rep.failure.request_index);
+        assert_true(rep.failure.affected_requests >= 1 && rep.failure.request_index + rep.failure.affected_requests <= N);
+        assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+        assert_int_equal(replayed, 0);
+        whole = rep.completed_requests;
+    }
+    for (size_t i = 0; i < whole; i++)
         for (uint64_t b = 0; b < PART / 2; b++)
             if (dst[i * (PART / 2) + b] != pattern(i * PART + b, 77))
                 fail_msg("request %zu of the completed prefix: byte %llu differs", i, (unsigned long long)b);
     for (uint32_t i = 0; i < GUARD; i++)
-        assert_int_equal(local[i], 0xee);
+        assert_int_equal(area[i], 0xee);
     for (uint64_t i = (uint64_t)N * (PART / 2); i < CHUNK + GUARD; i++)
         assert_int_equal(dst[i], 0xee);
-    memset(local, 0xee, CHUNK + 2 * GUARD);
-    rc = orb_submit_and_wait(req, seg, r, N, NULL, TIMEOUT_NS, &rep);
+    memset(area, 0xee, CHUNK + 2 * GUARD);
+    rc = orb_submit_and_wait(e, sg, r, N, NULL, TIMEOUT_NS, &rep);
     if (rc != 0)
         fail_msg("the next batch: %s (%s)", orb_strerror(rc), orb_last_error());
     for (size_t i = 0; i < N; i++)
         for (uint64_t b = 0; b < PART / 2; b++)
             if (dst[i * (PART / 2) + b] != pattern(i * PART + b, 77))
                 fail_msg("the next batch, request %zu: byte %llu differs", i, (unsigned long long)b);
+}
+
+static void test_a_queue_pair_forced_to_error_mid_batch(void **state)
+{
+    (void)state;
+    qp_to_error_on(req, seg, local, true);
+    struct side sd;
+    side_up(&sd, &peer, "0");
+    qp_to_error_on(sd.e, sd.seg, sd.t.area, false);
+    side_down(&sd);
 }
 
 /* A READ whose work request the device refuses without naming it, not having taken it: nothing
@@ -1026,7 +1238,7 @@ static void test_an_unprovable_post_stays_charged(void **state)
 {
     (void)state;
     struct side sd;
-    side_up(&sd, &peer);
+    side_up(&sd, &peer, NULL);
     assert_int_equal(round_trip(&sd.t, 7), 0);
     itp_arm(ITP_POST_SEND, 1, ENOMEM, IBV_WR_RDMA_READ, ITP_REFUSED_UNNAMED);
     struct orb_request r = chunk_request(ORB_OP_READ, sd.t.area + GUARD, peer.base);
@@ -1070,7 +1282,7 @@ static void test_a_queue_pair_that_cannot_be_destroyed(void **state)
 {
     (void)state;
     struct side sd;
-    side_up(&sd, &peer);
+    side_up(&sd, &peer, NULL);
     assert_int_equal(round_trip(&sd.t, 9), 0);
     uint64_t before = itp_calls(ITP_DESTROY_QP);
     itp_arm(ITP_DESTROY_QP, 1, EBUSY, -1, ITP_REFUSED_NAMED);
@@ -1170,18 +1382,21 @@ int main(int argc, char **argv)
         source_main(atoi(argv[2]), atoi(argv[3]), argv[4]);
     if (argc >= 3 && strcmp(argv[1], "--soak") == 0)
         return soak((unsigned)atoi(argv[2]));
-    /* The requester's verbs calls go through the interposer (the source processes' do not). */
+    /* The requester's verbs calls go through the interposer (the source processes' too, counted
+     * only). */
     if (itp_install() != 0) {
         printf("skipped: libibverbs cannot be loaded\n");
         return 77;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_port_down_under_a_two_rail_transfer),
+        cmocka_unit_test(test_reads_replay_on_the_other_rail),
         cmocka_unit_test(test_a_port_down_at_start),
         cmocka_unit_test(test_the_address_of_a_rail_changes),
         cmocka_unit_test(test_a_killed_source_and_its_successor),
         cmocka_unit_test(test_close_with_a_frozen_source),
         cmocka_unit_test(test_refused_posts),
+        cmocka_unit_test(test_refused_write_posts),
         cmocka_unit_test(test_a_revoked_key),
         cmocka_unit_test(test_a_queue_pair_forced_to_error_mid_batch),
         cmocka_unit_test(test_an_unprovable_post_stays_charged),

@@ -60,6 +60,7 @@ static const char *policy = "direct";
 static const char *progress = "polling";
 static const char *signal_interval = "1";
 static uint32_t io_timeout_s; /* engines made while it is set get this io_timeout_s (0: default) */
+static const char *read_replays; /* and this read_replays (NULL: default) */
 
 static bool stages(int source)
 {
@@ -79,6 +80,8 @@ static orb_engine *engine_with(const char *whitelist, int source, const char *ma
         fail_msg("signal_interval %s: %s", signal_interval, orb_last_error());
     if (max_staging != NULL)
         assert_int_equal(orb_rdma_config_set(rdma, "max_staging_bytes", max_staging), 0);
+    if (read_replays != NULL)
+        assert_int_equal(orb_rdma_config_set(rdma, "read_replays", read_replays), 0);
     struct orb_engine_config cfg;
     orb_engine_config_init(&cfg);
     cfg.helper_mode = ORB_HELPER_OFF;
@@ -667,14 +670,17 @@ static struct orb_rdma_stats stats_of(orb_engine *e)
 /* A requester that loses its queue pairs while the source holds a grant for it, and says
  * nothing more (as a killed process would): the source fails and lets go of that connection
  * once the grant outlived io_timeout_s and the grace (2 s each here), so that its window, pin
- * and receives come back; the requester's next request connects again and moves its bytes. */
+ * and receives come back; the requester's next request connects again and moves its bytes. The
+ * requester does not ask its READ again (read_replays 0), which would reconnect at once. */
 static void test_a_silent_requester_loses_its_grants(void **state)
 {
     (void)state;
     enum { LEN = 48u << 20 };
     io_timeout_s = 2;
+    read_replays = "0";
     orb_engine *s2 = engine(SOURCE_NICS, 1), *r2 = engine(REQUESTER_NICS, 0);
     io_timeout_s = 0;
+    read_replays = NULL;
     orb_reg_id sid, rid;
     assert_int_equal(orb_register_host_memory(s2, src_mem, 0, BIG, ORB_PERM_REMOTE_WRITE, &sid), 0);
     assert_int_equal(orb_register_host_memory(r2, req_mem, 0, BIG, ORB_PERM_LOCAL, &rid), 0);

@@ -57,6 +57,10 @@ orb_unit_test(test_rdma_qp SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_qp.c
 orb_unit_test(test_rdma_extents SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_extents.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
 
+# What a failed attempt leads to: replay or end, and the remote effect (the whole rule table).
+orb_unit_test(test_rdma_outcome SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_outcome.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+
 # Memory windows and their key history, on a scripted allocator.
 orb_unit_test(test_rdma_window SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_window.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})

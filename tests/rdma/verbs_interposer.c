@@ -3,6 +3,7 @@
  * writes its wrappers over them. */
 #include "verbs_interposer.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -95,10 +96,35 @@ static int w_dereg_mr(struct ibv_mr *mr)
     return fails_now(ITP_DEREG_MR, -1, &err, NULL) ? err : real.dereg_mr(mr);
 }
 
+static atomic_int_fast64_t live_mws;
+
+static struct ibv_mw *w_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+    int err = 0;
+    if (fails_now(ITP_ALLOC_MW, -1, &err, NULL)) {
+        errno = err;
+        return NULL;
+    }
+    struct ibv_mw *mw = real.alloc_mw(pd, type);
+    if (mw != NULL)
+        atomic_fetch_add(&live_mws, 1);
+    return mw;
+}
+
 static int w_dealloc_mw(struct ibv_mw *mw)
 {
     int err = 0;
-    return fails_now(ITP_DEALLOC_MW, -1, &err, NULL) ? err : real.dealloc_mw(mw);
+    if (fails_now(ITP_DEALLOC_MW, -1, &err, NULL))
+        return err;
+    int rc = real.dealloc_mw(mw);
+    if (rc == 0)
+        atomic_fetch_sub(&live_mws, 1);
+    return rc;
+}
+
+int64_t itp_live_mws(void)
+{
+    return atomic_load(&live_mws);
 }
 
 static int w_destroy_cq(struct ibv_cq *cq)
@@ -125,6 +151,7 @@ static void install_once(void)
     t->post_recv = w_post_recv;
     t->destroy_qp = w_destroy_qp;
     t->dereg_mr = w_dereg_mr;
+    t->alloc_mw = w_alloc_mw;
     t->dealloc_mw = w_dealloc_mw;
     t->destroy_cq = w_destroy_cq;
     t->dealloc_pd = w_dealloc_pd;

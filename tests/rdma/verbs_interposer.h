@@ -13,6 +13,7 @@ enum itp_verb {
     ITP_POST_RECV,
     ITP_DESTROY_QP,
     ITP_DEREG_MR,
+    ITP_ALLOC_MW,                 /* fails with NULL and errno `err` */
     ITP_DEALLOC_MW,
     ITP_DESTROY_CQ,
     ITP_DEALLOC_PD,
@@ -42,5 +43,9 @@ void itp_disarm(enum itp_verb verb);
 /* Calls of `verb` since the interposer was installed, and how many of them it failed. */
 uint64_t itp_calls(enum itp_verb verb);
 uint64_t itp_failures(enum itp_verb verb);
+
+/* Memory windows allocated through the interposer and not deallocated (a failed dealloc keeps
+ * its window). */
+int64_t itp_live_mws(void);
 
 #endif
