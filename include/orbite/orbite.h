@@ -352,6 +352,7 @@ struct orb_rdma_stats {
     uint64_t routes_down;          /* gauge: rails whose port is not active now */
     uint64_t kept_queue_pairs;     /* queue pairs the device refused to destroy (kept for good) */
     uint64_t read_replays;         /* READs asked again after a queue pair carrying them died */
+    uint64_t progress_recoveries;  /* lanes whose completion queues were replaced after an error */
 };
 
 /**

@@ -100,6 +100,16 @@ struct rdma_lane {
     bool events;
     int wake_fd;
     atomic_int sleeping;
+    uint64_t next_reclaim_ns;      /* its progress recovery looks again then (its own thread's) */
+};
+
+/* A lane's completion queue pair that was replaced (progress recovery): it stays until the last
+ * queue pair made on it is destroyed, then its lane destroys it. */
+struct rdma_cq_pair {
+    struct rdma_cq_pair *next;     /* the context's replaced pairs (tp->lock) */
+    struct ibv_cq *scq, *rcq;
+    uint32_t lane, gen;
+    uint32_t links;                /* queue pairs still on it (tp->lock) */
 };
 
 /* One open NIC's data-path state. */
@@ -123,6 +133,17 @@ struct rdma_ctx {
     struct ibv_comp_channel *chan[RDMA_MAX_LANES]; /* event_driven: each lane's pair reports here */
     uint32_t cqe;                  /* each CQ's capacity */
     uint32_t cqe_charged[RDMA_MAX_LANES]; /* WR slots of the links on each lane's pair (tp->lock) */
+    /* Progress recovery (rdma_link.c, reclaim_lane). A lane whose pair reported an error is
+     * broken: its queue pairs fail and the rail stays fenced. Once every queue pair on the pair
+     * has failed and has nothing outstanding, the lane makes a new pair (generation gen + 1) and
+     * the old one goes to `retired`; the PD, its windows and MRs stay. Under tp->lock but for
+     * the atomics. */
+    atomic_uint broken_lanes;
+    uint32_t gen[RDMA_MAX_LANES];  /* each lane's pair's generation */
+    uint32_t pair_links[RDMA_MAX_LANES]; /* queue pairs charged on each lane's current pair */
+    struct rdma_cq_pair *retired;
+    atomic_uint nretired;
+    uint64_t reclaim_after_ns;     /* no replacement try before (one that failed waits a second) */
     int32_t only_lane;             /* every link of it goes on this lane (soft-RoCE); -1: any */
     pthread_mutex_t wlock;         /* the window pool */
     struct orb_rdma_window_pool windows;
@@ -156,6 +177,7 @@ struct rdma_link {
     enum rdma_role role;
     uint32_t rail;
     uint32_t lane;                 /* the lane that posts on it and polls its completions */
+    uint32_t gen;                  /* the generation of the lane's CQ pair it was made on */
     atomic_uint users;             /* lanes handling one of its completions now (see link_of) */
     void *owner;                   /* struct rdma_peer or struct rdma_src_conn */
     pthread_mutex_t lock;          /* the QP's posts, its tracker, the wait queue, the slots */

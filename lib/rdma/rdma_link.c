@@ -26,6 +26,7 @@
 #define LANE_NAP_MAX_NS 200000     /* at most 200 us: queued work waits no longer than that */
 #define SCAN_EVERY_NS 100000000ull /* ACK deadlines, every 100 ms */
 #define MONITOR_EVERY_NS 1000000000ull /* port states, every second */
+#define RECLAIM_EVERY_NS 10000000ull /* progress recovery looks at its lane every 10 ms */
 #define LANE_ARBITRATE_MAX 4096    /* waiting WRs of one tier ordered by deadline at once */
 
 /* ---- contexts --------------------------------------------------------------------------------- */
@@ -90,6 +91,13 @@ static void ctx_free(struct orb_rdma_tp *tp, struct rdma_ctx *c)
     pthread_mutex_unlock(&c->wlock);
     if (kept > 0)
         ORB_LOGE("rdma: NIC %u: %u memory windows could not be freed", c->nic, kept);
+    while (c->retired != NULL) {
+        struct rdma_cq_pair *old = c->retired;
+        c->retired = old->next;
+        if (tp->v->destroy_cq(old->scq) != 0 || tp->v->destroy_cq(old->rcq) != 0)
+            ORB_LOGE("rdma: NIC %u: a replaced completion queue could not be destroyed: kept", c->nic);
+        free(old);
+    }
     for (uint32_t i = 0; i < RDMA_MAX_LANES; i++) {
         bool cq_kept = false;
         if (c->scq[i] != NULL && tp->v->destroy_cq(c->scq[i]) != 0)
@@ -225,6 +233,10 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     tp->next_lane = lane + 1;
     tp->endpoints++;
     c->cqe_charged[lane] += charge;
+    c->pair_links[lane]++;
+    /* The lane's pair now: a replacement waits for this queue pair (it is charged on it). */
+    struct ibv_cq *scq = c->scq[lane], *rcq = c->rcq[lane];
+    uint32_t gen = c->gen[lane];
     pthread_mutex_unlock(&tp->lock);
 
     int rc;
@@ -238,6 +250,7 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     l->role = role;
     l->rail = rail;
     l->lane = lane;
+    l->gen = gen;
     atomic_init(&l->users, 0);
     atomic_init(&l->down, false);
     atomic_init(&l->fault, false);
@@ -256,7 +269,7 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
         .incarnation = orb_random_u64() & 0xffffffu,
     };
     pthread_mutex_unlock(&c->addr_lock);
-    rc = orb_rdma_qp_create(tp->v, c->pd, c->scq[lane], c->rcq[lane], &p, &c->hca, &l->qp);
+    rc = orb_rdma_qp_create(tp->v, c->pd, scq, rcq, &p, &c->hca, &l->qp);
     if (rc != 0)
         goto free_link;
     l->signal_every = role == RDMA_ROLE_REQUESTER ? orb_rdma_signal_every(tp->cfg->signal_interval, l->qp->sq_depth) : 1;
@@ -276,6 +289,9 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     l->all_next = tp->links;
     tp->links = l;
     pthread_mutex_unlock(&tp->lock);
+    /* Made on a pair that broke meanwhile: it fails with the others there. */
+    if (atomic_load(&c->broken_lanes) & (1u << lane))
+        rdma_link_fail(l, ORB_EPEER);
     *out = l;
     return 0;
 
@@ -290,6 +306,7 @@ uncharge:
     pthread_mutex_lock(&tp->lock);
     tp->endpoints--;
     c->cqe_charged[lane] -= charge;
+    c->pair_links[lane]--;
     pthread_mutex_unlock(&tp->lock);
     return rc;
 }
@@ -649,6 +666,23 @@ void rdma_link_fault(struct rdma_link *l, int status)
     rdma_link_fail(l, status);
 }
 
+/* The freed queue pair `l` leaves the CQ pair it was made on (tp->lock held): its lane's
+ * current one, or a replaced one, which its lane destroys once none is left on it. */
+static void uncharge_pair_locked(struct rdma_link *l)
+{
+    struct rdma_ctx *c = l->ctx;
+    if (l->gen == c->gen[l->lane]) {
+        c->cqe_charged[l->lane] -= l->cqe_charge;
+        c->pair_links[l->lane]--;
+        return;
+    }
+    for (struct rdma_cq_pair *old = c->retired; old != NULL; old = old->next)
+        if (old->lane == l->lane && old->gen == l->gen) {
+            old->links--;
+            return;
+        }
+}
+
 void rdma_link_free(struct rdma_link *l)
 {
     if (l == NULL)
@@ -674,7 +708,7 @@ void rdma_link_free(struct rdma_link *l)
     }
     pthread_mutex_lock(&tp->lock);
     tp->endpoints--;
-    l->ctx->cqe_charged[l->lane] -= l->cqe_charge;
+    uncharge_pair_locked(l);
     pthread_mutex_unlock(&tp->lock);
     if (tp->v->dereg_mr(l->buf_mr) != 0) {
         ORB_LOGE("rdma: a link's message buffers could not be deregistered: kept");
@@ -1071,9 +1105,129 @@ static const char *async_event_name(enum ibv_event_type t)
     }
 }
 
+/* A completion queue of context `c` (rail k) reported an error: the lane whose pair it is breaks
+ * (see struct rdma_ctx): every queue pair on that pair fails now, and the monitor keeps the
+ * rail fenced until the lane has a new pair. A replaced pair's error changes nothing (its
+ * queue pairs failed already). false: `cq` is no lane's. */
+static bool lane_broke(struct orb_rdma_tp *tp, struct rdma_ctx *c, uint32_t k, const struct ibv_cq *cq)
+{
+    pthread_mutex_lock(&tp->lock); /* the lanes replace their pairs under it */
+    uint32_t lane = tp->nlanes;
+    for (uint32_t i = 0; i < tp->nlanes && lane == tp->nlanes; i++)
+        if (c->scq[i] == cq || c->rcq[i] == cq)
+            lane = i;
+    if (lane == tp->nlanes) {
+        bool replaced = false;
+        for (const struct rdma_cq_pair *old = c->retired; old != NULL && !replaced; old = old->next)
+            replaced = old->scq == cq || old->rcq == cq;
+        pthread_mutex_unlock(&tp->lock);
+        if (replaced)
+            ORB_LOGD("rdma: rail %u: an error of a replaced completion queue", k);
+        return replaced;
+    }
+    if ((atomic_fetch_or(&c->broken_lanes, 1u << lane) & (1u << lane)) == 0)
+        ORB_LOGW("rdma: rail %u (%s): lane %u's completion queues reported an error: their queue pairs fail, and the "
+                 "rail is fenced until the lane has new ones", k, tp->dev.nics[c->nic].name, lane);
+    for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next)
+        if (l->ctx == c && l->lane == lane && l->gen == c->gen[lane])
+            rdma_link_fail(l, ORB_EPEER);
+    pthread_mutex_unlock(&tp->lock);
+    return true;
+}
+
+/* Replace lane `lane`'s broken CQ pair of `c` once it is drained -- every queue pair charged on
+ * it listed, failed and with nothing outstanding, so that no completion it owes can be lost
+ * with it -- keeping the context's PD, windows and MRs (the lane's own thread: nobody else
+ * polls or arms its pairs). A pair with work outstanding is never replaced: it stays fenced. */
+static void replace_pair(struct orb_rdma_tp *tp, struct rdma_ctx *c, uint32_t lane)
+{
+    pthread_mutex_lock(&tp->lock);
+    uint32_t listed = 0;
+    bool drained = true;
+    for (struct rdma_link *l = tp->links; l != NULL && drained; l = l->all_next) {
+        if (l->ctx != c || l->lane != lane || l->gen != c->gen[lane])
+            continue;
+        listed++;
+        pthread_mutex_lock(&l->lock);
+        drained = l->failed != 0 && l->qp->track.count == 0;
+        pthread_mutex_unlock(&l->lock);
+    }
+    if (!drained || listed != c->pair_links[lane] || orb_now_ns() < c->reclaim_after_ns) {
+        pthread_mutex_unlock(&tp->lock);
+        return;
+    }
+    struct rdma_cq_pair *old = malloc(sizeof *old);
+    struct ibv_cq *scq = old != NULL ? tp->v->create_cq(c->ctx, (int)c->cqe, NULL, c->chan[lane], 0) : NULL;
+    struct ibv_cq *rcq = scq != NULL ? tp->v->create_cq(c->ctx, (int)c->cqe, NULL, c->chan[lane], 0) : NULL;
+    if (rcq == NULL) {
+        ORB_LOGW("rdma: %s: lane %u's completion queues cannot be replaced now (%s): the rail stays fenced, another "
+                 "try in a second", tp->dev.nics[c->nic].name, lane, old == NULL ? "out of memory" : strerror(errno));
+        if (scq != NULL && tp->v->destroy_cq(scq) != 0)
+            ORB_LOGE("rdma: %s: a new completion queue could not be destroyed: kept", tp->dev.nics[c->nic].name);
+        free(old);
+        c->reclaim_after_ns = orb_now_ns() + ORB_NS_PER_SEC;
+        pthread_mutex_unlock(&tp->lock);
+        return;
+    }
+    *old = (struct rdma_cq_pair){.next = c->retired, .scq = c->scq[lane], .rcq = c->rcq[lane], .lane = lane,
+                                 .gen = c->gen[lane], .links = listed};
+    c->retired = old;
+    atomic_fetch_add(&c->nretired, 1);
+    c->scq[lane] = scq;
+    c->rcq[lane] = rcq;
+    c->gen[lane]++;
+    c->cqe_charged[lane] = 0;
+    c->pair_links[lane] = 0;
+    atomic_fetch_and(&c->broken_lanes, ~(1u << lane));
+    atomic_fetch_add(&tp->progress_recoveries, 1);
+    pthread_mutex_unlock(&tp->lock);
+    ORB_LOGI("rdma: %s: lane %u has new completion queues; the old ones go with their last %u queue pair(s), the "
+             "protection domain and memory regions stay", tp->dev.nics[c->nic].name, lane, listed);
+}
+
+/* Destroy lane `lane`'s replaced pairs of `c` that no queue pair uses any more. */
+static void free_retired(struct orb_rdma_tp *tp, struct rdma_ctx *c, uint32_t lane)
+{
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_cq_pair **pp = &c->retired; *pp != NULL;) {
+        struct rdma_cq_pair *old = *pp;
+        if (old->lane != lane || old->links > 0) {
+            pp = &old->next;
+            continue;
+        }
+        *pp = old->next;
+        atomic_fetch_sub(&c->nretired, 1);
+        if (tp->v->destroy_cq(old->scq) != 0 || tp->v->destroy_cq(old->rcq) != 0)
+            ORB_LOGE("rdma: %s: a replaced completion queue could not be destroyed: kept", tp->dev.nics[c->nic].name);
+        free(old);
+    }
+    pthread_mutex_unlock(&tp->lock);
+}
+
+/* This lane's part of progress recovery, every RECLAIM_EVERY_NS: its broken pairs replaced once
+ * drained, its replaced pairs destroyed once unused. */
+static void reclaim_lane(struct rdma_lane *lane)
+{
+    struct orb_rdma_tp *tp = lane->tp;
+    uint64_t now = orb_now_ns();
+    if (now < lane->next_reclaim_ns)
+        return;
+    lane->next_reclaim_ns = now + RECLAIM_EVERY_NS;
+    for (uint32_t i = 0; i < tp->dev.nslots; i++) {
+        struct rdma_ctx *c = tp->dctx[i];
+        if (c == NULL)
+            continue;
+        if (atomic_load(&c->broken_lanes) & (1u << lane->index))
+            replace_pair(tp, c, lane->index);
+        if (atomic_load(&c->nretired) > 0)
+            free_retired(tp, c, lane->index);
+    }
+}
+
 /* The devices' async events (lane 0, at each deadline scan): a port or address event makes the
- * monitor scan now; a queue pair's error fails its link; a completion queue's error or a fatal
- * device event fences the device's rail for good (its queues can no longer be trusted). Each
+ * monitor scan now; a queue pair's error fails its link; a lane's completion queue's error
+ * breaks that lane's pair (lane_broke: replaced once drained); a fatal device event, or an
+ * error of a queue that is no lane's, fences the device's rail for good. Each
  * event is acknowledged at once (a queue pair's destruction waits for that). Whether the monitor
  * should scan now. */
 static bool async_events(struct orb_rdma_tp *tp)
@@ -1107,6 +1261,17 @@ static bool async_events(struct orb_rdma_tp *tp)
                 }
                 break;
             case IBV_EVENT_CQ_ERR:
+                if (lane_broke(tp, c, k, ev.element.cq)) {
+                    scan = true;
+                    break;
+                }
+                ORB_LOGE("rdma: rail %u (%s): an error event of a completion queue that is not a lane's", k, name);
+                if (!c->fatal) {
+                    c->fatal = true;
+                    ORB_LOGE("rdma: rail %u (%s): the rail is fenced for good", k, name);
+                }
+                scan = true;
+                break;
             case IBV_EVENT_DEVICE_FATAL:
                 if (!c->fatal) {
                     c->fatal = true;
@@ -1141,7 +1306,8 @@ static void monitor_scan(struct orb_rdma_tp *tp)
         memset(&pa, 0, sizeof pa);
         int err = tp->env.query_port(tp->ops_impl, c->ctx, c->port, &pa);
         atomic_fetch_add(&tp->route_queries, 1);
-        bool active = err == 0 && (pa.state == IBV_PORT_ACTIVE || pa.state == IBV_PORT_ACTIVE_DEFER) && !c->fatal;
+        bool port_up = err == 0 && (pa.state == IBV_PORT_ACTIVE || pa.state == IBV_PORT_ACTIVE_DEFER);
+        bool active = port_up && !c->fatal && atomic_load(&c->broken_lanes) == 0;
         bool changed = false, holds = active && address_holds(tp, c, &changed);
         uint32_t bit = 1u << k;
         bool was_down = (atomic_load(&tp->routes_down) & bit) != 0;
@@ -1153,7 +1319,7 @@ static void monitor_scan(struct orb_rdma_tp *tp)
             ORB_LOGW("rdma: rail %u (%s port %u): no valid GID: the rail is fenced until it has one", k, name, c->port);
         if ((!holds || changed) && !was_down) {
             atomic_fetch_or(&tp->routes_down, bit);
-            if (!active && !c->fatal)
+            if (!port_up && !c->fatal)
                 ORB_LOGW("rdma: rail %u (%s port %u): the port is %s: the rail is fenced until it is active again", k,
                          name, c->port, port_state_name(err, pa.state));
             fail_rail_links(tp, k);
@@ -1193,6 +1359,7 @@ static void *lane_main(void *arg)
         if (atomic_exchange(&lane->kick, 0) || slot_due)
             got += drain_lane(lane);
         got += poll_lane(lane);
+        reclaim_lane(lane);
         if (lane->index == 0) {
             uint64_t now = orb_now_ns();
             if (now >= next_scan) {

@@ -456,6 +456,7 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.deadline_drops = atomic_load(&tp->deadline_drops);
     st.reconnects = atomic_load(&tp->reconnects);
     st.read_replays = atomic_load(&tp->read_replays);
+    st.progress_recoveries = atomic_load(&tp->progress_recoveries);
     st.connections = atomic_load(&tp->connections);
     st.source_connections = atomic_load(&tp->source_connections);
     if (tp->health != NULL) {

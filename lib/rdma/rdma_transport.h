@@ -150,6 +150,7 @@ struct orb_rdma_tp {
     _Atomic uint32_t routes_down;
     atomic_uint_fast64_t monitor_ticks, route_queries, route_recoveries;
     atomic_uint_fast64_t kept_qps;              /* queue pairs the device refused to destroy */
+    atomic_uint_fast64_t progress_recoveries;   /* lanes whose CQ pair was replaced */
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */

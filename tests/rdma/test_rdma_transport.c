@@ -478,6 +478,7 @@ static void test_direct_registration(void **state)
     assert_int_equal(st.staged_transfers, 0);
     assert_int_equal(st.reserved32, 0);
     assert_int_equal(st.read_replays, 0);
+    assert_int_equal(st.progress_recoveries, 0);
 
     /* Local only: the local-only MR alone. */
     uint8_t *b = malloc(4096);

@@ -127,10 +127,94 @@ int64_t itp_live_mws(void)
     return atomic_load(&live_mws);
 }
 
+/* The completion queues made through the table, to report errors of on demand. */
+#define MAX_CQS 256
+static struct {
+    struct ibv_cq *cq;
+    bool error_due;        /* itp_break_cqs(): an error event to hand out */
+} cqs[MAX_CQS];
+static struct ibv_cq *reported[MAX_CQS]; /* made-up events handed out and not acknowledged */
+
+static struct ibv_cq *w_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+                                  struct ibv_comp_channel *channel, int vector)
+{
+    struct ibv_cq *cq = real.create_cq(context, cqe, cq_context, channel, vector);
+    if (cq == NULL)
+        return NULL;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_CQS; i++)
+        if (cqs[i].cq == NULL) {
+            cqs[i].cq = cq;
+            cqs[i].error_due = false;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return cq;
+}
+
 static int w_destroy_cq(struct ibv_cq *cq)
 {
     int err = 0;
-    return fails_now(ITP_DESTROY_CQ, -1, &err, NULL) ? err : real.destroy_cq(cq);
+    if (fails_now(ITP_DESTROY_CQ, -1, &err, NULL))
+        return err;
+    int rc = real.destroy_cq(cq);
+    if (rc == 0) {
+        pthread_mutex_lock(&lock);
+        for (size_t i = 0; i < MAX_CQS; i++)
+            if (cqs[i].cq == cq)
+                cqs[i].cq = NULL;
+        pthread_mutex_unlock(&lock);
+    }
+    return rc;
+}
+
+static int w_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_CQS; i++) {
+        if (cqs[i].cq == NULL || !cqs[i].error_due || cqs[i].cq->context != context)
+            continue;
+        for (size_t j = 0; j < MAX_CQS; j++)
+            if (reported[j] == NULL) {
+                reported[j] = cqs[i].cq;
+                cqs[i].error_due = false;
+                memset(event, 0, sizeof *event);
+                event->event_type = IBV_EVENT_CQ_ERR;
+                event->element.cq = reported[j];
+                pthread_mutex_unlock(&lock);
+                return 0;
+            }
+    }
+    pthread_mutex_unlock(&lock);
+    return real.get_async_event(context, event);
+}
+
+static void w_ack_async_event(struct ibv_async_event *event)
+{
+    if (event->event_type == IBV_EVENT_CQ_ERR) {
+        pthread_mutex_lock(&lock);
+        for (size_t j = 0; j < MAX_CQS; j++)
+            if (reported[j] == event->element.cq) {
+                reported[j] = NULL; /* made up here: the device has nothing to acknowledge */
+                pthread_mutex_unlock(&lock);
+                return;
+            }
+        pthread_mutex_unlock(&lock);
+    }
+    real.ack_async_event(event);
+}
+
+uint32_t itp_break_cqs(const char *device)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_CQS; i++)
+        if (cqs[i].cq != NULL && strcmp(real.get_device_name(cqs[i].cq->context->device), device) == 0) {
+            cqs[i].error_due = true;
+            n++;
+        }
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 static int w_dealloc_pd(struct ibv_pd *pd)
@@ -153,7 +237,10 @@ static void install_once(void)
     t->dereg_mr = w_dereg_mr;
     t->alloc_mw = w_alloc_mw;
     t->dealloc_mw = w_dealloc_mw;
+    t->create_cq = w_create_cq;
     t->destroy_cq = w_destroy_cq;
+    t->get_async_event = w_get_async_event;
+    t->ack_async_event = w_ack_async_event;
     t->dealloc_pd = w_dealloc_pd;
     install_rc = 0;
 }

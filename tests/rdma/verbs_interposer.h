@@ -48,4 +48,9 @@ uint64_t itp_failures(enum itp_verb verb);
  * its window). */
 int64_t itp_live_mws(void);
 
+/* Each completion queue of device `device` that exists now reports an error: the next
+ * get_async_event on its context returns IBV_EVENT_CQ_ERR for it (made up: the queue still
+ * works, and acknowledging the event reaches no device). How many queues. */
+uint32_t itp_break_cqs(const char *device);
+
 #endif
