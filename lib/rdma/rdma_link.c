@@ -82,6 +82,14 @@ static const struct orb_topo_nic *inventory_nic(const struct orb_rdma_tp *tp, ui
     return NULL;
 }
 
+/* Destroy both queues of a replaced pair: 0, or -1 when one is kept (it may hold a queue pair
+ * the device would not destroy). */
+static int destroy_pair(struct orb_rdma_tp *tp, struct rdma_cq_pair *p)
+{
+    int s = tp->v->destroy_cq(p->scq), r = tp->v->destroy_cq(p->rcq);
+    return s != 0 || r != 0 ? -1 : 0;
+}
+
 static void ctx_free(struct orb_rdma_tp *tp, struct rdma_ctx *c)
 {
     if (c == NULL)
@@ -94,7 +102,7 @@ static void ctx_free(struct orb_rdma_tp *tp, struct rdma_ctx *c)
     while (c->retired != NULL) {
         struct rdma_cq_pair *old = c->retired;
         c->retired = old->next;
-        if (tp->v->destroy_cq(old->scq) != 0 || tp->v->destroy_cq(old->rcq) != 0)
+        if (destroy_pair(tp, old) != 0)
             ORB_LOGE("rdma: NIC %u: a replaced completion queue could not be destroyed: kept", c->nic);
         free(old);
     }
@@ -1197,7 +1205,7 @@ static void free_retired(struct orb_rdma_tp *tp, struct rdma_ctx *c, uint32_t la
         }
         *pp = old->next;
         atomic_fetch_sub(&c->nretired, 1);
-        if (tp->v->destroy_cq(old->scq) != 0 || tp->v->destroy_cq(old->rcq) != 0)
+        if (destroy_pair(tp, old) != 0)
             ORB_LOGE("rdma: %s: a replaced completion queue could not be destroyed: kept", tp->dev.nics[c->nic].name);
         free(old);
     }

@@ -610,6 +610,24 @@ static void leave_locked(struct rdma_req *r, int status)
     }
 }
 
+/* The outcome of `r`'s finished attempt, ended with `status` (p->lock held; outcome.h has the
+ * rules). */
+static struct orb_rdma_outcome outcome_locked(struct rdma_req *r, int status)
+{
+    struct orb_rdma_tp *tp = r->peer->tp;
+    struct orb_rdma_attempt a = {.read = r->op == ORB_XFER_READ, .status = status, .qp_died = r->rail_lost != 0,
+                                 .acked = r->acked, .payload_posted = atomic_load(&r->payload_posted),
+                                 .replays = r->replays, .max_replays = tp->cfg->read_replays,
+                                 .stopping = atomic_load(&tp->stopping)};
+    uint64_t now = orb_now_ns();
+    for (uint32_t i = 0; i < r->npieces; i++) {
+        const struct orb_xfer *x = r->pieces[i];
+        if (x != NULL && x->deadline_ns != 0 && now >= x->deadline_ns)
+            a.deadline_passed = true;
+    }
+    return orb_rdma_attempt_outcome(&a);
+}
+
 static void end_locked(struct rdma_req *r, int status, struct ending *e)
 {
     r->ended = true;
@@ -622,26 +640,7 @@ static void end_locked(struct rdma_req *r, int status, struct ending *e)
             e->pieces[e->n++] = r->pieces[i];
     e->status = status;
     snprintf(e->why, sizeof e->why, "%s", status != 0 ? r->why : "");
-    struct orb_rdma_attempt a = {.read = r->op == ORB_XFER_READ, .status = status,
-                                 .payload_posted = atomic_load(&r->payload_posted)};
-    e->effect = orb_rdma_attempt_outcome(&a).effect;
-}
-
-/* The outcome of `r`'s finished attempt (p->lock held; outcome.h has the rules). */
-static struct orb_rdma_outcome outcome_locked(struct rdma_req *r)
-{
-    struct orb_rdma_tp *tp = r->peer->tp;
-    struct orb_rdma_attempt a = {.read = r->op == ORB_XFER_READ, .status = r->status, .qp_died = r->rail_lost != 0,
-                                 .acked = r->acked, .payload_posted = atomic_load(&r->payload_posted),
-                                 .replays = r->replays,
-                                 .max_replays = tp->cfg->read_replays, .stopping = atomic_load(&tp->stopping)};
-    uint64_t now = orb_now_ns();
-    for (uint32_t i = 0; i < r->npieces; i++) {
-        const struct orb_xfer *x = r->pieces[i];
-        if (x != NULL && x->deadline_ns != 0 && now >= x->deadline_ns)
-            a.deadline_passed = true;
-    }
-    return orb_rdma_attempt_outcome(&a);
+    e->effect = outcome_locked(r, status).effect;
 }
 
 /* Take failed `r` back to before its grant (p->lock held): its attempt is judged and left as an
@@ -724,7 +723,7 @@ static bool maybe_end(struct rdma_req *r, struct ending *e)
     if (r->ended)
         return false;
     if (r->status != 0 && r->outstanding == 0) {
-        if (outcome_locked(r).replay)
+        if (outcome_locked(r, r->status).replay)
             replay_locked(r, e);
         else
             end_locked(r, r->status, e);

@@ -502,6 +502,29 @@ static bool footprint_back(const struct footprint *base, const struct footprint 
         took_;                                                                                     \
     })
 
+/* A traffic cell's verdict once its traffic stopped: every failure's report as it may be, every
+ * check made meanwhile held, no byte wrong, no wait past its bound. */
+static void traffic_verdict(const struct traffic *t)
+{
+    if (t->bad_report)
+        fail_msg("%s", t->bad);
+    if (checks_failed[0] != '\0')
+        fail_msg("%s", checks_failed);
+    assert_int_equal(atomic_load(&t->corrupt), 0);
+    assert_int_equal(atomic_load(&t->slow), 0);
+}
+
+/* The cell's end: within 3 s this process holds no more than `before` (released links are freed
+ * by a lane); else the cell fails, `what` saying what was left. */
+static void footprint_returns(const struct footprint *before, const char *what)
+{
+    char why[320];
+    struct footprint after;
+    if (WAIT_FOR((after = footprint(), footprint_back(before, &after, why, sizeof why)), 3000) < 0)
+        fail_msg("%s: %s", what, why);
+    print_message("footprint back: %s\n", why);
+}
+
 static void test_a_port_down_under_a_two_rail_transfer(void **state)
 {
     (void)state;
@@ -572,21 +595,12 @@ static void test_a_port_down_under_a_two_rail_transfer(void **state)
     pthread_join(th, NULL);
     print_message("%llu round(s) ok, %llu failed, longest wait %llu ms\n", (unsigned long long)atomic_load(&t.ok),
                   (unsigned long long)atomic_load(&t.failed), (unsigned long long)(t.longest_ns / 1000000ull));
-    if (t.bad_report)
-        fail_msg("%s", t.bad);
-    if (checks_failed[0] != '\0')
-        fail_msg("%s", checks_failed);
-    assert_int_equal(atomic_load(&t.corrupt), 0);
-    assert_int_equal(atomic_load(&t.slow), 0);
+    traffic_verdict(&t);
     s = stats();
     assert_int_equal(s.routes_down, 0);
     assert_true(s.monitor_ticks >= 4);
     /* The connection was rebuilt, as wide as before: nothing more is held than before. */
-    char why[320];
-    struct footprint after;
-    if (WAIT_FOR((after = footprint(), footprint_back(&before, &after, why, sizeof why)), 3000) < 0)
-        fail_msg("the rebuilt connection holds more than the first: %s", why);
-    print_message("footprint back: %s\n", why);
+    footprint_returns(&before, "the rebuilt connection holds more than the first");
 }
 
 /* The requester's rail 1: its device and network device. */
@@ -596,6 +610,19 @@ static void rail1_of(char *dev, size_t dev_cap, char *netdev, size_t net_cap)
     assert_non_null(comma);
     snprintf(dev, dev_cap, "%s", comma + 1);
     netdev_of(dev, netdev, net_cap);
+}
+
+/* A rail-1 cell's start: no failed check yet, rail 1's devices, and what this process holds. */
+struct cell {
+    char dev[64], netdev[64];
+    struct footprint before;
+};
+
+static void cell_begin(struct cell *cell)
+{
+    checks_failed[0] = '\0';
+    rail1_of(cell->dev, sizeof cell->dev, cell->netdev, sizeof cell->netdev);
+    cell->before = footprint();
 }
 
 /* READs of half an area (`half` 0 or 1) into the same half of `local`, batch after batch, each
@@ -642,10 +669,8 @@ static void *reader_main(void *arg)
 static void test_reads_replay_on_the_other_rail(void **state)
 {
     (void)state;
-    checks_failed[0] = '\0';
-    char dev[64], netdev[64];
-    rail1_of(dev, sizeof dev, netdev, sizeof netdev);
-    struct footprint before = footprint();
+    struct cell cell;
+    cell_begin(&cell);
     struct source b;
     source_spawn(&b, "127.0.0.1:0");
     orb_segment *sb = NULL;
@@ -674,10 +699,10 @@ static void test_reads_replay_on_the_other_rail(void **state)
      * at most three times: between two batches its rail may carry nothing. */
     long replayed = -1;
     for (uint32_t cycle = 1; cycle <= 3 && replayed < 0; cycle++) {
-        link_set(netdev, "down");
+        link_set(cell.netdev, "down");
         replayed = WAIT_FOR(stats().read_replays > s0.read_replays, 3000);
         print_message("port of %s (%s) down under READ batches (%u): the first READ was asked again after %ld ms\n",
-                      dev, netdev, cycle, replayed);
+                      cell.dev, cell.netdev, cycle, replayed);
         sleep_ms(1500); /* the replays are through */
         uint64_t batches_down = BATCHES();
         loads(l);
@@ -688,7 +713,7 @@ static void test_reads_replay_on_the_other_rail(void **state)
         CHECK(BATCHES() > batches_down);
         CHECK(l[0].completed_bytes > rail0);
         CHECK(l[1].completed_bytes == rail1);
-        link_set(netdev, "up");
+        link_set(cell.netdev, "up");
         long back = WAIT_FOR((loads(l), l[1].port_active && l[1].completed_bytes > rail1), 20000);
         print_message("port up: rail 1 carried READs again after %ld ms\n", back);
         CHECK(back >= 0);
@@ -716,11 +741,7 @@ static void test_reads_replay_on_the_other_rail(void **state)
     assert_true(s.rail_errors > s0.rail_errors);
     orb_segment_close(sb);
     source_stop(&b);
-    char why[320];
-    struct footprint after;
-    if (WAIT_FOR((after = footprint(), footprint_back(&before, &after, why, sizeof why)), 3000) < 0)
-        fail_msg("the requester kept something of the connection: %s", why);
-    print_message("footprint back: %s\n", why);
+    footprint_returns(&cell.before, "the requester kept something of the connection");
 }
 
 /* Rail 1's completion queues report an error under traffic (made up by the interposer: the
@@ -731,10 +752,8 @@ static void test_reads_replay_on_the_other_rail(void **state)
 static void test_a_completion_queue_error(void **state)
 {
     (void)state;
-    checks_failed[0] = '\0';
-    char dev[64], netdev[64];
-    rail1_of(dev, sizeof dev, netdev, sizeof netdev);
-    struct footprint before = footprint();
+    struct cell cell;
+    cell_begin(&cell);
     struct orb_rdma_stats s0 = stats();
     struct orb_rdma_nic_load l[2];
     loads(l);
@@ -744,7 +763,7 @@ static void test_a_completion_queue_error(void **state)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
     CHECK(WAIT_FOR((loads(l), l[1].completed_bytes > rail1_start), 10000) >= 0);
-    uint32_t broken = itp_break_cqs(dev);
+    uint32_t broken = itp_break_cqs(cell.dev);
     uint64_t t0 = now_ns();
     long fenced = WAIT_FOR(stats().routes_down >= 1, 3000);
     long replaced = WAIT_FOR(stats().progress_recoveries > s0.progress_recoveries, 10000);
@@ -758,29 +777,20 @@ static void test_a_completion_queue_error(void **state)
     print_message("%u completion queue(s) of %s reported an error: fenced after %ld ms, a lane's queues replaced after "
                   "%ld ms more, rail 1 carried traffic again %ld ms later (%llu ms in all); %llu lane(s) recovered, "
                   "%llu round(s) ok, %llu failed\n",
-                  broken, dev, fenced, replaced, back, (unsigned long long)took_ms,
+                  broken, cell.dev, fenced, replaced, back, (unsigned long long)took_ms,
                   (unsigned long long)(s.progress_recoveries - s0.progress_recoveries),
                   (unsigned long long)atomic_load(&t.ok), (unsigned long long)atomic_load(&t.failed));
     CHECK(broken >= 2); /* a pair per lane */
     CHECK(fenced >= 0);
     CHECK(replaced >= 0);
     CHECK(back >= 0);
-    if (t.bad_report)
-        fail_msg("%s", t.bad);
-    if (checks_failed[0] != '\0')
-        fail_msg("%s", checks_failed);
-    assert_int_equal(atomic_load(&t.corrupt), 0);
-    assert_int_equal(atomic_load(&t.slow), 0);
+    traffic_verdict(&t);
     /* The context stayed: its NICs, protection domains and memory regions. */
     assert_int_equal(s.nics_open, s0.nics_open);
     assert_int_equal(s.memory_regions, s0.memory_regions);
     assert_int_equal(s.routes_down, 0);
     /* New queues for old: once the old queue pairs are gone, so are the old queues. */
-    char why[320];
-    struct footprint after;
-    if (WAIT_FOR((after = footprint(), footprint_back(&before, &after, why, sizeof why)), 3000) < 0)
-        fail_msg("the recovered lane holds more than before: %s", why);
-    print_message("footprint back: %s\n", why);
+    footprint_returns(&cell.before, "the recovered lane holds more than before");
 }
 
 /* A requester engine of a cell's own (read_replays `replays`, NULL: the default), with its memory
@@ -822,11 +832,9 @@ static void side_down(struct side *sd)
 static void test_a_port_down_at_start(void **state)
 {
     (void)state;
-    checks_failed[0] = '\0';
-    char dev[64], netdev[64];
-    rail1_of(dev, sizeof dev, netdev, sizeof netdev);
-    struct footprint before = footprint();
-    link_set(netdev, "down");
+    struct cell cell;
+    cell_begin(&cell);
+    link_set(cell.netdev, "down");
     uint64_t down_at = now_ns();
     struct side sd;
     side_up(&sd, &peer, NULL);
@@ -846,7 +854,7 @@ static void test_a_port_down_at_start(void **state)
     CHECK(l[0].completed_bytes > 0 && l[1].completed_bytes == 0 && l[1].port_active == 0);
     while (now_ns() - down_at < 5000000000ull)
         sleep_ms(50);
-    link_set(netdev, "up");
+    link_set(cell.netdev, "up");
     long back = WAIT_FOR((orb_engine_rdma_nic_load(e, l, 2, &n) == 0 && l[1].completed_bytes > 0), 10000);
     print_message("a port down at start: rail 1 carried requests %ld ms after the port came up\n", back);
     CHECK(back >= 0);
@@ -863,11 +871,7 @@ static void test_a_port_down_at_start(void **state)
         fail_msg("%s", t->bad);
     if (checks_failed[0] != '\0')
         fail_msg("%s", checks_failed);
-    char why[320];
-    struct footprint after = footprint();
-    if (!footprint_back(&before, &after, why, sizeof why))
-        fail_msg("the engine left something behind: %s", why);
-    print_message("footprint back: %s\n", why);
+    footprint_returns(&cell.before, "the engine left something behind");
 }
 
 /* Shell commands, each of which must succeed. */
@@ -1010,12 +1014,7 @@ static void test_a_killed_source_and_its_successor(void **state)
     orb_segment_close(sb2);
     source_stop(&b2);
     /* The requester let go of both connections (released peers are freed by a lane). */
-    char why[320];
-    struct footprint after;
-    bool back = WAIT_FOR((after = footprint(), footprint_back(&before, &after, why, sizeof why)), 3000) >= 0;
-    if (!back)
-        fail_msg("the requester kept something of the killed source's connection: %s", why);
-    print_message("footprint back: %s\n", why);
+    footprint_returns(&before, "the requester kept something of the killed source's connection");
 }
 
 /* A requester engine of its own closes while its source is frozen (SIGSTOP) under traffic: the
@@ -1057,11 +1056,7 @@ static void test_close_with_a_frozen_source(void **state)
         assert_int_equal(orb_engine_close(e, TIMEOUT_NS), 0);
     side_down(&sd); /* closed already: the close is 0 again */
     source_stop(&c);
-    char why[320];
-    struct footprint after = footprint();
-    if (!footprint_back(&before, &after, why, sizeof why))
-        fail_msg("the closed engine left something behind: %s", why);
-    print_message("footprint back: %s\n", why);
+    footprint_returns(&before, "the closed engine left something behind");
 }
 
 /* ---- the device refusing calls (the verbs interposer) ----------------------------------------- */
@@ -1426,10 +1421,10 @@ static int soak(unsigned seconds)
            seconds, flaps, netdev, (unsigned long long)ok, (double)ok * CHUNK / (1 << 20), (unsigned long long)failed,
            (unsigned long long)corrupt, (unsigned long long)slow, (unsigned long long)(longest / 1000000ull));
     printf("soak: rail errors %llu, pauses now %llu, probes %llu, recoveries %llu, route recoveries %llu, reconnects "
-           "%llu, monitor ticks %llu\n",
+           "%llu, READs asked again %llu, monitor ticks %llu\n",
            (unsigned long long)s.rail_errors, (unsigned long long)s.rail_open_pairs, (unsigned long long)s.rail_probes,
            (unsigned long long)s.rail_recoveries, (unsigned long long)s.route_recoveries,
-           (unsigned long long)s.reconnects, (unsigned long long)s.monitor_ticks);
+           (unsigned long long)s.reconnects, (unsigned long long)s.read_replays, (unsigned long long)s.monitor_ticks);
     printf("soak: peak rss %ld KiB, peak fds %ld; before and after: %s\n", peak_rss, peak_fds, why);
     for (uint32_t i = 0; i < 2; i++)
         if (t[i].bad_report)
