@@ -142,7 +142,6 @@ struct rdma_ctx {
     uint32_t gen[RDMA_MAX_LANES];  /* each lane's pair's generation */
     uint32_t pair_links[RDMA_MAX_LANES]; /* queue pairs charged on each lane's current pair */
     struct rdma_cq_pair *retired;
-    atomic_uint nretired;
     uint64_t reclaim_after_ns;     /* no replacement try before (one that failed waits a second) */
     int32_t only_lane;             /* every link of it goes on this lane (soft-RoCE); -1: any */
     pthread_mutex_t wlock;         /* the window pool */

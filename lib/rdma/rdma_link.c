@@ -1133,9 +1133,11 @@ static bool lane_broke(struct orb_rdma_tp *tp, struct rdma_ctx *c, uint32_t k, c
             ORB_LOGD("rdma: rail %u: an error of a replaced completion queue", k);
         return replaced;
     }
-    if ((atomic_fetch_or(&c->broken_lanes, 1u << lane) & (1u << lane)) == 0)
+    if ((atomic_fetch_or(&c->broken_lanes, 1u << lane) & (1u << lane)) == 0) {
+        atomic_fetch_add(&tp->reclaim_work, 1);
         ORB_LOGW("rdma: rail %u (%s): lane %u's completion queues reported an error: their queue pairs fail, and the "
                  "rail is fenced until the lane has new ones", k, tp->dev.nics[c->nic].name, lane);
+    }
     for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next)
         if (l->ctx == c && l->lane == lane && l->gen == c->gen[lane])
             rdma_link_fail(l, ORB_EPEER);
@@ -1179,8 +1181,7 @@ static void replace_pair(struct orb_rdma_tp *tp, struct rdma_ctx *c, uint32_t la
     }
     *old = (struct rdma_cq_pair){.next = c->retired, .scq = c->scq[lane], .rcq = c->rcq[lane], .lane = lane,
                                  .gen = c->gen[lane], .links = listed};
-    c->retired = old;
-    atomic_fetch_add(&c->nretired, 1);
+    c->retired = old; /* the lane's break becomes this pair's destruction in reclaim_work */
     c->scq[lane] = scq;
     c->rcq[lane] = rcq;
     c->gen[lane]++;
@@ -1204,7 +1205,7 @@ static void free_retired(struct orb_rdma_tp *tp, struct rdma_ctx *c, uint32_t la
             continue;
         }
         *pp = old->next;
-        atomic_fetch_sub(&c->nretired, 1);
+        atomic_fetch_sub(&tp->reclaim_work, 1);
         if (destroy_pair(tp, old) != 0)
             ORB_LOGE("rdma: %s: a replaced completion queue could not be destroyed: kept", tp->dev.nics[c->nic].name);
         free(old);
@@ -1212,11 +1213,14 @@ static void free_retired(struct orb_rdma_tp *tp, struct rdma_ctx *c, uint32_t la
     pthread_mutex_unlock(&tp->lock);
 }
 
-/* This lane's part of progress recovery, every RECLAIM_EVERY_NS: its broken pairs replaced once
- * drained, its replaced pairs destroyed once unused. */
+/* This lane's part of progress recovery, every RECLAIM_EVERY_NS while there is any: its broken
+ * pairs replaced once drained, its replaced pairs destroyed once unused. One atomic load per
+ * pass of the lane otherwise. */
 static void reclaim_lane(struct rdma_lane *lane)
 {
     struct orb_rdma_tp *tp = lane->tp;
+    if (atomic_load(&tp->reclaim_work) == 0)
+        return;
     uint64_t now = orb_now_ns();
     if (now < lane->next_reclaim_ns)
         return;
@@ -1227,8 +1231,7 @@ static void reclaim_lane(struct rdma_lane *lane)
             continue;
         if (atomic_load(&c->broken_lanes) & (1u << lane->index))
             replace_pair(tp, c, lane->index);
-        if (atomic_load(&c->nretired) > 0)
-            free_retired(tp, c, lane->index);
+        free_retired(tp, c, lane->index);
     }
 }
 

@@ -151,6 +151,8 @@ struct orb_rdma_tp {
     atomic_uint_fast64_t monitor_ticks, route_queries, route_recoveries;
     atomic_uint_fast64_t kept_qps;              /* queue pairs the device refused to destroy */
     atomic_uint_fast64_t progress_recoveries;   /* lanes whose CQ pair was replaced */
+    atomic_uint reclaim_work;                   /* broken lanes and replaced CQ pairs not yet destroyed:
+                                                 * while 0 the lanes skip progress recovery */
 };
 
 /* start() with `env` (copied; its impl must outlive the transport). */
