@@ -230,6 +230,10 @@ struct rdma_peer {
      * (with the width) only by a reconnect, under `lock`, while no request holds a grant. */
     uint32_t nrails, width;
     struct rdma_link *links[ORB_RDMA_MAX_RAILS];
+    /* The source's NIC slot behind rail k (its CONNECT_OK): written by the first connect, before
+     * anyone else uses p; a rebuild that names other NICs fails. With tp->rail_nic[k] it keys
+     * the rail's health: (source epoch, local NIC, remote NIC). */
+    uint8_t remote_nic[ORB_RDMA_MAX_RAILS];
     pthread_mutex_t lock;          /* the fields below */
     uint64_t next_request;
     uint32_t next_lane;            /* the lane the next grant request goes on, in turn */

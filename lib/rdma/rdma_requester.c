@@ -34,10 +34,33 @@ static uint64_t piece_offset(const struct rdma_req *r, const struct orb_xfer *x)
 
 /* ---- peers ------------------------------------------------------------------------------------- */
 
-/* Rail k of a connection is "NIC" k at both ends to the health table: the pair (k, k). */
+/* Rail k of a connection to the health table: the pair of this engine's NIC and the source's
+ * behind it, under the source's epoch. */
 static struct orb_rail_key rail_key(const struct rdma_peer *p, uint32_t rail)
 {
-    return (struct orb_rail_key){.peer = p->source_epoch, .local_nic = (uint16_t)rail, .remote_nic = (uint16_t)rail};
+    return (struct orb_rail_key){.peer = p->source_epoch,
+                                 .local_nic = (uint16_t)p->tp->rail_nic[rail],
+                                 .remote_nic = p->remote_nic[rail]};
+}
+
+/* The rails of `rails` whose NIC pair with p's source is healthy. */
+static uint32_t healthy_rails(struct orb_rdma_tp *tp, const struct rdma_peer *p, uint32_t rails)
+{
+    uint16_t remote_of_local[ORB_RAIL_MAX_NICS] = {0};
+    uint64_t nics = 0;
+    for (uint32_t m = rails; m != 0; m &= m - 1) {
+        uint32_t k = (uint32_t)__builtin_ctz(m);
+        nics |= 1ull << tp->rail_nic[k];
+        remote_of_local[tp->rail_nic[k]] = p->remote_nic[k];
+    }
+    uint64_t ok = orb_rail_usable_mask(tp->health, &p->source_epoch, nics, remote_of_local);
+    uint32_t out = 0;
+    for (uint32_t m = rails; m != 0; m &= m - 1) {
+        uint32_t k = (uint32_t)__builtin_ctz(m);
+        if (ok & (1ull << tp->rail_nic[k]))
+            out |= 1u << k;
+    }
+    return out;
 }
 
 
@@ -120,6 +143,20 @@ static int connect_rails(struct orb_rdma_tp *tp, struct rdma_peer *p, const stru
     rdma_links_drop(links, ok.nqps, made);
     made = ok.nqps;
     width = ok.lanes;
+    /* Every lane of a rail is the same NIC at the source, and a rebuild keeps the NICs: the
+     * rail's health is theirs. */
+    bool first = p->nrails == 0;
+    for (uint32_t q = 0; q < made; q++) {
+        uint32_t k = q % rails;
+        uint8_t known = q < rails && first ? ok.qps[q].nic : p->remote_nic[k];
+        if (ok.qps[q].nic != known) {
+            rc = orb_fail(ORB_EPROTO, "rdma: %s put NIC %u behind rail %u where it had NIC %u", p->endpoint,
+                          ok.qps[q].nic, k, known);
+            goto free_links;
+        }
+        if (q < rails && first)
+            p->remote_nic[k] = known;
+    }
     /* A rail either end leaves unconnected, or that fails to connect here, is out of this
      * connection on every lane (its queue pairs fail at once); the others carry it. One the
      * source left out, or that failed here, counts against the rail's health; a port down here
@@ -1027,15 +1064,11 @@ static int heal(struct orb_rdma_tp *tp, struct rdma_peer *p, const struct orb_co
  * others carry it. Nothing left: ORB_EUNAVAILABLE, before any payload, naming why. */
 static int pick_rails(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t *allowed)
 {
-    static const uint16_t same_rail[ORB_RAIL_MAX_NICS] = {
-        0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
-        22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
-        44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
     struct rdma_peer *p = r->peer;
     uint32_t all = (uint32_t)((1ull << p->nrails) - 1);
     uint32_t down = atomic_load(&tp->routes_down) & all;
     uint32_t up = all & ~down;
-    uint32_t healthy = (uint32_t)orb_rail_usable_mask(tp->health, &p->source_epoch, up, same_rail);
+    uint32_t healthy = healthy_rails(tp, p, up);
     r->trial_token = 0;
     r->trial_posted = false;
     /* A replay carries no trial: it needs a rail that works. */

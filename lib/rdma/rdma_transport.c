@@ -503,7 +503,7 @@ static int rdma_nic_load(void *tp_, void *out_, size_t cap, size_t *count)
         o->port_active = (atomic_load(&tp->routes_down) & (1u << k)) == 0;
         o->healthy = l[k].healthy && o->port_active;
         struct orb_rail_nic_stats rn;
-        if (tp->health != NULL && orb_rail_nic_stats(tp->health, k, &rn) == 0) {
+        if (tp->health != NULL && orb_rail_nic_stats(tp->health, tp->rail_nic[k], &rn) == 0) {
             o->rail_errors = rn.errors;
             o->rail_probes = rn.probes;
             o->rail_open_pairs = rn.open_pairs;
