@@ -1,6 +1,7 @@
 /* What the RDMA device tests share: the NIC lists a run uses (the VM's rails topology by default,
- * or what hardware/run.sh names), whether those devices are here, and an engine made from
- * RDMA settings given as key/value pairs. Header-only; each test includes it once. */
+ * or what hardware/run.sh names), whether those devices are here, an engine made from RDMA
+ * settings given as key/value pairs, its stats, and the clock. Header-only; each test includes
+ * it once. */
 #ifndef ORB_TESTS_RDMA_DEVICE_UTIL_H
 #define ORB_TESTS_RDMA_DEVICE_UTIL_H
 
@@ -8,11 +9,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <orbite/orbite.h>
 
 #include "core/error.h"
 #include "rdma/verbs.h"
+
+/* The monotonic clock, in ns. */
+static inline uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* e's RDMA stats. A test that cannot read them ends here, naming why. */
+static inline struct orb_rdma_stats stats_of(orb_engine *e)
+{
+    struct orb_rdma_stats s;
+    if (orb_engine_rdma_stats(e, &s) != 0) {
+        fprintf(stderr, "orb_engine_rdma_stats: %s\n", orb_last_error());
+        abort();
+    }
+    return s;
+}
 
 /* The value of `var`, or `dflt` when it is unset or empty. */
 static inline const char *rdma_test_nics(const char *var, const char *dflt)

@@ -189,13 +189,6 @@ static int setup(void **state)
     return 0;
 }
 
-static struct orb_rdma_stats stats_of(const struct side *s)
-{
-    struct orb_rdma_stats st;
-    assert_int_equal(orb_engine_rdma_stats(s->e, &st), 0);
-    return st;
-}
-
 /* Segments of `req` to one source share one connection: a second costs no queue pairs, and its
  * requests travel on RDMA too. */
 static void two_segments_share(struct side *req, const struct side *src, orb_segment **one, orb_segment **two)
@@ -204,8 +197,8 @@ static void two_segments_share(struct side *req, const struct side *src, orb_seg
     assert_non_null((*one)->peer[ORB_TRANSPORT_RDMA]);
     assert_int_equal(orb_open_segment(req->e, src->endpoint, &src->epoch, TIMEOUT_NS, two), 0);
     assert_non_null((*two)->peer[ORB_TRANSPORT_RDMA]);
-    assert_int_equal(stats_of(req).connections, 1);
-    assert_int_equal(stats_of(src).source_connections, 1);
+    assert_int_equal(stats_of(req->e).connections, 1);
+    assert_int_equal(stats_of(src->e).source_connections, 1);
     assert_int_equal(reads(req, *two, src, 4, 65536, ORB_TRANSPORT_RDMA), 0);
     assert_int_equal(reads(req, *one, src, 4, 65536, ORB_TRANSPORT_RDMA), 0);
 }
@@ -239,10 +232,10 @@ static void test_requester_max_endpoints(void **state)
     orb_segment *other = segment_without_rdma(&req, &b);
     orb_segment_close(other);
     orb_segment_close(one);
-    assert_int_equal(stats_of(&req).connections, 1);
+    assert_int_equal(stats_of(req.e).connections, 1);
     assert_int_equal(reads(&req, two, &a, 8, 65536 + 1, ORB_TRANSPORT_RDMA), 0);
     orb_segment_close(two);
-    assert_int_equal(stats_of(&req).connections, 0);
+    assert_int_equal(stats_of(req.e).connections, 0);
     uint64_t give_up = orb_now_ns() + 10ull * 1000000000ull;
     orb_segment *three = NULL;
     for (;;) {
@@ -397,7 +390,7 @@ static bool gauge_settles(const struct side *s, size_t offset, uint64_t want, ui
 {
     uint64_t give_up = orb_now_ns() + ns;
     for (;;) {
-        struct orb_rdma_stats st = stats_of(s);
+        struct orb_rdma_stats st = stats_of(s->e);
         uint64_t v;
         memcpy(&v, (const char *)&st + offset, sizeof v);
         if (v == want)
@@ -438,7 +431,7 @@ static void test_locked_memory_limit(void **state)
     assert_non_null(seg->peer[ORB_TRANSPORT_RDMA]);
     /* What one registration of the whole buffer pins: a local-only MR copy per NIC, each the
      * whole range. */
-    uint64_t copies = stats_of(&req).memory_regions;
+    uint64_t copies = stats_of(req.e).memory_regions;
     uint64_t with = pinned_kib();
     assert_int_equal(orb_unregister_memory(req.e, req.id), 0);
     assert_true(gauge_settles(&req, REGIONS, 0, 5000000000ull));
@@ -555,7 +548,7 @@ static void test_window_keys_run_out(void **state)
         }
         pthread_mutex_unlock(&tp->lock);
     }
-    assert_int_equal(stats_of(&src).grants_active, 0);
+    assert_int_equal(stats_of(src.e).grants_active, 0);
     pair_down(&src, &req, seg);
 }
 

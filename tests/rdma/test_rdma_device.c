@@ -24,6 +24,7 @@
 
 #include <orbite/orbite.h>
 
+#include "device_util.h"
 #include "rdma/devices.h"
 #include "rdma/verbs.h"
 #include "topo/sysfs.h"
@@ -48,13 +49,6 @@ struct rig {
 };
 
 static struct rig g;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static bool ipv4_mapped(const union ibv_gid *gid)
 {

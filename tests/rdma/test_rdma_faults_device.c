@@ -47,19 +47,6 @@
 #define TIMEOUT_NS (60ull * 1000000000ull)
 #define IO_TIMEOUT_S 4u
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static uint8_t pattern(uint64_t i, uint32_t seed)
 {
     return (uint8_t)((i * 2654435761u) >> 13) ^ (uint8_t)(seed * 7u + 1u);
@@ -255,13 +242,6 @@ static void link_set(const char *netdev, const char *state)
     snprintf(cmd, sizeof cmd, "ip link set dev %s %s", netdev, state);
     if (system(cmd) != 0)
         fail_msg("%s failed", cmd);
-}
-
-static struct orb_rdma_stats stats(void)
-{
-    struct orb_rdma_stats s;
-    assert_int_equal(orb_engine_rdma_stats(req, &s), 0);
-    return s;
 }
 
 static void loads(struct orb_rdma_nic_load out[2])
@@ -548,7 +528,7 @@ static void test_a_port_down_under_a_two_rail_transfer(void **state)
 
     link_set(netdev, "down");
     uint64_t down_at = now_ns();
-    long detected = WAIT_FOR(stats().routes_down >= 1, 3000);
+    long detected = WAIT_FOR(stats_of(req).routes_down >= 1, 3000);
     print_message("port of %s (%s) down: the monitor fenced rail 1 after %ld ms\n", rail1_dev, netdev, detected);
     CHECK(detected >= 0 && detected <= 2000);
     sleep_ms(500); /* what was in flight on rail 1 has failed by now */
@@ -557,7 +537,7 @@ static void test_a_port_down_under_a_two_rail_transfer(void **state)
     uint64_t ok_down = atomic_load(&t.ok);
     sleep_ms(7000); /* past io_timeout_s and the source's grace: a grant the failure left at the source has expired */
     loads(l);
-    struct orb_rdma_stats s = stats();
+    struct orb_rdma_stats s = stats_of(req);
     print_message("while down: %llu more round(s) ok, rail 0 +%llu bytes, rail 1 +%llu bytes; rail errors %llu, "
                   "open pairs %llu, %llu failed round(s) so far\n",
                   (unsigned long long)(atomic_load(&t.ok) - ok_down), (unsigned long long)(l[0].completed_bytes - rail0),
@@ -578,9 +558,9 @@ static void test_a_port_down_under_a_two_rail_transfer(void **state)
 
     link_set(netdev, "up");
     uint64_t up_at = now_ns();
-    long back = WAIT_FOR((loads(l), l[1].port_active && l[1].completed_bytes > rail1 && stats().rail_recoveries >= 1),
+    long back = WAIT_FOR((loads(l), l[1].port_active && l[1].completed_bytes > rail1 && stats_of(req).rail_recoveries >= 1),
                          20000);
-    s = stats();
+    s = stats_of(req);
     print_message("port up: rail 1 carried traffic again after %ld ms (route recoveries %llu, probes %llu, "
                   "rail recoveries %llu, reconnects %llu; down for %llu ms)\n",
                   back, (unsigned long long)s.route_recoveries, (unsigned long long)s.rail_probes,
@@ -596,7 +576,7 @@ static void test_a_port_down_under_a_two_rail_transfer(void **state)
     print_message("%llu round(s) ok, %llu failed, longest wait %llu ms\n", (unsigned long long)atomic_load(&t.ok),
                   (unsigned long long)atomic_load(&t.failed), (unsigned long long)(t.longest_ns / 1000000ull));
     traffic_verdict(&t);
-    s = stats();
+    s = stats_of(req);
     assert_int_equal(s.routes_down, 0);
     assert_true(s.monitor_ticks >= 4);
     /* The connection was rebuilt, as wide as before: nothing more is held than before. */
@@ -683,7 +663,7 @@ static void test_reads_replay_on_the_other_rail(void **state)
     atomic_int stop = 0;
     struct reader rd[2];
     memset(rd, 0, sizeof rd);
-    struct orb_rdma_stats s0 = stats();
+    struct orb_rdma_stats s0 = stats_of(req);
     struct orb_rdma_nic_load l[2];
     loads(l);
     uint64_t rail1_start = l[1].completed_bytes;
@@ -700,7 +680,7 @@ static void test_reads_replay_on_the_other_rail(void **state)
     long replayed = -1;
     for (uint32_t cycle = 1; cycle <= 3 && replayed < 0; cycle++) {
         link_set(cell.netdev, "down");
-        replayed = WAIT_FOR(stats().read_replays > s0.read_replays, 3000);
+        replayed = WAIT_FOR(stats_of(req).read_replays > s0.read_replays, 3000);
         print_message("port of %s (%s) down under READ batches (%u): the first READ was asked again after %ld ms\n",
                       cell.dev, cell.netdev, cycle, replayed);
         sleep_ms(1500); /* the replays are through */
@@ -723,7 +703,7 @@ static void test_reads_replay_on_the_other_rail(void **state)
     for (uint32_t k = 0; k < 2; k++)
         pthread_join(th[k], NULL);
     free(expect);
-    struct orb_rdma_stats s = stats();
+    struct orb_rdma_stats s = stats_of(req);
     uint64_t failed = atomic_load(&rd[0].failed) + atomic_load(&rd[1].failed);
     print_message("%llu batch(es) of %u READs ok, %llu failed, %llu corrupt; %llu READ(s) asked again, %llu rail "
                   "error(s), %llu reconnect(s)\n",
@@ -754,7 +734,7 @@ static void test_a_completion_queue_error(void **state)
     (void)state;
     struct cell cell;
     cell_begin(&cell);
-    struct orb_rdma_stats s0 = stats();
+    struct orb_rdma_stats s0 = stats_of(req);
     struct orb_rdma_nic_load l[2];
     loads(l);
     uint64_t rail1_start = l[1].completed_bytes;
@@ -765,15 +745,15 @@ static void test_a_completion_queue_error(void **state)
     CHECK(WAIT_FOR((loads(l), l[1].completed_bytes > rail1_start), 10000) >= 0);
     uint32_t broken = itp_break_cqs(cell.dev);
     uint64_t t0 = now_ns();
-    long fenced = WAIT_FOR(stats().routes_down >= 1, 3000);
-    long replaced = WAIT_FOR(stats().progress_recoveries > s0.progress_recoveries, 10000);
+    long fenced = WAIT_FOR(stats_of(req).routes_down >= 1, 3000);
+    long replaced = WAIT_FOR(stats_of(req).progress_recoveries > s0.progress_recoveries, 10000);
     loads(l);
     uint64_t rail1 = l[1].completed_bytes;
-    long back = WAIT_FOR((loads(l), stats().routes_down == 0 && l[1].completed_bytes > rail1), 15000);
+    long back = WAIT_FOR((loads(l), stats_of(req).routes_down == 0 && l[1].completed_bytes > rail1), 15000);
     uint64_t took_ms = (now_ns() - t0) / 1000000ull;
     atomic_store(&t.stop, 1);
     pthread_join(th, NULL);
-    struct orb_rdma_stats s = stats();
+    struct orb_rdma_stats s = stats_of(req);
     print_message("%u completion queue(s) of %s reported an error: fenced after %ld ms, a lane's queues replaced after "
                   "%ld ms more, rail 1 carried traffic again %ld ms later (%llu ms in all); %llu lane(s) recovered, "
                   "%llu round(s) ok, %llu failed\n",
@@ -908,11 +888,11 @@ static void test_the_address_of_a_rail_changes(void **state)
     assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
     struct orb_rdma_nic_load l[2];
     CHECK(WAIT_FOR(atomic_load(&t.ok) >= 3, 10000) >= 0);
-    struct orb_rdma_stats s0 = stats();
+    struct orb_rdma_stats s0 = stats_of(req);
     run_all(to_new);
     uint64_t changed_at = now_ns();
-    long fenced = WAIT_FOR(stats().routes_down >= 1, 3000);
-    long reopened = WAIT_FOR(stats().route_recoveries > s0.route_recoveries, 5000);
+    long fenced = WAIT_FOR(stats_of(req).routes_down >= 1, 3000);
+    long reopened = WAIT_FOR(stats_of(req).route_recoveries > s0.route_recoveries, 5000);
     loads(l);
     uint64_t rail1 = l[1].completed_bytes;
     long carried = WAIT_FOR((loads(l), l[1].completed_bytes > rail1), 10000);
@@ -922,8 +902,8 @@ static void test_the_address_of_a_rail_changes(void **state)
     CHECK(fenced >= 0 && reopened >= 0 && carried >= 0);
     uint64_t failed_new = atomic_load(&t.failed);
     run_all(to_old);
-    s0 = stats();
-    CHECK(WAIT_FOR(stats().route_recoveries > s0.route_recoveries, 5000) >= 0);
+    s0 = stats_of(req);
+    CHECK(WAIT_FOR(stats_of(req).route_recoveries > s0.route_recoveries, 5000) >= 0);
     loads(l);
     rail1 = l[1].completed_bytes;
     CHECK(WAIT_FOR((loads(l), l[1].completed_bytes > rail1), 10000) >= 0);
@@ -1061,13 +1041,6 @@ static void test_close_with_a_frozen_source(void **state)
 
 /* ---- the device refusing calls (the verbs interposer) ----------------------------------------- */
 
-static struct orb_rdma_stats stats_of(orb_engine *e)
-{
-    struct orb_rdma_stats s;
-    assert_int_equal(orb_engine_rdma_stats(e, &s), 0);
-    return s;
-}
-
 /* WRITE a fresh pattern to the source and READ it back; 0 when both succeeded and it matched. */
 static int round_trip(struct traffic *t, uint32_t seed)
 {
@@ -1144,7 +1117,7 @@ static void test_refused_write_posts(void **state)
     uint8_t *target = local + GUARD;
     assert_int_equal(round_trip(&t, 9), 0); /* the source's first chunk: pattern 9 */
     for (size_t m = 0; m < 2; m++) {
-        uint64_t replayed_before = stats().read_replays;
+        uint64_t replayed_before = stats_of(req).read_replays;
         struct orb_request r = chunk_request(ORB_OP_WRITE, target, peer.base);
         r.length = LEN; /* one work request */
         memset(target, 0x5a, LEN);
@@ -1157,8 +1130,8 @@ static void test_refused_write_posts(void **state)
         assert_int_equal(rc, ORB_EPEER);
         assert_true(rep.done && rep.has_failure && rep.failure.request_index == 0 && rep.failure.affected_requests == 1);
         assert_int_equal(rep.failure.remote_effect, m == 0 ? ORB_REMOTE_EFFECT_NONE : ORB_REMOTE_EFFECT_UNKNOWN);
-        assert_int_equal(stats().read_replays, replayed_before);
-        assert_true(WAIT_FOR(stats().requests_in_flight == 0, 2000) >= 0);
+        assert_int_equal(stats_of(req).read_replays, replayed_before);
+        assert_true(WAIT_FOR(stats_of(req).requests_in_flight == 0, 2000) >= 0);
         if (m == 0) {
             /* Nothing of it reached the source: READ back, its bytes are pattern 9 still. */
             memset(target, 0, LEN);
@@ -1182,7 +1155,7 @@ static void test_a_revoked_key(void **state)
     struct traffic t;
     traffic_init(&t, req, seg, peer.base, local);
     memset(local, 0xee, CHUNK + 2 * GUARD);
-    struct orb_rdma_stats s0 = stats();
+    struct orb_rdma_stats s0 = stats_of(req);
     itp_arm(ITP_POST_SEND, 1, 0, IBV_WR_RDMA_READ, ITP_WRONG_KEY);
     struct orb_request r = chunk_request(ORB_OP_READ, local + GUARD, peer.base);
     struct orb_batch_report rep;
@@ -1198,7 +1171,7 @@ static void test_a_revoked_key(void **state)
     assert_true(took < 2000000000ull);
     for (uint32_t i = 0; i < GUARD; i++)
         assert_true(local[i] == 0xee && local[GUARD + CHUNK + i] == 0xee);
-    assert_int_equal(stats().rail_errors, s0.rail_errors);
+    assert_int_equal(stats_of(req).rail_errors, s0.rail_errors);
     for (uint32_t i = 0; i < 3; i++)
         if ((rc = round_trip(&t, 200 + i)) != 0)
             fail_msg("round %u after the refused access: %s (%s)", i, orb_strerror(rc), orb_last_error());
@@ -1411,7 +1384,7 @@ static int soak(unsigned seconds)
     struct footprint after = footprint();
     char why[320];
     bool back = footprint_back(&before, &after, why, sizeof why);
-    struct orb_rdma_stats s = stats();
+    struct orb_rdma_stats s = stats_of(req);
     uint64_t ok = atomic_load(&t[0].ok) + atomic_load(&t[1].ok), failed = atomic_load(&t[0].failed) + atomic_load(&t[1].failed);
     uint64_t corrupt = atomic_load(&t[0].corrupt) + atomic_load(&t[1].corrupt);
     uint64_t slow = atomic_load(&t[0].slow) + atomic_load(&t[1].slow);
@@ -1462,5 +1435,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_an_unprovable_post_stays_charged),
         cmocka_unit_test(test_a_queue_pair_that_cannot_be_destroyed),
     };
+    /* ORBITE_TEST_FILTER: run only the cells it matches (a cmocka test filter, '*' globbing). */
+    if (getenv("ORBITE_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("ORBITE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -24,6 +24,7 @@
 
 #include <orbite/orbite.h>
 
+#include "device_util.h"
 #include "rdma/qp.h"
 #include "rdma/reg_mrs.h"
 #include "rdma/verbs.h"
@@ -51,13 +52,6 @@ static struct side req, src;
 static uint8_t *data, *sink, *msg_out, *msg_in;
 static struct ibv_mr *data_parent, *sink_mr, *out_mr, *in_mr;
 static struct orb_rdma_window_pool pool;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static struct ibv_wc poll_one(struct ibv_cq *cq)
 {

@@ -660,13 +660,6 @@ static void *run_one_read(void *arg)
     return NULL;
 }
 
-static struct orb_rdma_stats stats_of(orb_engine *e)
-{
-    struct orb_rdma_stats st;
-    assert_int_equal(orb_engine_rdma_stats(e, &st), 0);
-    return st;
-}
-
 /* A requester that loses its queue pairs while the source holds a grant for it, and says
  * nothing more (as a killed process would): the source fails and lets go of that connection
  * once the grant outlived io_timeout_s and the grace (2 s each here), so that its window, pin
