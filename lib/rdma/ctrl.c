@@ -259,15 +259,16 @@ int orb_rdma_grants_encode(const struct orb_rdma_grants *m, uint8_t *out, size_t
         orb_writer_u32(&w, (uint32_t)g->status);
         if (g->status != 0) {
             /* A refusal and its cause, cut to ORB_RDMA_WHY_MAX printable bytes. */
-            if (!status_ok(g->status))
-                return orb_fail(ORB_EINVAL, "rdma grant encode: entry %u: status %d", i, g->status);
+            if (!status_ok(g->status) || g->lost_qps > 0xffffu || (g->lost_qps != 0 && g->status != ORB_EPEER))
+                return orb_fail(ORB_EINVAL, "rdma grant encode: entry %u: status %d, lost queue pairs 0x%x", i,
+                                g->status, g->lost_qps);
             char why[ORB_RDMA_WHY_MAX];
             size_t n = 0;
             for (; n < sizeof why && g->why[n] != '\0'; n++)
                 why[n] = g->why[n] >= 0x20 && g->why[n] <= 0x7e ? g->why[n] : '?';
             orb_writer_u8(&w, (uint8_t)n);
             orb_writer_u8(&w, 0);
-            orb_writer_u16(&w, 0);
+            orb_writer_u16(&w, (uint16_t)g->lost_qps);
             orb_writer_bytes(&w, why, n);
             continue;
         }
@@ -302,13 +303,18 @@ int orb_rdma_grants_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant
         memset(g, 0, sizeof *g);
         g->status = (int32_t)orb_cursor_u32(&c);
         uint32_t n = orb_cursor_u8(&c);
-        if (zero_bytes(&c, 3) != 0 || c.failed)
+        if (zero_bytes(&c, 1) != 0 || c.failed)
             return orb_fail(ORB_EPROTO, "rdma grant: entry %u: malformed head", i);
+        uint32_t lost = orb_cursor_u16(&c);
+        if (c.failed || (lost != 0 && g->status != ORB_EPEER))
+            return orb_fail(ORB_EPROTO, "rdma grant: entry %u: lost queue pairs 0x%x with status %d", i, lost,
+                            g->status);
         if (g->status != 0) {
             const uint8_t *why = orb_cursor_bytes(&c, n);
             if (!status_ok(g->status) || n > ORB_RDMA_WHY_MAX || why == NULL || !why_ok((const char *)why, n))
                 return orb_fail(ORB_EPROTO, "rdma grant: entry %u: a refusal with status %d and %u bytes of cause",
                                 i, g->status, n);
+            g->lost_qps = lost;
             memcpy(g->why, why, n);
             g->why[n] = '\0';
             continue;

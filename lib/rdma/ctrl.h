@@ -23,7 +23,7 @@
 
 #include "rdma/qp.h"
 
-#define ORB_RDMA_CTRL_VERSION 6u
+#define ORB_RDMA_CTRL_VERSION 7u
 #define ORB_RDMA_MAX_RAILS 16u        /* rails, and queue pairs per connection */
 #define ORB_RDMA_NONCE_LEN 32u
 #define ORB_RDMA_GRANT_BATCH 16u      /* requests one GRANT_REQ carries at most */
@@ -82,11 +82,14 @@ struct orb_rdma_grant_req {
 /* GRANT: u8 count | 3 x u8 0 | count x entry, one per GRANT_REQ request in its order. An entry:
  *   granted:  i32 0 | u8 nkeys (1..16) | 3 x u8 0 | u64 grant | u64 generation | 32 nonce |
  *             u64 target | nkeys x u32 rkey (non-zero, in rail_mask order)
- *   refused:  i32 status (an ORB_E* code) | u8 why_len (0..ORB_RDMA_WHY_MAX) | 3 x u8 0 |
- *             why_len printable ASCII bytes: the cause */
+ *   refused:  i32 status (an ORB_E* code) | u8 why_len (0..ORB_RDMA_WHY_MAX) | u8 0 |
+ *             u16 lost_qps | why_len printable ASCII bytes: the cause */
 struct orb_rdma_grant {
     int32_t status;                   /* 0: granted; else why not */
     char why[ORB_RDMA_WHY_MAX + 1];   /* a refusal's cause, NUL-terminated */
+    uint32_t lost_qps;                /* a refusal with ORB_EPEER only (else 0): the asked queue
+                                       * pairs that are dead at the source (their places in the
+                                       * connection); nothing was granted */
     uint64_t grant, generation;
     uint8_t nonce[ORB_RDMA_NONCE_LEN];
     uint64_t target;                  /* where the windows start: the request's first byte there

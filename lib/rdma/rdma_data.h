@@ -158,6 +158,7 @@ struct rdma_wr_ctx {
     void *owner;                   /* struct rdma_grant (BIND) or struct rdma_req (SENDINV) */
 };
 #define RDMA_COOKIE_CTX 1u
+#define RDMA_COOKIE_ACK 2u         /* a source's ACK; bits 2.. its send slot (rdma_link_post_locked) */
 
 /* A payload piece's place in its link's queue until the lane posts it: by priority (three
  * tiers with promotion, lib/topo/qos.h), first in first out within one. */
@@ -297,6 +298,8 @@ struct rdma_req {
     /* A READ that lost a queue pair is asked for again, from its grant on, up to read_replays
      * times; `avoid` holds the rails that lost it before (another carries it when one can). */
     uint32_t replays, avoid;
+    bool pieces_asked;             /* orb_xfer_may_start() was asked, once for good */
+    uint32_t reroutes;             /* refusals naming queue pairs dead at the source */
     /* A half-open trial of a paused rail (lib/topo/rail.h) rides on this request, alone on that
      * rail: trial_token 0: none. */
     uint64_t trial_token;
@@ -420,6 +423,9 @@ bool rdma_slots_allow(struct orb_rdma_tp *tp, unsigned priority, uint64_t now_ns
 void rdma_link_queue_bind(struct rdma_link *l, struct rdma_bind_wait *w);
 /* Post a source's ACK, or queue it behind earlier ones while the send queue is full. */
 int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
+/* Queue a source's ACK on `l` and kick its lane, which posts it: how an ACK another queue pair
+ * could not deliver moves to this one. ORB_EPEER (the link is dead), ORB_ENOMEM. */
+int rdma_link_queue_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
 /* Queue `w` for the lane, behind what waits at its priority (link lock held). */
 void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w);
 /* The promotion settings of the transport's priority queues. */
@@ -494,6 +500,9 @@ int rdma_source_control(void *tp, const struct orb_epoch *sender, const uint8_t 
 void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc);
 /* A queued bind the lane could not post (the link is dead). */
 void rdma_src_bind_failed(struct rdma_grant *g, uint32_t rail, int status);
+/* An ACK that source link `l` did not deliver (its send ended in error, or it was still queued
+ * when the link died): another live queue pair of the connection carries it. */
+void rdma_src_ack_lost(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
 void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg);
 /* Mark every source connection for teardown (stop). */
 void rdma_src_close_all(struct orb_rdma_tp *tp);

@@ -361,6 +361,8 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
     if (msg != NULL) {
         uint32_t slot = RDMA_RQ_DEPTH + (l->send_next++ % l->qp->sq_depth);
         uint8_t *buf = l->buf + (size_t)slot * RDMA_MSG_SLOT;
+        if (cookie == RDMA_COOKIE_ACK) /* its completion finds the bytes again, should it fail */
+            cookie |= (uint64_t)slot << 2;
         memcpy(buf, msg, msg_len);
         sge.addr = (uint64_t)(uintptr_t)buf;
         sge.length = msg_len;
@@ -430,32 +432,53 @@ void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w)
         ORB_LOGE("rdma: rail %u: a work request could not be queued: %s", l->rail, orb_last_error());
 }
 
+/* Queue an ACK behind the link's others (link lock held): it goes out when completions free the
+ * send queue, or when the lane is kicked. */
+static int queue_ack_locked(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
+{
+    struct rdma_ack_wait *w = malloc(sizeof *w);
+    if (w == NULL)
+        return orb_fail(ORB_ENOMEM, "rdma: out of memory for a queued ACK");
+    memcpy(w->msg, msg, ORB_RDMA_ACK_LEN);
+    w->next = NULL;
+    if (l->acks_tail != NULL)
+        l->acks_tail->next = w;
+    else
+        l->acks_head = w;
+    l->acks_tail = w;
+    return 0;
+}
+
+static void post_ack_wr(struct ibv_send_wr *wr)
+{
+    memset(wr, 0, sizeof *wr);
+    wr->opcode = IBV_WR_SEND;
+}
+
 int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
 {
     struct ibv_send_wr wr;
-    memset(&wr, 0, sizeof wr);
-    wr.opcode = IBV_WR_SEND;
+    post_ack_wr(&wr);
     pthread_mutex_lock(&l->lock);
-    int rc = l->acks_head != NULL ? ORB_ERESOURCE : rdma_link_post_locked(l, &wr, 0, msg, ORB_RDMA_ACK_LEN, false);
-    if (rc == RDMA_POST_UNKNOWN) /* the link is failed either way: the requester sees no ACK */
+    int rc = l->failed != 0      ? orb_fail(ORB_EPEER, "rdma: the link of rail %u is dead", l->rail)
+             : l->acks_head != NULL ? ORB_ERESOURCE
+                                    : rdma_link_post_locked(l, &wr, RDMA_COOKIE_ACK, msg, ORB_RDMA_ACK_LEN, false);
+    if (rc == RDMA_POST_UNKNOWN) /* failed; its completion, if one comes, hands it on again */
         rc = ORB_EPEER;
-    if (rc == ORB_ERESOURCE) {
-        /* Queued behind the others: it goes out when completions free the send queue. */
-        struct rdma_ack_wait *w = malloc(sizeof *w);
-        if (w == NULL) {
-            rc = orb_fail(ORB_ENOMEM, "rdma: out of memory for a queued ACK");
-        } else {
-            memcpy(w->msg, msg, ORB_RDMA_ACK_LEN);
-            w->next = NULL;
-            if (l->acks_tail != NULL)
-                l->acks_tail->next = w;
-            else
-                l->acks_head = w;
-            l->acks_tail = w;
-            rc = 0;
-        }
-    }
+    if (rc == ORB_ERESOURCE)
+        rc = queue_ack_locked(l, msg);
     pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+int rdma_link_queue_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
+{
+    pthread_mutex_lock(&l->lock);
+    int rc = l->failed != 0 ? orb_fail(ORB_EPEER, "rdma: the link of rail %u is dead", l->rail)
+                            : queue_ack_locked(l, msg);
+    pthread_mutex_unlock(&l->lock);
+    if (rc == 0)
+        rdma_link_kick(l);
     return rc;
 }
 
@@ -523,27 +546,28 @@ void rdma_link_kick(struct rdma_link *l)
     }
 }
 
-/* Post queued ACKs while the send queue has room (link lock held). */
-static int drain_acks_locked(struct rdma_link *l)
+/* Post queued ACKs while the send queue has room (link lock held). On a dead link the ACKs not
+ * posted are taken off into *lost (the caller hands them on); one the device may have taken
+ * stays with its completion, which does that. */
+static void drain_acks_locked(struct rdma_link *l, struct rdma_ack_wait **lost)
 {
     while (l->acks_head != NULL) {
         struct rdma_ack_wait *w = l->acks_head;
         struct ibv_send_wr wr;
-        memset(&wr, 0, sizeof wr);
-        wr.opcode = IBV_WR_SEND;
-        int rc = rdma_link_post_locked(l, &wr, 0, w->msg, ORB_RDMA_ACK_LEN, false);
+        post_ack_wr(&wr);
+        int rc = rdma_link_post_locked(l, &wr, RDMA_COOKIE_ACK, w->msg, ORB_RDMA_ACK_LEN, false);
         if (rc == ORB_ERESOURCE)
-            return 0;
-        if (rc == RDMA_POST_UNKNOWN)
-            rc = ORB_EPEER;
+            return;
+        if (rc != 0 && rc != RDMA_POST_UNKNOWN) {
+            *lost = l->acks_head;
+            l->acks_head = l->acks_tail = NULL;
+            return;
+        }
         l->acks_head = w->next;
         if (l->acks_head == NULL)
             l->acks_tail = NULL;
         free(w);
-        if (rc != 0)
-            return rc;
     }
-    return 0;
 }
 
 static void free_acks_locked(struct rdma_link *l)
@@ -592,10 +616,15 @@ void rdma_link_drain_waits(struct rdma_link *l)
         struct rdma_bind_wait *bfailed = NULL;
         int bstatus = 0;
         drain_binds_locked(l, &bfailed, &bstatus);
-        int rc = drain_acks_locked(l);
+        struct rdma_ack_wait *lost = NULL;
+        drain_acks_locked(l, &lost);
         pthread_mutex_unlock(&l->lock);
-        if (rc != 0)
-            ORB_LOGW("rdma: rail %u: a queued ACK could not be posted: %s", l->rail, orb_last_error());
+        while (lost != NULL) {
+            struct rdma_ack_wait *next = lost->next;
+            rdma_src_ack_lost(l, lost->msg);
+            free(lost);
+            lost = next;
+        }
         while (bfailed != NULL) {
             struct rdma_bind_wait *next = bfailed->next;
             rdma_src_bind_failed(bfailed->grant, bfailed->rail, bstatus);

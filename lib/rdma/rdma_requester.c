@@ -680,6 +680,23 @@ static void end_locked(struct rdma_req *r, int status, struct ending *e)
     e->effect = outcome_locked(r, status).effect;
 }
 
+/* `r` back to before its grant (p->lock held, its attempt left). */
+static void reset_attempt_locked(struct rdma_req *r)
+{
+    r->rail_failed = r->rail_lost = 0;
+    r->status = 0;
+    r->why[0] = '\0';
+    r->granted = r->acked = r->expired = false;
+    r->trial_token = 0;
+    r->trial_posted = false;
+    r->rail_mask = 0;
+    r->outstanding = r->sends_left = 0;
+    memset(r->rail_left, 0, sizeof r->rail_left);
+    memset(r->rail_wrs, 0, sizeof r->rail_wrs);
+    memset(r->rail_bytes, 0, sizeof r->rail_bytes);
+    memset(r->first_post_ns, 0, sizeof r->first_post_ns);
+}
+
 /* Take failed `r` back to before its grant (p->lock held): its attempt is judged and left as an
  * ending one would be, and it starts over with the rails that failed it avoided; report_pieces()
  * queues it for its new grant. */
@@ -694,18 +711,7 @@ static void replay_locked(struct rdma_req *r, struct ending *e)
     snprintf(e->why, sizeof e->why, "%s", r->why);
     r->replays++;
     r->avoid |= r->rail_lost;
-    r->rail_failed = r->rail_lost = 0;
-    r->status = 0;
-    r->why[0] = '\0';
-    r->granted = r->acked = r->expired = false;
-    r->trial_token = 0;
-    r->trial_posted = false;
-    r->rail_mask = 0;
-    r->outstanding = r->sends_left = 0;
-    memset(r->rail_left, 0, sizeof r->rail_left);
-    memset(r->rail_wrs, 0, sizeof r->rail_wrs);
-    memset(r->rail_bytes, 0, sizeof r->rail_bytes);
-    memset(r->first_post_ns, 0, sizeof r->first_post_ns);
+    reset_attempt_locked(r);
 }
 
 static void end_now(struct orb_rdma_tp *tp, struct rdma_req *r, int status, const char *why);
@@ -727,6 +733,54 @@ static void ask_again(struct orb_rdma_tp *tp, struct rdma_req *r, const struct e
     pthread_mutex_unlock(&tp->glock);
     if (stopping)
         end_now(tp, r, e->status, e->why);
+}
+
+/* `r` was refused because queue pairs it asked for are dead at the source (`lost`, places in
+ * the connection of incarnation `incarnation`): nothing of it exists there, so it goes back to
+ * the grant queue, and pick_rails() gives it rails without a dead queue pair. Those queue pairs
+ * are failed here too (their rails count the path failure and stay out until the connection
+ * heals). false, with nothing changed: it was rerouted as often as the connection has queue
+ * pairs already (a source that names live ones again and again), and the caller ends it. */
+static bool reroute(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t lost, uint64_t incarnation)
+{
+    struct rdma_peer *p = r->peer;
+    uint32_t rails = 0;
+    pthread_mutex_lock(&p->lock);
+    if (r->reroutes >= p->nrails * p->width) {
+        pthread_mutex_unlock(&p->lock);
+        return false;
+    }
+    r->reroutes++;
+    for (uint32_t m = incarnation == p->incarnation ? lost : 0; m != 0; m &= m - 1) {
+        struct rdma_link *l = p->links[__builtin_ctz(m)];
+        if (l != NULL && !atomic_load(&l->down)) {
+            rdma_link_fault(l, ORB_EPEER);
+            rails |= 1u << l->rail;
+        }
+    }
+    r->rail_failed = rails; /* judged as the path's failures (once, by whoever saw them first) */
+    leave_locked(r, ORB_EPEER);
+    reset_attempt_locked(r);
+    r->avoid |= rails;
+    pthread_mutex_unlock(&p->lock);
+    if (r->leased) {
+        (void)orb_lease_abandon(&r->lease); /* nothing of it was posted */
+        r->leased = false;
+    }
+    if (rails != 0)
+        ORB_LOGI("rdma: %s: queue pair(s) 0x%x of the connection are dead at the source: rails 0x%x are out of it "
+                 "here too, and the requests asked for on them are given other rails", p->endpoint, lost, rails);
+    r->next = NULL;
+    pthread_mutex_lock(&tp->glock);
+    bool stopping = atomic_load(&tp->stopping);
+    if (!stopping) {
+        enqueue_for_grants_locked(tp, r);
+        pthread_cond_signal(&tp->gcond);
+    }
+    pthread_mutex_unlock(&tp->glock);
+    if (stopping)
+        end_now(tp, r, ORB_ECLOSED, "rdma: the transport stopped before the request was granted");
+    return true;
 }
 
 static void report_pieces(struct orb_rdma_tp *tp, const struct ending *e)
@@ -1145,13 +1199,15 @@ static bool may_start_pieces(struct orb_rdma_tp *tp, struct rdma_req *r)
     return live > 0;
 }
 
-/* Ready `r` for its grant: its pieces asked whether they may start (a replay's started once
- * already and stay), a new id, admission, and the live pieces' rails. false: it ended here. */
+/* Ready `r` for its grant: its pieces asked whether they may start (once: a replay's or a
+ * rerouted request's stay), a new id, admission, and the live pieces' rails. false: it ended
+ * here. */
 static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
 {
     struct rdma_peer *p = r->peer;
-    if (r->replays == 0 && !may_start_pieces(tp, r))
+    if (!r->pieces_asked && !may_start_pieces(tp, r))
         return false;
+    r->pieces_asked = true;
     /* A new id for each grant asked for: late answers about a replay's old one match nothing. */
     pthread_mutex_lock(&p->lock);
     r->id = ++p->next_request;
@@ -1403,6 +1459,19 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
             int st = rc != 0 ? rc : ans->g[i].status;
             if (st == ORB_EAGAIN) {
                 rs[again++] = r;
+                continue;
+            }
+            if (st == ORB_EPEER && rc == 0 && ans->g[i].lost_qps != 0) {
+                if ((ans->g[i].lost_qps & ~q.ask[i].rail_mask) != 0) {
+                    snprintf(why, sizeof why, "rdma: %s named queue pairs 0x%x lost for a request that asked for 0x%x",
+                             p->endpoint, ans->g[i].lost_qps, q.ask[i].rail_mask);
+                    end_now(tp, r, ORB_EPROTO, why);
+                    continue;
+                }
+                if (reroute(tp, r, ans->g[i].lost_qps, q.incarnation))
+                    continue;
+                snprintf(why, sizeof why, "rdma: %s refused the grant: %s", p->endpoint, ans->g[i].why);
+                end_now(tp, r, ORB_EPEER, why);
                 continue;
             }
             if ((gone || st == ORB_EPEER) && !rebuilt) {

@@ -374,12 +374,23 @@ static int src_disconnect(struct orb_rdma_tp *tp, const struct orb_epoch *sender
 
 /* ---- grants ----------------------------------------------------------------------------------- */
 
+/* The queue pairs of `mask` that are dead on connection c. */
+static uint32_t dead_qps(const struct rdma_src_conn *c, uint32_t mask)
+{
+    uint32_t dead = 0;
+    for (uint32_t k = 0; k < c->nqps; k++)
+        if ((mask & (1u << k)) && atomic_load(&c->links[k]->down))
+            dead |= 1u << k;
+    return dead;
+}
+
 /* Prepare one request's grant: the registration pinned with the operation's permission, the
  * budgets reserved, a staging extent filled when this engine stages, and a window bind per rail
  * queued for the lane. On success *out is linked on the connection with its binds in flight;
- * grant_publish() answers it once they are done. */
+ * grant_publish() answers it once they are done. ORB_EPEER with *lost (zero on entry) set: the
+ * asked queue pairs that are dead here. */
 static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_ask *in,
-                         struct rdma_grant **out)
+                         struct rdma_grant **out, uint32_t *lost)
 {
     int rc;
     if ((in->rail_mask >> c->nqps) != 0)
@@ -422,6 +433,13 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     if (c->failed != 0) {
         pthread_mutex_unlock(&c->lock);
         rc = orb_fail(ORB_EPEER, "rdma: the connection is failed");
+        goto release;
+    }
+    /* A queue pair of the connection died here (its rail's path): named in the refusal, so
+     * that the requester gives the request other rails. */
+    if ((*lost = dead_qps(c, g->rail_mask)) != 0) {
+        pthread_mutex_unlock(&c->lock);
+        rc = orb_fail(ORB_EPEER, "rdma: queue pair(s) 0x%x of the connection are failed at the source", *lost);
         goto release;
     }
     if (atomic_fetch_add(&tp->active_grants, 1) >= tp->cfg->max_grants) {
@@ -569,11 +587,14 @@ static void grant_publish(struct rdma_src_conn *c, struct rdma_grant *g, struct 
         int status = g->bind_status;
         char why[sizeof g->why];
         snprintf(why, sizeof why, "%s", g->why[0] != '\0' ? g->why : "rdma: a window bind failed at the device");
+        /* A bind that failed because its queue pair died: the refusal names the dead ones. */
+        uint32_t lost = dead_qps(c, g->rail_mask);
         grant_unlink(c, g);
         pthread_mutex_unlock(&c->lock);
         grant_release(c, g, false);
         free(g);
-        out->status = status;
+        out->status = lost != 0 ? ORB_EPEER : status;
+        out->lost_qps = lost;
         snprintf(out->why, sizeof out->why, "%s", why);
         return;
     }
@@ -609,7 +630,7 @@ static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, con
     struct rdma_grant *gs[ORB_RDMA_GRANT_BATCH] = {NULL};
     out->count = in.count;
     for (uint32_t i = 0; i < in.count; i++) {
-        int e = grant_prepare(tp, c, &in.ask[i], &gs[i]);
+        int e = grant_prepare(tp, c, &in.ask[i], &gs[i], &out->g[i].lost_qps);
         if (e == ORB_EPROTO) {
             /* A broken request is no refusal: the message is refused whole. */
             char why[256];
@@ -704,12 +725,33 @@ static void bind_ended(struct rdma_grant *g, uint32_t rail, int status)
 
 void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc *wc)
 {
-    if (!(cookie & RDMA_COOKIE_CTX))
-        return; /* an ACK: nothing waits for it */
-    struct rdma_wr_ctx *x = (struct rdma_wr_ctx *)(uintptr_t)(cookie & ~(uint64_t)RDMA_COOKIE_CTX);
     bool ok = wc == NULL || wc->status == IBV_WC_SUCCESS;
+    if (cookie & RDMA_COOKIE_ACK) {
+        /* Nothing waits for an ACK here; one that may not have arrived goes again, elsewhere. */
+        if (!ok) {
+            uint8_t msg[ORB_RDMA_ACK_LEN];
+            memcpy(msg, l->buf + (size_t)(cookie >> 2) * RDMA_MSG_SLOT, sizeof msg);
+            rdma_src_ack_lost(l, msg);
+        }
+        return;
+    }
+    struct rdma_wr_ctx *x = (struct rdma_wr_ctx *)(uintptr_t)(cookie & ~(uint64_t)RDMA_COOKIE_CTX);
     bind_ended(x->owner, x->rail, ok ? 0 : ORB_EPEER);
-    (void)l;
+}
+
+void rdma_src_ack_lost(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
+{
+    /* The requester takes an ACK once and ignores the same one again: one that did arrive after
+     * all costs nothing. */
+    struct rdma_src_conn *c = l->owner;
+    for (uint32_t i = 1; i < c->nqps; i++) {
+        struct rdma_link *o = c->links[(l->rail + i) % c->nqps];
+        if (o != NULL && rdma_link_queue_ack(o, msg) == 0) {
+            ORB_LOGD("rdma: an ACK that queue pair %u did not deliver goes on queue pair %u", l->rail, o->rail);
+            return;
+        }
+    }
+    conn_fail(c, ORB_EPEER, "an ACK could not be delivered on any queue pair of the connection");
 }
 
 void rdma_src_bind_failed(struct rdma_grant *g, uint32_t rail, int status)
@@ -722,7 +764,12 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     struct rdma_src_conn *c = l->owner;
     struct orb_rdma_tp *tp = l->tp;
     if (msg == NULL) {
-        conn_fail(c, ORB_EPEER, "a receive completed in error");
+        /* The rail's queue pair is dead (a flush, or its path failed: the link is failed). Only
+         * that rail is lost: the grants that hold it stay until the connection ends (the
+         * requester rebuilds it, or they expire) and the other rails go on serving. A message
+         * longer than a receive slot is the requester's breach: the connection ends. */
+        if (wc->status == IBV_WC_LOC_LEN_ERR)
+            conn_fail(c, ORB_EPROTO, "a message longer than a receive slot came in");
         return;
     }
     struct orb_rdma_binding b;
@@ -777,7 +824,6 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     uint8_t ack[ORB_RDMA_ACK_LEN];
     struct orb_rdma_ack a = {.request = request, .grant = id, .status = 0};
     orb_rdma_ack_encode(&a, ack);
-    int rc = rdma_link_post_ack(l, ack);
-    if (rc != 0)
-        conn_fail(c, rc, orb_last_error());
+    if (rdma_link_post_ack(l, ack) != 0) /* the rail died since the binding came */
+        rdma_src_ack_lost(l, ack);
 }

@@ -4,7 +4,7 @@ import os
 import sys
 import struct
 
-V = 6
+V = 7
 CONNECT, CONNECT_OK, GRANT_REQ, GRANT = 1, 2, 3, 4
 GID = bytes([0] * 10 + [0xFF, 0xFF, 10, 77, 1, 1])
 NONCE = bytes(range(32))
@@ -36,8 +36,8 @@ def granted(keys, n=None, target=0x7F0000001000):
         NONCE + struct.pack("<Q", target) + b"".join(struct.pack("<I", k) for k in keys)
 
 
-def refused(status=-4, why=b"rdma: WRITE into a READ-only registration", n=None):
-    return struct.pack("<iB", status, len(why) if n is None else n) + b"\0\0\0" + why
+def refused(status=-4, why=b"rdma: WRITE into a READ-only registration", n=None, lost=0):
+    return struct.pack("<iBBH", status, len(why) if n is None else n, 0, lost) + why
 
 
 def grants(entries, n=None):
@@ -71,6 +71,9 @@ def corpus():
         "valid-grant-req-write-rails": grant_req(op=1, mask=0x8001, addr=2**64 - 4097, length=4096),
         "valid-grant-req-16": grant_req([ask(request=i, op=i % 2, mask=1 << (i % 16)) for i in range(16)]),
         "valid-grants-mixed": grants([granted([7, 8]), refused(), refused(-16, b""), granted([9])]),
+        "valid-grants-lost-qps": grants([refused(-11, b"rdma: queue pair 1 is failed", lost=0x2), granted([9])]),
+        "bad-grants-lost-qps-not-epeer": grants([refused(-16, b"", lost=0x2)]),
+        "bad-grants-lost-qps-granted": grants([granted([7])[:6] + b"\1\0" + granted([7])[8:]]),
         "valid-grant-1": grant([0x1234]),
         "valid-grant-16": grant([i + 1 for i in range(16)]),
         "valid-binding": binding(),

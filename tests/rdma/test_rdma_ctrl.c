@@ -183,6 +183,25 @@ static void test_grant_round_trip(void **state)
     /* A status that is no ORB_E* code cannot be sent. */
     g.g[0].status = -100;
     assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
+
+    /* Lost queue pairs travel with an ORB_EPEER refusal only, and in 16 bits. */
+    memset(&g, 0, sizeof g);
+    g.count = 1;
+    g.g[0].status = ORB_EPEER;
+    g.g[0].lost_qps = 0x8002;
+    snprintf(g.g[0].why, sizeof g.g[0].why, "queue pair 1 is failed");
+    assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gd), 0);
+    assert_int_equal(gd.g[0].status, ORB_EPEER);
+    assert_int_equal(gd.g[0].lost_qps, 0x8002);
+    assert_string_equal(gd.g[0].why, "queue pair 1 is failed");
+    buf[8] = (uint8_t)ORB_EAGAIN; /* the same bytes with another status */
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gd), ORB_EPROTO);
+    g.g[0].lost_qps = 0x10000;
+    assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
+    g.g[0].lost_qps = 1;
+    g.g[0].status = ORB_EAGAIN;
+    assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
 }
 
 static void test_binding_and_ack(void **state)

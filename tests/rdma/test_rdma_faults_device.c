@@ -90,11 +90,14 @@ struct hello {
     uint64_t base;
 };
 
-static _Noreturn void source_main(int to_parent, int from_parent, const char *endpoint)
+/* `arm`: NULL (the interposer only counts the source's memory windows), or "ack-qp-error:N":
+ * the queue pair that posts the source's Nth SEND (an ACK) goes to the error state first. */
+static _Noreturn void source_main(int to_parent, int from_parent, const char *endpoint, const char *arm)
 {
-    /* Nothing is armed here: the interposer counts the source's memory windows. */
     if (itp_install() != 0)
         _exit(7);
+    if (arm != NULL && strncmp(arm, "ack-qp-error:", 13) == 0)
+        itp_arm(ITP_POST_SEND, strtoull(arm + 13, NULL, 10), 0, IBV_WR_SEND, ITP_QP_TO_ERROR);
     orb_engine *e = engine_on(RDMA_TEST_SOURCE_NICS, 1, endpoint, NULL);
     orb_host_memory *mem = NULL;
     orb_reg_id id;
@@ -112,8 +115,11 @@ static _Noreturn void source_main(int to_parent, int from_parent, const char *en
     if (write(to_parent, &h, sizeof h) != (ssize_t)sizeof h)
         _exit(4);
     uint8_t cmd = 0;
-    while (read(from_parent, &cmd, 1) == 1 && cmd != 'q')
-        ;
+    while (read(from_parent, &cmd, 1) == 1 && cmd != 'q') {
+        uint64_t failures = itp_failures(ITP_POST_SEND);
+        if (cmd == 'f' && write(to_parent, &failures, sizeof failures) != (ssize_t)sizeof failures)
+            _exit(4);
+    }
     int rc = orb_engine_close(e, TIMEOUT_NS);
     orb_engine_free(e);
     orb_host_memory_unref(mem);
@@ -132,8 +138,9 @@ struct source {
     struct hello h;
 };
 
-/* Start a source process listening on `endpoint` ("127.0.0.1:0": any port) and read its hello. */
-static void source_spawn(struct source *sp, const char *endpoint)
+/* Start a source process listening on `endpoint` ("127.0.0.1:0": any port), its interposer
+ * armed with `arm` (source_main; NULL: nothing), and read its hello. */
+static void source_spawn_armed(struct source *sp, const char *endpoint, const char *arm)
 {
     int up[2], down[2];
     assert_int_equal(pipe(up), 0);
@@ -148,7 +155,7 @@ static void source_spawn(struct source *sp, const char *endpoint)
         char a[16], b[16];
         snprintf(a, sizeof a, "%d", up[1]);
         snprintf(b, sizeof b, "%d", down[0]);
-        execl("/proc/self/exe", "test_rdma_faults_device", "--source", a, b, endpoint, (char *)NULL);
+        execl("/proc/self/exe", "test_rdma_faults_device", "--source", a, b, endpoint, arm, (char *)NULL);
         _exit(127);
     }
     close(up[1]);
@@ -156,6 +163,21 @@ static void source_spawn(struct source *sp, const char *endpoint)
     sp->from = up[0];
     sp->to = down[1];
     assert_int_equal(read(sp->from, &sp->h, sizeof sp->h), (ssize_t)sizeof sp->h);
+}
+
+static void source_spawn(struct source *sp, const char *endpoint)
+{
+    source_spawn_armed(sp, endpoint, NULL);
+}
+
+/* How many posts its armed interposer made fail so far. */
+static uint64_t source_failures(struct source *sp)
+{
+    uint8_t q = 'f';
+    uint64_t n = 0;
+    assert_int_equal(write(sp->to, &q, 1), 1);
+    assert_int_equal(read(sp->from, &n, sizeof n), (ssize_t)sizeof n);
+    return n;
 }
 
 /* Ask it to close and wait for its exit: 0 when it closed quiescent with every memory window
@@ -719,6 +741,72 @@ static void test_reads_replay_on_the_other_rail(void **state)
     assert_int_equal(atomic_load(&rd[0].corrupt) + atomic_load(&rd[1].corrupt), 0);
     /* The path failure counted against the rail, as without replays. */
     assert_true(s.rail_errors > s0.rail_errors);
+    orb_segment_close(sb);
+    source_stop(&b);
+    footprint_returns(&cell.before, "the requester kept something of the connection");
+}
+
+/* A queue pair of the source dies under READ batches on both rails (made to by the source's
+ * interposer, right before it posts an ACK), while the requester's end of it is still alive:
+ * only that queue pair is lost at the source. The ACK goes on another queue pair, the grants
+ * asked for on the dead one are refused naming it and given other rails, the READs it was
+ * carrying are asked again, the connection is rebuilt, and no batch fails. */
+static void test_a_source_queue_pair_dies(void **state)
+{
+    (void)state;
+    struct cell cell;
+    cell_begin(&cell);
+    struct source b;
+    source_spawn_armed(&b, "127.0.0.1:0", "ack-qp-error:40");
+    orb_segment *sb = NULL;
+    if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
+        fail_msg("open_segment: %s", orb_last_error());
+    uint8_t *expect = malloc(AREA);
+    assert_non_null(expect);
+    for (uint64_t i = 0; i < AREA; i++)
+        expect[i] = pattern(i, 0);
+    atomic_int stop = 0;
+    struct reader rd[2];
+    memset(rd, 0, sizeof rd);
+    struct orb_rdma_stats s0 = stats_of(req);
+    pthread_t th[2];
+    for (uint32_t k = 0; k < 2; k++) {
+        rd[k] = (struct reader){.seg = sb, .base = b.h.base, .half = k, .expect = expect, .stop = &stop};
+        assert_int_equal(pthread_create(&th[k], NULL, reader_main, &rd[k]), 0);
+    }
+    uint64_t t0 = now_ns();
+    long died = WAIT_FOR(source_failures(&b) == 1, 20000);
+    print_message("the source's queue pair went to the error state after %ld ms\n", died);
+    CHECK(died >= 0);
+    /* Both rails carry READs again once the connection is rebuilt. */
+    struct orb_rdma_nic_load l[2];
+    loads(l);
+    uint64_t rail0 = l[0].completed_bytes, rail1 = l[1].completed_bytes;
+    long back = WAIT_FOR((loads(l), stats_of(req).reconnects > s0.reconnects && l[0].completed_bytes > rail0 &&
+                          l[1].completed_bytes > rail1),
+                         20000);
+    print_message("the connection was rebuilt and both rails carried READs again after %ld ms more\n", back);
+    CHECK(back >= 0);
+    sleep_ms(1000);
+    atomic_store(&stop, 1);
+    for (uint32_t k = 0; k < 2; k++)
+        pthread_join(th[k], NULL);
+    free(expect);
+    struct orb_rdma_stats s = stats_of(req);
+    uint64_t failed = atomic_load(&rd[0].failed) + atomic_load(&rd[1].failed);
+    print_message("%llu batch(es) of %u READs in %llu ms: %llu failed, %llu corrupt; %llu READ(s) asked again, "
+                  "%llu rail error(s), %llu reconnect(s)\n",
+                  (unsigned long long)(atomic_load(&rd[0].batches) + atomic_load(&rd[1].batches)), AREA / CHUNK / 2,
+                  (unsigned long long)((now_ns() - t0) / 1000000u), (unsigned long long)failed,
+                  (unsigned long long)(atomic_load(&rd[0].corrupt) + atomic_load(&rd[1].corrupt)),
+                  (unsigned long long)(s.read_replays - s0.read_replays),
+                  (unsigned long long)(s.rail_errors - s0.rail_errors), (unsigned long long)(s.reconnects - s0.reconnects));
+    if (failed != 0)
+        fail_msg("a batch of READs failed: %s", rd[0].failed != 0 ? rd[0].why : rd[1].why);
+    if (checks_failed[0] != '\0')
+        fail_msg("%s", checks_failed);
+    assert_int_equal(atomic_load(&rd[0].corrupt) + atomic_load(&rd[1].corrupt), 0);
+    assert_int_equal(source_failures(&b), 1);
     orb_segment_close(sb);
     source_stop(&b);
     footprint_returns(&cell.before, "the requester kept something of the connection");
@@ -1411,7 +1499,7 @@ static int soak(unsigned seconds)
 int main(int argc, char **argv)
 {
     if (argc >= 5 && strcmp(argv[1], "--source") == 0)
-        source_main(atoi(argv[2]), atoi(argv[3]), argv[4]);
+        source_main(atoi(argv[2]), atoi(argv[3]), argv[4], argc >= 6 ? argv[5] : NULL);
     if (argc >= 3 && strcmp(argv[1], "--soak") == 0)
         return soak((unsigned)atoi(argv[2]));
     /* The requester's verbs calls go through the interposer (the source processes' too, counted
@@ -1423,6 +1511,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_port_down_under_a_two_rail_transfer),
         cmocka_unit_test(test_reads_replay_on_the_other_rail),
+        cmocka_unit_test(test_a_source_queue_pair_dies),
         cmocka_unit_test(test_a_port_down_at_start),
         cmocka_unit_test(test_a_completion_queue_error),
         cmocka_unit_test(test_the_address_of_a_rail_changes),
