@@ -55,12 +55,20 @@ static uint8_t pattern(uint64_t i, uint32_t seed)
 /* An engine on `nics` with the settings this test's faults need: short retransmission (about
  * 0.27 s before a lost peer is given up), a rail paused at its first failure for 2 s,
  * io_timeout_s IO_TIMEOUT_S; read_replays `replays` (NULL: the default). */
-static orb_engine *engine_on(const char *nics, int source, const char *endpoint, const char *replays)
+static orb_engine *engine_on(const char *nics, int source, const char *endpoint, const char *replays,
+                             const char *progress)
 {
-    const char *kv[] = {"rdma_whitelist", nics, "ack_timeout", "14", "retry_count", "3", "rail_error_threshold", "1",
-                        "rail_cooldown", "2s", "rail_probe_interval", "200ms", "read_replays", replays, NULL};
-    if (replays == NULL)
-        kv[12] = NULL;
+    const char *kv[18] = {"rdma_whitelist", nics, "ack_timeout", "14", "retry_count", "3", "rail_error_threshold", "1",
+                          "rail_cooldown", "2s", "rail_probe_interval", "200ms", NULL};
+    size_t n = 12;
+    if (replays != NULL) {
+        kv[n++] = "read_replays";
+        kv[n++] = replays;
+    }
+    if (progress != NULL) {
+        kv[n++] = "progress_mode";
+        kv[n++] = progress;
+    }
     orb_rdma_config *rdma = NULL;
     assert_int_equal(orb_rdma_config_new(&rdma), 0);
     for (size_t i = 0; kv[i] != NULL; i += 2)
@@ -98,7 +106,7 @@ static _Noreturn void source_main(int to_parent, int from_parent, const char *en
         _exit(7);
     if (arm != NULL && strncmp(arm, "ack-qp-error:", 13) == 0)
         itp_arm(ITP_POST_SEND, strtoull(arm + 13, NULL, 10), 0, IBV_WR_SEND, ITP_QP_TO_ERROR);
-    orb_engine *e = engine_on(RDMA_TEST_SOURCE_NICS, 1, endpoint, NULL);
+    orb_engine *e = engine_on(RDMA_TEST_SOURCE_NICS, 1, endpoint, NULL, NULL);
     orb_host_memory *mem = NULL;
     orb_reg_id id;
     if (orb_host_memory_alloc(AREA, 0, &mem) != 0 ||
@@ -224,7 +232,7 @@ static int setup(void **state)
     }
     source_spawn(&main_source, "127.0.0.1:0");
     peer = main_source.h;
-    req = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL, NULL);
+    req = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL, NULL, NULL);
     assert_int_equal(orb_host_memory_alloc(AREA, 0, &req_mem), 0);
     local = orb_host_memory_data(req_mem);
     assert_int_equal(orb_register_host_memory(req, req_mem, 0, AREA, ORB_PERM_LOCAL, &req_id), 0);
@@ -266,11 +274,16 @@ static void link_set(const char *netdev, const char *state)
         fail_msg("%s failed", cmd);
 }
 
-static void loads(struct orb_rdma_nic_load out[2])
+static void loads_of(orb_engine *e, struct orb_rdma_nic_load out[2])
 {
     size_t n = 0;
-    assert_int_equal(orb_engine_rdma_nic_load(req, out, 2, &n), 0);
+    assert_int_equal(orb_engine_rdma_nic_load(e, out, 2, &n), 0);
     assert_int_equal(n, 2);
+}
+
+static void loads(struct orb_rdma_nic_load out[2])
+{
+    loads_of(req, out);
 }
 
 /* The traffic: WRITE a chunk of a fresh pattern, READ it back and compare, over and over, at a
@@ -817,35 +830,35 @@ static void test_a_source_queue_pair_dies(void **state)
  * fenced; once those drained, each lane gets new completion queues (progress_recoveries) while
  * the context's protection domain and memory regions stay; the rail's route opens again, it
  * carries traffic, and the old queues go with their last queue pair. */
-static void test_a_completion_queue_error(void **state)
+/* The completion-queue cell on requester engine `e` (its queues those made after `cq_mark`, its
+ * segment `sg` to the source at `base`, its local memory `area`). */
+static void completion_queue_error_on(orb_engine *e, uint64_t cq_mark, orb_segment *sg, uint64_t base,
+                                      uint8_t *area, const struct cell *cell)
 {
-    (void)state;
-    struct cell cell;
-    cell_begin(&cell);
-    struct orb_rdma_stats s0 = stats_of(req);
+    struct orb_rdma_stats s0 = stats_of(e);
     struct orb_rdma_nic_load l[2];
-    loads(l);
+    loads_of(e, l);
     uint64_t rail1_start = l[1].completed_bytes;
     struct traffic t;
-    traffic_init(&t, req, seg, peer.base, local);
+    traffic_init(&t, e, sg, base, area);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, traffic_main, &t), 0);
-    CHECK(WAIT_FOR((loads(l), l[1].completed_bytes > rail1_start), 10000) >= 0);
-    uint32_t broken = itp_break_cqs(cell.dev);
+    CHECK(WAIT_FOR((loads_of(e, l), l[1].completed_bytes > rail1_start), 10000) >= 0);
+    uint32_t broken = itp_break_cqs_since(cell->dev, cq_mark);
     uint64_t t0 = now_ns();
-    long fenced = WAIT_FOR(stats_of(req).routes_down >= 1, 3000);
-    long replaced = WAIT_FOR(stats_of(req).progress_recoveries > s0.progress_recoveries, 10000);
-    loads(l);
+    long fenced = WAIT_FOR(stats_of(e).routes_down >= 1, 3000);
+    long replaced = WAIT_FOR(stats_of(e).progress_recoveries > s0.progress_recoveries, 10000);
+    loads_of(e, l);
     uint64_t rail1 = l[1].completed_bytes;
-    long back = WAIT_FOR((loads(l), stats_of(req).routes_down == 0 && l[1].completed_bytes > rail1), 15000);
+    long back = WAIT_FOR((loads_of(e, l), stats_of(e).routes_down == 0 && l[1].completed_bytes > rail1), 15000);
     uint64_t took_ms = (now_ns() - t0) / 1000000ull;
     atomic_store(&t.stop, 1);
     pthread_join(th, NULL);
-    struct orb_rdma_stats s = stats_of(req);
+    struct orb_rdma_stats s = stats_of(e);
     print_message("%u completion queue(s) of %s reported an error: fenced after %ld ms, a lane's queues replaced after "
                   "%ld ms more, rail 1 carried traffic again %ld ms later (%llu ms in all); %llu lane(s) recovered, "
                   "%llu round(s) ok, %llu failed\n",
-                  broken, cell.dev, fenced, replaced, back, (unsigned long long)took_ms,
+                  broken, cell->dev, fenced, replaced, back, (unsigned long long)took_ms,
                   (unsigned long long)(s.progress_recoveries - s0.progress_recoveries),
                   (unsigned long long)atomic_load(&t.ok), (unsigned long long)atomic_load(&t.failed));
     CHECK(broken >= 2); /* a pair per lane */
@@ -857,6 +870,14 @@ static void test_a_completion_queue_error(void **state)
     assert_int_equal(s.nics_open, s0.nics_open);
     assert_int_equal(s.memory_regions, s0.memory_regions);
     assert_int_equal(s.routes_down, 0);
+}
+
+static void test_a_completion_queue_error(void **state)
+{
+    (void)state;
+    struct cell cell;
+    cell_begin(&cell);
+    completion_queue_error_on(req, 0, seg, peer.base, local, &cell);
     /* New queues for old: once the old queue pairs are gone, so are the old queues. */
     footprint_returns(&cell.before, "the recovered lane holds more than before");
 }
@@ -871,16 +892,21 @@ struct side {
     struct traffic t;              /* its one-request helper's state */
 };
 
-static void side_up(struct side *sd, const struct hello *h, const char *replays)
+static void side_up_with(struct side *sd, const struct hello *h, const char *replays, const char *progress)
 {
     memset(sd, 0, sizeof *sd);
-    sd->e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL, replays);
+    sd->e = engine_on(RDMA_TEST_REQUESTER_NICS, 0, NULL, replays, progress);
     assert_int_equal(orb_host_memory_alloc(CHUNK + 2 * GUARD, 0, &sd->mem), 0);
     assert_int_equal(orb_register_host_memory(sd->e, sd->mem, 0, CHUNK + 2 * GUARD, ORB_PERM_LOCAL, &sd->id), 0);
     if (orb_open_segment(sd->e, h->endpoint, &h->epoch, TIMEOUT_NS, &sd->seg) != 0)
         fail_msg("open_segment: %s", orb_last_error());
     traffic_init(&sd->t, sd->e, sd->seg, h->base, orb_host_memory_data(sd->mem));
     memset(sd->t.area, 0xee, CHUNK + 2 * GUARD);
+}
+
+static void side_up(struct side *sd, const struct hello *h, const char *replays)
+{
+    side_up_with(sd, h, replays, NULL);
 }
 
 /* Its segment closed, its memory unregistered, the engine closed quiescent and freed. */
@@ -892,6 +918,22 @@ static void side_down(struct side *sd)
         fail_msg("closing a cell's engine: %s", orb_last_error());
     orb_engine_free(sd->e);
     orb_host_memory_unref(sd->mem);
+}
+
+/* The completion-queue cell on an engine whose lanes wait on their completion channels
+ * (progress_mode event_driven): the new queues are armed on the same channel, and the old
+ * ones' events are acknowledged before they are destroyed (else destroying them would hang). */
+static void test_a_completion_queue_error_event_driven(void **state)
+{
+    (void)state;
+    struct cell cell;
+    cell_begin(&cell);
+    struct side sd;
+    uint64_t mark = itp_cq_mark(); /* the fixture's engine keeps its queues */
+    side_up_with(&sd, &peer, NULL, "event_driven");
+    completion_queue_error_on(sd.e, mark, sd.seg, peer.base, sd.t.area, &cell);
+    side_down(&sd);
+    footprint_returns(&cell.before, "the event-driven engine kept something of the recovered lane");
 }
 
 /* A port down when the engine starts: the rail's context and protection domain are kept
@@ -1514,6 +1556,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_a_source_queue_pair_dies),
         cmocka_unit_test(test_a_port_down_at_start),
         cmocka_unit_test(test_a_completion_queue_error),
+        cmocka_unit_test(test_a_completion_queue_error_event_driven),
         cmocka_unit_test(test_the_address_of_a_rail_changes),
         cmocka_unit_test(test_a_killed_source_and_its_successor),
         cmocka_unit_test(test_close_with_a_frozen_source),

@@ -131,8 +131,10 @@ int64_t itp_live_mws(void)
 #define MAX_CQS 256
 static struct {
     struct ibv_cq *cq;
-    bool error_due;        /* itp_break_cqs(): an error event to hand out */
+    uint64_t made;         /* its place in the order of creation, from 1 */
+    bool error_due;        /* itp_break_cqs_since(): an error event to hand out */
 } cqs[MAX_CQS];
+static uint64_t cqs_made;
 static struct ibv_cq *reported[MAX_CQS]; /* made-up events handed out and not acknowledged */
 
 static struct ibv_cq *w_create_cq(struct ibv_context *context, int cqe, void *cq_context,
@@ -145,6 +147,7 @@ static struct ibv_cq *w_create_cq(struct ibv_context *context, int cqe, void *cq
     for (size_t i = 0; i < MAX_CQS; i++)
         if (cqs[i].cq == NULL) {
             cqs[i].cq = cq;
+            cqs[i].made = ++cqs_made;
             cqs[i].error_due = false;
             break;
         }
@@ -204,12 +207,21 @@ static void w_ack_async_event(struct ibv_async_event *event)
     real.ack_async_event(event);
 }
 
-uint32_t itp_break_cqs(const char *device)
+uint64_t itp_cq_mark(void)
+{
+    pthread_mutex_lock(&lock);
+    uint64_t mark = cqs_made;
+    pthread_mutex_unlock(&lock);
+    return mark;
+}
+
+uint32_t itp_break_cqs_since(const char *device, uint64_t mark)
 {
     uint32_t n = 0;
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < MAX_CQS; i++)
-        if (cqs[i].cq != NULL && strcmp(real.get_device_name(cqs[i].cq->context->device), device) == 0) {
+        if (cqs[i].cq != NULL && cqs[i].made > mark &&
+            strcmp(real.get_device_name(cqs[i].cq->context->device), device) == 0) {
             cqs[i].error_due = true;
             n++;
         }

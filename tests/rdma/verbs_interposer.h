@@ -48,9 +48,12 @@ uint64_t itp_failures(enum itp_verb verb);
  * its window). */
 int64_t itp_live_mws(void);
 
-/* Each completion queue of device `device` that exists now reports an error: the next
- * get_async_event on its context returns IBV_EVENT_CQ_ERR for it (made up: the queue still
- * works, and acknowledging the event reaches no device). How many queues. */
-uint32_t itp_break_cqs(const char *device);
+/* Where the order of completion queue creation stands now (0 before the first). */
+uint64_t itp_cq_mark(void);
+/* Each completion queue of device `device` made after itp_cq_mark() returned `mark` (0: every
+ * one) that exists now reports an error: the next get_async_event on its context returns
+ * IBV_EVENT_CQ_ERR for it (made up: the queue still works, and acknowledging the event reaches
+ * no device). How many queues. */
+uint32_t itp_break_cqs_since(const char *device, uint64_t mark);
 
 #endif
