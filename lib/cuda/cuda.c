@@ -1,0 +1,138 @@
+/* libcuda.so.1, loaded at run time (see cuda.h). */
+#include "cuda/cuda.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+/* One export: its name and where its address goes in struct orb_cuda. */
+struct export {
+    const char *name;
+    size_t offset;
+};
+
+static const struct export exports[] = {
+#define ORB_CUDA_ENTRY(field, export, params) {#export, offsetof(struct orb_cuda, field)},
+    ORB_CUDA_EXPORTS(ORB_CUDA_ENTRY)
+#undef ORB_CUDA_ENTRY
+};
+
+int orb_cuda_status(orb_cu_result rc)
+{
+    switch (rc) {
+    case ORB_CU_SUCCESS:
+        return 0;
+    case ORB_CU_ERROR_OUT_OF_MEMORY:
+        return ORB_ENOMEM;
+    case ORB_CU_ERROR_INVALID_VALUE:
+    case ORB_CU_ERROR_INVALID_DEVICE:
+    case ORB_CU_ERROR_INVALID_CONTEXT:
+    case ORB_CU_ERROR_INVALID_HANDLE:
+        return ORB_EINVAL;
+    case ORB_CU_ERROR_NOT_INITIALIZED:
+    case ORB_CU_ERROR_DEINITIALIZED:
+    case ORB_CU_ERROR_NO_DEVICE:
+    case ORB_CU_ERROR_NOT_SUPPORTED:
+        return ORB_EUNAVAILABLE;
+    case ORB_CU_ERROR_NOT_READY:
+        return ORB_EAGAIN;
+    default:
+        return ORB_EPEER;
+    }
+}
+
+const char *orb_cuda_describe(const struct orb_cuda *c, orb_cu_result rc, char *buf, size_t cap)
+{
+    const char *name = NULL, *text = NULL;
+    /* The driver answers for codes it knows; an unknown code leaves both unset. */
+    if (c != NULL && (c->get_error_name(rc, &name) != ORB_CU_SUCCESS || name == NULL))
+        name = NULL;
+    if (c != NULL && (c->get_error_string(rc, &text) != ORB_CU_SUCCESS || text == NULL))
+        text = NULL;
+    if (name != NULL)
+        snprintf(buf, cap, "%s (%s)", name, text != NULL ? text : "no description");
+    else
+        snprintf(buf, cap, "CUDA error %u", rc);
+    return buf;
+}
+
+int orb_cuda_load(const char *path, struct orb_cuda *out)
+{
+    if (path == NULL || out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL path or table");
+    /* RTLD_NOW: a library that cannot bind its own dependencies fails here, not in a transfer;
+     * RTLD_LOCAL: nothing of it is visible to later loads. */
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL) {
+        const char *why = dlerror();
+        return orb_fail(ORB_EUNAVAILABLE, "cuda: cannot load %s: %s", path, why != NULL ? why : "unknown error");
+    }
+    struct orb_cuda table;
+    memset(&table, 0, sizeof table);
+    for (size_t i = 0; i < sizeof exports / sizeof exports[0]; i++) {
+        void *address = dlsym(handle, exports[i].name);
+        if (address == NULL) {
+            /* Every export or none: the handle is not used at all. */
+            (void)dlclose(handle);
+            return orb_fail(ORB_EUNAVAILABLE, "cuda: %s does not export %s: the driver is older than OrbiTE needs",
+                            path, exports[i].name);
+        }
+        /* POSIX lets a function pointer hold what dlsym returns. */
+        memcpy((char *)&table + exports[i].offset, &address, sizeof address);
+    }
+    char why[160];
+    orb_cu_result rc = table.init(0);
+    if (rc != ORB_CU_SUCCESS) {
+        (void)orb_cuda_describe(&table, rc, why, sizeof why);
+        (void)dlclose(handle);
+        return orb_fail(ORB_EUNAVAILABLE, "cuda: cuInit of %s failed: %s", path, why);
+    }
+    if ((rc = table.driver_get_version(&table.driver_version)) != ORB_CU_SUCCESS) {
+        (void)orb_cuda_describe(&table, rc, why, sizeof why);
+        (void)dlclose(handle);
+        return orb_fail(ORB_EUNAVAILABLE, "cuda: cuDriverGetVersion of %s failed: %s", path, why);
+    }
+    /* Kept open for the process's lifetime: contexts and allocations outlive any engine. */
+    *out = table;
+    return 0;
+}
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static struct orb_cuda g_cuda;
+static int g_status = ORB_EUNAVAILABLE;
+static char g_detail[256];
+static atomic_bool g_attempted;
+
+static void load_once(void)
+{
+    atomic_store(&g_attempted, true);
+    g_status = orb_cuda_load(ORB_CUDA_LIBRARY, &g_cuda);
+    if (g_status != 0) {
+        snprintf(g_detail, sizeof g_detail, "%s", orb_last_error());
+        ORB_LOGW("%s: CUDA memory is unavailable in this process", g_detail);
+    } else {
+        ORB_LOGI("cuda: %s loaded, driver API %d.%d", ORB_CUDA_LIBRARY, g_cuda.driver_version / 1000,
+                 g_cuda.driver_version % 1000 / 10);
+    }
+}
+
+int orb_cuda_get(const struct orb_cuda **out)
+{
+    if (out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL table");
+    (void)pthread_once(&g_once, load_once);
+    if (g_status != 0)
+        return orb_fail(g_status, "%s", g_detail);
+    *out = &g_cuda;
+    return 0;
+}
+
+bool orb_cuda_attempted(void)
+{
+    return atomic_load(&g_attempted);
+}

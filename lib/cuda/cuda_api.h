@@ -1,0 +1,118 @@
+/* The part of the CUDA Driver API that OrbiTE calls, declared here so that the library builds
+ * without a CUDA toolkit: the driver's ABI types, the values OrbiTE uses, and the type of each
+ * export it resolves from libcuda.so.1 at run time (lib/cuda/cuda.c). Where a toolkit's cuda.h
+ * is found at build time, cuda_api_check.c proves every declaration here against it.
+ *
+ * Exports are named as the driver exports them: the `_v2` entry points where the toolkit's
+ * header maps the plain name to one, the legacy-default-stream variants otherwise (OrbiTE
+ * passes explicit streams, so the per-thread-default-stream `_ptsz`/`_ptds` twins would only
+ * differ for stream handle 0, which it never passes). */
+#ifndef ORB_CUDA_API_H
+#define ORB_CUDA_API_H
+
+#include <stddef.h>
+
+/* The ABI types. Opaque handles keep the driver's own struct tags, so that function types
+ * declared with them are the toolkit's types, not look-alikes. */
+typedef unsigned int orb_cu_result;          /* CUresult (an enum of non-negative values) */
+typedef int orb_cu_device;                   /* CUdevice: an ordinal */
+typedef unsigned long long orb_cu_deviceptr; /* CUdeviceptr (the 64-bit one, _v2) */
+typedef struct CUctx_st *orb_cu_context;
+typedef struct CUstream_st *orb_cu_stream;
+typedef struct CUevent_st *orb_cu_event;
+
+/* CUresult values OrbiTE tells apart. */
+#define ORB_CU_SUCCESS 0u
+#define ORB_CU_ERROR_INVALID_VALUE 1u
+#define ORB_CU_ERROR_OUT_OF_MEMORY 2u
+#define ORB_CU_ERROR_NOT_INITIALIZED 3u
+#define ORB_CU_ERROR_DEINITIALIZED 4u
+#define ORB_CU_ERROR_NO_DEVICE 100u
+#define ORB_CU_ERROR_INVALID_DEVICE 101u
+#define ORB_CU_ERROR_INVALID_CONTEXT 201u
+#define ORB_CU_ERROR_INVALID_HANDLE 400u
+#define ORB_CU_ERROR_NOT_READY 600u
+#define ORB_CU_ERROR_NOT_SUPPORTED 801u
+
+/* CUdevice_attribute values. */
+#define ORB_CU_DEVICE_ATTRIBUTE_PCI_BUS_ID 33u
+#define ORB_CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID 34u
+#define ORB_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING 41u
+#define ORB_CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID 50u
+
+/* CUpointer_attribute values. */
+#define ORB_CU_POINTER_ATTRIBUTE_CONTEXT 1u
+#define ORB_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2u
+#define ORB_CU_POINTER_ATTRIBUTE_IS_MANAGED 8u
+#define ORB_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9u
+#define ORB_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11u
+#define ORB_CU_POINTER_ATTRIBUTE_RANGE_SIZE 12u
+
+/* CUmemorytype values. */
+#define ORB_CU_MEMORYTYPE_HOST 1u
+#define ORB_CU_MEMORYTYPE_DEVICE 2u
+#define ORB_CU_MEMORYTYPE_ARRAY 3u
+#define ORB_CU_MEMORYTYPE_UNIFIED 4u
+
+/* CUstreamCaptureStatus values. */
+#define ORB_CU_STREAM_CAPTURE_STATUS_NONE 0u
+#define ORB_CU_STREAM_CAPTURE_STATUS_ACTIVE 1u
+#define ORB_CU_STREAM_CAPTURE_STATUS_INVALIDATED 2u
+
+/* Flags. */
+#define ORB_CU_STREAM_NON_BLOCKING 0x1u     /* cuStreamCreate */
+#define ORB_CU_EVENT_DISABLE_TIMING 0x2u    /* cuEventCreate */
+#define ORB_CU_MEMHOSTALLOC_PORTABLE 0x1u   /* cuMemHostAlloc */
+#define ORB_CU_MEMHOSTALLOC_DEVICEMAP 0x2u
+
+/* The exports, as X(field, export, parameters), each returning orb_cu_result: the loader
+ * resolves every one (all or none), the check proves each against the toolkit's declaration of
+ * the export. Enum parameters are unsigned int, as the driver's enums of non-negative values
+ * are to gcc and clang. */
+#define ORB_CUDA_EXPORTS(X)                                                                                 \
+    X(init, cuInit, (unsigned int flags))                                                                   \
+    X(driver_get_version, cuDriverGetVersion, (int *version))                                               \
+    X(get_error_name, cuGetErrorName, (orb_cu_result error, const char **name))                             \
+    X(get_error_string, cuGetErrorString, (orb_cu_result error, const char **text))                         \
+    X(device_get_count, cuDeviceGetCount, (int *count))                                                     \
+    X(device_get, cuDeviceGet, (orb_cu_device * device, int ordinal))                                       \
+    X(device_get_attribute, cuDeviceGetAttribute, (int *value, unsigned int attribute, orb_cu_device device)) \
+    X(device_get_name, cuDeviceGetName, (char *name, int len, orb_cu_device device))                        \
+    X(device_get_pci_bus_id, cuDeviceGetPCIBusId, (char *id, int len, orb_cu_device device))                \
+    X(primary_ctx_retain, cuDevicePrimaryCtxRetain, (orb_cu_context * ctx, orb_cu_device device))           \
+    X(primary_ctx_release, cuDevicePrimaryCtxRelease_v2, (orb_cu_device device))                            \
+    X(ctx_set_current, cuCtxSetCurrent, (orb_cu_context ctx))                                               \
+    X(ctx_get_current, cuCtxGetCurrent, (orb_cu_context * ctx))                                             \
+    X(ctx_get_device, cuCtxGetDevice, (orb_cu_device * device))                                             \
+    X(mem_alloc, cuMemAlloc_v2, (orb_cu_deviceptr * ptr, size_t bytes))                                     \
+    X(mem_free, cuMemFree_v2, (orb_cu_deviceptr ptr))                                                       \
+    X(mem_get_address_range, cuMemGetAddressRange_v2, (orb_cu_deviceptr * base, size_t *size, orb_cu_deviceptr ptr)) \
+    X(mem_host_alloc, cuMemHostAlloc, (void **ptr, size_t bytes, unsigned int flags))                       \
+    X(mem_free_host, cuMemFreeHost, (void *ptr))                                                            \
+    X(pointer_get_attribute, cuPointerGetAttribute, (void *data, unsigned int attribute, orb_cu_deviceptr ptr)) \
+    X(memcpy_htod, cuMemcpyHtoD_v2, (orb_cu_deviceptr dst, const void *src, size_t bytes))                  \
+    X(memcpy_dtoh, cuMemcpyDtoH_v2, (void *dst, orb_cu_deviceptr src, size_t bytes))                        \
+    X(memcpy_dtod, cuMemcpyDtoD_v2, (orb_cu_deviceptr dst, orb_cu_deviceptr src, size_t bytes))             \
+    X(memcpy_htod_async, cuMemcpyHtoDAsync_v2,                                                              \
+      (orb_cu_deviceptr dst, const void *src, size_t bytes, orb_cu_stream stream))                          \
+    X(memcpy_dtoh_async, cuMemcpyDtoHAsync_v2, (void *dst, orb_cu_deviceptr src, size_t bytes, orb_cu_stream stream)) \
+    X(memcpy_dtod_async, cuMemcpyDtoDAsync_v2,                                                              \
+      (orb_cu_deviceptr dst, orb_cu_deviceptr src, size_t bytes, orb_cu_stream stream))                     \
+    X(stream_create, cuStreamCreate, (orb_cu_stream * stream, unsigned int flags))                          \
+    X(stream_destroy, cuStreamDestroy_v2, (orb_cu_stream stream))                                           \
+    X(stream_synchronize, cuStreamSynchronize, (orb_cu_stream stream))                                      \
+    X(stream_query, cuStreamQuery, (orb_cu_stream stream))                                                  \
+    X(stream_get_ctx, cuStreamGetCtx, (orb_cu_stream stream, orb_cu_context * ctx))                         \
+    X(stream_is_capturing, cuStreamIsCapturing, (orb_cu_stream stream, unsigned int *status))               \
+    X(event_create, cuEventCreate, (orb_cu_event * event, unsigned int flags))                              \
+    X(event_destroy, cuEventDestroy_v2, (orb_cu_event event))                                               \
+    X(event_record, cuEventRecord, (orb_cu_event event, orb_cu_stream stream))                              \
+    X(event_synchronize, cuEventSynchronize, (orb_cu_event event))                                          \
+    X(event_query, cuEventQuery, (orb_cu_event event))
+
+/* orb_cu_<field>_fn: each export's function type. */
+#define ORB_CUDA_FN_TYPE(field, export, params) typedef orb_cu_result orb_cu_##field##_fn params;
+ORB_CUDA_EXPORTS(ORB_CUDA_FN_TYPE)
+#undef ORB_CUDA_FN_TYPE
+
+#endif

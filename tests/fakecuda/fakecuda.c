@@ -1,0 +1,780 @@
+/* A CPU stand-in for the NVIDIA driver's libcuda.so.1, for tests only (never installed): the
+ * Driver API exports OrbiTE resolves (lib/cuda/cuda_api.h), with the driver's rules where OrbiTE
+ * depends on them.
+ *
+ * - Devices (2 unless fakecuda_set_devices() says otherwise before cuInit) with primary
+ *   contexts counted by retain/release, and a current context per thread.
+ * - Device memory at addresses of its own: each device's allocations lie in a range far outside
+ *   user space, so that a CPU that dereferences a device pointer faults, as it would on a GPU;
+ *   their bytes live in a memfd mapping elsewhere. Pinned host memory is ordinary mapped memory
+ *   the stand-in knows.
+ * - Streams run their work on a thread each, in order, so asynchrony is real: a copy queued on a
+ *   stream is done only after the stream gets to it; events record a generation on a stream and
+ *   are complete once the stream passed it.
+ * - Fault injection and counters for the tests (fakecuda.h): fail the Nth call of an export, slow
+ *   or hold every stream's operations, mark a stream capturing, count what is alive.
+ *
+ * Built twice more: FAKECUDA_OMIT_DTOD leaves out one export (cuMemcpyDtoD_v2), FAKECUDA_NO_DEVICE
+ * makes cuInit answer CUDA_ERROR_NO_DEVICE. */
+#include "fakecuda.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda/cuda_api.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Each export's prototype from cuda_api.h: the definitions below must match OrbiTE's types. */
+#define FAKECUDA_PROTOTYPE(field, export, params) EXPORT orb_cu_result export params;
+ORB_CUDA_EXPORTS(FAKECUDA_PROTOTYPE)
+#undef FAKECUDA_PROTOTYPE
+#define MAX_DEVICES 8
+#define MAX_ALLOCS 1024
+#define DEVICE_SPACE(d) (0xd000000000000000ull + ((unsigned long long)(d) << 44))
+#define DEVICE_ALIGN 256ull
+
+struct CUctx_st {
+    int device;
+    int refs;                          /* primary context retains */
+};
+
+enum alloc_kind { ALLOC_DEVICE = 1, ALLOC_HOST = 2 };
+
+struct alloc {
+    enum alloc_kind kind;
+    unsigned long long base;           /* the device address, or the host address */
+    size_t size;
+    uint8_t *bytes;                    /* where its bytes are */
+    int fd;                            /* a device allocation's memfd */
+    int device;
+};
+
+enum op_kind { OP_COPY = 1, OP_EVENT = 2 };
+
+struct op {
+    struct op *next;
+    enum op_kind kind;
+    void *dst;
+    const void *src;
+    size_t bytes;
+    struct CUevent_st *event;
+    unsigned long long generation;
+};
+
+struct CUstream_st {
+    struct CUctx_st *ctx;
+    pthread_t thread;
+    struct op *head, *tail;
+    bool running;                      /* the thread is executing an op */
+    bool destroyed;
+    unsigned int capture;
+};
+
+struct CUevent_st {
+    unsigned long long recorded, passed; /* generations */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
+static bool initialised;
+static int ndevices = 2;
+static struct CUctx_st contexts[MAX_DEVICES];
+static unsigned long long next_address[MAX_DEVICES];
+static struct alloc allocs[MAX_ALLOCS];
+static _Thread_local struct CUctx_st *current;
+static long live_streams, live_events;
+static unsigned slow_us;
+static bool held;                      /* fakecuda_hold_streams(): no stream runs anything */
+
+/* ---- fault injection ------------------------------------------------------------------------- */
+
+static struct {
+    char name[64];
+    unsigned long long nth, calls;
+    orb_cu_result rc;
+} fault;
+
+EXPORT void fakecuda_fail(const char *export, unsigned long long nth, unsigned int rc)
+{
+    pthread_mutex_lock(&lock);
+    snprintf(fault.name, sizeof fault.name, "%s", export != NULL ? export : "");
+    fault.nth = nth;
+    fault.calls = 0;
+    fault.rc = rc;
+    pthread_mutex_unlock(&lock);
+}
+
+/* The armed failure of `export`, if this call is its Nth (lock held). */
+static orb_cu_result injected(const char *export)
+{
+    if (fault.nth == 0 || strcmp(fault.name, export) != 0 || ++fault.calls != fault.nth)
+        return ORB_CU_SUCCESS;
+    fault.nth = 0;
+    return fault.rc;
+}
+
+#define ENTER(export)                                                                                      \
+    pthread_mutex_lock(&lock);                                                                             \
+    do {                                                                                                   \
+        orb_cu_result rc_ = !initialised ? ORB_CU_ERROR_NOT_INITIALIZED : injected(export);               \
+        if (rc_ != ORB_CU_SUCCESS) {                                                                       \
+            pthread_mutex_unlock(&lock);                                                                   \
+            return rc_;                                                                                    \
+        }                                                                                                  \
+    } while (0)
+#define LEAVE(rc)                                                                                          \
+    do {                                                                                                   \
+        orb_cu_result leave_ = (rc); /* evaluated under the lock */                                        \
+        pthread_mutex_unlock(&lock);                                                                       \
+        return leave_;                                                                                     \
+    } while (0)
+
+EXPORT void fakecuda_set_devices(int n)
+{
+    pthread_mutex_lock(&lock);
+    if (!initialised && n >= 0 && n <= MAX_DEVICES)
+        ndevices = n;
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fakecuda_slow_streams(unsigned microseconds)
+{
+    pthread_mutex_lock(&lock);
+    slow_us = microseconds;
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fakecuda_hold_streams(int hold)
+{
+    pthread_mutex_lock(&lock);
+    held = hold != 0;
+    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fakecuda_set_capturing(orb_cu_stream stream, unsigned int status)
+{
+    pthread_mutex_lock(&lock);
+    stream->capture = status;
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT struct fakecuda_counts fakecuda_counts(void)
+{
+    struct fakecuda_counts c = {0};
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_ALLOCS; i++) {
+        if (allocs[i].kind == ALLOC_DEVICE)
+            c.device_allocations++;
+        else if (allocs[i].kind == ALLOC_HOST)
+            c.host_allocations++;
+    }
+    for (int d = 0; d < ndevices; d++)
+        c.primary_refs += contexts[d].refs;
+    c.streams = live_streams;
+    c.events = live_events;
+    pthread_mutex_unlock(&lock);
+    return c;
+}
+
+/* ---- init, errors, devices --------------------------------------------------------------------- */
+
+EXPORT orb_cu_result cuInit(unsigned int flags)
+{
+    pthread_mutex_lock(&lock);
+    orb_cu_result rc = injected("cuInit");
+#ifdef FAKECUDA_NO_DEVICE
+    rc = ORB_CU_ERROR_NO_DEVICE;
+#endif
+    if (rc == ORB_CU_SUCCESS && flags != 0)
+        rc = ORB_CU_ERROR_INVALID_VALUE;
+    if (rc == ORB_CU_SUCCESS && !initialised) {
+        initialised = true;
+        for (int d = 0; d < MAX_DEVICES; d++) {
+            contexts[d].device = d;
+            next_address[d] = DEVICE_SPACE(d);
+        }
+    }
+    LEAVE(rc);
+}
+
+EXPORT orb_cu_result cuDriverGetVersion(int *version)
+{
+    if (version == NULL)
+        return ORB_CU_ERROR_INVALID_VALUE;
+    *version = 12080; /* needs no cuInit, as the driver's */
+    return ORB_CU_SUCCESS;
+}
+
+static const struct {
+    orb_cu_result rc;
+    const char *name, *text;
+} errors[] = {
+    {ORB_CU_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {ORB_CU_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {ORB_CU_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {ORB_CU_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {ORB_CU_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {ORB_CU_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {ORB_CU_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {ORB_CU_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {ORB_CU_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {ORB_CU_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {999u, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static orb_cu_result error_entry(orb_cu_result error, const char **out, bool name)
+{
+    if (out == NULL)
+        return ORB_CU_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].rc == error) {
+            *out = name ? errors[i].name : errors[i].text;
+            return ORB_CU_SUCCESS;
+        }
+    *out = NULL;
+    return ORB_CU_ERROR_INVALID_VALUE;
+}
+
+EXPORT orb_cu_result cuGetErrorName(orb_cu_result error, const char **name)
+{
+    return error_entry(error, name, true);
+}
+
+EXPORT orb_cu_result cuGetErrorString(orb_cu_result error, const char **text)
+{
+    return error_entry(error, text, false);
+}
+
+EXPORT orb_cu_result cuDeviceGetCount(int *count)
+{
+    ENTER("cuDeviceGetCount");
+    if (count == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    *count = ndevices;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuDeviceGet(orb_cu_device *device, int ordinal)
+{
+    ENTER("cuDeviceGet");
+    if (device == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (ordinal < 0 || ordinal >= ndevices)
+        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    *device = ordinal;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuDeviceGetAttribute(int *value, unsigned int attribute, orb_cu_device device)
+{
+    ENTER("cuDeviceGetAttribute");
+    if (value == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (device < 0 || device >= ndevices)
+        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    switch (attribute) {
+    case ORB_CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+        *value = 0x41 + device;
+        break;
+    case ORB_CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+    case ORB_CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+        *value = 0;
+        break;
+    case ORB_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+        *value = 1;
+        break;
+    default:
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    }
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuDeviceGetName(char *name, int len, orb_cu_device device)
+{
+    ENTER("cuDeviceGetName");
+    if (name == NULL || len <= 0)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (device < 0 || device >= ndevices)
+        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    snprintf(name, (size_t)len, "fakecuda device %d", device);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuDeviceGetPCIBusId(char *id, int len, orb_cu_device device)
+{
+    ENTER("cuDeviceGetPCIBusId");
+    if (id == NULL || len < 13)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (device < 0 || device >= ndevices)
+        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    snprintf(id, (size_t)len, "0000:%02x:00.0", 0x41 + device);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+/* ---- contexts ---------------------------------------------------------------------------------- */
+
+EXPORT orb_cu_result cuDevicePrimaryCtxRetain(orb_cu_context *ctx, orb_cu_device device)
+{
+    ENTER("cuDevicePrimaryCtxRetain");
+    if (ctx == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (device < 0 || device >= ndevices)
+        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    contexts[device].refs++;
+    *ctx = &contexts[device];
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuDevicePrimaryCtxRelease_v2(orb_cu_device device)
+{
+    ENTER("cuDevicePrimaryCtxRelease_v2");
+    if (device < 0 || device >= ndevices)
+        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    if (contexts[device].refs == 0)
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    contexts[device].refs--;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+/* Whether `ctx` is a live context (lock held). */
+static bool live_context(const struct CUctx_st *ctx)
+{
+    return ctx != NULL && ctx >= contexts && ctx < contexts + ndevices && ctx->refs > 0;
+}
+
+EXPORT orb_cu_result cuCtxSetCurrent(orb_cu_context ctx)
+{
+    ENTER("cuCtxSetCurrent");
+    if (ctx != NULL && !live_context(ctx))
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    current = ctx;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuCtxGetCurrent(orb_cu_context *ctx)
+{
+    ENTER("cuCtxGetCurrent");
+    if (ctx == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    *ctx = current;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuCtxGetDevice(orb_cu_device *device)
+{
+    ENTER("cuCtxGetDevice");
+    if (device == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (!live_context(current))
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    *device = current->device;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+/* ---- memory ------------------------------------------------------------------------------------- */
+
+/* The allocation holding [addr, +bytes) whole, or NULL (lock held). */
+static struct alloc *find(unsigned long long addr, size_t bytes)
+{
+    for (size_t i = 0; i < MAX_ALLOCS; i++) {
+        struct alloc *a = &allocs[i];
+        if (a->kind != 0 && addr >= a->base && addr - a->base <= a->size && bytes <= a->size - (addr - a->base) &&
+            (bytes > 0 || addr < a->base + a->size))
+            return a;
+    }
+    return NULL;
+}
+
+static struct alloc *free_slot(void)
+{
+    for (size_t i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].kind == 0)
+            return &allocs[i];
+    return NULL;
+}
+
+EXPORT orb_cu_result cuMemAlloc_v2(orb_cu_deviceptr *ptr, size_t bytes)
+{
+    ENTER("cuMemAlloc_v2");
+    if (ptr == NULL || bytes == 0)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (!live_context(current))
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    struct alloc *a = free_slot();
+    int fd = a != NULL ? memfd_create("fakecuda", MFD_CLOEXEC) : -1;
+    void *bytes_at = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0)
+        bytes_at = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (bytes_at == MAP_FAILED) {
+        if (fd >= 0)
+            close(fd);
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    }
+    int d = current->device;
+    *a = (struct alloc){.kind = ALLOC_DEVICE, .base = next_address[d], .size = bytes, .bytes = bytes_at, .fd = fd,
+                        .device = d};
+    next_address[d] += (bytes + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN + DEVICE_ALIGN; /* never reused */
+    *ptr = a->base;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemFree_v2(orb_cu_deviceptr ptr)
+{
+    ENTER("cuMemFree_v2");
+    struct alloc *a = find(ptr, 0);
+    if (a == NULL || a->kind != ALLOC_DEVICE || a->base != ptr)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    munmap(a->bytes, a->size);
+    close(a->fd);
+    memset(a, 0, sizeof *a);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemGetAddressRange_v2(orb_cu_deviceptr *base, size_t *size, orb_cu_deviceptr ptr)
+{
+    ENTER("cuMemGetAddressRange_v2");
+    struct alloc *a = find(ptr, 0);
+    if (a == NULL || a->kind != ALLOC_DEVICE)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (base != NULL)
+        *base = a->base;
+    if (size != NULL)
+        *size = a->size;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemHostAlloc(void **ptr, size_t bytes, unsigned int flags)
+{
+    ENTER("cuMemHostAlloc");
+    if (ptr == NULL || bytes == 0 || (flags & ~0xfu) != 0)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (!live_context(current))
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    struct alloc *a = free_slot();
+    void *p = a != NULL ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (p == MAP_FAILED)
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    *a = (struct alloc){.kind = ALLOC_HOST, .base = (unsigned long long)(uintptr_t)p, .size = bytes, .bytes = p,
+                        .fd = -1, .device = current->device};
+    *ptr = p;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemFreeHost(void *ptr)
+{
+    ENTER("cuMemFreeHost");
+    struct alloc *a = find((unsigned long long)(uintptr_t)ptr, 0);
+    if (a == NULL || a->kind != ALLOC_HOST || a->bytes != ptr)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    munmap(a->bytes, a->size);
+    memset(a, 0, sizeof *a);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuPointerGetAttribute(void *data, unsigned int attribute, orb_cu_deviceptr ptr)
+{
+    ENTER("cuPointerGetAttribute");
+    struct alloc *a = find(ptr, 0);
+    if (data == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (a == NULL) /* memory the driver does not know: as the driver answers for it */
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    switch (attribute) {
+    case ORB_CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(orb_cu_context *)data = &contexts[a->device];
+        break;
+    case ORB_CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = a->kind == ALLOC_DEVICE ? ORB_CU_MEMORYTYPE_DEVICE : ORB_CU_MEMORYTYPE_HOST;
+        break;
+    case ORB_CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(unsigned int *)data = 0;
+        break;
+    case ORB_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = a->device;
+        break;
+    case ORB_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(orb_cu_deviceptr *)data = a->base;
+        break;
+    case ORB_CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = a->size;
+        break;
+    default:
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    }
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+/* Where the bytes of [addr, +bytes) are: a device range's backing, a pinned or any other host
+ * address itself (the driver copies from pageable memory too). NULL: a device address that no
+ * allocation holds whole (lock held). */
+static uint8_t *bytes_of(unsigned long long addr, size_t bytes, bool device)
+{
+    if (!device)
+        return (uint8_t *)(uintptr_t)addr;
+    struct alloc *a = find(addr, bytes);
+    return a != NULL && a->kind == ALLOC_DEVICE ? a->bytes + (addr - a->base) : NULL;
+}
+
+EXPORT orb_cu_result cuMemcpyHtoD_v2(orb_cu_deviceptr dst, const void *src, size_t bytes)
+{
+    ENTER("cuMemcpyHtoD_v2");
+    uint8_t *d = bytes_of(dst, bytes, true);
+    if (d == NULL || src == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    memcpy(d, src, bytes);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemcpyDtoH_v2(void *dst, orb_cu_deviceptr src, size_t bytes)
+{
+    ENTER("cuMemcpyDtoH_v2");
+    uint8_t *s = bytes_of(src, bytes, true);
+    if (s == NULL || dst == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    memcpy(dst, s, bytes);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+#ifndef FAKECUDA_OMIT_DTOD
+EXPORT orb_cu_result cuMemcpyDtoD_v2(orb_cu_deviceptr dst, orb_cu_deviceptr src, size_t bytes)
+{
+    ENTER("cuMemcpyDtoD_v2");
+    uint8_t *d = bytes_of(dst, bytes, true), *s = bytes_of(src, bytes, true);
+    if (d == NULL || s == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    memmove(d, s, bytes);
+    LEAVE(ORB_CU_SUCCESS);
+}
+#endif
+
+/* ---- streams and events ------------------------------------------------------------------------- */
+
+static void *stream_main(void *arg)
+{
+    struct CUstream_st *s = arg;
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        while ((s->head == NULL && !s->destroyed) || (s->head != NULL && held))
+            pthread_cond_wait(&changed, &lock);
+        if (s->head == NULL) /* destroyed, and its work done */
+            break;
+        struct op *op = s->head;
+        s->running = true;
+        unsigned delay = slow_us;
+        pthread_mutex_unlock(&lock);
+        if (delay > 0) {
+            struct timespec ts = {(time_t)(delay / 1000000u), (long)(delay % 1000000u) * 1000L};
+            nanosleep(&ts, NULL);
+        }
+        if (op->kind == OP_COPY)
+            memmove(op->dst, op->src, op->bytes);
+        pthread_mutex_lock(&lock);
+        if (op->kind == OP_EVENT && op->event->passed < op->generation)
+            op->event->passed = op->generation;
+        s->head = op->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->running = false;
+        free(op);
+        pthread_cond_broadcast(&changed);
+    }
+    live_streams--;
+    pthread_mutex_unlock(&lock);
+    free(s);
+    return NULL;
+}
+
+/* Whether `s` is a stream OrbiTE may use now (lock held): the stand-in's streams are never
+ * freed while alive, so a handle is checked by its state. */
+static bool usable(const struct CUstream_st *s)
+{
+    return s != NULL && !s->destroyed && live_context(s->ctx);
+}
+
+/* Queue `op` on `s` (lock held; `op` freed on failure). */
+static orb_cu_result enqueue(struct CUstream_st *s, struct op *op)
+{
+    if (!usable(s)) {
+        free(op);
+        return ORB_CU_ERROR_INVALID_HANDLE;
+    }
+    op->next = NULL;
+    if (s->tail != NULL)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    pthread_cond_broadcast(&changed);
+    return ORB_CU_SUCCESS;
+}
+
+static orb_cu_result copy_async(void *dst, const void *src, size_t bytes, orb_cu_stream s)
+{
+    if (dst == NULL || src == NULL)
+        return ORB_CU_ERROR_INVALID_VALUE;
+    struct op *op = calloc(1, sizeof *op);
+    if (op == NULL)
+        return ORB_CU_ERROR_OUT_OF_MEMORY;
+    *op = (struct op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = bytes};
+    return enqueue(s, op);
+}
+
+EXPORT orb_cu_result cuMemcpyHtoDAsync_v2(orb_cu_deviceptr dst, const void *src, size_t bytes, orb_cu_stream s)
+{
+    ENTER("cuMemcpyHtoDAsync_v2");
+    LEAVE(copy_async(bytes_of(dst, bytes, true), src, bytes, s));
+}
+
+EXPORT orb_cu_result cuMemcpyDtoHAsync_v2(void *dst, orb_cu_deviceptr src, size_t bytes, orb_cu_stream s)
+{
+    ENTER("cuMemcpyDtoHAsync_v2");
+    LEAVE(copy_async(dst, bytes_of(src, bytes, true), bytes, s));
+}
+
+EXPORT orb_cu_result cuMemcpyDtoDAsync_v2(orb_cu_deviceptr dst, orb_cu_deviceptr src, size_t bytes, orb_cu_stream s)
+{
+    ENTER("cuMemcpyDtoDAsync_v2");
+    LEAVE(copy_async(bytes_of(dst, bytes, true), bytes_of(src, bytes, true), bytes, s));
+}
+
+EXPORT orb_cu_result cuStreamCreate(orb_cu_stream *stream, unsigned int flags)
+{
+    ENTER("cuStreamCreate");
+    if (stream == NULL || (flags & ~ORB_CU_STREAM_NON_BLOCKING) != 0)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (!live_context(current))
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    struct CUstream_st *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    s->ctx = current;
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+        free(s);
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    }
+    pthread_detach(s->thread);
+    live_streams++;
+    *stream = s;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuStreamDestroy_v2(orb_cu_stream s)
+{
+    ENTER("cuStreamDestroy_v2");
+    if (!usable(s))
+        LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
+    /* As the driver: the call returns at once; work already queued still runs, then the
+     * stream's resources go. */
+    s->destroyed = true;
+    pthread_cond_broadcast(&changed);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuStreamSynchronize(orb_cu_stream s)
+{
+    ENTER("cuStreamSynchronize");
+    if (!usable(s))
+        LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
+    while (s->head != NULL)
+        pthread_cond_wait(&changed, &lock);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuStreamQuery(orb_cu_stream s)
+{
+    ENTER("cuStreamQuery");
+    if (!usable(s))
+        LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
+    LEAVE(s->head != NULL ? ORB_CU_ERROR_NOT_READY : ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuStreamGetCtx(orb_cu_stream s, orb_cu_context *ctx)
+{
+    ENTER("cuStreamGetCtx");
+    if (!usable(s) || ctx == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
+    *ctx = s->ctx;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuStreamIsCapturing(orb_cu_stream s, unsigned int *status)
+{
+    ENTER("cuStreamIsCapturing");
+    if (!usable(s) || status == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
+    *status = s->capture;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuEventCreate(orb_cu_event *event, unsigned int flags)
+{
+    ENTER("cuEventCreate");
+    if (event == NULL || (flags & ~0xfu) != 0)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (!live_context(current))
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    live_events++;
+    *event = e;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuEventDestroy_v2(orb_cu_event e)
+{
+    ENTER("cuEventDestroy_v2");
+    if (e == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
+    /* A recorded generation still queued keeps the event (its stream marks it when it gets
+     * there); the handle itself is gone for the caller either way. The stand-in leaks such an
+     * event rather than free memory a stream thread will write. */
+    if (e->passed >= e->recorded)
+        free(e);
+    live_events--;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuEventRecord(orb_cu_event e, orb_cu_stream s)
+{
+    ENTER("cuEventRecord");
+    if (e == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
+    struct op *op = calloc(1, sizeof *op);
+    if (op == NULL)
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    *op = (struct op){.kind = OP_EVENT, .event = e, .generation = e->recorded + 1};
+    orb_cu_result rc = enqueue(s, op);
+    if (rc == ORB_CU_SUCCESS)
+        e->recorded++;
+    LEAVE(rc);
+}
+
+EXPORT orb_cu_result cuEventSynchronize(orb_cu_event e)
+{
+    ENTER("cuEventSynchronize");
+    if (e == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
+    unsigned long long want = e->recorded;
+    while (e->passed < want)
+        pthread_cond_wait(&changed, &lock);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuEventQuery(orb_cu_event e)
+{
+    ENTER("cuEventQuery");
+    if (e == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
+    LEAVE(e->passed < e->recorded ? ORB_CU_ERROR_NOT_READY : ORB_CU_SUCCESS);
+}
