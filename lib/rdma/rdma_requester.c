@@ -716,13 +716,10 @@ static void replay_locked(struct rdma_req *r, struct ending *e)
 
 static void end_now(struct orb_rdma_tp *tp, struct rdma_req *r, int status, const char *why);
 
-/* Queue replayed `r` for its new grant; a transport that began to stop meanwhile ends it with
- * the failure that made it replay (its grant threads drain the queue once, under glock). */
-static void ask_again(struct orb_rdma_tp *tp, struct rdma_req *r, const struct ending *e)
+/* Queue `r` (back to before its grant) for a new one; a transport that began to stop meanwhile
+ * ends it with `status` and `why` (its grant threads drain the queue once, under glock). */
+static void requeue(struct orb_rdma_tp *tp, struct rdma_req *r, int status, const char *why)
 {
-    ORB_LOGI("rdma: %s: a READ of %llu bytes failed on rail(s) 0x%x (%s): asked again (replay %u of %u)",
-             r->peer->endpoint, (unsigned long long)r->length, r->avoid, e->why, r->replays, tp->cfg->read_replays);
-    atomic_fetch_add(&tp->read_replays, 1);
     r->next = NULL;
     pthread_mutex_lock(&tp->glock);
     bool stopping = atomic_load(&tp->stopping);
@@ -732,7 +729,16 @@ static void ask_again(struct orb_rdma_tp *tp, struct rdma_req *r, const struct e
     }
     pthread_mutex_unlock(&tp->glock);
     if (stopping)
-        end_now(tp, r, e->status, e->why);
+        end_now(tp, r, status, why);
+}
+
+/* Queue replayed `r` for its new grant (or end it with the failure that made it replay). */
+static void ask_again(struct orb_rdma_tp *tp, struct rdma_req *r, const struct ending *e)
+{
+    ORB_LOGI("rdma: %s: a READ of %llu bytes failed on rail(s) 0x%x (%s): asked again (replay %u of %u)",
+             r->peer->endpoint, (unsigned long long)r->length, r->avoid, e->why, r->replays, tp->cfg->read_replays);
+    atomic_fetch_add(&tp->read_replays, 1);
+    requeue(tp, r, e->status, e->why);
 }
 
 /* `r` was refused because queue pairs it asked for are dead at the source (`lost`, places in
@@ -770,16 +776,7 @@ static bool reroute(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t lost, u
     if (rails != 0)
         ORB_LOGI("rdma: %s: queue pair(s) 0x%x of the connection are dead at the source: rails 0x%x are out of it "
                  "here too, and the requests asked for on them are given other rails", p->endpoint, lost, rails);
-    r->next = NULL;
-    pthread_mutex_lock(&tp->glock);
-    bool stopping = atomic_load(&tp->stopping);
-    if (!stopping) {
-        enqueue_for_grants_locked(tp, r);
-        pthread_cond_signal(&tp->gcond);
-    }
-    pthread_mutex_unlock(&tp->glock);
-    if (stopping)
-        end_now(tp, r, ORB_ECLOSED, "rdma: the transport stopped before the request was granted");
+    requeue(tp, r, ORB_ECLOSED, "rdma: the transport stopped before the request was granted");
     return true;
 }
 

@@ -219,6 +219,8 @@ static uint8_t *local;
 static orb_segment *seg;
 static struct hello peer;
 static struct source main_source;
+/* A fresh source's bytes (pattern seed 0) over the whole area: built once, for every cell. */
+static uint8_t *source_bytes;
 
 static int setup(void **state)
 {
@@ -236,6 +238,10 @@ static int setup(void **state)
     assert_int_equal(orb_host_memory_alloc(AREA, 0, &req_mem), 0);
     local = orb_host_memory_data(req_mem);
     assert_int_equal(orb_register_host_memory(req, req_mem, 0, AREA, ORB_PERM_LOCAL, &req_id), 0);
+    source_bytes = malloc(AREA);
+    assert_non_null(source_bytes);
+    for (uint64_t i = 0; i < AREA; i++)
+        source_bytes[i] = pattern(i, 0);
     if (orb_open_segment(req, peer.endpoint, &peer.epoch, TIMEOUT_NS, &seg) != 0)
         fail_msg("open_segment: %s", orb_last_error());
     return 0;
@@ -250,6 +256,7 @@ static int teardown(void **state)
         fail_msg("closing the requester: %s", orb_last_error());
     orb_engine_free(req);
     orb_host_memory_unref(req_mem);
+    free(source_bytes);
     source_stop(&main_source);
     return 0;
 }
@@ -647,11 +654,11 @@ struct reader {
     orb_segment *seg;
     uint64_t base;
     uint32_t half;
-    const uint8_t *expect;         /* the pattern of the whole area */
     atomic_int *stop;
     atomic_uint_fast64_t batches, failed, corrupt;
     char why[320];                 /* the first failure */
 };
+
 
 static void *reader_main(void *arg)
 {
@@ -671,11 +678,57 @@ static void *reader_main(void *arg)
                          rep.failure.request_index, N, rep.failure.remote_effect, orb_last_error());
             continue;
         }
-        if (memcmp(local + at, rd->expect + at, (size_t)N * CHUNK) != 0)
+        if (memcmp(local + at, source_bytes + at, (size_t)N * CHUNK) != 0)
             atomic_fetch_add(&rd->corrupt, 1);
         atomic_fetch_add(&rd->batches, 1);
     }
     return NULL;
+}
+
+/* Two readers, one per half of the area, on segment `sg` to the source at `base`. */
+struct readers {
+    struct reader rd[2];
+    pthread_t th[2];
+    atomic_int stop;
+};
+
+static void readers_start(struct readers *rs, orb_segment *sg, uint64_t base)
+{
+    memset(rs, 0, sizeof *rs);
+    for (uint32_t k = 0; k < 2; k++) {
+        rs->rd[k] = (struct reader){.seg = sg, .base = base, .half = k, .stop = &rs->stop};
+        assert_int_equal(pthread_create(&rs->th[k], NULL, reader_main, &rs->rd[k]), 0);
+    }
+}
+
+static uint64_t readers_batches(struct readers *rs)
+{
+    return atomic_load(&rs->rd[0].batches) + atomic_load(&rs->rd[1].batches);
+}
+
+/* Stop and join them; fail the cell if a batch failed or a byte differed. `what` (printed with
+ * the counts) says what happened meanwhile. */
+static void readers_stop(struct readers *rs, const char *what)
+{
+    atomic_store(&rs->stop, 1);
+    for (uint32_t k = 0; k < 2; k++)
+        pthread_join(rs->th[k], NULL);
+    uint64_t failed = atomic_load(&rs->rd[0].failed) + atomic_load(&rs->rd[1].failed);
+    uint64_t corrupt = atomic_load(&rs->rd[0].corrupt) + atomic_load(&rs->rd[1].corrupt);
+    print_message("%llu batch(es) of %u READs ok, %llu failed, %llu corrupt; %s\n", (unsigned long long)readers_batches(rs),
+                  AREA / CHUNK / 2, (unsigned long long)failed, (unsigned long long)corrupt, what);
+    if (failed != 0)
+        fail_msg("a batch of READs failed: %s", rs->rd[0].failed != 0 ? rs->rd[0].why : rs->rd[1].why);
+    assert_int_equal(corrupt, 0);
+}
+
+/* What the requester's stats say of a cell's READ batches. */
+static void replays_since(const struct orb_rdma_stats *s0, char *out, size_t cap)
+{
+    struct orb_rdma_stats s = stats_of(req);
+    snprintf(out, cap, "%llu READ(s) asked again, %llu rail error(s), %llu reconnect(s)",
+             (unsigned long long)(s.read_replays - s0->read_replays),
+             (unsigned long long)(s.rail_errors - s0->rail_errors), (unsigned long long)(s.reconnects - s0->reconnects));
 }
 
 /* A port down under batches of READs spread over both rails: the READs its rail was carrying are
@@ -691,24 +744,13 @@ static void test_reads_replay_on_the_other_rail(void **state)
     orb_segment *sb = NULL;
     if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
         fail_msg("open_segment: %s", orb_last_error());
-    uint8_t *expect = malloc(AREA);
-    assert_non_null(expect);
-    for (uint64_t i = 0; i < AREA; i++)
-        expect[i] = pattern(i, 0);
-    atomic_int stop = 0;
-    struct reader rd[2];
-    memset(rd, 0, sizeof rd);
     struct orb_rdma_stats s0 = stats_of(req);
     struct orb_rdma_nic_load l[2];
     loads(l);
     uint64_t rail1_start = l[1].completed_bytes;
-    pthread_t th[2];
-    for (uint32_t k = 0; k < 2; k++) {
-        rd[k] = (struct reader){.seg = sb, .base = b.h.base, .half = k, .expect = expect, .stop = &stop};
-        assert_int_equal(pthread_create(&th[k], NULL, reader_main, &rd[k]), 0);
-    }
-#define BATCHES() (atomic_load(&rd[0].batches) + atomic_load(&rd[1].batches))
-    CHECK(WAIT_FOR((loads(l), l[1].completed_bytes > rail1_start && BATCHES() >= 2), 10000) >= 0);
+    struct readers rs;
+    readers_start(&rs, sb, b.h.base);
+    CHECK(WAIT_FOR((loads(l), l[1].completed_bytes > rail1_start && readers_batches(&rs) >= 2), 10000) >= 0);
 
     /* The port goes down until that caught READs in flight on its rail (their replays show it),
      * at most three times: between two batches its rail may carry nothing. */
@@ -719,13 +761,13 @@ static void test_reads_replay_on_the_other_rail(void **state)
         print_message("port of %s (%s) down under READ batches (%u): the first READ was asked again after %ld ms\n",
                       cell.dev, cell.netdev, cycle, replayed);
         sleep_ms(1500); /* the replays are through */
-        uint64_t batches_down = BATCHES();
+        uint64_t batches_down = readers_batches(&rs);
         loads(l);
         uint64_t rail0 = l[0].completed_bytes, rail1 = l[1].completed_bytes;
         sleep_ms(1500);
         loads(l);
         /* The other rail carries every READ meanwhile; the fenced one nothing. */
-        CHECK(BATCHES() > batches_down);
+        CHECK(readers_batches(&rs) > batches_down);
         CHECK(l[0].completed_bytes > rail0);
         CHECK(l[1].completed_bytes == rail1);
         link_set(cell.netdev, "up");
@@ -734,26 +776,13 @@ static void test_reads_replay_on_the_other_rail(void **state)
         CHECK(back >= 0);
     }
     CHECK(replayed >= 0);
-    atomic_store(&stop, 1);
-    for (uint32_t k = 0; k < 2; k++)
-        pthread_join(th[k], NULL);
-    free(expect);
-    struct orb_rdma_stats s = stats_of(req);
-    uint64_t failed = atomic_load(&rd[0].failed) + atomic_load(&rd[1].failed);
-    print_message("%llu batch(es) of %u READs ok, %llu failed, %llu corrupt; %llu READ(s) asked again, %llu rail "
-                  "error(s), %llu reconnect(s)\n",
-                  (unsigned long long)BATCHES(), AREA / CHUNK / 2, (unsigned long long)failed,
-                  (unsigned long long)(atomic_load(&rd[0].corrupt) + atomic_load(&rd[1].corrupt)),
-                  (unsigned long long)(s.read_replays - s0.read_replays),
-                  (unsigned long long)(s.rail_errors - s0.rail_errors), (unsigned long long)(s.reconnects - s0.reconnects));
-#undef BATCHES
-    if (failed != 0)
-        fail_msg("a batch of READs failed: %s", rd[0].failed != 0 ? rd[0].why : rd[1].why);
+    char what[160];
+    replays_since(&s0, what, sizeof what);
+    readers_stop(&rs, what);
     if (checks_failed[0] != '\0')
         fail_msg("%s", checks_failed);
-    assert_int_equal(atomic_load(&rd[0].corrupt) + atomic_load(&rd[1].corrupt), 0);
     /* The path failure counted against the rail, as without replays. */
-    assert_true(s.rail_errors > s0.rail_errors);
+    assert_true(stats_of(req).rail_errors > s0.rail_errors);
     orb_segment_close(sb);
     source_stop(&b);
     footprint_returns(&cell.before, "the requester kept something of the connection");
@@ -774,20 +803,9 @@ static void test_a_source_queue_pair_dies(void **state)
     orb_segment *sb = NULL;
     if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
         fail_msg("open_segment: %s", orb_last_error());
-    uint8_t *expect = malloc(AREA);
-    assert_non_null(expect);
-    for (uint64_t i = 0; i < AREA; i++)
-        expect[i] = pattern(i, 0);
-    atomic_int stop = 0;
-    struct reader rd[2];
-    memset(rd, 0, sizeof rd);
     struct orb_rdma_stats s0 = stats_of(req);
-    pthread_t th[2];
-    for (uint32_t k = 0; k < 2; k++) {
-        rd[k] = (struct reader){.seg = sb, .base = b.h.base, .half = k, .expect = expect, .stop = &stop};
-        assert_int_equal(pthread_create(&th[k], NULL, reader_main, &rd[k]), 0);
-    }
-    uint64_t t0 = now_ns();
+    struct readers rs;
+    readers_start(&rs, sb, b.h.base);
     long died = WAIT_FOR(source_failures(&b) == 1, 20000);
     print_message("the source's queue pair went to the error state after %ld ms\n", died);
     CHECK(died >= 0);
@@ -801,35 +819,17 @@ static void test_a_source_queue_pair_dies(void **state)
     print_message("the connection was rebuilt and both rails carried READs again after %ld ms more\n", back);
     CHECK(back >= 0);
     sleep_ms(1000);
-    atomic_store(&stop, 1);
-    for (uint32_t k = 0; k < 2; k++)
-        pthread_join(th[k], NULL);
-    free(expect);
-    struct orb_rdma_stats s = stats_of(req);
-    uint64_t failed = atomic_load(&rd[0].failed) + atomic_load(&rd[1].failed);
-    print_message("%llu batch(es) of %u READs in %llu ms: %llu failed, %llu corrupt; %llu READ(s) asked again, "
-                  "%llu rail error(s), %llu reconnect(s)\n",
-                  (unsigned long long)(atomic_load(&rd[0].batches) + atomic_load(&rd[1].batches)), AREA / CHUNK / 2,
-                  (unsigned long long)((now_ns() - t0) / 1000000u), (unsigned long long)failed,
-                  (unsigned long long)(atomic_load(&rd[0].corrupt) + atomic_load(&rd[1].corrupt)),
-                  (unsigned long long)(s.read_replays - s0.read_replays),
-                  (unsigned long long)(s.rail_errors - s0.rail_errors), (unsigned long long)(s.reconnects - s0.reconnects));
-    if (failed != 0)
-        fail_msg("a batch of READs failed: %s", rd[0].failed != 0 ? rd[0].why : rd[1].why);
+    char what[160];
+    replays_since(&s0, what, sizeof what);
+    readers_stop(&rs, what);
     if (checks_failed[0] != '\0')
         fail_msg("%s", checks_failed);
-    assert_int_equal(atomic_load(&rd[0].corrupt) + atomic_load(&rd[1].corrupt), 0);
     assert_int_equal(source_failures(&b), 1);
     orb_segment_close(sb);
     source_stop(&b);
     footprint_returns(&cell.before, "the requester kept something of the connection");
 }
 
-/* Rail 1's completion queues report an error under traffic (made up by the interposer: the
- * queues still work, so what they owe arrives): the queue pairs on them fail and the rail is
- * fenced; once those drained, each lane gets new completion queues (progress_recoveries) while
- * the context's protection domain and memory regions stay; the rail's route opens again, it
- * carries traffic, and the old queues go with their last queue pair. */
 /* The completion-queue cell on requester engine `e` (its queues those made after `cq_mark`, its
  * segment `sg` to the source at `base`, its local memory `area`). */
 static void completion_queue_error_on(orb_engine *e, uint64_t cq_mark, orb_segment *sg, uint64_t base,
