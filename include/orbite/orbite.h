@@ -478,6 +478,96 @@ orb_host_memory *orb_host_memory_ref(orb_host_memory *mem);
 void orb_host_memory_unref(orb_host_memory *mem);
 
 /* ------------------------------------------------------------------------ */
+/* CUDA memory owners                                                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The CUDA calls load the NVIDIA driver's libcuda.so.1 on first use (never
+ * at build time, never in a process that does not call them). Devices are
+ * named by their ordinal among the devices visible to the process
+ * (CUDA_VISIBLE_DEVICES applies).
+ */
+
+/** A reference-counted owner of one CUDA device allocation, all of it. */
+typedef struct orb_cuda_memory orb_cuda_memory;
+
+/**
+ * Allocate `len` (> 0) bytes of device memory on device `device` (cuMemAlloc
+ * in its primary context). The owner holds a reference to that primary
+ * context until its last reference drops; then the bytes are freed and the
+ * context released. The bytes are not zeroed. The caller owns one reference.
+ * Errors: ORB_EINVAL (len 0, out NULL, no such device), ORB_EUNAVAILABLE
+ * (libcuda.so.1 cannot be loaded, lacks an export, or finds no device),
+ * ORB_ENOMEM (device or host memory), ORB_EPEER (another driver failure; the
+ * message names the driver's error).
+ */
+int orb_cuda_memory_alloc(int device, size_t len, orb_cuda_memory **out);
+
+/**
+ * Adopt device memory allocated elsewhere: [ptr, ptr + len) (len > 0) must lie
+ * in one allocation the driver knows as device memory of device `device`,
+ * made in its primary context (the one the CUDA runtime uses); host, pinned
+ * host and managed memory are refused. The owner covers the whole allocation
+ * (orb_cuda_memory_ptr() is its first byte) and holds a reference to the
+ * primary context. `release` (may be NULL) runs once when the last reference
+ * drops, with the allocation's first byte and its length, on the thread of
+ * that orb_cuda_memory_unref() or an engine's release thread; the caller frees
+ * the allocation there, or later. One allocation has one owner: adopting a
+ * range of an allocation that already has one (allocated or adopted here)
+ * returns that owner with one more reference, and then `release` must be NULL.
+ * On failure nothing is adopted and `release` is not called.
+ * Errors: ORB_EINVAL (len 0, out NULL, the range not inside one device
+ * allocation of `device`'s primary context, host or managed memory, memory
+ * the driver does not know), ORB_EEXIST (the allocation has an owner already
+ * and `release` is not NULL), ORB_EUNAVAILABLE, ORB_ENOMEM, ORB_EPEER (as
+ * orb_cuda_memory_alloc()).
+ */
+int orb_cuda_memory_adopt(int device, uint64_t ptr, size_t len, orb_release_fn release, void *ctx,
+                          orb_cuda_memory **out);
+
+/** The device address of the allocation's first byte; 0 for NULL. */
+uint64_t orb_cuda_memory_ptr(const orb_cuda_memory *mem);
+/** The allocation's length in bytes; 0 for NULL. */
+size_t orb_cuda_memory_size(const orb_cuda_memory *mem);
+/** The allocation's device ordinal; -1 for NULL. */
+int orb_cuda_memory_device(const orb_cuda_memory *mem);
+/** Take another reference; returns `mem`. */
+orb_cuda_memory *orb_cuda_memory_ref(orb_cuda_memory *mem);
+/**
+ * Drop a reference; the last one frees an allocation made by
+ * orb_cuda_memory_alloc() (or runs an adopted one's release) and releases the
+ * primary context. A free or release the driver refuses keeps the allocation
+ * and the context: orb_cuda_retained_resources() counts them.
+ */
+void orb_cuda_memory_unref(orb_cuda_memory *mem);
+
+/**
+ * Allocate `len` (> 0) bytes of pinned (page-locked) host memory with
+ * cuMemHostAlloc (portable: every context may use it) in device `device`'s
+ * primary context, as an orb_host_memory usable wherever host memory is. Its
+ * last reference frees it with cuMemFreeHost and releases the context; a free
+ * the driver refuses keeps both (orb_cuda_retained_resources()). The caller owns one
+ * reference. Errors: as orb_cuda_memory_alloc().
+ */
+int orb_cuda_host_alloc(int device, size_t len, orb_host_memory **out);
+
+/** What failed CUDA cleanup kept, for the process's lifetime (see orb_cuda_retained_resources()). */
+struct orb_cuda_retained {
+    uint64_t device_allocations; /* device allocations whose free failed */
+    uint64_t device_bytes;
+    uint64_t host_allocations;   /* pinned host allocations whose free failed */
+    uint64_t host_bytes;
+    uint64_t contexts;           /* primary context references kept */
+    uint64_t reserved[3];        /* 0 */
+};
+
+/**
+ * Fill *out with what failed cleanup of CUDA memory kept in this process (all
+ * zero when none, or when CUDA was never used). Errors: ORB_EINVAL (out NULL).
+ */
+int orb_cuda_retained_resources(struct orb_cuda_retained *out);
+
+/* ------------------------------------------------------------------------ */
 /* Registration                                                              */
 /* ------------------------------------------------------------------------ */
 

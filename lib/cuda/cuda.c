@@ -107,16 +107,32 @@ static struct orb_cuda g_cuda;
 static int g_status = ORB_EUNAVAILABLE;
 static char g_detail[256];
 static atomic_bool g_attempted;
+static pthread_mutex_t g_path_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_path[512] = ORB_CUDA_LIBRARY;
+
+int orb_cuda_use_library(const char *path)
+{
+    if (path == NULL || strlen(path) >= sizeof g_path)
+        return orb_fail(ORB_EINVAL, "cuda: no path, or one too long");
+    pthread_mutex_lock(&g_path_lock);
+    bool late = atomic_load(&g_attempted);
+    if (!late)
+        snprintf(g_path, sizeof g_path, "%s", path);
+    pthread_mutex_unlock(&g_path_lock);
+    return late ? orb_fail(ORB_EBUSY, "cuda: the process's driver table is loaded already") : 0;
+}
 
 static void load_once(void)
 {
+    pthread_mutex_lock(&g_path_lock);
     atomic_store(&g_attempted, true);
-    g_status = orb_cuda_load(ORB_CUDA_LIBRARY, &g_cuda);
+    pthread_mutex_unlock(&g_path_lock);
+    g_status = orb_cuda_load(g_path, &g_cuda);
     if (g_status != 0) {
         snprintf(g_detail, sizeof g_detail, "%s", orb_last_error());
         ORB_LOGW("%s: CUDA memory is unavailable in this process", g_detail);
     } else {
-        ORB_LOGI("cuda: %s loaded, driver API %d.%d", ORB_CUDA_LIBRARY, g_cuda.driver_version / 1000,
+        ORB_LOGI("cuda: %s loaded, driver API %d.%d", g_path, g_cuda.driver_version / 1000,
                  g_cuda.driver_version % 1000 / 10);
     }
 }

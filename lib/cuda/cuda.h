@@ -27,6 +27,11 @@ struct orb_cuda {
  * remembered: later calls fail the same way without trying again. */
 int orb_cuda_get(const struct orb_cuda **out);
 
+/* Tests only (the installed library's users cannot reach it: it is not exported): the
+ * process's table comes from the library at `path` (a stand-in) instead of libcuda.so.1.
+ * Errors: ORB_EINVAL (NULL or too long), ORB_EBUSY (orb_cuda_get() ran already). */
+int orb_cuda_use_library(const char *path);
+
 /* Whether this process has tried to load libcuda.so.1 through orb_cuda_get(). */
 bool orb_cuda_attempted(void);
 

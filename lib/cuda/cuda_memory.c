@@ -1,0 +1,398 @@
+/* CUDA memory owners: device allocations made or adopted here, and pinned host memory (see
+ * <orbite/orbite.h>, "CUDA memory owners"). Every driver call that needs a context runs in the
+ * device's primary context, made current for it and the caller's own restored after. */
+#include <orbite/orbite.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "cuda/cuda.h"
+
+struct orb_cuda_memory {
+    atomic_uint refs;                  /* changed from 0 only under g_lock (aliases find it) */
+    int device;
+    orb_cu_context ctx;                /* the device's primary context: one retain held */
+    orb_cu_deviceptr base;
+    size_t size;
+    bool allocated;                    /* here: cuMemFree at the end; else `release` */
+    orb_release_fn release;
+    void *release_ctx;
+    struct orb_cuda_memory *next;      /* g_owners */
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct orb_cuda_memory *g_owners; /* every live owner: one per allocation */
+static struct orb_cuda_memory *g_kept;   /* owners whose free the driver refused: kept for good */
+static struct orb_cuda_retained g_retained;
+
+/* The driver's failure `rc` of `what` as an ORB_E* status with its message. */
+static int cuda_fail(const struct orb_cuda *cu, orb_cu_result rc, const char *what)
+{
+    char text[160];
+    return orb_fail(orb_cuda_status(rc), "cuda: %s: %s", what, orb_cuda_describe(cu, rc, text, sizeof text));
+}
+
+/* The driver table, and device `device`'s primary context retained, into *cu_out and *ctx_out. */
+static int open_device(int device, const struct orb_cuda **cu_out, orb_cu_context *ctx_out)
+{
+    const struct orb_cuda *cu = NULL;
+    int rc = orb_cuda_get(&cu);
+    if (rc != 0)
+        return rc;
+    int count = 0;
+    orb_cu_result r = cu->device_get_count(&count);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "cuDeviceGetCount");
+    if (device < 0 || device >= count)
+        return orb_fail(ORB_EINVAL, "cuda: no device %d (this process sees %d)", device, count);
+    orb_cu_device dev = 0;
+    if ((r = cu->device_get(&dev, device)) != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "cuDeviceGet");
+    if ((r = cu->primary_ctx_retain(ctx_out, dev)) != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "cuDevicePrimaryCtxRetain");
+    *cu_out = cu;
+    return 0;
+}
+
+/* Give back a primary context retain of `device`; one the driver refuses is counted as kept. */
+static void close_device(const struct orb_cuda *cu, int device)
+{
+    orb_cu_device dev = 0;
+    orb_cu_result r = cu->device_get(&dev, device);
+    if (r == ORB_CU_SUCCESS)
+        r = cu->primary_ctx_release(dev);
+    if (r != ORB_CU_SUCCESS) {
+        char text[160];
+        ORB_LOGE("cuda: device %d's primary context could not be released (%s): its reference is kept", device,
+                 orb_cuda_describe(cu, r, text, sizeof text));
+        pthread_mutex_lock(&g_lock);
+        g_retained.contexts++;
+        pthread_mutex_unlock(&g_lock);
+    }
+}
+
+/* Make `ctx` current on this thread, the caller's into *saved. */
+static orb_cu_result enter(const struct orb_cuda *cu, orb_cu_context ctx, orb_cu_context *saved)
+{
+    orb_cu_result r = cu->ctx_get_current(saved);
+    return r != ORB_CU_SUCCESS ? r : cu->ctx_set_current(ctx);
+}
+
+/* The caller's context back. A failure leaves this thread in the primary context, which is
+ * alive: said, not fatal. */
+static void leave(const struct orb_cuda *cu, orb_cu_context saved)
+{
+    orb_cu_result r = cu->ctx_set_current(saved);
+    if (r != ORB_CU_SUCCESS) {
+        char text[160];
+        ORB_LOGW("cuda: the thread's own context could not be made current again: %s",
+                 orb_cuda_describe(cu, r, text, sizeof text));
+    }
+}
+
+static orb_cuda_memory *owner_new(int device, orb_cu_context ctx, orb_cu_deviceptr base, size_t size)
+{
+    orb_cuda_memory *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return NULL;
+    atomic_init(&m->refs, 1);
+    m->device = device;
+    m->ctx = ctx;
+    m->base = base;
+    m->size = size;
+    return m;
+}
+
+ORB_EXPORT int orb_cuda_memory_alloc(int device, size_t len, orb_cuda_memory **out)
+{
+    if (out == NULL || len == 0)
+        return orb_fail(ORB_EINVAL, "cuda: %s", out == NULL ? "NULL output" : "a zero-length allocation");
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context ctx = NULL, saved = NULL;
+    int rc = open_device(device, &cu, &ctx);
+    if (rc != 0)
+        return rc;
+    orb_cu_deviceptr base = 0;
+    orb_cu_result r = enter(cu, ctx, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        r = cu->mem_alloc(&base, len);
+        leave(cu, saved);
+    }
+    if (r != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "cuMemAlloc");
+        goto release_device;
+    }
+    orb_cuda_memory *m = owner_new(device, ctx, base, len);
+    if (m == NULL) {
+        rc = orb_fail(ORB_ENOMEM, "cuda: out of memory for an owner");
+        goto free_allocation;
+    }
+    m->allocated = true;
+    pthread_mutex_lock(&g_lock);
+    m->next = g_owners;
+    g_owners = m;
+    pthread_mutex_unlock(&g_lock);
+    *out = m;
+    return 0;
+
+free_allocation:
+    if (enter(cu, ctx, &saved) == ORB_CU_SUCCESS) {
+        (void)cu->mem_free(base);
+        leave(cu, saved);
+    }
+release_device:
+    close_device(cu, device);
+    return rc;
+}
+
+/* The owner of the allocation at `base` of `device`, with one more reference, or NULL (g_lock
+ * held). An owner whose last reference is being dropped is no longer anyone's. */
+static orb_cuda_memory *find_owner_locked(int device, orb_cu_deviceptr base)
+{
+    for (orb_cuda_memory *m = g_owners; m != NULL; m = m->next) {
+        if (m->device != device || m->base != base)
+            continue;
+        unsigned refs = atomic_load(&m->refs);
+        while (refs != 0 && !atomic_compare_exchange_weak(&m->refs, &refs, refs + 1))
+            ;
+        return refs != 0 ? m : NULL;
+    }
+    return NULL;
+}
+
+ORB_EXPORT int orb_cuda_memory_adopt(int device, uint64_t ptr, size_t len, orb_release_fn release, void *ctx,
+                                     orb_cuda_memory **out)
+{
+    if (out == NULL || len == 0 || ptr > UINT64_MAX - len)
+        return orb_fail(ORB_EINVAL, "cuda: %s", out == NULL ? "NULL output" : "an empty or wrapping range");
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context primary = NULL, saved = NULL;
+    int rc = open_device(device, &cu, &primary);
+    if (rc != 0)
+        return rc;
+    unsigned int type = 0, managed = 0;
+    int ordinal = -1;
+    orb_cu_context owner_ctx = NULL;
+    orb_cu_deviceptr base = 0;
+    size_t size = 0;
+    /* What the memory is first: the rest of the questions are only for device memory. */
+    bool device_memory = false;
+    orb_cu_result r = enter(cu, primary, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        if ((r = cu->pointer_get_attribute(&type, ORB_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)) == ORB_CU_SUCCESS &&
+            (r = cu->pointer_get_attribute(&managed, ORB_CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr)) == ORB_CU_SUCCESS &&
+            (device_memory = type == ORB_CU_MEMORYTYPE_DEVICE && managed == 0) &&
+            (r = cu->pointer_get_attribute(&ordinal, ORB_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)) ==
+                ORB_CU_SUCCESS &&
+            (r = cu->pointer_get_attribute(&owner_ctx, ORB_CU_POINTER_ATTRIBUTE_CONTEXT, ptr)) == ORB_CU_SUCCESS)
+            r = cu->mem_get_address_range(&base, &size, ptr);
+        leave(cu, saved);
+    }
+    if (r == ORB_CU_ERROR_INVALID_VALUE)
+        rc = orb_fail(ORB_EINVAL, "cuda: 0x%llx is not memory the CUDA driver knows", (unsigned long long)ptr);
+    else if (r != ORB_CU_SUCCESS)
+        rc = cuda_fail(cu, r, "the attributes of the memory to adopt");
+    else if (!device_memory)
+        rc = orb_fail(ORB_EINVAL, "cuda: 0x%llx is %s memory, not device memory", (unsigned long long)ptr,
+                      managed != 0 ? "managed" : type == ORB_CU_MEMORYTYPE_HOST ? "host" : "another kind of");
+    else if (ordinal != device)
+        rc = orb_fail(ORB_EINVAL, "cuda: 0x%llx is memory of device %d, not %d", (unsigned long long)ptr, ordinal,
+                      device);
+    else if (owner_ctx != primary)
+        rc = orb_fail(ORB_EINVAL, "cuda: 0x%llx was allocated in a context other than device %d's primary one",
+                      (unsigned long long)ptr, device);
+    else if (ptr - base > size || len > size - (ptr - base))
+        rc = orb_fail(ORB_EINVAL, "cuda: [0x%llx, +%zu) runs past its allocation [0x%llx, +%zu)",
+                      (unsigned long long)ptr, len, (unsigned long long)base, size);
+    if (rc != 0)
+        goto release_device;
+
+    pthread_mutex_lock(&g_lock);
+    orb_cuda_memory *m = find_owner_locked(device, base);
+    if (m != NULL) {
+        pthread_mutex_unlock(&g_lock);
+        close_device(cu, device); /* the owner holds its own */
+        if (release != NULL) {
+            orb_cuda_memory_unref(m);
+            return orb_fail(ORB_EEXIST, "cuda: the allocation [0x%llx, +%zu) has an owner already: adopt it "
+                            "without a release callback, or take a reference of that owner",
+                            (unsigned long long)base, size);
+        }
+        *out = m;
+        return 0;
+    }
+    if ((m = owner_new(device, primary, base, size)) == NULL) {
+        pthread_mutex_unlock(&g_lock);
+        rc = orb_fail(ORB_ENOMEM, "cuda: out of memory for an owner");
+        goto release_device;
+    }
+    m->release = release;
+    m->release_ctx = ctx;
+    m->next = g_owners;
+    g_owners = m;
+    pthread_mutex_unlock(&g_lock);
+    *out = m;
+    return 0;
+
+release_device:
+    close_device(cu, device);
+    return rc;
+}
+
+ORB_EXPORT uint64_t orb_cuda_memory_ptr(const orb_cuda_memory *mem)
+{
+    return mem != NULL ? mem->base : 0;
+}
+
+ORB_EXPORT size_t orb_cuda_memory_size(const orb_cuda_memory *mem)
+{
+    return mem != NULL ? mem->size : 0;
+}
+
+ORB_EXPORT int orb_cuda_memory_device(const orb_cuda_memory *mem)
+{
+    return mem != NULL ? mem->device : -1;
+}
+
+ORB_EXPORT orb_cuda_memory *orb_cuda_memory_ref(orb_cuda_memory *mem)
+{
+    if (mem != NULL)
+        atomic_fetch_add(&mem->refs, 1);
+    return mem;
+}
+
+ORB_EXPORT void orb_cuda_memory_unref(orb_cuda_memory *mem)
+{
+    if (mem == NULL)
+        return;
+    pthread_mutex_lock(&g_lock);
+    bool last = atomic_fetch_sub(&mem->refs, 1) == 1;
+    if (last)
+        for (orb_cuda_memory **pp = &g_owners; *pp != NULL; pp = &(*pp)->next)
+            if (*pp == mem) {
+                *pp = mem->next;
+                break;
+            }
+    pthread_mutex_unlock(&g_lock);
+    if (!last)
+        return;
+    /* The table was loaded when the owner was made. */
+    const struct orb_cuda *cu = NULL;
+    (void)orb_cuda_get(&cu);
+    if (!mem->allocated) {
+        if (mem->release != NULL)
+            mem->release((void *)(uintptr_t)mem->base, mem->size, mem->release_ctx);
+        close_device(cu, mem->device);
+        free(mem);
+        return;
+    }
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, mem->ctx, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        r = cu->mem_free(mem->base);
+        leave(cu, saved);
+    }
+    if (r != ORB_CU_SUCCESS) {
+        /* Kept, with its context: the driver did not say the bytes are free. */
+        char text[160];
+        ORB_LOGE("cuda: device %d's allocation [0x%llx, +%zu) could not be freed (%s): it and its context are kept",
+                 mem->device, (unsigned long long)mem->base, mem->size, orb_cuda_describe(cu, r, text, sizeof text));
+        pthread_mutex_lock(&g_lock);
+        g_retained.device_allocations++;
+        g_retained.device_bytes += mem->size;
+        g_retained.contexts++;
+        mem->next = g_kept;
+        g_kept = mem;
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
+    close_device(cu, mem->device);
+    free(mem);
+}
+
+/* A pinned host allocation's release (orb_host_memory_wrap): its device's primary context. */
+struct pinned {
+    int device;
+    orb_cu_context ctx;
+};
+
+static void pinned_release(void *ptr, size_t len, void *arg)
+{
+    struct pinned *p = arg;
+    const struct orb_cuda *cu = NULL;
+    (void)orb_cuda_get(&cu);
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, p->ctx, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        r = cu->mem_free_host(ptr);
+        leave(cu, saved);
+    }
+    if (r != ORB_CU_SUCCESS) {
+        char text[160];
+        ORB_LOGE("cuda: pinned host memory [%p, +%zu) could not be freed (%s): it and its context are kept", ptr,
+                 len, orb_cuda_describe(cu, r, text, sizeof text));
+        pthread_mutex_lock(&g_lock);
+        g_retained.host_allocations++;
+        g_retained.host_bytes += len;
+        g_retained.contexts++;
+        pthread_mutex_unlock(&g_lock);
+        free(p);
+        return;
+    }
+    close_device(cu, p->device);
+    free(p);
+}
+
+ORB_EXPORT int orb_cuda_host_alloc(int device, size_t len, orb_host_memory **out)
+{
+    if (out == NULL || len == 0)
+        return orb_fail(ORB_EINVAL, "cuda: %s", out == NULL ? "NULL output" : "a zero-length allocation");
+    struct pinned *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return orb_fail(ORB_ENOMEM, "cuda: out of memory for pinned host memory's owner");
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context saved = NULL;
+    int rc = open_device(device, &cu, &p->ctx);
+    if (rc != 0)
+        goto free_owner;
+    p->device = device;
+    void *bytes = NULL;
+    orb_cu_result r = enter(cu, p->ctx, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        r = cu->mem_host_alloc(&bytes, len, ORB_CU_MEMHOSTALLOC_PORTABLE);
+        leave(cu, saved);
+    }
+    if (r != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "cuMemHostAlloc");
+        goto release_device;
+    }
+    if ((rc = orb_host_memory_wrap(bytes, len, pinned_release, p, out)) != 0)
+        goto free_bytes;
+    return 0;
+
+free_bytes:
+    if (enter(cu, p->ctx, &saved) == ORB_CU_SUCCESS) {
+        (void)cu->mem_free_host(bytes);
+        leave(cu, saved);
+    }
+release_device:
+    close_device(cu, device);
+free_owner:
+    free(p);
+    return rc;
+}
+
+ORB_EXPORT int orb_cuda_retained_resources(struct orb_cuda_retained *out)
+{
+    if (out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL output");
+    pthread_mutex_lock(&g_lock);
+    *out = g_retained;
+    pthread_mutex_unlock(&g_lock);
+    return 0;
+}

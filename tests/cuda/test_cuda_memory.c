@@ -1,0 +1,243 @@
+/* CUDA memory owners (lib/cuda/cuda_memory.c) through the public calls, on the fakecuda stand-in
+ * as the process's driver: allocation and its primary context, adoption and its checks, one
+ * owner per allocation, pinned host memory as host memory, and what failed cleanup keeps. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <string.h>
+
+#include <orbite/orbite.h>
+
+#include "cuda/cuda.h"
+#include "fakecuda.h"
+
+static const struct orb_cuda *cu;
+
+static struct {
+    void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
+    struct fakecuda_counts (*counts)(void);
+} fake;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (orb_cuda_use_library(FAKECUDA_FULL) != 0 || orb_cuda_get(&cu) != 0)
+        return -1;
+    void *h = dlopen(FAKECUDA_FULL, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return -1;
+    *(void **)&fake.fail_nth = dlsym(h, "fakecuda_fail");
+    *(void **)&fake.counts = dlsym(h, "fakecuda_counts");
+    return fake.fail_nth != NULL && fake.counts != NULL ? 0 : -1;
+}
+
+static void test_the_driver_is_chosen_once(void **state)
+{
+    (void)state;
+    assert_int_equal(orb_cuda_use_library(FAKECUDA_FULL), ORB_EBUSY);
+    assert_int_equal(orb_cuda_use_library(NULL), ORB_EINVAL);
+}
+
+static void test_allocation_holds_its_primary_context(void **state)
+{
+    (void)state;
+    orb_cuda_memory *m = (orb_cuda_memory *)1;
+    assert_int_equal(orb_cuda_memory_alloc(0, 0, &m), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_alloc(0, 64, NULL), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_alloc(2, 64, &m), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "no device 2 (this process sees 2)"));
+    assert_int_equal(orb_cuda_memory_alloc(-1, 64, &m), ORB_EINVAL);
+    assert_ptr_equal(m, (orb_cuda_memory *)1); /* untouched on failure */
+
+    struct fakecuda_counts c0 = fake.counts();
+    assert_int_equal(orb_cuda_memory_alloc(1, 1u << 20, &m), 0);
+    assert_true(orb_cuda_memory_ptr(m) > 0x00007fffffffffffull); /* device memory, not the CPU's */
+    assert_int_equal(orb_cuda_memory_size(m), 1u << 20);
+    assert_int_equal(orb_cuda_memory_device(m), 1);
+    struct fakecuda_counts c1 = fake.counts();
+    assert_int_equal(c1.device_allocations, c0.device_allocations + 1);
+    assert_int_equal(c1.primary_refs, c0.primary_refs + 1);
+    /* The caller's own context is left as it was (none). */
+    orb_cu_context current = (orb_cu_context)1;
+    assert_int_equal(cu->ctx_get_current(&current), ORB_CU_SUCCESS);
+    assert_null(current);
+    assert_ptr_equal(orb_cuda_memory_ref(m), m);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(fake.counts().device_allocations, c1.device_allocations);
+    orb_cuda_memory_unref(m);
+    struct fakecuda_counts c2 = fake.counts();
+    assert_int_equal(c2.device_allocations, c0.device_allocations);
+    assert_int_equal(c2.primary_refs, c0.primary_refs);
+    orb_cuda_memory_unref(NULL);
+    assert_int_equal(orb_cuda_memory_ptr(NULL), 0);
+    assert_int_equal(orb_cuda_memory_size(NULL), 0);
+    assert_int_equal(orb_cuda_memory_device(NULL), -1);
+    assert_null(orb_cuda_memory_ref(NULL));
+}
+
+static void test_a_failed_allocation_keeps_nothing(void **state)
+{
+    (void)state;
+    struct fakecuda_counts c0 = fake.counts();
+    fake.fail_nth("cuMemAlloc_v2", 1, ORB_CU_ERROR_OUT_OF_MEMORY);
+    orb_cuda_memory *m = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, 4096, &m), ORB_ENOMEM);
+    assert_non_null(strstr(orb_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
+    assert_null(m);
+    struct fakecuda_counts c1 = fake.counts();
+    assert_int_equal(c1.primary_refs, c0.primary_refs);
+    assert_int_equal(c1.device_allocations, c0.device_allocations);
+}
+
+static int released;
+static uint64_t released_ptr;
+static size_t released_len;
+
+static void on_release(void *ptr, size_t len, void *ctx)
+{
+    released++;
+    released_ptr = (uint64_t)(uintptr_t)ptr;
+    released_len = len;
+    assert_ptr_equal(ctx, &released);
+}
+
+/* An application's own allocation on `device` (its primary context, as the runtime makes). */
+static orb_cu_deviceptr app_alloc(int device, size_t len)
+{
+    orb_cu_context ctx = NULL;
+    orb_cu_deviceptr p = 0;
+    assert_int_equal(cu->primary_ctx_retain(&ctx, device), ORB_CU_SUCCESS);
+    assert_int_equal(cu->ctx_set_current(ctx), ORB_CU_SUCCESS);
+    assert_int_equal(cu->mem_alloc(&p, len), ORB_CU_SUCCESS);
+    return p;
+}
+
+static void app_free(int device, orb_cu_deviceptr p)
+{
+    assert_int_equal(cu->mem_free(p), ORB_CU_SUCCESS);
+    assert_int_equal(cu->ctx_set_current(NULL), ORB_CU_SUCCESS);
+    assert_int_equal(cu->primary_ctx_release(device), ORB_CU_SUCCESS);
+}
+
+static void test_adoption_checks_the_memory(void **state)
+{
+    (void)state;
+    orb_cu_deviceptr p = app_alloc(0, 10000);
+    orb_cuda_memory *m = NULL;
+    /* Not device memory the driver knows, of this device, in range. */
+    uint8_t stack[16];
+    assert_int_equal(orb_cuda_memory_adopt(0, (uint64_t)(uintptr_t)stack, sizeof stack, NULL, NULL, &m), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "is not memory the CUDA driver knows"));
+    void *pinned = NULL;
+    assert_int_equal(cu->mem_host_alloc(&pinned, 4096, ORB_CU_MEMHOSTALLOC_PORTABLE), ORB_CU_SUCCESS);
+    assert_int_equal(orb_cuda_memory_adopt(0, (uint64_t)(uintptr_t)pinned, 4096, NULL, NULL, &m), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "is host memory, not device memory"));
+    assert_int_equal(cu->mem_free_host(pinned), ORB_CU_SUCCESS);
+    assert_int_equal(orb_cuda_memory_adopt(1, p, 100, NULL, NULL, &m), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "is memory of device 0, not 1"));
+    assert_int_equal(orb_cuda_memory_adopt(0, p + 9000, 1001, NULL, NULL, &m), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "runs past its allocation"));
+    assert_int_equal(orb_cuda_memory_adopt(0, p, 0, NULL, NULL, &m), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_adopt(0, UINT64_MAX - 10, 100, NULL, NULL, &m), ORB_EINVAL);
+    assert_null(m);
+
+    /* A range of it: the owner is the whole allocation; a second adoption is the same owner. */
+    released = 0;
+    assert_int_equal(orb_cuda_memory_adopt(0, p + 100, 200, on_release, &released, &m), 0);
+    assert_int_equal(orb_cuda_memory_ptr(m), p);
+    assert_int_equal(orb_cuda_memory_size(m), 10000);
+    orb_cuda_memory *alias = NULL;
+    assert_int_equal(orb_cuda_memory_adopt(0, p + 5000, 10, NULL, NULL, &alias), 0);
+    assert_ptr_equal(alias, m);
+    orb_cuda_memory *other = NULL;
+    assert_int_equal(orb_cuda_memory_adopt(0, p, 1, on_release, &released, &other), ORB_EEXIST);
+    assert_null(other);
+    orb_cuda_memory_unref(alias);
+    assert_int_equal(released, 0);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(released, 1);
+    assert_int_equal(released_ptr, p);
+    assert_int_equal(released_len, 10000);
+    /* The owner is gone: adopting again makes a new one. */
+    assert_int_equal(orb_cuda_memory_adopt(0, p, 10000, NULL, NULL, &m), 0);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(released, 1);
+    /* An allocation made here has an owner too. */
+    orb_cuda_memory *mine = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, 512, &mine), 0);
+    assert_int_equal(orb_cuda_memory_adopt(0, orb_cuda_memory_ptr(mine) + 8, 8, NULL, NULL, &alias), 0);
+    assert_ptr_equal(alias, mine);
+    orb_cuda_memory_unref(alias);
+    orb_cuda_memory_unref(mine);
+    app_free(0, p);
+}
+
+static void test_pinned_host_memory_is_host_memory(void **state)
+{
+    (void)state;
+    struct fakecuda_counts c0 = fake.counts();
+    orb_host_memory *h = NULL;
+    assert_int_equal(orb_cuda_host_alloc(0, 0, &h), ORB_EINVAL);
+    assert_int_equal(orb_cuda_host_alloc(3, 4096, &h), ORB_EINVAL);
+    assert_int_equal(orb_cuda_host_alloc(1, 65536, &h), 0);
+    assert_int_equal(orb_host_memory_size(h), 65536);
+    uint8_t *bytes = orb_host_memory_data(h);
+    memset(bytes, 0x5a, 65536);
+    unsigned int type = 0;
+    assert_int_equal(cu->pointer_get_attribute(&type, ORB_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                               (orb_cu_deviceptr)(uintptr_t)(bytes + 100)),
+                     ORB_CU_SUCCESS);
+    assert_int_equal(type, ORB_CU_MEMORYTYPE_HOST);
+    struct fakecuda_counts c1 = fake.counts();
+    assert_int_equal(c1.host_allocations, c0.host_allocations + 1);
+    assert_int_equal(c1.primary_refs, c0.primary_refs + 1);
+    orb_host_memory_unref(h);
+    struct fakecuda_counts c2 = fake.counts();
+    assert_int_equal(c2.host_allocations, c0.host_allocations);
+    assert_int_equal(c2.primary_refs, c0.primary_refs);
+}
+
+static void test_failed_frees_are_kept_and_reported(void **state)
+{
+    (void)state;
+    struct orb_cuda_retained r0, r1;
+    assert_int_equal(orb_cuda_retained_resources(NULL), ORB_EINVAL);
+    assert_int_equal(orb_cuda_retained_resources(&r0), 0);
+    struct fakecuda_counts c0 = fake.counts();
+    orb_cuda_memory *m = NULL;
+    orb_host_memory *h = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, 3000, &m), 0);
+    assert_int_equal(orb_cuda_host_alloc(0, 5000, &h), 0);
+    fake.fail_nth("cuMemFree_v2", 1, 999u);
+    orb_cuda_memory_unref(m);
+    fake.fail_nth("cuMemFreeHost", 1, 999u);
+    orb_host_memory_unref(h);
+    assert_int_equal(orb_cuda_retained_resources(&r1), 0);
+    assert_int_equal(r1.device_allocations, r0.device_allocations + 1);
+    assert_int_equal(r1.device_bytes, r0.device_bytes + 3000);
+    assert_int_equal(r1.host_allocations, r0.host_allocations + 1);
+    assert_int_equal(r1.host_bytes, r0.host_bytes + 5000);
+    assert_int_equal(r1.contexts, r0.contexts + 2);
+    /* Kept for real: the stand-in still holds both, and both context references. */
+    struct fakecuda_counts c1 = fake.counts();
+    assert_int_equal(c1.device_allocations, c0.device_allocations + 1);
+    assert_int_equal(c1.host_allocations, c0.host_allocations + 1);
+    assert_int_equal(c1.primary_refs, c0.primary_refs + 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_driver_is_chosen_once),
+        cmocka_unit_test(test_allocation_holds_its_primary_context),
+        cmocka_unit_test(test_a_failed_allocation_keeps_nothing),
+        cmocka_unit_test(test_adoption_checks_the_memory),
+        cmocka_unit_test(test_pinned_host_memory_is_host_memory),
+        cmocka_unit_test(test_failed_frees_are_kept_and_reported),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
