@@ -255,6 +255,21 @@ EXPORT orb_cu_result cuGetErrorString(orb_cu_result error, const char **text)
     return error_entry(error, text, false);
 }
 
+/* The driver's answer for an output pointer and a device ordinal (lock held). */
+static orb_cu_result check_device(const void *out, orb_cu_device device)
+{
+    if (out == NULL)
+        return ORB_CU_ERROR_INVALID_VALUE;
+    return device < 0 || device >= ndevices ? ORB_CU_ERROR_INVALID_DEVICE : ORB_CU_SUCCESS;
+}
+
+#define CHECK_DEVICE(out, device)                                                                          \
+    do {                                                                                                   \
+        orb_cu_result check_ = check_device(out, device);                                                  \
+        if (check_ != ORB_CU_SUCCESS)                                                                      \
+            LEAVE(check_);                                                                                 \
+    } while (0)
+
 EXPORT orb_cu_result cuDeviceGetCount(int *count)
 {
     ENTER("cuDeviceGetCount");
@@ -267,10 +282,7 @@ EXPORT orb_cu_result cuDeviceGetCount(int *count)
 EXPORT orb_cu_result cuDeviceGet(orb_cu_device *device, int ordinal)
 {
     ENTER("cuDeviceGet");
-    if (device == NULL)
-        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
-    if (ordinal < 0 || ordinal >= ndevices)
-        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    CHECK_DEVICE(device, ordinal);
     *device = ordinal;
     LEAVE(ORB_CU_SUCCESS);
 }
@@ -278,10 +290,7 @@ EXPORT orb_cu_result cuDeviceGet(orb_cu_device *device, int ordinal)
 EXPORT orb_cu_result cuDeviceGetAttribute(int *value, unsigned int attribute, orb_cu_device device)
 {
     ENTER("cuDeviceGetAttribute");
-    if (value == NULL)
-        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
-    if (device < 0 || device >= ndevices)
-        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    CHECK_DEVICE(value, device);
     switch (attribute) {
     case ORB_CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
         *value = 0x41 + device;
@@ -302,10 +311,7 @@ EXPORT orb_cu_result cuDeviceGetAttribute(int *value, unsigned int attribute, or
 EXPORT orb_cu_result cuDeviceGetName(char *name, int len, orb_cu_device device)
 {
     ENTER("cuDeviceGetName");
-    if (name == NULL || len <= 0)
-        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
-    if (device < 0 || device >= ndevices)
-        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    CHECK_DEVICE(len > 0 ? name : NULL, device);
     snprintf(name, (size_t)len, "fakecuda device %d", device);
     LEAVE(ORB_CU_SUCCESS);
 }
@@ -313,10 +319,7 @@ EXPORT orb_cu_result cuDeviceGetName(char *name, int len, orb_cu_device device)
 EXPORT orb_cu_result cuDeviceGetPCIBusId(char *id, int len, orb_cu_device device)
 {
     ENTER("cuDeviceGetPCIBusId");
-    if (id == NULL || len < 13)
-        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
-    if (device < 0 || device >= ndevices)
-        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    CHECK_DEVICE(len >= 13 ? id : NULL, device);
     snprintf(id, (size_t)len, "0000:%02x:00.0", 0x41 + device);
     LEAVE(ORB_CU_SUCCESS);
 }
@@ -326,10 +329,7 @@ EXPORT orb_cu_result cuDeviceGetPCIBusId(char *id, int len, orb_cu_device device
 EXPORT orb_cu_result cuDevicePrimaryCtxRetain(orb_cu_context *ctx, orb_cu_device device)
 {
     ENTER("cuDevicePrimaryCtxRetain");
-    if (ctx == NULL)
-        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
-    if (device < 0 || device >= ndevices)
-        LEAVE(ORB_CU_ERROR_INVALID_DEVICE);
+    CHECK_DEVICE(ctx, device);
     contexts[device].refs++;
     *ctx = &contexts[device];
     LEAVE(ORB_CU_SUCCESS);
