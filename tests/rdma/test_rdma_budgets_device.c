@@ -517,17 +517,24 @@ static void test_window_keys_run_out(void **state)
     print_message("%llu grants served before the keys ran out (at most %llu)\n", (unsigned long long)served,
                   (unsigned long long)most);
     /* One PD's history runs out first; a request that lands on the other rail still gets that
-     * rail's last keys, and a window whose grant ends late (its ACK lags) comes back with keys
-     * left on its index. So first every grant ends, then the keys are drained one request at a
-     * time (a batch fails whole at its first refusal; each of the grant threads takes its own
-     * turns among the rails, so a few refusals in a row need not have tried both): 32
-     * refusals in a row, nothing served. */
-    (void)gauge_settles(&src, offsetof(struct orb_rdma_stats, grants_active), 0, 2000000000ull);
-    for (int refused = 0; refused < 32 && served <= most + n;) {
-        rc = reads_at(&req, seg, &src, 0, 1, len, ORB_TRANSPORT_RDMA, &rep);
-        served += rc == 0 ? 1 : rep.completed_requests;
-        refused = rc == ORB_ERESOURCE && rep.completed_requests == 0 ? refused + 1 : 0;
+     * rail's last keys. And keys come back: a refused batch's other requests may have been
+     * granted and then left unused, and when the requester rebuilds that connection the source
+     * frees those windows, whose indices the device may hand out again with keys left. So the
+     * keys are drained one request at a time (a batch fails whole at its first refusal; each of
+     * the grant threads takes its own turns among the rails, so a few refusals in a row need
+     * not have tried both) until 32 refusals in a row, again until no rebuild happened
+     * meanwhile. */
+    uint32_t rounds = 0;
+    for (uint64_t rebuilds = UINT64_MAX; rebuilds != stats_of(req.e).reconnects && served <= most + n; rounds++) {
+        rebuilds = stats_of(req.e).reconnects;
+        (void)gauge_settles(&src, offsetof(struct orb_rdma_stats, grants_active), 0, 2000000000ull);
+        for (int refused = 0; refused < 32 && served <= most + n;) {
+            rc = reads_at(&req, seg, &src, 0, 1, len, ORB_TRANSPORT_RDMA, &rep);
+            served += rc == 0 ? 1 : rep.completed_requests;
+            refused = rc == ORB_ERESOURCE && rep.completed_requests == 0 ? refused + 1 : 0;
+        }
     }
+    print_message("drained in %u round(s), %llu grants served in all\n", rounds, (unsigned long long)served);
     assert_int_equal(rc, ORB_ERESOURCE);
     assert_true(served <= most);
     /* Refused at once from now on, each time. */
