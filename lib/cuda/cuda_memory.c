@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "cuda/cuda.h"
+#include "cuda/cuda_memory.h"
 
 struct orb_cuda_memory {
     atomic_uint refs;                  /* changed from 0 only under g_lock (aliases find it) */
@@ -23,6 +24,11 @@ struct orb_cuda_memory {
     orb_release_fn release;
     void *release_ctx;
     struct orb_cuda_memory *next;      /* g_owners */
+    /* Copies (cuda_memory.h), one at a time under copy_lock: */
+    pthread_mutex_t copy_lock;
+    orb_cu_stream stream;              /* made on the first copy */
+    orb_cu_event done;
+    bool fenced;                       /* a copy's end was not proven: kept for good */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,6 +107,7 @@ static orb_cuda_memory *owner_new(int device, orb_cu_context ctx, orb_cu_devicep
     if (m == NULL)
         return NULL;
     atomic_init(&m->refs, 1);
+    pthread_mutex_init(&m->copy_lock, NULL);
     m->device = device;
     m->ctx = ctx;
     m->base = base;
@@ -266,6 +273,43 @@ ORB_EXPORT orb_cuda_memory *orb_cuda_memory_ref(orb_cuda_memory *mem)
     return mem;
 }
 
+/* Keep `mem` for the process's lifetime, with its context (and its stream and event, if any):
+ * the driver did not prove it idle or free. */
+static void keep(orb_cuda_memory *mem)
+{
+    pthread_mutex_lock(&g_lock);
+    g_retained.device_allocations++;
+    g_retained.device_bytes += mem->size;
+    g_retained.contexts++;
+    mem->next = g_kept;
+    g_kept = mem;
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Destroy the copies' event and stream (idle: every copy waited for its end). false: the
+ * driver refused one; both are kept with the allocation. */
+static bool copy_queues_gone(const struct orb_cuda *cu, orb_cuda_memory *mem)
+{
+    if (mem->stream == NULL)
+        return true;
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, mem->ctx, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        r = cu->event_destroy(mem->done);
+        if (r == ORB_CU_SUCCESS)
+            r = cu->stream_destroy(mem->stream);
+        leave(cu, saved);
+    }
+    if (r != ORB_CU_SUCCESS) {
+        char text[160];
+        ORB_LOGE("cuda: the copy stream of device %d's allocation [0x%llx, +%zu) could not be destroyed (%s): the "
+                 "allocation is kept", mem->device, (unsigned long long)mem->base, mem->size,
+                 orb_cuda_describe(cu, r, text, sizeof text));
+        return false;
+    }
+    return true;
+}
+
 ORB_EXPORT void orb_cuda_memory_unref(orb_cuda_memory *mem)
 {
     if (mem == NULL)
@@ -284,6 +328,11 @@ ORB_EXPORT void orb_cuda_memory_unref(orb_cuda_memory *mem)
     /* The table was loaded when the owner was made. */
     const struct orb_cuda *cu = NULL;
     (void)orb_cuda_get(&cu);
+    if (mem->fenced || !copy_queues_gone(cu, mem)) {
+        keep(mem);
+        return;
+    }
+    pthread_mutex_destroy(&mem->copy_lock);
     if (!mem->allocated) {
         if (mem->release != NULL)
             mem->release((void *)(uintptr_t)mem->base, mem->size, mem->release_ctx);
@@ -302,13 +351,7 @@ ORB_EXPORT void orb_cuda_memory_unref(orb_cuda_memory *mem)
         char text[160];
         ORB_LOGE("cuda: device %d's allocation [0x%llx, +%zu) could not be freed (%s): it and its context are kept",
                  mem->device, (unsigned long long)mem->base, mem->size, orb_cuda_describe(cu, r, text, sizeof text));
-        pthread_mutex_lock(&g_lock);
-        g_retained.device_allocations++;
-        g_retained.device_bytes += mem->size;
-        g_retained.contexts++;
-        mem->next = g_kept;
-        g_kept = mem;
-        pthread_mutex_unlock(&g_lock);
+        keep(mem);
         return;
     }
     close_device(cu, mem->device);
@@ -395,4 +438,87 @@ ORB_EXPORT int orb_cuda_retained_resources(struct orb_cuda_retained *out)
     *out = g_retained;
     pthread_mutex_unlock(&g_lock);
     return 0;
+}
+
+/* One copy on mem's stream (copy_lock held, mem's context current): submitted, the event
+ * recorded after it and waited for; on a failure, the stream drained. */
+static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_deviceptr dptr, void *to_host,
+                       const void *from_host, size_t len)
+{
+    orb_cu_result r;
+    if (mem->stream == NULL) {
+        if ((r = cu->stream_create(&mem->stream, ORB_CU_STREAM_NON_BLOCKING)) != ORB_CU_SUCCESS) {
+            mem->stream = NULL;
+            return cuda_fail(cu, r, "cuStreamCreate");
+        }
+        if ((r = cu->event_create(&mem->done, ORB_CU_EVENT_DISABLE_TIMING)) != ORB_CU_SUCCESS) {
+            (void)cu->stream_destroy(mem->stream); /* nothing was ever queued on it */
+            mem->stream = NULL;
+            return cuda_fail(cu, r, "cuEventCreate");
+        }
+    }
+    const char *what = to_host != NULL ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync";
+    r = to_host != NULL ? cu->memcpy_dtoh_async(to_host, dptr, len, mem->stream)
+                        : cu->memcpy_htod_async(dptr, from_host, len, mem->stream);
+    if (r == ORB_CU_SUCCESS) {
+        what = "cuEventRecord";
+        r = cu->event_record(mem->done, mem->stream);
+        if (r == ORB_CU_SUCCESS) {
+            orb_cu_result w = cu->event_synchronize(mem->done);
+            if (w == ORB_CU_SUCCESS)
+                return 0;
+            what = "cuEventSynchronize";
+            r = w;
+        }
+    }
+    /* Something of it may be queued still: the stream is drained before the failure returns. */
+    char text[160], drain[160];
+    (void)orb_cuda_describe(cu, r, text, sizeof text);
+    orb_cu_result d = cu->stream_synchronize(mem->stream);
+    if (d != ORB_CU_SUCCESS) {
+        mem->fenced = true;
+        return orb_fail(ORB_EUNQUIESCED, "cuda: %s failed (%s) and draining the copy stream failed too (%s): device "
+                        "%d's allocation [0x%llx, +%zu) is fenced and kept", what, text,
+                        orb_cuda_describe(cu, d, drain, sizeof drain), mem->device, (unsigned long long)mem->base,
+                        mem->size);
+    }
+    return orb_fail(orb_cuda_status(r), "cuda: %s failed (%s); the copy stream drained", what, text);
+}
+
+static int copy(orb_cuda_memory *mem, size_t offset, void *to_host, const void *from_host, size_t len)
+{
+    if (mem == NULL || (to_host == NULL && from_host == NULL) || len == 0 || offset > mem->size ||
+        len > mem->size - offset)
+        return orb_fail(ORB_EINVAL, "cuda: a copy of %zu bytes at +%zu of an allocation of %zu", len, offset,
+                        mem != NULL ? mem->size : 0);
+    const struct orb_cuda *cu = NULL;
+    int rc = orb_cuda_get(&cu);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&mem->copy_lock);
+    if (mem->fenced) {
+        pthread_mutex_unlock(&mem->copy_lock);
+        return orb_fail(ORB_EUNQUIESCED, "cuda: device %d's allocation [0x%llx, +%zu) is fenced: an earlier copy's "
+                        "end was not proven", mem->device, (unsigned long long)mem->base, mem->size);
+    }
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, mem->ctx, &saved);
+    if (r != ORB_CU_SUCCESS)
+        rc = cuda_fail(cu, r, "making the allocation's context current");
+    else {
+        rc = copy_locked(cu, mem, mem->base + offset, to_host, from_host, len);
+        leave(cu, saved);
+    }
+    pthread_mutex_unlock(&mem->copy_lock);
+    return rc;
+}
+
+int orb_cuda_memory_to_host(orb_cuda_memory *mem, size_t offset, void *host, size_t len)
+{
+    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, host, NULL, len);
+}
+
+int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *host, size_t len)
+{
+    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, NULL, host, len);
 }

@@ -8,11 +8,14 @@
 #include <cmocka.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <orbite/orbite.h>
 
 #include "cuda/cuda.h"
+#include "cuda/cuda_memory.h"
 #include "fakecuda.h"
 
 static const struct orb_cuda *cu;
@@ -229,6 +232,118 @@ static void test_failed_frees_are_kept_and_reported(void **state)
     assert_int_equal(c1.primary_refs, c0.primary_refs + 2);
 }
 
+static void test_copies_wait_for_their_event(void **state)
+{
+    (void)state;
+    struct fakecuda_counts c0 = fake.counts();
+    orb_cuda_memory *m = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, 1u << 20, &m), 0);
+    assert_int_equal(fake.counts().streams, c0.streams); /* made on the first copy */
+    static uint8_t out[5000], back[5000];
+    for (size_t i = 0; i < sizeof out; i++)
+        out[i] = (uint8_t)(i * 13 + 1);
+    assert_int_equal(orb_cuda_memory_from_host(m, 100, out, sizeof out), 0);
+    assert_int_equal(orb_cuda_memory_to_host(m, 100, back, sizeof back), 0);
+    assert_memory_equal(back, out, sizeof out);
+    struct fakecuda_counts c1 = fake.counts();
+    assert_int_equal(c1.streams, c0.streams + 1);
+    assert_int_equal(c1.events, c0.events + 1);
+    /* Outside the allocation, empty, no host bytes. */
+    assert_int_equal(orb_cuda_memory_to_host(m, (1u << 20) - 10, back, 11), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_to_host(m, 0, back, 0), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_from_host(m, 0, NULL, 10), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_to_host(NULL, 0, back, 10), ORB_EINVAL);
+    /* A failed submit, record or wait: reported after the stream drained; the next copy works. */
+    static const char *const failing[] = {"cuMemcpyDtoHAsync_v2", "cuEventRecord", "cuEventSynchronize"};
+    for (size_t i = 0; i < sizeof failing / sizeof failing[0]; i++) {
+        fake.fail_nth(failing[i], 1, 999u);
+        assert_int_equal(orb_cuda_memory_to_host(m, 100, back, sizeof back), ORB_EPEER);
+        assert_non_null(strstr(orb_last_error(), "the copy stream drained"));
+        memset(back, 0, sizeof back);
+        assert_int_equal(orb_cuda_memory_to_host(m, 100, back, sizeof back), 0);
+        assert_memory_equal(back, out, sizeof out);
+    }
+    orb_cuda_memory_unref(m);
+    struct fakecuda_counts c2 = fake.counts();
+    assert_int_equal(c2.streams, c0.streams);
+    assert_int_equal(c2.events, c0.events);
+    assert_int_equal(c2.device_allocations, c0.device_allocations);
+    assert_int_equal(c2.primary_refs, c0.primary_refs);
+}
+
+static void test_an_unproven_copy_fences_and_keeps(void **state)
+{
+    (void)state;
+    struct orb_cuda_retained r0, r1;
+    assert_int_equal(orb_cuda_retained_resources(&r0), 0);
+    struct fakecuda_counts c0 = fake.counts();
+    orb_cuda_memory *m = NULL;
+    static uint8_t bytes[64]; /* the unproven copy may still read it: kept, as a caller must */
+    assert_int_equal(orb_cuda_memory_alloc(1, 4096, &m), 0);
+    fake.fail_nth("cuEventSynchronize", 1, 999u);
+    fake.fail_nth("cuStreamSynchronize", 1, 999u);
+    assert_int_equal(orb_cuda_memory_from_host(m, 0, bytes, sizeof bytes), ORB_EUNQUIESCED);
+    assert_non_null(strstr(orb_last_error(), "is fenced and kept"));
+    assert_int_equal(orb_cuda_memory_to_host(m, 0, bytes, sizeof bytes), ORB_EUNQUIESCED);
+    assert_non_null(strstr(orb_last_error(), "is fenced"));
+    orb_cuda_memory_unref(m);
+    assert_int_equal(orb_cuda_retained_resources(&r1), 0);
+    assert_int_equal(r1.device_allocations, r0.device_allocations + 1);
+    assert_int_equal(r1.device_bytes, r0.device_bytes + 4096);
+    assert_int_equal(r1.contexts, r0.contexts + 1);
+    /* Kept for real: the allocation, its stream and event, its context reference. */
+    struct fakecuda_counts c1 = fake.counts();
+    assert_int_equal(c1.device_allocations, c0.device_allocations + 1);
+    assert_int_equal(c1.streams, c0.streams + 1);
+    assert_int_equal(c1.events, c0.events + 1);
+    assert_int_equal(c1.primary_refs, c0.primary_refs + 1);
+}
+
+/* Eight callers copying their own unaligned pieces of one allocation at once, four rounds. */
+struct copier {
+    orb_cuda_memory *m;
+    uint32_t index;
+    int failures;
+};
+
+static void *copier_main(void *arg)
+{
+    struct copier *c = arg;
+    static const size_t sizes[3] = {1, 4093, 65537};
+    uint8_t *out = malloc(65537), *back = malloc(65537);
+    for (uint32_t round = 0; round < 4 && out != NULL && back != NULL; round++)
+        for (size_t k = 0; k < 3; k++) {
+            size_t len = sizes[k], offset = (size_t)c->index * 70001 + 3 * k + 1;
+            for (size_t i = 0; i < len; i++)
+                out[i] = (uint8_t)(i + c->index * 31 + round * 7 + k);
+            memset(back, 0, len);
+            if (orb_cuda_memory_from_host(c->m, offset, out, len) != 0 ||
+                orb_cuda_memory_to_host(c->m, offset, back, len) != 0 || memcmp(out, back, len) != 0)
+                c->failures++;
+        }
+    free(out);
+    free(back);
+    return NULL;
+}
+
+static void test_concurrent_copies(void **state)
+{
+    (void)state;
+    orb_cuda_memory *m = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, 8 * 70001 + 16, &m), 0);
+    struct copier c[8];
+    pthread_t th[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        c[i] = (struct copier){.m = m, .index = i};
+        assert_int_equal(pthread_create(&th[i], NULL, copier_main, &c[i]), 0);
+    }
+    for (uint32_t i = 0; i < 8; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(c[i].failures, 0);
+    }
+    orb_cuda_memory_unref(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +353,9 @@ int main(void)
         cmocka_unit_test(test_adoption_checks_the_memory),
         cmocka_unit_test(test_pinned_host_memory_is_host_memory),
         cmocka_unit_test(test_failed_frees_are_kept_and_reported),
+        cmocka_unit_test(test_copies_wait_for_their_event),
+        cmocka_unit_test(test_an_unproven_copy_fences_and_keeps),
+        cmocka_unit_test(test_concurrent_copies),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -97,29 +97,44 @@ static bool held;                      /* fakecuda_hold_streams(): no stream run
 
 /* ---- fault injection ------------------------------------------------------------------------- */
 
+/* Armed failures, one per export (arming an export again replaces its failure). */
+#define MAX_FAULTS 8
 static struct {
     char name[64];
     unsigned long long nth, calls;
     orb_cu_result rc;
-} fault;
+} faults[MAX_FAULTS];
 
 EXPORT void fakecuda_fail(const char *export, unsigned long long nth, unsigned int rc)
 {
     pthread_mutex_lock(&lock);
-    snprintf(fault.name, sizeof fault.name, "%s", export != NULL ? export : "");
-    fault.nth = nth;
-    fault.calls = 0;
-    fault.rc = rc;
+    size_t slot = MAX_FAULTS;
+    for (size_t i = 0; i < MAX_FAULTS && slot == MAX_FAULTS; i++)
+        if (faults[i].nth != 0 && strcmp(faults[i].name, export != NULL ? export : "") == 0)
+            slot = i;
+    for (size_t i = 0; i < MAX_FAULTS && slot == MAX_FAULTS; i++)
+        if (faults[i].nth == 0)
+            slot = i;
+    if (slot < MAX_FAULTS) {
+        snprintf(faults[slot].name, sizeof faults[slot].name, "%s", export != NULL ? export : "");
+        faults[slot].nth = nth;
+        faults[slot].calls = 0;
+        faults[slot].rc = rc;
+    }
     pthread_mutex_unlock(&lock);
 }
 
 /* The armed failure of `export`, if this call is its Nth (lock held). */
 static orb_cu_result injected(const char *export)
 {
-    if (fault.nth == 0 || strcmp(fault.name, export) != 0 || ++fault.calls != fault.nth)
-        return ORB_CU_SUCCESS;
-    fault.nth = 0;
-    return fault.rc;
+    for (size_t i = 0; i < MAX_FAULTS; i++)
+        if (faults[i].nth != 0 && strcmp(faults[i].name, export) == 0) {
+            if (++faults[i].calls != faults[i].nth)
+                return ORB_CU_SUCCESS;
+            faults[i].nth = 0;
+            return faults[i].rc;
+        }
+    return ORB_CU_SUCCESS;
 }
 
 #define ENTER(export)                                                                                      \
@@ -588,7 +603,6 @@ static void *stream_main(void *arg)
         free(op);
         pthread_cond_broadcast(&changed);
     }
-    live_streams--;
     pthread_mutex_unlock(&lock);
     free(s);
     return NULL;
@@ -676,6 +690,7 @@ EXPORT orb_cu_result cuStreamDestroy_v2(orb_cu_stream s)
     /* As the driver: the call returns at once; work already queued still runs, then the
      * stream's resources go. */
     s->destroyed = true;
+    live_streams--; /* the handle's count: its thread ends once the queued work is done */
     pthread_cond_broadcast(&changed);
     LEAVE(ORB_CU_SUCCESS);
 }

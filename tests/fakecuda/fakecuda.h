@@ -14,7 +14,8 @@ struct fakecuda_counts {
     long streams, events;
 };
 
-/* The Nth call (from 1) of `export` (its exported name) fails with `rc`; nth 0 disarms. */
+/* The Nth call (from 1) of `export` (its exported name) fails with `rc`, once; nth 0 disarms.
+ * Up to 8 exports may be armed at once. */
 void fakecuda_fail(const char *export, unsigned long long nth, unsigned int rc);
 /* How many devices cuInit finds (0..8; only before it). */
 void fakecuda_set_devices(int n);

@@ -1,0 +1,30 @@
+/* Internal: copies between a CUDA memory owner's device bytes and host bytes, for staging. Each
+ * allocation lazily owns one non-blocking stream and one completion event (made in its device's
+ * primary context on the first copy, destroyed with the allocation). A copy is submitted on that
+ * stream, the event recorded after it and waited for before the call returns, so the bytes are
+ * in place when it returns 0. Copies of one allocation run one at a time.
+ *
+ * A failed submit or record drains the stream (cuStreamSynchronize) before the call returns the
+ * failure; nothing of that copy is then in flight. Where neither the event wait nor the drain
+ * succeeds, nothing proves the stream idle: the call returns ORB_EUNQUIESCED, the allocation is
+ * fenced (every later copy fails the same way at once) and, when its last reference goes, it is
+ * kept with its stream, event and context (orb_cuda_retained_resources()), never freed under
+ * work that may still run; the caller keeps that copy's host bytes too (staging), since the
+ * device may still read or write them. Destroying a stream or an event is never taken as
+ * completion. */
+#ifndef ORB_CUDA_CUDA_MEMORY_H
+#define ORB_CUDA_CUDA_MEMORY_H
+
+#include <stddef.h>
+
+#include <orbite/orbite.h>
+
+/* [offset, offset + len) of mem's allocation into `host` (len bytes). Errors: ORB_EINVAL (NULL,
+ * len 0, the range outside the allocation), ORB_EUNQUIESCED (fenced, or the copy's end not
+ * proven), the driver's failure of a submit, record or stream creation (orb_cuda_status). */
+int orb_cuda_memory_to_host(orb_cuda_memory *mem, size_t offset, void *host, size_t len);
+
+/* `host` (len bytes) into [offset, offset + len) of mem's allocation. Errors as above. */
+int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *host, size_t len);
+
+#endif
