@@ -634,6 +634,41 @@ int orb_register_host_memory_batch(orb_engine *engine, const struct orb_host_ran
                                    size_t n, orb_reg_id *ids_out);
 
 /**
+ * Register [offset, offset + len) of the CUDA device allocation `owner`, which
+ * the registration retains (the caller keeps its own reference), under the
+ * same rules as orb_register_host_memory(): registering exactly the same
+ * range again returns the same id and adds a reference. Addresses are the
+ * device's (unified virtual addressing: they never collide with host
+ * memory), so requests name device bytes by their device address. A request
+ * whose local or remote range is device memory moves through the engine's
+ * host staging (see "CUDA memory" in the API guide). The RDMA transport does
+ * not carry device memory in this release (requests are refused with
+ * ORB_EUNAVAILABLE); TCP does.
+ * Errors: ORB_EINVAL (owner or id_out NULL, len 0, the range outside the
+ * allocation, an unknown permission), ORB_ECLOSED, ORB_ERESOURCE
+ * (max_registrations), ORB_ENOMEM.
+ */
+int orb_register_cuda_memory(orb_engine *engine, orb_cuda_memory *owner, size_t offset, size_t len,
+                             enum orb_perm perm, orb_reg_id *id_out);
+
+/** One range of an orb_register_cuda_memory_batch() call. */
+struct orb_cuda_range {
+    orb_cuda_memory *owner; /* borrowed; retained by the registration */
+    size_t offset;
+    size_t length;
+    enum orb_perm perm;
+};
+
+/**
+ * Register `n` ranges of device memory, all or nothing, as
+ * orb_register_host_memory_batch() does for host memory. On failure nothing
+ * changed; the message names the first bad index.
+ * Errors: as orb_register_cuda_memory().
+ */
+int orb_register_cuda_memory_batch(orb_engine *engine, const struct orb_cuda_range *ranges, size_t n,
+                                   orb_reg_id *ids_out);
+
+/**
  * Drop one reference of registration `id`. The last reference hides the range
  * from new requests at once; work already admitted keeps the backing until it
  * drains, then the owner reference is released.
@@ -675,11 +710,12 @@ int orb_open_segment(orb_engine *engine, const char *endpoint, const struct orb_
                      uint64_t timeout_ns, orb_segment **out);
 
 /**
- * Where registered bytes live. Later releases add device kinds; a value this header does not
+ * Where registered bytes live. Later releases may add kinds; a value this header does not
  * name may then appear in a region description.
  */
 enum orb_memory_kind {
-    ORB_MEMORY_HOST = 0 /* CPU memory */
+    ORB_MEMORY_HOST = 0, /* CPU memory (pinned or not) */
+    ORB_MEMORY_CUDA = 1  /* NVIDIA device memory (orb_register_cuda_memory()) */
 };
 
 /**

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "log.h"
 #include "spin.h"
+#include "stager.h"
 
 struct orb_req {
     uint64_t length;
@@ -19,6 +20,7 @@ struct orb_req {
     atomic_uchar attempted;      /* a slice got past orb_xfer_may_start(): bytes may have moved */
     uint8_t effect_unknown;      /* a started WRITE slice may have changed peer bytes; lock */
     uint8_t tp_slot;             /* the transport that carries it (its id) */
+    uint8_t staged;              /* its local bytes go through the engine's host staging */
     struct orb_reg *local_pin;   /* released when the last slice ends */
     void *tp_private;            /* the transport's per-request space, in the group's block */
     uint32_t remaining;          /* slices not yet ended; batch lock */
@@ -32,6 +34,7 @@ struct orb_req {
 struct orb_piece {
     struct orb_xfer x;           /* first member: transports see only this */
     struct orb_req *req;
+    struct orb_stage_job stage_job; /* a staged piece's way through the stager */
     /* Set once by orb_xfer_may_start(), on whatever thread the transport calls it from, and
      * read when the piece ends, possibly on another: atomics, whatever the transport's locks. */
     _Atomic uint8_t started;
@@ -112,6 +115,8 @@ static struct orb_piece *slice_of(struct orb_xfer *x)
 {
     return (struct orb_piece *)((char *)x - offsetof(struct orb_piece, x));
 }
+
+static int submit_staged(orb_engine *engine, struct orb_xfer *const *xs, size_t n);
 
 /* ---- transport callbacks ----------------------------------------------------------------- */
 
@@ -195,6 +200,10 @@ void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect ef
     struct orb_piece *s = slice_of(x);
     struct orb_batch *b = x->batch;
     struct orb_reg *unpin = NULL;
+
+    /* A staged READ's bytes are still in its chunk: they reach the device before it ends. */
+    if (x->stage != NULL && orb_stager_piece_ended(b->engine->stager, &s->stage_job, status))
+        return;
 
     pthread_mutex_lock(&b->lock);
     if (x->op == ORB_XFER_NOTIFY) {
@@ -456,6 +465,14 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
             goto unpin;
         }
         pinned++;
+        /* Memory without a CPU view (device memory): a transport that moves bytes through the
+         * CPU gets it through host staging; the best transport for it is then one that does. */
+        const struct orb_memkind_ops *kind = g->reqs[i].local_pin->kind;
+        bool no_cpu_view = kind->to_host != NULL;
+        if (no_cpu_view && r->transport == ORB_TRANSPORT_UNSPEC && !engine->tp[slot].ops->stages_through_cpu &&
+            seg->peer[ORB_TRANSPORT_TCP] != NULL)
+            slot = ORB_TRANSPORT_TCP;
+        g->reqs[i].staged = no_cpu_view && engine->tp[slot].ops->stages_through_cpu;
         g->reqs[i].tp_slot = (uint8_t)slot;
         g->reqs[i].length = r->length;
         g->reqs[i].op = (uint8_t)r->op;
@@ -500,6 +517,13 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
         rc = plan_check(&plans[i], r->length, ops->name, first_index + i);
         if (rc != 0)
             goto free_plans;
+        for (uint32_t p = 0; q->staged && p < plans[i].count; p++)
+            if (plans[i].pieces[p].length > ORB_STAGE_CHUNK) {
+                rc = orb_fail(ORB_EINVAL, "request %zu: the %s transport planned a staged piece of %llu bytes "
+                              "(at most %u)", first_index + i, ops->name,
+                              (unsigned long long)plans[i].pieces[p].length, ORB_STAGE_CHUNK);
+                goto free_plans;
+            }
         q->remaining = plans[i].count;
         nslices += plans[i].count;
     }
@@ -540,6 +564,9 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
                 s->x.request_remote_addr = r->remote_addr;
                 s->x.request_length = r->length;
                 s->x.request_private = q->tp_private;
+                s->stage_job.x = &s->x;
+                s->stage_job.ops = engine->tp[slot].ops;
+                s->stage_job.peer = seg->peer[slot];
                 g->xfer_ptrs[k] = &s->x;
                 k++;
             }
@@ -639,12 +666,17 @@ ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, si
     struct orb_segment *seg = b->segment;
     size_t start = 0;
     while (start < g->nslices) {
-        unsigned slot = slice_of(g->xfer_ptrs[start])->req->tp_slot;
+        const struct orb_req *first = slice_of(g->xfer_ptrs[start])->req;
+        unsigned slot = first->tp_slot;
         size_t end = start + 1;
-        while (end < g->nslices && slice_of(g->xfer_ptrs[end])->req->tp_slot == slot)
+        while (end < g->nslices && slice_of(g->xfer_ptrs[end])->req->tp_slot == slot &&
+               slice_of(g->xfer_ptrs[end])->req->staged == first->staged)
             end++;
         const struct orb_transport_ops *ops = engine->tp[slot].ops;
-        rc = ops->peer_submit(seg->peer[slot], &g->xfer_ptrs[start], end - start);
+        if (first->staged)
+            rc = submit_staged(engine, &g->xfer_ptrs[start], end - start);
+        else
+            rc = ops->peer_submit(seg->peer[slot], &g->xfer_ptrs[start], end - start);
         if (rc != 0 && start == 0) {
             /* Nothing was accepted, so nothing was attempted: the whole group is rejected. */
             rc = orb_segment_classify_failure(seg, rc);
@@ -662,6 +694,24 @@ ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, si
                 orb_xfer_done(g->xfer_ptrs[j], rc, ORB_REMOTE_EFFECT_NONE);
         }
         start = end;
+    }
+    return 0;
+}
+
+/* Hand staged pieces to the engine's stager, made on first use. 0 (each piece is then
+ * reported through orb_xfer_done, whatever happens to it), or why the stager cannot start. */
+static int submit_staged(orb_engine *engine, struct orb_xfer *const *xs, size_t n)
+{
+    struct orb_stager *st = orb_engine_stager(engine);
+    if (st == NULL)
+        return orb_fail_wrap(ORB_EUNAVAILABLE, "host staging for memory without a CPU view");
+    struct orb_stage_job *jobs[64];
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < 64 ? n - done : 64;
+        for (size_t i = 0; i < k; i++)
+            jobs[i] = &slice_of(xs[done + i])->stage_job;
+        orb_stager_submit(st, jobs, k);
+        done += k;
     }
     return 0;
 }

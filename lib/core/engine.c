@@ -1,5 +1,6 @@
 /* The engine: configuration, source epoch, registrations, transports, close and drain. */
 #include "engine_internal.h"
+#include "stager.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -101,7 +102,7 @@ static int engine_reg_attach(void *ctx, struct orb_reg *reg)
             snprintf(detail, sizeof detail, "%s", orb_last_error());
             /* Undo what the others attached; what cannot be undone keeps the bytes. */
             if (engine_reg_retire(engine, reg) != 0)
-                (void)orb_host_memory_ref(reg->owner);
+                orb_reg_keep_owner(reg);
             return orb_fail(rc, "%s", detail);
         }
         reg->tp_state[i] = state;
@@ -404,9 +405,29 @@ ORB_EXPORT int orb_engine_close_requester(orb_engine *engine)
     return 0;
 }
 
+struct orb_stager *orb_engine_stager(orb_engine *engine)
+{
+    pthread_mutex_lock(&engine->lock);
+    struct orb_stager *st = engine->stager;
+    if (st == NULL && !engine->stopped && !engine->stager_failed) {
+        if (orb_stager_new(ORB_STAGE_CHUNK, ORB_STAGE_POOL_BYTES, &st) != 0) {
+            engine->stager_failed = 1;
+            st = NULL;
+        } else {
+            engine->stager = st;
+        }
+    } else if (st == NULL) {
+        (void)orb_fail(ORB_ECLOSED, "%s", engine->stopped ? "the engine is closed" : "the stager could not start");
+    }
+    pthread_mutex_unlock(&engine->lock);
+    return st;
+}
+
 static uint64_t engine_inflight(orb_engine *engine)
 {
-    uint64_t sum = 0;
+    pthread_mutex_lock(&engine->lock);
+    uint64_t sum = orb_stager_inflight(engine->stager);
+    pthread_mutex_unlock(&engine->lock);
     for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++)
         if (engine->tp[i].ops != NULL)
             sum += engine->tp[i].ops->inflight(engine->tp[i].state);
@@ -440,7 +461,10 @@ ORB_EXPORT int orb_engine_close(orb_engine *engine, uint64_t timeout_ns)
     }
     pthread_mutex_lock(&engine->lock);
     engine->stopped = 1;
+    struct orb_stager *st = engine->stager;
     pthread_mutex_unlock(&engine->lock);
+    /* The transports ended every piece: what is left in the stager is landed or failed now. */
+    orb_stager_stop(st);
     orb_engine_reap(engine);
     return 0;
 }
@@ -460,6 +484,7 @@ static void engine_destroy(orb_engine *engine)
     orb_registry_retire_all(engine->registry);
     orb_reaper_free(engine->reaper);
     destroy_transports(engine);
+    orb_stager_free(engine->stager);
     orb_registry_free(engine->registry);
     struct orb_notification_node *node = engine->notes_head;
     while (node != NULL) {
@@ -592,6 +617,20 @@ ORB_EXPORT int orb_register_host_memory_batch(orb_engine *engine, const struct o
         return orb_fail(ORB_EINVAL, "orb_register_host_memory_batch: ranges and ids_out are "
                                     "required and n must be positive");
     return orb_registry_add_batch(engine->registry, ranges, n, ids_out);
+}
+
+int orb_engine_register_ranges(orb_engine *engine, const char *call, const struct orb_reg_range *ranges,
+                               size_t n, orb_reg_id *ids_out)
+{
+    int rc = check_engine_open(engine, call);
+    if (rc != 0)
+        return rc;
+    if (ranges == NULL || ids_out == NULL || n == 0)
+        return orb_fail(ORB_EINVAL, "%s: ranges and ids_out are required and n must be positive", call);
+    for (size_t i = 0; i < n; i++)
+        if ((rc = check_perm(ranges[i].perm)) != 0)
+            return n > 1 ? orb_fail_wrap(rc, "%s: range %zu", call, i) : rc;
+    return orb_registry_add_ranges(engine->registry, ranges, n, ids_out);
 }
 
 ORB_EXPORT int orb_unregister_memory(orb_engine *engine, orb_reg_id id)

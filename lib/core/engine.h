@@ -25,6 +25,11 @@ int orb_engine_deliver_notification(orb_engine *engine, const struct orb_epoch *
 int orb_engine_control(orb_engine *engine, uint8_t transport, const struct orb_epoch *sender,
                        const uint8_t *req, size_t len, uint8_t *resp, size_t cap, size_t *resp_len);
 
+/* Register `n` ranges of any memory kind, all or nothing, for the public call named `call`
+ * (a memory kind's own registration entry point). Errors: as orb_register_host_memory(). */
+int orb_engine_register_ranges(orb_engine *engine, const char *call, const struct orb_reg_range *ranges,
+                               size_t n, orb_reg_id *ids_out);
+
 /* 1 while source admission is open. */
 int orb_engine_source_open(const orb_engine *engine);
 

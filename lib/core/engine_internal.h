@@ -52,6 +52,8 @@ struct orb_engine {
     struct orb_notification_node *notes_head, *notes_tail;
     uint32_t notes_count;
     struct orb_batch *reap;   /* finished orphaned batches waiting to be freed outside callbacks */
+    struct orb_stager *stager; /* host staging, made on first use (orb_engine_stager) */
+    int stager_failed;        /* it could not be made: later staged requests fail at once */
 };
 
 /* orb_engine_create_params() with other operation tables (tests use scripted ones). `rdma` may
@@ -62,6 +64,10 @@ int orb_engine_create_with(const struct orb_engine_config *cfg, const struct orb
                            const struct orb_transport_ops *const *ops, size_t n, orb_engine **out);
 
 void orb_engine_ref(orb_engine *engine);
+
+/* The engine's stager (stager.h), made on first use; NULL when it cannot be made (the detail
+ * message says why) or the engine is stopped. */
+struct orb_stager *orb_engine_stager(orb_engine *engine);
 void orb_engine_unref(orb_engine *engine);
 
 

@@ -124,8 +124,38 @@ static void *host_cpu_view(const struct orb_reg *reg, uint64_t addr)
     return (void *)(uintptr_t)addr;
 }
 
+static uint64_t host_owner_base(const void *owner)
+{
+    return (uint64_t)(uintptr_t)((const orb_host_memory *)owner)->ptr;
+}
+
+static size_t host_owner_size(const void *owner)
+{
+    return ((const orb_host_memory *)owner)->len;
+}
+
+static void host_owner_ref(void *owner)
+{
+    (void)orb_host_memory_ref(owner);
+}
+
+static void host_owner_unref(void *owner)
+{
+    orb_host_memory_unref(owner);
+}
+
+static int host_owner_defers(const void *owner)
+{
+    return ((const orb_host_memory *)owner)->release != NULL;
+}
+
 const struct orb_memkind_ops orb_memkind_host = {
     .kind = ORB_MEM_HOST,
     .name = "host",
     .cpu_view = host_cpu_view,
+    .owner_base = host_owner_base,
+    .owner_size = host_owner_size,
+    .owner_ref = host_owner_ref,
+    .owner_unref = host_owner_unref,
+    .owner_defers = host_owner_defers,
 };

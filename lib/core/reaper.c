@@ -22,8 +22,8 @@ static void reap_now(struct orb_reap_node *node)
 {
     /* A retirement that could not finish keeps the owner's bytes: the reference is leaked on
      * purpose (the retiring code said why in the log). */
-    if (node->retire == NULL || node->retire(node) == 0)
-        orb_host_memory_unref(node->owner);
+    if ((node->retire == NULL || node->retire(node) == 0) && node->owner != NULL)
+        node->unref(node->owner);
     if (node->finish != NULL)
         node->finish(node);
 }
@@ -99,7 +99,7 @@ free_reaper:
 
 void orb_reaper_defer(struct orb_reaper *r, struct orb_reap_node *node)
 {
-    if (r != NULL && (node->retire != NULL || (node->owner != NULL && node->owner->release != NULL))) {
+    if (r != NULL && (node->retire != NULL || (node->owner != NULL && node->defers))) {
         node->next = NULL;
         pthread_mutex_lock(&r->lock);
         if (!r->stopping) {

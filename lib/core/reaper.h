@@ -24,7 +24,9 @@ struct orb_reap_node {
      * means some of it could not be undone (a device still maps the bytes): the owner reference
      * is then kept for the process's lifetime, so the bytes are never released under a device. */
     int (*retire)(struct orb_reap_node *node);
-    orb_host_memory *owner;
+    void *owner;                      /* dropped with unref (NULL: nothing to drop) */
+    void (*unref)(void *owner);
+    int defers;                       /* 1: the drop may block or run user code */
     void (*finish)(struct orb_reap_node *node);
 };
 
@@ -33,8 +35,8 @@ int orb_reaper_new(struct orb_reaper **out);
 
 /* Run node->retire, drop `node->owner`'s reference, then run node->finish, on the release
  * thread. Never blocks and never fails: with `r` NULL, or once the reaper is stopping, all three
- * happen in the caller's thread. A node without retire work whose owner has no release callback
- * is also handled in place, since dropping it only frees memory. */
+ * happen in the caller's thread. A node without retire work whose drop does not defer (an owner
+ * without a release callback) is also handled in place, since dropping it only frees memory. */
 void orb_reaper_defer(struct orb_reaper *r, struct orb_reap_node *node);
 
 /* 1 when the calling thread is the release thread. */

@@ -180,6 +180,8 @@ static void reg_put(struct orb_reg *r)
      * locks. */
     if (atomic_fetch_sub_explicit(&r->pins, 1, memory_order_acq_rel) == 1) {
         r->reap.owner = r->owner;
+        r->reap.unref = r->kind->owner_unref;
+        r->reap.defers = r->kind->owner_defers(r->owner);
         r->reap.retire = r->hooks != NULL ? reg_retire_state : NULL;
         r->reap.finish = reg_finish;
         orb_reaper_defer(r->reaper, &r->reap);
@@ -295,7 +297,7 @@ static int range_fail(int status, int batch, size_t index, const char *detail)
     return orb_fail(status, "registration: %s", detail);
 }
 
-static int check_range(const struct orb_host_range *r, int batch, size_t index,
+static int check_range(const struct orb_reg_range *r, int batch, size_t index,
                        struct add_item *item)
 {
     char detail[160];
@@ -307,14 +309,14 @@ static int check_range(const struct orb_host_range *r, int batch, size_t index,
         snprintf(detail, sizeof detail, "invalid permission %d", (int)r->perm);
         return range_fail(ORB_EINVAL, batch, index, detail);
     }
-    size_t size = r->owner->len;
+    size_t size = r->kind->owner_size(r->owner);
     if (r->offset > size || r->length > size - r->offset) {
-        snprintf(detail, sizeof detail, "offset %zu + length %zu exceeds the owner's %zu bytes",
-                 r->offset, r->length, size);
+        snprintf(detail, sizeof detail, "offset %zu + length %zu exceeds the %s owner's %zu bytes",
+                 r->offset, r->length, r->kind->name, size);
         return range_fail(ORB_EINVAL, batch, index, detail);
     }
-    /* The owner was checked not to wrap the address space, so base + len fits. */
-    item->base = (uint64_t)(uintptr_t)r->owner->ptr + r->offset;
+    /* Owners are checked not to wrap the address space when made, so base + len fits. */
+    item->base = r->kind->owner_base(r->owner) + r->offset;
     item->len = r->length;
     item->index = index;
     return 0;
@@ -379,7 +381,7 @@ enum add_mode {
 };
 
 /* The shared body of add, adopt and add_batch. `batch` selects indexed messages. */
-static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ranges, size_t n,
+static int add_ranges(struct orb_registry *reg, const struct orb_reg_range *ranges, size_t n,
                       orb_reg_id *ids_out, int batch, enum add_mode mode)
 {
     struct add_item items_inline[REG_SCRATCH_INLINE];
@@ -491,7 +493,7 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
         r->base = items[g->first].base;
         r->len = items[g->first].len;
         r->perm = ranges[i].perm;
-        r->kind = &orb_memkind_host;
+        r->kind = ranges[i].kind;
         r->owner = ranges[i].owner;
         if (reg->hooks != NULL) {
             rc = reg->hooks->attach(reg->hooks->ctx, r);
@@ -523,7 +525,8 @@ static int add_ranges(struct orb_registry *reg, const struct orb_host_range *ran
             continue;
         struct orb_reg *r = g->fresh;
         r->id = reg->next_id++;
-        r->owner = orb_host_memory_ref(ranges[i].owner);
+        r->kind->owner_ref(ranges[i].owner);
+        r->owner = ranges[i].owner;
         atomic_init(&r->pins, 1);
         r->user_refs = 0;
         r->reaper = reg->reaper;
@@ -553,7 +556,7 @@ retire_attached:
             continue;
         /* State that cannot be undone keeps the caller's bytes referenced forever. */
         if (g->fresh->hooks->retire(g->fresh->hooks->ctx, g->fresh) != 0)
-            (void)orb_host_memory_ref(g->fresh->owner);
+            orb_reg_keep_owner(g->fresh);
         attached--;
     }
 unlock:
@@ -575,7 +578,8 @@ static int add_one(struct orb_registry *reg, orb_host_memory *owner, size_t offs
 {
     if (reg == NULL || id_out == NULL)
         return orb_fail(ORB_EINVAL, "registration: NULL argument");
-    struct orb_host_range range = { .owner = owner, .offset = offset, .length = len, .perm = perm };
+    struct orb_reg_range range = {
+        .kind = &orb_memkind_host, .owner = owner, .offset = offset, .length = len, .perm = perm};
     orb_reg_id id;
     int rc = add_ranges(reg, &range, 1, &id, 0, mode);
     if (rc == 0)
@@ -604,7 +608,43 @@ int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range
         return 0;
     if (ranges == NULL || ids_out == NULL)
         return orb_fail(ORB_EINVAL, "registration batch: NULL ranges or ids");
-    return add_ranges(reg, ranges, n, ids_out, 1, ADD_SHARE);
+    struct orb_reg_range inline_ranges[REG_SCRATCH_INLINE];
+    struct orb_reg_range *all = inline_ranges;
+    if (n > REG_SCRATCH_INLINE) {
+        if (n > SIZE_MAX / sizeof *all)
+            return orb_fail(ORB_EINVAL, "registration: %zu ranges is too many", n);
+        if ((all = malloc(n * sizeof *all)) == NULL)
+            return orb_fail(ORB_ENOMEM, "registration: no memory for a batch of %zu ranges", n);
+    }
+    for (size_t i = 0; i < n; i++)
+        all[i] = (struct orb_reg_range){.kind = &orb_memkind_host, .owner = ranges[i].owner,
+                                        .offset = ranges[i].offset, .length = ranges[i].length,
+                                        .perm = ranges[i].perm};
+    int rc = add_ranges(reg, all, n, ids_out, 1, ADD_SHARE);
+    if (all != inline_ranges)
+        free(all);
+    return rc;
+}
+
+int orb_registry_add_ranges(struct orb_registry *reg, const struct orb_reg_range *ranges, size_t n,
+                            orb_reg_id *ids_out)
+{
+    if (reg == NULL)
+        return orb_fail(ORB_EINVAL, "registration batch: registry is NULL");
+    if (n == 0)
+        return 0;
+    if (ranges == NULL || ids_out == NULL)
+        return orb_fail(ORB_EINVAL, "registration batch: NULL ranges or ids");
+    for (size_t i = 0; i < n; i++)
+        if (ranges[i].kind == NULL)
+            return orb_fail(ORB_EINVAL, "registration range %zu: no memory kind", i);
+    return add_ranges(reg, ranges, n, ids_out, n > 1, ADD_SHARE);
+}
+
+void orb_reg_keep_owner(const struct orb_reg *r)
+{
+    if (r != NULL && r->owner != NULL)
+        r->kind->owner_ref(r->owner);
 }
 
 int orb_registry_remove(struct orb_registry *reg, orb_reg_id id)
@@ -740,6 +780,7 @@ int orb_registry_describe_remote(struct orb_registry *reg, struct orb_region_des
             descs[w].addr = r->base;
             descs[w].length = r->len;
             descs[w].perm = r->perm;
+            descs[w].memory_kind = r->kind->kind == ORB_MEM_CUDA ? ORB_MEMORY_CUDA : ORB_MEMORY_HOST;
             w++;
         }
     }

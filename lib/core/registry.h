@@ -27,9 +27,32 @@ struct orb_memkind_ops {
     /* A CPU-addressable pointer for `addr` inside the registration, or NULL when the bytes need
      * staging (device memory). Host and pinned memory return the address itself. */
     void *(*cpu_view)(const struct orb_reg *reg, uint64_t addr);
+    /* The owner object's first byte, length and reference counting (reg->owner is one of this
+     * kind's owners: an orb_host_memory, an orb_cuda_memory). */
+    uint64_t (*owner_base)(const void *owner);
+    size_t (*owner_size)(const void *owner);
+    void (*owner_ref)(void *owner);
+    void (*owner_unref)(void *owner);
+    /* 1 when dropping the owner's last reference must happen on the release thread (it runs a
+     * user's callback or a driver call that may block); 0 when it only frees memory. */
+    int (*owner_defers)(const void *owner);
+    /* Staging copies for kinds without a CPU view (NULL otherwise): [addr, +len) of the
+     * registration into or out of `host`, complete when they return 0. Errors: the kind's. */
+    int (*to_host)(const struct orb_reg *reg, uint64_t addr, void *host, size_t len);
+    int (*from_host)(const struct orb_reg *reg, uint64_t addr, const void *host, size_t len);
 };
 
 extern const struct orb_memkind_ops orb_memkind_host;
+
+/* One range of one owner of `kind`, as the registry takes it (orb_host_range and its CUDA
+ * counterpart both become this). */
+struct orb_reg_range {
+    const struct orb_memkind_ops *kind;
+    void *owner;                 /* borrowed; retained by the registration */
+    size_t offset;
+    size_t length;
+    enum orb_perm perm;
+};
 
 /* What the engine does when a registration is created and retired: its transports' state
  * (memory regions, keys) lives in the registration. attach runs before the registration becomes
@@ -50,7 +73,7 @@ struct orb_reg {
     uint64_t len;
     enum orb_perm perm;
     const struct orb_memkind_ops *kind;
-    orb_host_memory *owner;      /* retained until the struct is freed */
+    void *owner;                 /* one of kind's owners, retained until the struct is freed */
     atomic_uint_fast64_t pins;   /* 1 for table membership + 1 per admitted user */
     uint32_t user_refs;          /* register/unregister count; written under both locks */
     struct orb_reaper *reaper;   /* where the owner reference is dropped after the last pin */
@@ -91,6 +114,14 @@ int orb_registry_adopt(struct orb_registry *reg, orb_host_memory *owner, size_t 
 /* All or nothing; see orb_register_host_memory_batch(). */
 int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range *ranges, size_t n,
                            orb_reg_id *ids_out);
+
+/* The same for ranges of any memory kind (each range names its own). */
+int orb_registry_add_ranges(struct orb_registry *reg, const struct orb_reg_range *ranges, size_t n,
+                            orb_reg_id *ids_out);
+
+/* Take a reference to r's owner that is never dropped: transport state that could not be undone
+ * may still map its bytes, which must then never be released. */
+void orb_reg_keep_owner(const struct orb_reg *r);
 
 /* Drop one user reference; the last one unpublishes. Errors: ORB_ENOENT. */
 int orb_registry_remove(struct orb_registry *reg, orb_reg_id id);

@@ -54,6 +54,10 @@ struct orb_xfer {
     struct orb_reg *local_reg;
     uint64_t local_offset;
     const uint8_t *notify_data; /* NOTIFY only: the payload, owned by the batch */
+    /* Host staging standing in for local bytes without a CPU view (stager.h): set by the core
+     * before the transport gets the piece, for the piece's whole life; the transport moves the
+     * bytes there instead (orb_xfer_local_cpu() returns it). NULL otherwise. */
+    uint8_t *stage;
     uint64_t remote_addr;       /* unused for NOTIFY */
     uint64_t length;            /* > 0 */
     /* The whole request this piece belongs to, on the remote side: the source authorises that
@@ -77,6 +81,8 @@ static inline uint8_t *orb_xfer_local_cpu(const struct orb_xfer *x)
 {
     if (x->op == ORB_XFER_NOTIFY || x->local_reg == NULL)
         return (uint8_t *)(uintptr_t)x->notify_data;
+    if (x->stage != NULL)
+        return x->stage;
     const struct orb_reg *reg = x->local_reg;
     return (uint8_t *)reg->kind->cpu_view(reg, reg->base + x->local_offset);
 }
@@ -177,6 +183,10 @@ struct orb_transport_ops {
     const char *name;
     /* Bytes of per-request space the core provides to this transport (0: none). */
     size_t request_private_size;
+    /* 1: the transport moves local bytes through the CPU only; the core stages local memory
+     * without a CPU view for it (stager.h), in pieces the transport plans no longer than
+     * ORB_STAGE_CHUNK. 0: the transport takes such memory itself, or refuses it in its plan. */
+    int stages_through_cpu;
 
     /* Start workers and, if the engine's config enables it, the source service. 0: started;
      * ORB_TP_NOT_HERE: not on this host (not asked for, no device, library missing: the detail

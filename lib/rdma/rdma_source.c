@@ -384,6 +384,36 @@ static uint32_t dead_qps(const struct rdma_src_conn *c, uint32_t mask)
     return dead;
 }
 
+/* A staged grant's bytes in and out of the registration: memcpy where it has a CPU view, the
+ * memory kind's own copy (device memory) where not. */
+static int stage_in(const struct orb_reg *pin, uint64_t addr, void *stage, uint64_t len)
+{
+    void *cpu = pin->kind->cpu_view(pin, addr);
+    if (cpu != NULL) {
+        memcpy(stage, cpu, len);
+        return 0;
+    }
+    if (pin->kind->to_host == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be staged", pin->kind->name);
+    return pin->kind->to_host(pin, addr, stage, (size_t)len);
+}
+
+static int stage_out(const struct orb_reg *pin, uint64_t addr, const void *stage, uint64_t len)
+{
+    void *cpu = pin->kind->cpu_view(pin, addr);
+    if (cpu != NULL) {
+        memcpy(cpu, stage, len);
+        return 0;
+    }
+    int rc = pin->kind->from_host != NULL ? pin->kind->from_host(pin, addr, stage, (size_t)len)
+                                          : orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be staged",
+                                                     pin->kind->name);
+    if (rc != 0)
+        ORB_LOGW("rdma source: a WRITE's staged bytes could not be copied to %s memory: %s", pin->kind->name,
+                 orb_last_error());
+    return rc;
+}
+
 /* Prepare one request's grant: the registration pinned with the operation's permission, the
  * budgets reserved, a staging extent filled when this engine stages, and a window bind per rail
  * queued for the lane. On success *out is linked on the connection with its binds in flight;
@@ -470,8 +500,8 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     if (staged) {
         if ((rc = rdma_stage_take(tp, in->length, 0, &g->stage)) != 0)
             goto unlink;
-        if (in->op == ORB_OP_READ)
-            memcpy(g->stage.cpu, pin->kind->cpu_view(pin, in->addr), in->length);
+        if (in->op == ORB_OP_READ && (rc = stage_in(pin, in->addr, g->stage.cpu, in->length)) != 0)
+            goto unlink;
         g->target = (uint64_t)(uintptr_t)g->stage.cpu;
     }
 
@@ -815,14 +845,15 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     pthread_mutex_unlock(&c->lock);
     if (!done)
         return;
+    int status = 0;
     if (g->stage.cpu != NULL && g->op == ORB_OP_WRITE) /* the pin still holds the range */
-        memcpy(g->pin->kind->cpu_view(g->pin, g->addr), g->stage.cpu, g->length);
+        status = stage_out(g->pin, g->addr, g->stage.cpu, g->length);
     uint64_t request = g->request, id = g->id;
     grant_release(c, g, true);
     free(g);
     atomic_fetch_add(&tp->grants_served, 1);
     uint8_t ack[ORB_RDMA_ACK_LEN];
-    struct orb_rdma_ack a = {.request = request, .grant = id, .status = 0};
+    struct orb_rdma_ack a = {.request = request, .grant = id, .status = status};
     orb_rdma_ack_encode(&a, ack);
     if (rdma_link_post_ack(l, ack) != 0) /* the rail died since the binding came */
         rdma_src_ack_lost(l, ack);

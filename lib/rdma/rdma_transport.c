@@ -393,7 +393,7 @@ static int rdma_reg_attach(void *tp_, const struct orb_reg *reg, void **state_ou
         if (m != NULL) {
             /* The undo failed: the device may still map these bytes, so they stay too. */
             keep_forever(tp, m);
-            (void)orb_host_memory_ref(reg->owner);
+            orb_reg_keep_owner(reg);
         } else {
             atomic_fetch_sub(&tp->registered_bytes, reg->len);
         }

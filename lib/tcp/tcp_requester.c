@@ -29,6 +29,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/stager.h"
 #include "tcp_internal.h"
 
 enum req_rx_state {
@@ -615,7 +616,7 @@ static int req_on_response(struct tcp_req_conn *c, const uint8_t *body, size_t l
             return req_violation(c, "malformed ERROR", orb_last_error());
         ORB_LOGD("tcp: %s refused tag %llu: %s", c->base.name, (unsigned long long)h->tag, e.text);
         c->rx_xfer = NULL;
-        req_complete(tp, x, e.status, ORB_REMOTE_EFFECT_NONE, e.text);
+        req_complete(tp, x, e.status, e.effect_unknown ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE, e.text);
         return 0;
     }
     if (h->type != expected_response(x)) {
@@ -861,7 +862,7 @@ static int req_handshake_once(struct tcp_transport *tp, struct tcp_req_conn *c,
 
     struct orb_wire_hello hello = {.expected = *expected, .sender = *orb_engine_epoch(tp->engine),
                                    .role = role, .stripe = stripe};
-    uint8_t buf[ORB_WIRE_HEADER_LEN + 6u + ORB_WIRE_MAX_ERROR_TEXT];
+    uint8_t buf[ORB_WIRE_HEADER_LEN + 8u + ORB_WIRE_MAX_ERROR_TEXT];
     size_t len;
     rc = orb_wire_hello_encode(&hello, buf, sizeof buf, &len);
     if (rc == 0)
@@ -1008,10 +1009,12 @@ uint64_t tcp_peer_slice_len(void *peer_, uint64_t length)
 
 int tcp_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan)
 {
-    if (in->mem_kind != ORB_MEM_HOST && in->mem_kind != ORB_MEM_PINNED)
-        return orb_fail(ORB_EUNAVAILABLE, "TCP carries host memory only (memory kind %u needs "
-                        "staging)", (unsigned)in->mem_kind);
-    return orb_plan_even(plan, in->length, tcp_peer_slice_len(peer, in->length));
+    uint64_t slice = tcp_peer_slice_len(peer, in->length);
+    /* Memory without a CPU view goes through the core's staging, one chunk per piece. */
+    if (in->local_reg != NULL && in->local_reg->kind->cpu_view(in->local_reg, in->local_reg->base) == NULL &&
+        slice > ORB_STAGE_CHUNK)
+        slice = ORB_STAGE_CHUNK;
+    return orb_plan_even(plan, in->length, slice);
 }
 
 static int xfer_check(const struct tcp_peer *p, const struct orb_xfer *x, size_t i)

@@ -6,9 +6,13 @@
  * every response that is ready (and the acknowledgements of a run of WRITEs) leaves in one
  * sendmsg(); when the queue is full the connection stops reading until it drains, which is its
  * back-pressure. READ payloads leave straight from the pinned registered range; WRITE payloads
- * land straight in it (or, while they are small, through the receive stage). Any malformed or
+ * land straight in it (or, while they are small, through the receive stage). Memory without a
+ * CPU view (device memory) goes through the connection's own staging chunk (ORB_STAGE_CHUNK
+ * bytes, made on its first such request): a READ's payload is copied out chunk by chunk as the
+ * socket takes it, a WRITE's is received chunk by chunk and copied in. Any malformed or
  * out-of-place frame closes only its connection, with a logged reason. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +24,11 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/registry.h"
+#include "core/stager.h"
 #include "tcp_internal.h"
 
 /* An ERROR frame with the longest text. */
-#define SRC_TX_SMALL (ORB_WIRE_HEADER_LEN + 6u + ORB_WIRE_MAX_ERROR_TEXT + 32u)
+#define SRC_TX_SMALL (ORB_WIRE_HEADER_LEN + 8u + ORB_WIRE_MAX_ERROR_TEXT + 32u)
 /* Responses queued for one sendmsg() (two iovecs each, well below IOV_MAX). */
 #define SRC_TX_SLOTS 32u
 
@@ -31,8 +36,10 @@
 struct src_resp {
     const uint8_t *head;            /* head_buf, or heap */
     size_t head_len;
-    const uint8_t *payload;
+    const uint8_t *payload;         /* NULL for a staged payload (device memory) */
     uint64_t payload_len;
+    uint64_t payload_addr;          /* a staged payload's first byte in pin */
+    uint64_t tag;                   /* READ_RESP: the request's */
     struct orb_reg *pin;            /* READ_RESP: released once the payload is out */
     uint8_t *heap;                  /* DESCRIBE_RESP (owned) */
     uint8_t head_buf[SRC_TX_SMALL];
@@ -60,9 +67,19 @@ struct tcp_source_conn {
     enum src_rx_state rx_state;
     struct orb_wire_header hdr;     /* the request being served */
     struct orb_reg *rx_pin;         /* SRX_PAYLOAD: pin of the target range */
-    uint8_t *rx_mem;                /* SRX_PAYLOAD: CPU view of the target range */
+    uint8_t *rx_mem;                /* SRX_PAYLOAD: CPU view of the target range; NULL: staged */
+    uint64_t rx_addr;               /* SRX_PAYLOAD: the payload's first byte in rx_pin */
     uint64_t rx_len, rx_off;        /* payload bytes expected / received */
+
+    /* Staging for memory without a CPU view (ORB_STAGE_CHUNK bytes, made on first use): the
+     * bytes [stage_from, +stage_len) of the payload of the response at the head of the queue
+     * (READ), or the chunk of the WRITE payload being received (from stage_from). */
+    uint8_t *stage;                 /* READ payloads */
+    uint64_t stage_from, stage_len;
+    uint8_t *rx_stage;              /* WRITE payloads: bytes from rx_stage_from on */
+    uint64_t rx_stage_from;
     int refused_status;             /* SRX_DISCARD: the answer once drained */
+    int refused_effect_unknown;     /* SRX_DISCARD: some of the WRITE reached memory first */
     char refused_text[ORB_WIRE_MAX_ERROR_TEXT + 1];
 
     /* The response queue: tx_count responses from tx_first on (a ring), tx_off bytes of the
@@ -79,7 +96,7 @@ struct tcp_source_conn {
  * held. Authorising the whole request, not just the piece, is what keeps a request that is cut
  * into several frames from applying its in-range pieces when the rest is out of range. */
 static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, enum orb_perm need,
-                   struct orb_reg **pin_out, uint8_t **mem_out)
+                   uint8_t **stage, struct orb_reg **pin_out, uint8_t **mem_out)
 {
     struct tcp_transport *tp = s->tp;
     struct orb_reg *pin;
@@ -90,12 +107,20 @@ static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, e
         atomic_fetch_sub(&tp->source_pins, 1);
         return rc;
     }
+    /* NULL for memory without a CPU view: staged through the connection's chunk. */
     uint8_t *mem = pin->kind->cpu_view(pin, req->addr);
     if (mem == NULL) {
-        orb_registry_release(pin);
-        atomic_fetch_sub(&tp->source_pins, 1);
-        return orb_fail(ORB_EUNAVAILABLE, "the %s registration at 0x%llx has no CPU view",
-                        pin->kind->name, (unsigned long long)req->addr);
+        const char *kind = pin->kind->name;
+        if (pin->kind->to_host == NULL)
+            rc = orb_fail(ORB_EUNAVAILABLE, "the %s registration at 0x%llx has no CPU view", kind,
+                          (unsigned long long)req->addr);
+        else if (*stage == NULL && (*stage = aligned_alloc(4096, ORB_STAGE_CHUNK)) == NULL)
+            rc = orb_fail(ORB_ENOMEM, "no memory to stage %s memory", kind);
+        if (rc != 0) {
+            orb_registry_release(pin);
+            atomic_fetch_sub(&tp->source_pins, 1);
+            return rc;
+        }
     }
     *pin_out = pin;
     *mem_out = mem;
@@ -157,6 +182,8 @@ void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
         free(r->heap);
     }
     stranger_remove(s);
+    free(s->stage);
+    free(s->rx_stage);
     if (s->authed)
         atomic_fetch_sub(&s->tp->authed_conns, 1);
     if (s->base.worker != NULL)
@@ -201,18 +228,27 @@ static void src_tx_push(struct tcp_source_conn *s)
     s->tx_count++;
 }
 
-/* Queue an ERROR answering `tag` (0: the connection). */
-static int src_tx_error(struct tcp_source_conn *s, uint64_t tag, int status, const char *text)
+/* Queue an ERROR answering `tag` (0: the connection), saying whether the request may have
+ * changed memory before it failed. */
+static int src_tx_error_effect(struct tcp_source_conn *s, uint64_t tag, int status, int effect_unknown,
+                               const char *text)
 {
     struct orb_wire_error e;
     memset(&e, 0, sizeof e);
     e.status = status;
+    e.effect_unknown = effect_unknown != 0;
     snprintf(e.text, sizeof e.text, "%s", text);
     struct src_resp *r = src_tx_slot(s);
     if (orb_wire_error_encode(tag, &e, r->head_buf, sizeof r->head_buf, &r->head_len) != 0)
         return src_violation(s, "cannot encode an ERROR", orb_last_error());
     src_tx_push(s);
     return 0;
+}
+
+/* Queue an ERROR for a request that changed nothing. */
+static int src_tx_error(struct tcp_source_conn *s, uint64_t tag, int status, const char *text)
+{
+    return src_tx_error_effect(s, tag, status, 0, text);
 }
 
 /* Queue an ERROR carrying the calling thread's detail message. */
@@ -243,6 +279,42 @@ static int src_tx_empty(struct tcp_source_conn *s, uint8_t type, uint64_t tag)
     return 0;
 }
 
+/* Stage the bytes from `at` of the payload of `r`, the response at the head of the queue, into
+ * the connection's chunk. A failure before any byte of the response went out (`unsent`) turns it
+ * into an ERROR naming the cause; later, the response cannot be taken back and the connection
+ * ends (the requester's READ fails). 0 or a negative status. */
+static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_t at, bool unsent)
+{
+    const struct orb_reg *pin = r->pin;
+    uint64_t len = r->payload_len - at < ORB_STAGE_CHUNK ? r->payload_len - at : ORB_STAGE_CHUNK;
+    s->stage_from = s->stage_len = 0;
+    int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage, (size_t)len);
+    if (rc == 0) {
+        s->stage_from = at;
+        s->stage_len = len;
+        return 0;
+    }
+    char text[ORB_WIRE_MAX_ERROR_TEXT + 1];
+    snprintf(text, sizeof text, "copying the READ's bytes from %s memory failed: %s", pin->kind->name,
+             orb_last_error());
+    if (rc == ORB_EUNQUIESCED)
+        s->stage = NULL; /* the device may still write it: kept, never reused */
+    if (!unsent) {
+        ORB_LOGW("tcp source: closing %s: %s", s->base.name, text);
+        return rc;
+    }
+    src_unpin(s, &r->pin);
+    r->payload_len = 0;
+    struct orb_wire_error e;
+    memset(&e, 0, sizeof e);
+    e.status = rc;
+    snprintf(e.text, sizeof e.text, "%s", text);
+    if (orb_wire_error_encode(r->tag, &e, r->head_buf, sizeof r->head_buf, &r->head_len) != 0)
+        return src_violation(s, "cannot encode an ERROR", orb_last_error());
+    r->head = r->head_buf;
+    return 0;
+}
+
 /* Send what the socket takes of the queued responses, as many as fit in one sendmsg(). 0 (all
  * sent, or blocked, or the turn is spent) or a negative status. */
 static int src_tx(struct tcp_source_conn *s)
@@ -252,7 +324,27 @@ static int src_tx(struct tcp_source_conn *s)
         int n = 0;
         uint64_t off = s->tx_off; /* only the first response is partly sent */
         for (unsigned i = 0; i < s->tx_count; i++) {
-            const struct src_resp *r = &s->tx[(s->tx_first + i) % SRC_TX_SLOTS];
+            struct src_resp *r = &s->tx[(s->tx_first + i) % SRC_TX_SLOTS];
+            /* What of the payload can go now: all of it, or a staged payload's chunk. */
+            const uint8_t *payload = r->payload;
+            uint64_t payload_from = 0, payload_end = r->payload_len;
+            if (r->payload == NULL && r->payload_len > 0) {
+                if (i > 0)
+                    break; /* staged when it heads the queue */
+                uint64_t at = off > r->head_len ? off - r->head_len : 0;
+                if (at < s->stage_from || at >= s->stage_from + s->stage_len) {
+                    int rc = src_stage_read(s, r, at, off == 0);
+                    if (rc != 0)
+                        return rc;
+                }
+                if (r->payload_len > 0) {
+                    payload = s->stage;
+                    payload_from = s->stage_from;
+                    payload_end = s->stage_from + s->stage_len;
+                } else {
+                    payload_end = 0; /* it became an ERROR */
+                }
+            }
             if (off < r->head_len) {
                 iov[n].iov_base = (void *)(uintptr_t)(r->head + off);
                 iov[n].iov_len = r->head_len - off;
@@ -261,12 +353,14 @@ static int src_tx(struct tcp_source_conn *s)
             } else {
                 off -= r->head_len;
             }
-            if (r->payload_len > off) {
-                iov[n].iov_base = (void *)(uintptr_t)(r->payload + off);
-                iov[n].iov_len = r->payload_len - off;
+            if (payload_end > off) {
+                iov[n].iov_base = (void *)(uintptr_t)(payload + (off - payload_from));
+                iov[n].iov_len = payload_end - off;
                 n++;
             }
             off = 0;
+            if (payload_end < r->payload_len)
+                break; /* the rest after the next chunk is staged */
         }
         n = tcp_iov_clip(iov, n, tcp_turn_room(&s->base));
         if (n == 0)
@@ -291,6 +385,8 @@ static int src_tx(struct tcp_source_conn *s)
             }
             left -= rest;
             s->tx_off = 0;
+            if (r->payload == NULL)
+                s->stage_from = s->stage_len = 0; /* the chunk is the next staged payload's */
             src_unpin(s, &r->pin);
             free(r->heap);
             r->heap = NULL;
@@ -372,7 +468,7 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     tcp_rx_note_payload(&s->base, 0);
     struct orb_reg *pin;
     uint8_t *mem;
-    int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &pin, &mem);
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &s->stage, &pin, &mem);
     if (rc != 0)
         return src_tx_failure(s, s->hdr.tag, rc);
     struct src_resp *r = src_tx_slot(s);
@@ -384,6 +480,8 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     }
     r->payload = mem;
     r->payload_len = req.length;
+    r->payload_addr = req.addr;
+    r->tag = s->hdr.tag;
     r->pin = pin;
     src_tx_push(s);
     return 0;
@@ -397,14 +495,17 @@ static int src_write(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     s->rx_len = req.length;
     s->rx_off = 0;
     tcp_rx_note_payload(&s->base, req.length);
-    int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_pin, &s->rx_mem);
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_stage, &s->rx_pin, &s->rx_mem);
     if (rc != 0) {
         /* Drain the payload without touching registered memory, then answer. */
         s->refused_status = rc;
+        s->refused_effect_unknown = 0;
         snprintf(s->refused_text, sizeof s->refused_text, "%s", orb_last_error());
         s->rx_state = SRX_DISCARD;
         return 0;
     }
+    s->rx_addr = req.addr;
+    s->rx_stage_from = 0;
     s->rx_state = SRX_PAYLOAD;
     return 0;
 }
@@ -483,16 +584,48 @@ static int src_dispatch(struct tcp_source_conn *s, const uint8_t *body, size_t l
     }
 }
 
+/* Copy the WRITE payload's staged chunk into its memory. A failure turns the rest of the payload
+ * into a discard (SRX_DISCARD), answered with an ERROR whose effect is unknown. */
+static void src_stage_write(struct tcp_source_conn *s)
+{
+    const struct orb_reg *pin = s->rx_pin;
+    uint64_t len = s->rx_off - s->rx_stage_from;
+    int rc = pin->kind->from_host(pin, s->rx_addr + s->rx_stage_from, s->rx_stage, (size_t)len);
+    if (rc == 0) {
+        s->rx_stage_from = s->rx_off;
+        return;
+    }
+    /* Some of the WRITE may be in memory already: the rest is drained and the answer says the
+     * effect is unknown. The connection lives on. */
+    snprintf(s->refused_text, sizeof s->refused_text, "copying the WRITE's bytes to %s memory failed: %s",
+             pin->kind->name, orb_last_error());
+    ORB_LOGW("tcp source: %s: %s", s->base.name, s->refused_text);
+    if (rc == ORB_EUNQUIESCED)
+        s->rx_stage = NULL; /* the device may still read it: kept, never reused */
+    s->refused_status = rc;
+    s->refused_effect_unknown = 1;
+    src_unpin(s, &s->rx_pin);
+    s->rx_state = SRX_DISCARD;
+}
+
 /* Receive into the payload target. 1 when the payload is complete, 0 blocked, negative status. */
 static int src_rx_payload(struct tcp_source_conn *s, int discard)
 {
     while (s->rx_off < s->rx_len) {
         uint64_t left = s->rx_len - s->rx_off;
         uint8_t *dst;
+        if (!discard && s->rx_state == SRX_DISCARD)
+            discard = 1; /* a staged copy failed: the rest is drained */
+        bool staged = !discard && s->rx_mem == NULL;
         if (discard) {
             dst = s->base.worker->scratch;
             if (left > TCP_SCRATCH_LEN)
                 left = TCP_SCRATCH_LEN;
+        } else if (staged) {
+            uint64_t in_chunk = s->rx_off - s->rx_stage_from;
+            dst = s->rx_stage + in_chunk;
+            if (left > ORB_STAGE_CHUNK - in_chunk)
+                left = ORB_STAGE_CHUNK - in_chunk;
         } else {
             dst = s->rx_mem + s->rx_off;
         }
@@ -502,6 +635,8 @@ static int src_rx_payload(struct tcp_source_conn *s, int discard)
         if (n <= 0)
             return (int)n;
         s->rx_off += (uint64_t)n;
+        if (staged && (s->rx_off - s->rx_stage_from == ORB_STAGE_CHUNK || s->rx_off == s->rx_len))
+            src_stage_write(s);
     }
     return 1;
 }
@@ -541,6 +676,11 @@ static int src_rx_step(struct tcp_source_conn *s)
         rc = src_rx_payload(s, 0);
         if (rc <= 0)
             return rc;
+        if (s->rx_state == SRX_DISCARD) { /* a staged copy failed on the way */
+            s->rx_state = SRX_HEADER;
+            rc = src_tx_error_effect(s, s->hdr.tag, s->refused_status, s->refused_effect_unknown, s->refused_text);
+            return rc < 0 ? rc : 1;
+        }
         src_unpin(s, &s->rx_pin);
         s->rx_mem = NULL;
         s->rx_state = SRX_HEADER;
@@ -551,7 +691,7 @@ static int src_rx_step(struct tcp_source_conn *s)
         if (rc <= 0)
             return rc;
         s->rx_state = SRX_HEADER;
-        rc = src_tx_error(s, s->hdr.tag, s->refused_status, s->refused_text);
+        rc = src_tx_error_effect(s, s->hdr.tag, s->refused_status, s->refused_effect_unknown, s->refused_text);
         return rc < 0 ? rc : 1;
     }
     return ORB_EPROTO;

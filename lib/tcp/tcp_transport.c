@@ -518,6 +518,7 @@ static uint64_t tcp_inflight(void *tp_)
 const struct orb_transport_ops orb_tcp_transport = {
     .id = ORB_TRANSPORT_TCP,
     .name = "tcp",
+    .stages_through_cpu = 1,
     .start = tcp_start,
     .endpoint = tcp_endpoint,
     .close_source = tcp_close_source,

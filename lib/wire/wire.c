@@ -16,7 +16,7 @@
 #define ORB_WIRE_HELLO_OK_LEN 20u
 #define ORB_WIRE_XFER_LEN 16u     /* READ_RESP */
 #define ORB_WIRE_XFER_REQ_LEN 32u /* READ_REQ, WRITE_REQ: with the whole request's range */
-#define ORB_WIRE_ERROR_FIXED 6u  /* i32 status + u16 text_len */
+#define ORB_WIRE_ERROR_FIXED 8u  /* i32 status + u16 flags + u16 text_len */
 #define ORB_WIRE_NOTIFY_FIXED 4u /* u32 length */
 #define ORB_WIRE_DESCRIBE_FIXED 8u /* u32 count + u32 reserved */
 #define ORB_WIRE_CONTROL_FIXED 4u  /* u8 transport + u8 + u16 reserved */
@@ -464,6 +464,8 @@ int orb_wire_error_encode(uint64_t tag, const struct orb_wire_error *m, uint8_t 
         return orb_fail(ORB_EINVAL, "ERROR encode: NULL message");
     if (m->status < ORB_EAGAIN || m->status > ORB_EINVAL)
         return orb_fail(ORB_EINVAL, "ERROR encode: status %d is not a failure status", (int)m->status);
+    if (m->effect_unknown > 1)
+        return orb_fail(ORB_EINVAL, "ERROR encode: effect_unknown %u is not 0 or 1", (unsigned)m->effect_unknown);
     size_t text_len = strnlen(m->text, ORB_WIRE_MAX_ERROR_TEXT);
     struct orb_writer w;
     int rc = encode_begin("ERROR", ORB_WIRE_ERROR, tag, ORB_WIRE_ERROR_FIXED + text_len, out, cap,
@@ -471,6 +473,7 @@ int orb_wire_error_encode(uint64_t tag, const struct orb_wire_error *m, uint8_t 
     if (rc != 0)
         return rc;
     orb_writer_u32(&w, (uint32_t)m->status);
+    orb_writer_u16(&w, m->effect_unknown ? ORB_WIRE_ERROR_EFFECT_UNKNOWN : 0);
     orb_writer_u16(&w, (uint16_t)text_len);
     for (size_t i = 0; i < text_len; i++) {
         uint8_t b = (uint8_t)m->text[i];
@@ -487,12 +490,15 @@ int orb_wire_error_decode(const uint8_t *body, size_t len, struct orb_wire_error
     struct orb_cursor c;
     orb_cursor_init(&c, body, len);
     int32_t status = (int32_t)orb_cursor_u32(&c);
+    uint16_t flags = orb_cursor_u16(&c);
     uint16_t text_len = orb_cursor_u16(&c);
     if (c.failed)
         return orb_fail(ORB_EPROTO, "ERROR: body of %zu bytes is shorter than %u", len,
                         ORB_WIRE_ERROR_FIXED);
     if (status < ORB_EAGAIN || status > ORB_EINVAL)
         return orb_fail(ORB_EPROTO, "ERROR: status %d is not a failure status", (int)status);
+    if ((flags & ~ORB_WIRE_ERROR_EFFECT_UNKNOWN) != 0)
+        return orb_fail(ORB_EPROTO, "ERROR: unknown flags 0x%04x", (unsigned)flags);
     if (text_len > ORB_WIRE_MAX_ERROR_TEXT)
         return orb_fail(ORB_EPROTO, "ERROR: text_len %u exceeds %u", (unsigned)text_len,
                         ORB_WIRE_MAX_ERROR_TEXT);
@@ -508,6 +514,7 @@ int orb_wire_error_decode(const uint8_t *body, size_t len, struct orb_wire_error
                             (unsigned)text[i]);
     }
     m->status = status;
+    m->effect_unknown = (flags & ORB_WIRE_ERROR_EFFECT_UNKNOWN) != 0;
     if (text_len != 0)
         memcpy(m->text, text, text_len);
     m->text[text_len] = '\0';
@@ -533,8 +540,11 @@ size_t orb_wire_describe_resp_size(size_t count)
 }
 
 static int region_ok(int status, const char *what, size_t index, uint64_t addr, uint64_t length,
-                     uint32_t perm)
+                     uint32_t perm, uint32_t kind)
 {
+    if (kind != ORB_MEMORY_HOST && kind != ORB_MEMORY_CUDA)
+        return orb_fail(status, "%s: region %zu has memory kind %u (must be HOST or CUDA)", what, index,
+                        (unsigned)kind);
     if (perm != ORB_PERM_REMOTE_READ && perm != ORB_PERM_REMOTE_WRITE)
         return orb_fail(status, "%s: region %zu has perm %u (must be REMOTE_READ or REMOTE_WRITE)", what,
                         index, (unsigned)perm);
@@ -556,7 +566,7 @@ int orb_wire_describe_resp_encode(uint64_t tag, const struct orb_region_desc *re
         return orb_fail(ORB_EINVAL, "DESCRIBE_RESP encode: NULL regions");
     for (size_t i = 0; i < count; i++) {
         int rc = region_ok(ORB_EINVAL, "DESCRIBE_RESP encode", i, regions[i].addr, regions[i].length,
-                           (uint32_t)regions[i].perm);
+                           (uint32_t)regions[i].perm, regions[i].memory_kind);
         if (rc != 0)
             return rc;
     }
@@ -571,6 +581,7 @@ int orb_wire_describe_resp_encode(uint64_t tag, const struct orb_region_desc *re
         orb_writer_u64(&w, regions[i].addr);
         orb_writer_u64(&w, regions[i].length);
         orb_writer_u32(&w, (uint32_t)regions[i].perm);
+        orb_writer_u32(&w, regions[i].memory_kind);
     }
     return encode_end("DESCRIBE_RESP", &w, len_out);
 }
@@ -609,12 +620,14 @@ int orb_wire_describe_resp_decode(const uint8_t *body, size_t len, struct orb_re
         uint64_t addr = orb_cursor_u64(&c);
         uint64_t length = orb_cursor_u64(&c);
         uint32_t perm = orb_cursor_u32(&c);
-        rc = region_ok(ORB_EPROTO, "DESCRIBE_RESP", i, addr, length, perm);
+        uint32_t kind = orb_cursor_u32(&c);
+        rc = region_ok(ORB_EPROTO, "DESCRIBE_RESP", i, addr, length, perm, kind);
         if (rc != 0)
             goto free_regions;
         regions[i].addr = addr;
         regions[i].length = length;
         regions[i].perm = (enum orb_perm)perm;
+        regions[i].memory_kind = kind;
     }
     if (orb_cursor_finish(&c) != 0) {
         rc = orb_fail(ORB_EPROTO, "DESCRIBE_RESP: malformed body");

@@ -12,11 +12,11 @@
 #include <orbite/orbite.h>
 
 #define ORB_WIRE_MAGIC 0x5442524Fu /* "ORBT" as little-endian bytes 'O' 'R' 'B' 'T' */
-#define ORB_WIRE_VERSION 3u
+#define ORB_WIRE_VERSION 4u
 #define ORB_WIRE_HEADER_LEN 24u
 #define ORB_WIRE_MAX_PAYLOAD (64u << 20)    /* payload bytes after one frame */
 #define ORB_WIRE_MAX_REGIONS 65536u         /* entries in one DESCRIBE_RESP */
-#define ORB_WIRE_REGION_LEN 20u             /* u64 addr, u64 length, u32 perm */
+#define ORB_WIRE_REGION_LEN 24u             /* u64 addr, u64 length, u32 perm, u32 memory_kind */
 #define ORB_WIRE_MAX_ERROR_TEXT 256u
 #define ORB_WIRE_MAX_CONTROL 4096u          /* payload bytes of one CONTROL_REQ/CONTROL_RESP */
 #define ORB_WIRE_MAX_BODY (8u + ORB_WIRE_MAX_REGIONS * ORB_WIRE_REGION_LEN)
@@ -88,8 +88,12 @@ struct orb_wire_hello_ok {       /* body: 16 epoch | u32 max_payload = 20 */
 int orb_wire_hello_ok_encode(const struct orb_wire_hello_ok *m, uint8_t *out, size_t cap, size_t *len_out);
 int orb_wire_hello_ok_decode(const uint8_t *body, size_t len, struct orb_wire_hello_ok *m);
 
-struct orb_wire_error {          /* body: i32 status | u16 text_len | text (no control bytes) */
+/* ERROR flag: the refused request's effect on the source's memory is unknown (a WRITE whose
+ * bytes may have landed in part before it failed); without it, the request changed nothing. */
+#define ORB_WIRE_ERROR_EFFECT_UNKNOWN 0x0001u
+struct orb_wire_error {          /* body: i32 status | u16 flags | u16 text_len | text (no control bytes) */
     int32_t status;              /* negative ORB_E* (ORB_EAGAIN..ORB_EINVAL), never 0 */
+    uint8_t effect_unknown;      /* 0 or 1: ORB_WIRE_ERROR_EFFECT_UNKNOWN */
     char text[ORB_WIRE_MAX_ERROR_TEXT + 1]; /* NUL-terminated after decode; encode truncates and
                                              * writes control bytes as '?', decode refuses them */
 };

@@ -22,6 +22,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/registry.h"
+#include "core/stager.h"
 #include "harness.h"
 #include "tcp/tcp_internal.h"
 #include "wire/wire.h"
@@ -1166,6 +1167,17 @@ static void expect_plan(void *peer, uint64_t length, uint64_t piece, uint32_t co
         free(plan.pieces);
 }
 
+static void *no_cpu_view(const struct orb_reg *reg, uint64_t addr)
+{
+    (void)reg;
+    (void)addr;
+    return NULL;
+}
+
+/* A memory kind without a CPU view, as device memory is. */
+static const struct orb_memkind_ops no_cpu_view_kind = {.kind = ORB_MEM_CUDA, .name = "test-device",
+                                                        .cpu_view = no_cpu_view};
+
 static void test_slice_len(void **state)
 {
     (void)state;
@@ -1184,13 +1196,26 @@ static void test_slice_len(void **state)
     expect_plan(peer, MIB + 1, 9 * 65536, 2);
     expect_plan(peer, 8 * MIB, 4 * MIB, 2);
     expect_plan(peer, 1ull << 30, ORB_WIRE_MAX_PAYLOAD, (uint32_t)((1ull << 30) / ORB_WIRE_MAX_PAYLOAD));
-    /* Memory without a CPU view is not TCP's to carry. */
+    /* Memory without a CPU view is staged by the core, one chunk per piece at most, whatever
+     * the stripes would give. */
     struct orb_plan plan;
     memset(&plan, 0, sizeof plan);
-    struct orb_reg reg = {.base = 4096, .len = MIB, .kind = &orb_memkind_host};
-    struct orb_plan_input in = {.op = ORB_XFER_READ, .length = 4096, .local_reg = &reg,
+    struct orb_reg reg = {.base = 4096, .len = 64 * MIB, .kind = &no_cpu_view_kind};
+    struct orb_plan_input in = {.op = ORB_XFER_READ, .length = 8 * MIB + 1, .local_reg = &reg,
                                 .mem_kind = ORB_MEM_CUDA};
-    assert_int_equal(T->peer_plan(peer, &in, &plan), ORB_EUNAVAILABLE);
+    assert_int_equal(T->peer_plan(peer, &in, &plan), 0);
+    assert_int_equal(plan.count, 9);
+    for (uint32_t k = 0; k < plan.count; k++) {
+        assert_int_equal(plan.pieces[k].offset, (uint64_t)k * ORB_STAGE_CHUNK);
+        assert_int_equal(plan.pieces[k].length, k < 8 ? ORB_STAGE_CHUNK : 1);
+    }
+    if (plan.pieces != plan.inline_pieces)
+        free(plan.pieces);
+    memset(&plan, 0, sizeof plan);
+    in.length = 4096; /* below a chunk: the stripes' plan */
+    assert_int_equal(T->peer_plan(peer, &in, &plan), 0);
+    assert_int_equal(plan.count, 1);
+    assert_int_equal(plan.pieces[0].length, 4096);
     T->peer_release(peer);
     th_engine_free(req);
     th_engine_free(src);

@@ -62,7 +62,7 @@ static void decode_as(uint8_t type, const uint8_t *frame_bytes, const struct orb
         rc = orb_wire_error_decode(body, len, &m);
         check_rc(rc, "error_decode");
         if (rc == 0) {
-            check(strlen(m.text) == len - 6, "error text length");
+            check(strlen(m.text) == len - 8, "error text length");
             if (h)
                 enc = orb_wire_error_encode(h->tag, &m, out, sizeof out, &out_len);
         }

@@ -11,7 +11,7 @@ import sys
 import struct
 
 MAGIC = b"ORBT"
-VERSION = 3
+VERSION = 4
 HELLO, HELLO_OK, ERROR, DESCRIBE_REQ, DESCRIBE_RESP = 1, 2, 3, 4, 5
 READ_REQ, READ_RESP, WRITE_REQ, WRITE_RESP, NOTIFY, NOTIFY_RESP = 6, 7, 8, 9, 10, 11
 CONTROL_REQ, CONTROL_RESP = 12, 13
@@ -38,14 +38,16 @@ def hello_ok(max_payload=1 << 20):
     return EPOCH_B + struct.pack("<I", max_payload)
 
 
-def error(status, text, text_len=None):
-    return struct.pack("<iH", status, len(text) if text_len is None else text_len) + text
+def error(status, text, text_len=None, flags=0):
+    return struct.pack("<iHH", status, flags, len(text) if text_len is None else text_len) + text
 
 
 def regions(items, count=None, reserved=0):
     body = struct.pack("<II", len(items) if count is None else count, reserved)
-    for addr, length, perm in items:
-        body += struct.pack("<QQI", addr, length, perm)
+    for item in items:
+        addr, length, perm = item[:3]
+        kind = item[3] if len(item) > 3 else 0
+        body += struct.pack("<QQII", addr, length, perm, kind)
     return body
 
 
@@ -103,6 +105,7 @@ def corpus():
         "bad-version": frame(READ_REQ, xreq(0x1000, 1), 7, version=1),
         "bad-version-1-layout": frame(READ_REQ, xfer(0x1000, 1), 7, version=1),
         "bad-version-2": frame(READ_REQ, xreq(0x1000, 1), 7, version=2),
+        "bad-version-3": frame(READ_REQ, xreq(0x1000, 1), 7, version=3),
         "bad-type-0": header(0, 0, 1),
         "bad-type-14": header(14, 0, 1),
         "bad-type-255": header(255, 16, 1) + bytes(16),
@@ -121,6 +124,8 @@ def corpus():
         "bad-hello-stripe-64": frame(HELLO, hello(role=1, stripe=64), 0),
         "bad-hello-ok-payload": frame(HELLO_OK, hello_ok(4095), 0),
         "bad-error-status-0": frame(ERROR, error(0, b"ok?"), 3),
+        "bad-error-flags": frame(ERROR, error(-1, b"flags", flags=2), 3),
+        "valid-error-effect-unknown": frame(ERROR, error(-11, b"copy failed", flags=1), 3),
         "bad-error-text-len": frame(ERROR, error(-1, b"abc", text_len=4), 3),
         "bad-error-text-257": frame(ERROR, error(-1, b"x" * 257), 3),
         "bad-error-control-byte": frame(ERROR, error(-1, b"line\nbreak"), 3),
@@ -128,6 +133,8 @@ def corpus():
         "bad-describe-count-low": frame(DESCRIBE_RESP, regions(two_regions, count=1), 1),
         "bad-describe-reserved": frame(DESCRIBE_RESP, regions(two_regions, reserved=1), 1),
         "bad-describe-perm": frame(DESCRIBE_RESP, regions([(0x1000, 1, 0)]), 1),
+        "bad-describe-kind": frame(DESCRIBE_RESP, regions([(0x1000, 1, PERM_READ, 2)]), 1),
+        "valid-describe-resp-cuda": frame(DESCRIBE_RESP, regions([(0xd000000000000000, 4096, PERM_READ, 1)]), 3),
         "bad-describe-overflow": frame(DESCRIBE_RESP, regions([(2**64 - 1, 1, PERM_READ)]), 1),
         "bad-xfer-length-0": frame(WRITE_REQ, xreq(0x1000, 0, 0x1000, 1), 7),
         "bad-xfer-length-max": frame(WRITE_REQ, xreq(0x1000, MAX_PAYLOAD + 1), 7),

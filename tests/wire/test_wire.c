@@ -16,7 +16,7 @@
 /* ---- golden frames: written out by hand from the layout in docs/wire-protocol.md ------------ */
 
 #define HDR(type, len0, len1, tag0, tag1, tag2, tag3, tag4, tag5, tag6, tag7)                       \
-    0x4f, 0x52, 0x42, 0x54, 0x03, (type), 0x00, 0x00, (len0), (len1), 0x00, 0x00, 0x00, 0x00, 0x00,  \
+    0x4f, 0x52, 0x42, 0x54, 0x04, (type), 0x00, 0x00, (len0), (len1), 0x00, 0x00, 0x00, 0x00, 0x00,  \
         0x00, (tag0), (tag1), (tag2), (tag3), (tag4), (tag5), (tag6), (tag7)
 
 static const uint8_t golden_hello[] = {
@@ -36,8 +36,9 @@ static const uint8_t golden_hello_ok[] = {
 };
 
 static const uint8_t golden_error[] = {
-    HDR(0x03, 0x0b, 0x00, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01),
+    HDR(0x03, 0x0d, 0x00, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01),
     0xf6, 0xff, 0xff, 0xff,       /* status -10 (ORB_ESTALE) */
+    0x00, 0x00,                   /* flags: nothing changed */
     0x05, 0x00,                   /* text_len 5 */
     0x73, 0x74, 0x61, 0x6c, 0x65, /* "stale" */
 };
@@ -47,15 +48,17 @@ static const uint8_t golden_describe_req[] = {
 };
 
 static const uint8_t golden_describe_resp[] = {
-    HDR(0x05, 0x30, 0x00, 0x2b, 0, 0, 0, 0, 0, 0, 0),
+    HDR(0x05, 0x38, 0x00, 0x2b, 0, 0, 0, 0, 0, 0, 0),
     0x02, 0x00, 0x00, 0x00,                         /* count 2 */
     0x00, 0x00, 0x00, 0x00,                         /* reserved */
     0x00, 0x10, 0x00, 0x00, 0x00, 0x7f, 0x00, 0x00, /* addr 0x7f0000001000 */
     0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* length 0x2000 */
     0x01, 0x00, 0x00, 0x00,                         /* REMOTE_READ */
+    0x00, 0x00, 0x00, 0x00,                         /* HOST */
     0xff, 0xef, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* addr 0xffffffffffffefff: ends at UINT64_MAX */
     0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* length 0x1000 */
     0x03, 0x00, 0x00, 0x00,                         /* REMOTE_WRITE */
+    0x01, 0x00, 0x00, 0x00,                         /* CUDA */
 };
 
 static const uint8_t golden_read_req[] = {
@@ -126,7 +129,8 @@ static const struct orb_wire_xfer write_xfer = {.addr = 0x1000, .length = ORB_WI
                                                 .request_length = ORB_WIRE_MAX_PAYLOAD};
 static const struct orb_region_desc golden_regions[2] = {
     {.addr = 0x7f0000001000ull, .length = 0x2000, .perm = ORB_PERM_REMOTE_READ},
-    {.addr = 0xffffffffffffefffull, .length = 0x1000, .perm = ORB_PERM_REMOTE_WRITE},
+    {.addr = 0xffffffffffffefffull, .length = 0x1000, .perm = ORB_PERM_REMOTE_WRITE,
+     .memory_kind = ORB_MEMORY_CUDA},
 };
 static const uint8_t notify_text[3] = {'h', 'i', '!'};
 
@@ -385,7 +389,7 @@ static void test_header_bad_magic(void **state)
 static void test_header_bad_version(void **state)
 {
     (void)state;
-    const uint8_t versions[] = {0, 1, 2, 4, 0x81, 0xff};
+    const uint8_t versions[] = {0, 1, 2, 3, 5, 0x81, 0xff};
     for (size_t i = 0; i < sizeof versions; i++) {
         load(ORB_WIRE_READ_REQ);
         frame[4] = versions[i];
@@ -395,7 +399,7 @@ static void test_header_bad_version(void **state)
 
 /* CONTROL_REQ carrying 3 RDMA bytes, tag 0x21, by hand. */
 static const uint8_t golden_control[] = {
-    0x4f, 0x52, 0x42, 0x54, 0x03, 0x0c, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x4f, 0x52, 0x42, 0x54, 0x04, 0x0c, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
     0x21, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* header: CONTROL_REQ, body_len 7, tag 0x21 */
     0x02, 0x00, 0x00, 0x00,                         /* transport RDMA, reserved */
     0xaa, 0xbb, 0xcc,                               /* the transport's bytes */
@@ -491,7 +495,7 @@ static void test_header_body_len_out_of_range_for_every_type(void **state)
             set_body_len(frame, bad[k]);
             assert_header_rejected(frame, "body_len");
         }
-        /* Both ends of the range are accepted (DESCRIBE_RESP's maximum is 8 + n x 20). */
+        /* Both ends of the range are accepted (DESCRIBE_RESP's maximum is 8 + n x 24). */
         struct orb_wire_header h;
         set_body_len(frame, lo);
         assert_int_equal(orb_wire_header_decode(frame, &h), 0);
@@ -511,7 +515,7 @@ static void test_header_body_limits_table(void **state)
     } want[] = {
         {ORB_WIRE_HELLO, 40, 40},
         {ORB_WIRE_HELLO_OK, 20, 20},
-        {ORB_WIRE_ERROR, 6, 6 + ORB_WIRE_MAX_ERROR_TEXT},
+        {ORB_WIRE_ERROR, 8, 8 + ORB_WIRE_MAX_ERROR_TEXT},
         {ORB_WIRE_DESCRIBE_REQ, 0, 0},
         {ORB_WIRE_DESCRIBE_RESP, 8, ORB_WIRE_MAX_BODY},
         {ORB_WIRE_READ_REQ, 32, 32},
@@ -532,7 +536,7 @@ static void test_header_body_limits_table(void **state)
         assert_int_equal(lo, want[i].lo);
         assert_int_equal(hi, want[i].hi);
     }
-    assert_int_equal(ORB_WIRE_MAX_BODY, 8u + 65536u * 20u);
+    assert_int_equal(ORB_WIRE_MAX_BODY, 8u + 65536u * 24u);
     orb_wire_body_limits(ORB_WIRE_HELLO, NULL, NULL); /* NULL outputs are allowed */
     assert_string_equal(orb_wire_type_name(ORB_WIRE_WRITE_REQ), "WRITE_REQ");
     assert_string_equal(orb_wire_type_name(0), "unknown");
@@ -544,13 +548,13 @@ static void test_header_describe_resp_len_not_in_region_steps(void **state)
 {
     (void)state;
     load(ORB_WIRE_DESCRIBE_RESP);
-    const uint32_t bad[] = {9, 27, 29, 8 + 20 * 2 + 1, ORB_WIRE_MAX_BODY - 1};
+    const uint32_t bad[] = {9, 31, 33, 8 + 24 * 2 + 1, ORB_WIRE_MAX_BODY - 1};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         set_body_len(frame, bad[i]);
         assert_header_rejected(frame, "body_len");
     }
     struct orb_wire_header h;
-    set_body_len(frame, 28);
+    set_body_len(frame, 32);
     assert_int_equal(orb_wire_header_decode(frame, &h), 0);
 }
 
@@ -691,14 +695,14 @@ static void test_error_bad_status(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         load(ORB_WIRE_ERROR);
         put_u32(body, bad[i]);
-        assert_int_equal(orb_wire_error_decode(body, 11, &m), ORB_EPROTO);
+        assert_int_equal(orb_wire_error_decode(body, 13, &m), ORB_EPROTO);
         assert_error_mentions("status");
     }
     const int32_t good[] = {ORB_EAGAIN, ORB_EINVAL, ORB_EPROTO};
     for (size_t i = 0; i < 3; i++) {
         load(ORB_WIRE_ERROR);
         put_u32(body, (uint32_t)good[i]);
-        assert_int_equal(orb_wire_error_decode(body, 11, &m), 0);
+        assert_int_equal(orb_wire_error_decode(body, 13, &m), 0);
         assert_int_equal(m.status, good[i]);
     }
 }
@@ -707,47 +711,60 @@ static void test_error_text_length_and_content(void **state)
 {
     (void)state;
     struct orb_wire_error m;
-    uint8_t body[6 + 300];
+    uint8_t body[8 + 300];
     put_u32(body, (uint32_t)ORB_EPEER);
+    body[4] = body[5] = 0; /* flags */
 
     /* text_len over the maximum, with the bytes present. */
-    body[4] = (uint8_t)(257 & 0xff);
-    body[5] = (uint8_t)(257 >> 8);
-    memset(body + 6, 'x', 257);
-    assert_int_equal(orb_wire_error_decode(body, 6 + 257, &m), ORB_EPROTO);
+    body[6] = (uint8_t)(257 & 0xff);
+    body[7] = (uint8_t)(257 >> 8);
+    memset(body + 8, 'x', 257);
+    assert_int_equal(orb_wire_error_decode(body, 8 + 257, &m), ORB_EPROTO);
     assert_error_mentions("text_len");
     /* text_len disagreeing with the body in both directions. */
-    body[4] = 10;
-    body[5] = 0;
-    assert_int_equal(orb_wire_error_decode(body, 6 + 9, &m), ORB_EPROTO);
+    body[6] = 10;
+    body[7] = 0;
+    assert_int_equal(orb_wire_error_decode(body, 8 + 9, &m), ORB_EPROTO);
     assert_error_mentions("text_len");
-    assert_int_equal(orb_wire_error_decode(body, 6 + 11, &m), ORB_EPROTO);
+    assert_int_equal(orb_wire_error_decode(body, 8 + 11, &m), ORB_EPROTO);
     assert_error_mentions("text_len");
     /* Exactly the maximum is fine and NUL-terminated. */
-    body[4] = (uint8_t)(256 & 0xff);
-    body[5] = (uint8_t)(256 >> 8);
-    assert_int_equal(orb_wire_error_decode(body, 6 + 256, &m), 0);
+    body[6] = (uint8_t)(256 & 0xff);
+    body[7] = (uint8_t)(256 >> 8);
+    assert_int_equal(orb_wire_error_decode(body, 8 + 256, &m), 0);
     assert_int_equal(strlen(m.text), 256);
     /* An empty text is fine too. */
-    body[4] = 0;
-    body[5] = 0;
-    assert_int_equal(orb_wire_error_decode(body, 6, &m), 0);
+    body[6] = 0;
+    body[7] = 0;
+    assert_int_equal(orb_wire_error_decode(body, 8, &m), 0);
     assert_string_equal(m.text, "");
     /* Control bytes (NUL, newline, escape, DEL) are refused. */
     const uint8_t controls[] = {0x00, 0x0a, 0x1b, 0x7f};
     for (size_t i = 0; i < sizeof controls; i++) {
-        body[4] = 4;
-        memcpy(body + 6, "abcd", 4);
-        body[6 + 2] = controls[i];
-        assert_int_equal(orb_wire_error_decode(body, 10, &m), ORB_EPROTO);
+        body[6] = 4;
+        memcpy(body + 8, "abcd", 4);
+        body[8 + 2] = controls[i];
+        assert_int_equal(orb_wire_error_decode(body, 12, &m), ORB_EPROTO);
         assert_error_mentions("control");
     }
     /* Bytes >= 0x80 (UTF-8) pass through. */
-    body[4] = 2;
-    body[6] = 0xc3;
-    body[7] = 0xa9;
-    assert_int_equal(orb_wire_error_decode(body, 8, &m), 0);
+    body[6] = 2;
+    body[8] = 0xc3;
+    body[9] = 0xa9;
+    assert_int_equal(orb_wire_error_decode(body, 10, &m), 0);
     assert_string_equal(m.text, "\xc3\xa9");
+    assert_int_equal(m.effect_unknown, 0);
+    /* The one flag says a WRITE may have changed bytes; any other flag is refused. */
+    body[4] = 0x01;
+    assert_int_equal(orb_wire_error_decode(body, 10, &m), 0);
+    assert_int_equal(m.effect_unknown, 1);
+    const uint8_t bad_flags[][2] = {{0x02, 0x00}, {0x00, 0x80}, {0x03, 0x00}, {0xff, 0xff}};
+    for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
+        body[4] = bad_flags[i][0];
+        body[5] = bad_flags[i][1];
+        assert_int_equal(orb_wire_error_decode(body, 10, &m), ORB_EPROTO);
+        assert_error_mentions("flags");
+    }
 }
 
 static void test_describe_resp_bad_count_and_reserved(void **state)
@@ -784,26 +801,33 @@ static void test_describe_resp_bad_regions(void **state)
     struct orb_region_desc *regions = NULL;
     size_t count = 0;
     uint8_t *body = frame + ORB_WIRE_HEADER_LEN;
-    /* Second region at body + 28: addr, length at +8, perm at +16. */
+    /* Second region at body + 32: addr, length at +8, perm at +16, memory kind at +20. */
     const uint32_t perms[] = {ORB_PERM_LOCAL, 2, 4, 0xffffffffu};
     for (size_t i = 0; i < sizeof perms / sizeof perms[0]; i++) {
         load(ORB_WIRE_DESCRIBE_RESP);
-        put_u32(body + 28 + 16, perms[i]);
-        assert_int_equal(orb_wire_describe_resp_decode(body, 48, &regions, &count), ORB_EPROTO);
+        put_u32(body + 32 + 16, perms[i]);
+        assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
         assert_error_mentions("perm");
+    }
+    const uint32_t kinds[] = {2, 3, 0x80000000u, 0xffffffffu};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        load(ORB_WIRE_DESCRIBE_RESP);
+        put_u32(body + 8 + 20, kinds[i]);
+        assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
+        assert_error_mentions("memory kind");
     }
     load(ORB_WIRE_DESCRIBE_RESP);
     put_u64(body + 8 + 8, 0); /* first region length 0 */
-    assert_int_equal(orb_wire_describe_resp_decode(body, 48, &regions, &count), ORB_EPROTO);
+    assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
     assert_error_mentions("length");
     load(ORB_WIRE_DESCRIBE_RESP);
-    put_u64(body + 28 + 8, 0x1001); /* second region now ends one past UINT64_MAX */
-    assert_int_equal(orb_wire_describe_resp_decode(body, 48, &regions, &count), ORB_EPROTO);
+    put_u64(body + 32 + 8, 0x1001); /* second region now ends one past UINT64_MAX */
+    assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
     assert_error_mentions("overflow");
     load(ORB_WIRE_DESCRIBE_RESP);
     put_u64(body + 8, UINT64_MAX);
     put_u64(body + 16, UINT64_MAX);
-    assert_int_equal(orb_wire_describe_resp_decode(body, 48, &regions, &count), ORB_EPROTO);
+    assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
     assert_error_mentions("overflow");
     assert_null(regions);
 }
@@ -931,13 +955,13 @@ static void test_decoders_reject_null_arguments(void **state)
     assert_int_equal(orb_wire_xfer_decode(ORB_WIRE_READ_REQ, golden_read_req + 24, 32, NULL),
                      ORB_EINVAL);
     size_t count;
-    assert_int_equal(orb_wire_describe_resp_decode(golden_describe_resp + 24, 48, NULL, &count),
+    assert_int_equal(orb_wire_describe_resp_decode(golden_describe_resp + 24, 56, NULL, &count),
                      ORB_EINVAL);
 }
 
 /* ---- encoders: invalid fields and small buffers ----------------------------------------------- */
 
-static uint8_t enc[ORB_WIRE_HEADER_LEN + 8 + 20 * 4 + 300];
+static uint8_t enc[ORB_WIRE_HEADER_LEN + 8 + 24 * 4 + 300];
 
 /* The encoder must fail with ORB_EINVAL and write neither the buffer nor the length. */
 #define ASSERT_ENCODE_REJECTED(call)                                                                \
@@ -1062,7 +1086,7 @@ static void test_encode_enforces_tag_rules(void **state)
     err.status = ORB_ESTALE;
     size_t len = 0;
     assert_int_equal(orb_wire_error_encode(0, &err, enc, sizeof enc, &len), 0);
-    assert_int_equal(len, ORB_WIRE_HEADER_LEN + 6);
+    assert_int_equal(len, ORB_WIRE_HEADER_LEN + 8);
 }
 
 static void test_error_encode_truncates_and_sanitises_text(void **state)
@@ -1077,9 +1101,9 @@ static void test_error_encode_truncates_and_sanitises_text(void **state)
     err.text[4] = '\x1b';
     size_t len = 0;
     assert_int_equal(orb_wire_error_encode(5, &err, enc, sizeof enc, &len), 0);
-    assert_int_equal(len, ORB_WIRE_HEADER_LEN + 6 + ORB_WIRE_MAX_ERROR_TEXT);
-    assert_int_equal(enc[ORB_WIRE_HEADER_LEN + 4], 0x00);
-    assert_int_equal(enc[ORB_WIRE_HEADER_LEN + 5], 0x01); /* text_len 256 */
+    assert_int_equal(len, ORB_WIRE_HEADER_LEN + 8 + ORB_WIRE_MAX_ERROR_TEXT);
+    assert_int_equal(enc[ORB_WIRE_HEADER_LEN + 6], 0x00);
+    assert_int_equal(enc[ORB_WIRE_HEADER_LEN + 7], 0x01); /* text_len 256 */
     assert_int_equal(orb_wire_error_decode(enc + ORB_WIRE_HEADER_LEN, len - ORB_WIRE_HEADER_LEN, &back), 0);
     assert_int_equal(back.text[3], '?');
     assert_int_equal(back.text[4], '?');
@@ -1089,7 +1113,7 @@ static void test_error_encode_truncates_and_sanitises_text(void **state)
     /* A text with no NUL in its array is cut at ORB_WIRE_MAX_ERROR_TEXT. */
     memset(err.text, 'z', sizeof err.text);
     assert_int_equal(orb_wire_error_encode(5, &err, enc, sizeof enc, &len), 0);
-    assert_int_equal(len, ORB_WIRE_HEADER_LEN + 6 + ORB_WIRE_MAX_ERROR_TEXT);
+    assert_int_equal(len, ORB_WIRE_HEADER_LEN + 8 + ORB_WIRE_MAX_ERROR_TEXT);
 }
 
 static void test_describe_resp_size(void **state)
@@ -1195,20 +1219,21 @@ static void test_golden_body_decode(void **state)
 
     struct orb_wire_error err;
     b = golden_error + ORB_WIRE_HEADER_LEN;
-    assert_int_equal(orb_wire_error_decode(b, 11, &err), 0);
+    assert_int_equal(orb_wire_error_decode(b, 13, &err), 0);
     assert_int_equal(err.status, ORB_ESTALE);
     assert_string_equal(err.text, "stale");
 
     struct orb_region_desc *regions = NULL;
     size_t count = 0;
     b = golden_describe_resp + ORB_WIRE_HEADER_LEN;
-    assert_int_equal(orb_wire_describe_resp_decode(b, 48, &regions, &count), 0);
+    assert_int_equal(orb_wire_describe_resp_decode(b, 56, &regions, &count), 0);
     assert_int_equal(count, 2);
     assert_non_null(regions);
     for (size_t i = 0; i < 2; i++) {
         assert_true(regions[i].addr == golden_regions[i].addr);
         assert_true(regions[i].length == golden_regions[i].length);
         assert_int_equal(regions[i].perm, golden_regions[i].perm);
+        assert_int_equal(regions[i].memory_kind, golden_regions[i].memory_kind);
     }
     free(regions);
 
@@ -1254,7 +1279,7 @@ static size_t rng_below(size_t n)
  * bijection on valid frames, so no two encodings can mean the same message. */
 static void assert_reencodes(const struct orb_wire_header *h, const uint8_t *buf, size_t len)
 {
-    static uint8_t out[ORB_WIRE_HEADER_LEN + 8 + 20 * 8 + 300];
+    static uint8_t out[ORB_WIRE_HEADER_LEN + 8 + 24 * 8 + 300];
     const uint8_t *body = buf + ORB_WIRE_HEADER_LEN;
     size_t body_len = h->body_len, out_len = 0;
     int rc = -999;

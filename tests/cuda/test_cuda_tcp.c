@@ -1,0 +1,502 @@
+/* Device memory through whole engines over TCP, on the fakecuda stand-in as the process's
+ * driver: registering device ranges (the host rules: all or nothing, identical ranges shared,
+ * the peer's description naming the kind), READ and WRITE with either side or both in device
+ * memory at unaligned sizes (the requester's side through the engine's staging pool, the
+ * source's through its connection's chunk), failed copies on either side failing their request
+ * only, concurrent callers, and closing with staged work in flight. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <orbite/orbite.h>
+
+#include "cuda/cuda.h"
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_memory.h"
+#include "fakecuda.h"
+#include "util.h"
+
+#define MIB (1u << 20)
+#define GUARD 8192u /* bytes of the allocation on each side of the registered range */
+
+static struct {
+    void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
+    void (*slow)(unsigned microseconds);
+    struct fakecuda_counts (*counts)(void);
+} fake;
+
+static int setup(void **state)
+{
+    (void)state;
+    const struct orb_cuda *cu = NULL;
+    if (orb_cuda_use_library(FAKECUDA_FULL) != 0 || orb_cuda_get(&cu) != 0)
+        return -1;
+    void *h = dlopen(FAKECUDA_FULL, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return -1;
+    *(void **)&fake.fail_nth = dlsym(h, "fakecuda_fail");
+    *(void **)&fake.slow = dlsym(h, "fakecuda_slow_streams");
+    *(void **)&fake.counts = dlsym(h, "fakecuda_counts");
+    return fake.fail_nth != NULL && fake.slow != NULL && fake.counts != NULL ? 0 : -1;
+}
+
+/* One side of a transfer: `len` registered bytes between two guards, in host memory or in
+ * device memory of device 0; the whole allocation holds seed's pattern at first. */
+struct side {
+    int device;
+    orb_host_memory *host;
+    orb_cuda_memory *dev;
+    uint64_t base; /* the registered range's first byte */
+    size_t len;
+    orb_reg_id id;
+};
+
+static void side_new(orb_engine *e, int device, size_t len, enum orb_perm perm, uint8_t seed, struct side *s)
+{
+    memset(s, 0, sizeof *s);
+    s->device = device;
+    s->len = len;
+    size_t total = len + 2 * GUARD;
+    uint8_t *pattern = malloc(total);
+    assert_non_null(pattern);
+    eu_fill(pattern, total, seed);
+    if (device) {
+        assert_int_equal(orb_cuda_memory_alloc(0, total, &s->dev), 0);
+        assert_int_equal(orb_cuda_memory_from_host(s->dev, 0, pattern, total), 0);
+        s->base = orb_cuda_memory_ptr(s->dev) + GUARD;
+        assert_int_equal(orb_register_cuda_memory(e, s->dev, GUARD, len, perm, &s->id), 0);
+    } else {
+        assert_int_equal(orb_host_memory_alloc(total, 0, &s->host), 0);
+        memcpy(orb_host_memory_data(s->host), pattern, total);
+        s->base = (uint64_t)(uintptr_t)orb_host_memory_data(s->host) + GUARD;
+        assert_int_equal(orb_register_host_memory(e, s->host, GUARD, len, perm, &s->id), 0);
+    }
+    free(pattern);
+}
+
+/* The whole allocation (guards included), as it is now, in a new buffer. */
+static uint8_t *side_bytes(const struct side *s)
+{
+    size_t total = s->len + 2 * GUARD;
+    uint8_t *b = malloc(total);
+    assert_non_null(b);
+    if (s->device)
+        assert_int_equal(orb_cuda_memory_to_host(s->dev, 0, b, total), 0);
+    else
+        memcpy(b, orb_host_memory_data(s->host), total);
+    return b;
+}
+
+static void side_free(orb_engine *e, struct side *s)
+{
+    assert_int_equal(orb_unregister_memory(e, s->id), 0);
+    orb_host_memory_unref(s->host);
+    orb_cuda_memory_unref(s->dev);
+}
+
+static orb_engine *source_engine(void)
+{
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.tcp_stripes = 4;
+    return eu_engine(&cfg);
+}
+
+static struct orb_request request(enum orb_op op, uint64_t local, uint64_t remote, uint64_t len)
+{
+    struct orb_request r;
+    memset(&r, 0, sizeof r);
+    r.transport = ORB_TRANSPORT_UNSPEC;
+    r.op = op;
+    r.local_addr = local;
+    r.remote_addr = remote;
+    r.length = len;
+    return r;
+}
+
+/* The requests' outcome: 0, or the first failure's status (the detail message says why). */
+static int run(orb_engine *req, orb_segment *seg, const struct orb_request *r, size_t n, struct orb_batch_report *out)
+{
+    memset(out, 0, sizeof *out);
+    int rc = orb_submit_and_wait(req, seg, r, n, NULL, 30 * EU_SEC, out);
+    if (rc == 0 && out->has_failure)
+        rc = out->failure.status;
+    return rc;
+}
+
+/* ---- registration --------------------------------------------------------------------------- */
+
+static void test_device_ranges_register_as_host_ranges_do(void **state)
+{
+    (void)state;
+    orb_engine *e = source_engine();
+    orb_cuda_memory *m = NULL, *other = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, 4 * MIB, &m), 0);
+    assert_int_equal(orb_cuda_memory_alloc(1, MIB, &other), 0);
+    uint64_t base = orb_cuda_memory_ptr(m);
+    orb_reg_id id = 0, again = 0, id2 = 0;
+
+    /* Edge cases first: nothing is registered by any of them. */
+    assert_int_equal(orb_register_cuda_memory(NULL, m, 0, 4096, ORB_PERM_LOCAL, &id), ORB_EINVAL);
+    assert_int_equal(orb_register_cuda_memory(e, NULL, 0, 4096, ORB_PERM_LOCAL, &id), ORB_EINVAL);
+    assert_int_equal(orb_register_cuda_memory(e, m, 0, 4096, ORB_PERM_LOCAL, NULL), ORB_EINVAL);
+    assert_int_equal(orb_register_cuda_memory(e, m, 0, 0, ORB_PERM_LOCAL, &id), ORB_EINVAL);
+    assert_int_equal(orb_register_cuda_memory(e, m, 4 * MIB - 1, 2, ORB_PERM_LOCAL, &id), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "exceeds the cuda owner's"));
+    assert_int_equal(orb_register_cuda_memory(e, m, SIZE_MAX, 2, ORB_PERM_LOCAL, &id), ORB_EINVAL);
+    assert_int_equal(orb_register_cuda_memory(e, m, 0, 4096, (enum orb_perm)2, &id), ORB_EINVAL);
+    assert_int_equal(id, 0);
+    struct orb_local_region region;
+    assert_int_equal(orb_resolve_local_address(e, base, 1, &region), ORB_ENOENT);
+
+    /* One registration per identical range; the caller's reference is its own. */
+    assert_int_equal(orb_register_cuda_memory(e, m, 4096, MIB, ORB_PERM_REMOTE_WRITE, &id), 0);
+    assert_int_equal(orb_register_cuda_memory(e, m, 4096, MIB, ORB_PERM_LOCAL, &again), 0);
+    assert_true(id == again);
+    assert_int_equal(orb_resolve_local_address(e, base + 4096 + 17, 100, &region), 0);
+    assert_true(region.id == id && region.base == base + 4096 && region.length == MIB);
+    assert_int_equal(region.perm, ORB_PERM_REMOTE_WRITE);
+
+    /* A batch is all or nothing: one bad range (index 2) registers none of the others. */
+    struct orb_cuda_range ranges[3] = {
+        {.owner = m, .offset = 2 * MIB, .length = 4096, .perm = ORB_PERM_REMOTE_READ},
+        {.owner = other, .offset = 0, .length = MIB, .perm = ORB_PERM_LOCAL},
+        {.owner = other, .offset = 1, .length = MIB, .perm = ORB_PERM_LOCAL},
+    };
+    orb_reg_id ids[3] = {0, 0, 0};
+    assert_int_equal(orb_register_cuda_memory_batch(e, ranges, 3, ids), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "range 2"));
+    assert_true(ids[0] == 0 && ids[1] == 0 && ids[2] == 0);
+    assert_int_equal(orb_resolve_local_address(e, base + 2 * MIB, 1, &region), ORB_ENOENT);
+    assert_int_equal(orb_resolve_local_address(e, orb_cuda_memory_ptr(other), 1, &region), ORB_ENOENT);
+    assert_int_equal(orb_register_cuda_memory_batch(e, ranges, 0, ids), ORB_EINVAL);
+    ranges[2].owner = NULL;
+    assert_int_equal(orb_register_cuda_memory_batch(e, ranges, 3, ids), ORB_EINVAL);
+    ranges[2].owner = other;
+    ranges[2].offset = 0;
+    ranges[2].length = 4096; /* a second range of `other`, inside the first */
+    assert_int_equal(orb_register_cuda_memory_batch(e, ranges, 3, ids), 0);
+    assert_true(ids[0] != 0 && ids[1] != 0 && ids[2] != 0 && ids[1] != ids[2]);
+    assert_int_equal(orb_register_cuda_memory(e, m, 2 * MIB, 4096, ORB_PERM_LOCAL, &id2), 0);
+    assert_true(id2 == ids[0]);
+
+    /* A peer's description names the kind of every remote region. */
+    struct side host;
+    side_new(e, 0, 8192, ORB_PERM_REMOTE_READ, 1, &host);
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = eu_open(req, e);
+    struct orb_region_desc *descs = NULL;
+    size_t count = 0;
+    assert_int_equal(orb_segment_describe(seg, 5 * EU_SEC, &descs, &count), 0);
+    assert_int_equal(count, 3); /* the two remote device ranges and the host one */
+    int device_seen = 0, host_seen = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (descs[i].addr == base + 4096) {
+            assert_int_equal(descs[i].memory_kind, ORB_MEMORY_CUDA);
+            assert_int_equal(descs[i].perm, ORB_PERM_REMOTE_WRITE);
+            device_seen++;
+        } else if (descs[i].addr == base + 2 * MIB) {
+            assert_int_equal(descs[i].memory_kind, ORB_MEMORY_CUDA);
+            device_seen++;
+        } else {
+            assert_true(descs[i].addr == host.base);
+            assert_int_equal(descs[i].memory_kind, ORB_MEMORY_HOST);
+            host_seen++;
+        }
+    }
+    assert_int_equal(device_seen, 2);
+    assert_int_equal(host_seen, 1);
+    orb_region_descs_free(descs);
+    orb_segment_close(seg);
+    orb_engine_free(req);
+
+    /* The registrations hold the owners: dropping the caller's references frees nothing yet. */
+    long before = fake.counts().device_allocations;
+    orb_cuda_memory_unref(m);
+    orb_cuda_memory_unref(other);
+    assert_int_equal(fake.counts().device_allocations, before);
+    side_free(e, &host);
+    orb_engine_free(e); /* the last references go with the registrations */
+    assert_int_equal(fake.counts().device_allocations, before - 2);
+}
+
+/* ---- the TCP paths --------------------------------------------------------------------------- */
+
+/* `op` of `len` bytes at offset `off` of each side's range, local and remote in the kinds
+ * given, between fresh engines; both sides' whole allocations are checked afterwards. */
+static void transfer_and_check(orb_engine *src, orb_engine *req, orb_segment *seg, int local_dev, int remote_dev,
+                               enum orb_op op, size_t len, size_t off)
+{
+    size_t span = len + off + 4096;
+    struct side local, remote;
+    side_new(req, local_dev, span, ORB_PERM_LOCAL, 0x11, &local);
+    side_new(src, remote_dev, span, ORB_PERM_REMOTE_WRITE, 0x22, &remote);
+    uint8_t *local_before = side_bytes(&local), *remote_before = side_bytes(&remote);
+
+    struct orb_request r = request(op, local.base + off, remote.base + off + 1, len);
+    struct orb_batch_report rep;
+    if (run(req, seg, &r, 1, &rep) != 0)
+        fail_msg("%s of %zu bytes (local %s, remote %s): %s", op == ORB_OP_READ ? "READ" : "WRITE", len,
+                 local_dev ? "device" : "host", remote_dev ? "device" : "host", orb_last_error());
+    assert_int_equal(rep.status, 0);
+    assert_int_equal(rep.completed_bytes, len);
+
+    /* Exactly the request's bytes moved; every other byte of both allocations is as it was. */
+    uint8_t *local_after = side_bytes(&local), *remote_after = side_bytes(&remote);
+    size_t total = span + 2 * GUARD;
+    uint8_t *want_local = malloc(total), *want_remote = malloc(total);
+    assert_non_null(want_local);
+    assert_non_null(want_remote);
+    memcpy(want_local, local_before, total);
+    memcpy(want_remote, remote_before, total);
+    if (op == ORB_OP_READ)
+        memcpy(want_local + GUARD + off, remote_before + GUARD + off + 1, len);
+    else
+        memcpy(want_remote + GUARD + off + 1, local_before + GUARD + off, len);
+    assert_memory_equal(local_after, want_local, total);
+    assert_memory_equal(remote_after, want_remote, total);
+    free(want_local);
+    free(want_remote);
+    free(local_after);
+    free(remote_after);
+    free(local_before);
+    free(remote_before);
+    side_free(req, &local);
+    side_free(src, &remote);
+}
+
+static void test_either_side_or_both_on_the_device(void **state)
+{
+    (void)state;
+    orb_engine *src = source_engine();
+    orb_engine *req = eu_requester(4, 2 * MIB);
+    orb_segment *seg = eu_open(req, src);
+    /* Below a chunk, one chunk and a byte, and several chunks across four stripes. */
+    const size_t sizes[] = {1, 4097, MIB + 1, 5 * MIB + 12345};
+    for (int local_dev = 0; local_dev <= 1; local_dev++)
+        for (int remote_dev = 0; remote_dev <= 1; remote_dev++)
+            for (int op = ORB_OP_READ; op <= ORB_OP_WRITE; op++)
+                for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+                    transfer_and_check(src, req, seg, local_dev, remote_dev, (enum orb_op)op, sizes[k], 3 + k);
+    orb_segment_close(seg);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
+/* Many requests in one batch: more staged pieces than the pool has chunks, so pieces wait for
+ * chunks that earlier pieces give back. */
+static void test_a_batch_larger_than_the_pool(void **state)
+{
+    (void)state;
+    orb_engine *src = source_engine();
+    orb_engine *req = eu_requester(2, 0);
+    orb_segment *seg = eu_open(req, src);
+    const size_t each = 3 * MIB + 5, n = 30; /* 120 chunks: about twice the pool */
+    struct side local, remote;
+    side_new(req, 1, each * n, ORB_PERM_LOCAL, 0x33, &local);
+    side_new(src, 1, each * n, ORB_PERM_REMOTE_WRITE, 0x44, &remote);
+    uint8_t *remote_before = side_bytes(&remote);
+    struct orb_request r[30];
+    for (size_t i = 0; i < n; i++)
+        r[i] = request(ORB_OP_READ, local.base + i * each, remote.base + (n - 1 - i) * each, each);
+    struct orb_batch_report rep;
+    assert_int_equal(run(req, seg, r, n, &rep), 0);
+    assert_int_equal(rep.completed_requests, n);
+    uint8_t *local_after = side_bytes(&local);
+    for (size_t i = 0; i < n; i++)
+        assert_memory_equal(local_after + GUARD + i * each, remote_before + GUARD + (n - 1 - i) * each, each);
+    free(local_after);
+    /* And back the other way, as WRITEs. */
+    for (size_t i = 0; i < n; i++)
+        r[i] = request(ORB_OP_WRITE, local.base + i * each, remote.base + i * each, each);
+    uint8_t *local_now = side_bytes(&local);
+    assert_int_equal(run(req, seg, r, n, &rep), 0);
+    uint8_t *remote_after = side_bytes(&remote);
+    assert_memory_equal(remote_after + GUARD, local_now + GUARD, each * n);
+    free(remote_after);
+    free(local_now);
+    free(remote_before);
+    side_free(req, &local);
+    side_free(src, &remote);
+    orb_segment_close(seg);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
+/* ---- failures -------------------------------------------------------------------------------- */
+
+/* A failed copy fails its request, names the cause, and leaves the engines working. */
+static void expect_copy_failure(orb_engine *src, orb_engine *req, orb_segment *seg, int local_dev, int remote_dev,
+                                enum orb_op op, const char *export, const char *cause, enum orb_remote_effect effect)
+{
+    struct side local, remote;
+    side_new(req, local_dev, 2 * MIB, ORB_PERM_LOCAL, 0x55, &local);
+    side_new(src, remote_dev, 2 * MIB, ORB_PERM_REMOTE_WRITE, 0x66, &remote);
+    struct orb_request r = request(op, local.base, remote.base, MIB - 7); /* one piece, one chunk */
+    struct orb_batch_report rep;
+    fake.fail_nth(export, 1, 999 /* CUDA_ERROR_UNKNOWN */);
+    int rc = run(req, seg, &r, 1, &rep);
+    fake.fail_nth(export, 0, 0);
+    assert_int_not_equal(rc, 0);
+    if (strstr(orb_last_error(), cause) == NULL)
+        fail_msg("the failure does not name \"%s\": %s", cause, orb_last_error());
+    assert_int_equal(rep.completed_requests, 0);
+    assert_int_equal(rep.failure.remote_effect, effect);
+    /* The same transfer works once the device does, on the same connection. */
+    assert_int_equal(run(req, seg, &r, 1, &rep), 0);
+    assert_int_equal(rep.completed_bytes, MIB - 7);
+    side_free(req, &local);
+    side_free(src, &remote);
+}
+
+static void test_a_failed_copy_fails_only_its_request(void **state)
+{
+    (void)state;
+    orb_engine *src = source_engine();
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = eu_open(req, src);
+    /* The requester's staging: a WRITE's copy out of the device, a READ's copy into it. */
+    expect_copy_failure(src, req, seg, 1, 0, ORB_OP_WRITE, "cuMemcpyDtoHAsync_v2", "copying a WRITE's bytes",
+                        ORB_REMOTE_EFFECT_NONE);
+    expect_copy_failure(src, req, seg, 1, 0, ORB_OP_READ, "cuMemcpyHtoDAsync_v2", "copying a READ's bytes",
+                        ORB_REMOTE_EFFECT_NONE);
+    expect_copy_failure(src, req, seg, 1, 0, ORB_OP_READ, "cuEventSynchronize", "cuEventSynchronize",
+                        ORB_REMOTE_EFFECT_NONE);
+    /* The source's: a READ's first chunk is refused with an ERROR. */
+    expect_copy_failure(src, req, seg, 0, 1, ORB_OP_READ, "cuMemcpyDtoHAsync_v2", "copying the READ's bytes",
+                        ORB_REMOTE_EFFECT_NONE);
+    /* A WRITE's chunk into source device memory: the rest is drained and the ERROR says some of
+     * its bytes may have landed. */
+    expect_copy_failure(src, req, seg, 0, 1, ORB_OP_WRITE, "cuMemcpyHtoDAsync_v2", "copying the WRITE's bytes",
+                        ORB_REMOTE_EFFECT_UNKNOWN);
+    orb_segment_close(seg);
+    orb_engine_free(req);
+    orb_engine_free(src);
+    struct orb_cuda_retained kept;
+    assert_int_equal(orb_cuda_retained_resources(&kept), 0);
+    assert_int_equal(kept.device_allocations, 0); /* every failed copy drained its stream */
+}
+
+/* ---- concurrency and close ------------------------------------------------------------------- */
+
+struct caller {
+    orb_engine *req, *src;
+    orb_segment *seg;
+    int index;
+    int failures;
+};
+
+static void *caller_main(void *arg)
+{
+    struct caller *c = arg;
+    const size_t sizes[3] = {4093, MIB + 17, 3 * MIB + 4099};
+    for (int round = 0; round < 4; round++)
+        for (size_t k = 0; k < 3; k++) {
+            size_t len = sizes[k];
+            struct side local, remote;
+            side_new(c->req, 1, len, ORB_PERM_LOCAL, (uint8_t)(c->index * 7 + round), &local);
+            side_new(c->src, (c->index + round) % 2, len, ORB_PERM_REMOTE_WRITE, (uint8_t)(c->index * 7 + round + 1),
+                     &remote);
+            struct side back;
+            side_new(c->req, 1, len, ORB_PERM_LOCAL, (uint8_t)(c->index * 7 + round + 2), &back);
+            uint8_t *want = side_bytes(&local);
+            struct orb_request r = request(ORB_OP_WRITE, local.base, remote.base, len);
+            struct orb_batch_report rep;
+            if (run(c->req, c->seg, &r, 1, &rep) != 0)
+                c->failures++;
+            r = request(ORB_OP_READ, back.base, remote.base, len); /* what landed, read back */
+            if (run(c->req, c->seg, &r, 1, &rep) != 0)
+                c->failures++;
+            uint8_t *got = side_bytes(&remote), *got_back = side_bytes(&back);
+            if (memcmp(got + GUARD, want + GUARD, len) != 0 || memcmp(got_back + GUARD, want + GUARD, len) != 0)
+                c->failures++;
+            free(got);
+            free(got_back);
+            free(want);
+            side_free(c->req, &back);
+            side_free(c->req, &local);
+            side_free(c->src, &remote);
+        }
+    return NULL;
+}
+
+static void test_eight_concurrent_callers(void **state)
+{
+    (void)state;
+    orb_engine *src = source_engine();
+    orb_engine *req = eu_requester(2, 0);
+    orb_segment *seg = eu_open(req, src);
+    struct caller callers[8];
+    pthread_t threads[8];
+    for (int i = 0; i < 8; i++) {
+        callers[i] = (struct caller){.req = req, .src = src, .seg = seg, .index = i};
+        assert_int_equal(pthread_create(&threads[i], NULL, caller_main, &callers[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(threads[i], NULL);
+        assert_int_equal(callers[i].failures, 0);
+    }
+    orb_segment_close(seg);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
+/* Closing the requester's engine while staged pieces wait for chunks and copies are slow: the
+ * batch settles (nothing hangs), every chunk comes back, nothing is retained. */
+static void test_close_with_staged_work_in_flight(void **state)
+{
+    (void)state;
+    orb_engine *src = source_engine();
+    orb_engine *req = eu_requester(2, 0);
+    orb_segment *seg = eu_open(req, src);
+    struct side local, remote;
+    side_new(req, 1, 96 * MIB, ORB_PERM_LOCAL, 0x77, &local);
+    side_new(src, 0, 96 * MIB, ORB_PERM_REMOTE_WRITE, 0x78, &remote);
+    struct orb_request r[2] = {request(ORB_OP_WRITE, local.base, remote.base, 48 * MIB),
+                               request(ORB_OP_READ, local.base + 48 * MIB, remote.base + 48 * MIB, 48 * MIB)};
+    orb_batch *b = NULL;
+    assert_int_equal(orb_batch_open(req, seg, &b), 0);
+    fake.slow(300);
+    assert_int_equal(orb_batch_submit(b, r, 2), 0);
+    assert_int_equal(orb_batch_seal(b, NULL), 0);
+    assert_int_equal(orb_engine_close(req, 2 * EU_SEC), 0);
+    fake.slow(0);
+    struct orb_batch_report rep;
+    int rc = orb_batch_wait(b, 10 * EU_SEC, &rep);
+    assert_int_not_equal(rc, ORB_ETIMEDOUT);
+    assert_int_equal(rep.done, 1);
+    assert_true(rep.completed_requests <= 2);
+    if (rep.completed_requests < 2)
+        assert_int_not_equal(rep.status, 0);
+    assert_int_equal(rep.local_drained, 1);
+    orb_batch_free(b);
+    orb_segment_close(seg);
+    (void)orb_unregister_memory(req, local.id); /* the closed engine may refuse: freeing retires it */
+    orb_cuda_memory_unref(local.dev);
+    orb_engine_free(req);
+    side_free(src, &remote);
+    orb_engine_free(src);
+    struct orb_cuda_retained kept;
+    assert_int_equal(orb_cuda_retained_resources(&kept), 0);
+    assert_int_equal(kept.device_allocations, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_ranges_register_as_host_ranges_do),
+        cmocka_unit_test(test_either_side_or_both_on_the_device),
+        cmocka_unit_test(test_a_batch_larger_than_the_pool),
+        cmocka_unit_test(test_a_failed_copy_fails_only_its_request),
+        cmocka_unit_test(test_eight_concurrent_callers),
+        cmocka_unit_test(test_close_with_staged_work_in_flight),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
