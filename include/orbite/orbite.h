@@ -551,6 +551,43 @@ void orb_cuda_memory_unref(orb_cuda_memory *mem);
  */
 int orb_cuda_host_alloc(int device, size_t len, orb_host_memory **out);
 
+/**
+ * Hand `mem` to transfers while a producer's GPU work on it may still be
+ * queued: records an event on `stream` (a CUstream; NULL, CU_STREAM_LEGACY
+ * and CU_STREAM_PER_THREAD name the calling thread's default streams) that
+ * captures the work queued on it so far. Call it on the producer's thread,
+ * after queuing that work and before the transfer is submitted. The first
+ * access OrbiTE makes to the bytes afterwards (a request's submission, a
+ * peer's request at the source, a staging copy, freeing the allocation) waits
+ * once for that work with cuEventSynchronize, on the CPU: the wait is not cut
+ * short by a request's deadline. Then `done(ctx)` (may be NULL) runs once, on
+ * the thread that waited (an application thread submitting a request, or an
+ * engine thread serving a peer), with no OrbiTE lock held; it must not block
+ * or call OrbiTE. Until then the caller keeps the stream and every input of
+ * the producer alive. Recording again while a generation is pending waits for
+ * the pending one first. The stream must belong to the allocation's context
+ * (the device's primary context), and a stream capturing a graph is refused.
+ * A record or wait whose end the driver cannot prove fences the allocation:
+ * every later access fails with ORB_EUNQUIESCED, `done` never runs (the
+ * producer's inputs stay), and the allocation is kept for the process's
+ * lifetime (orb_cuda_retained_resources()).
+ * Errors: ORB_EINVAL (mem NULL; the stream is of another context, or of none;
+ * a capturing stream), ORB_EUNQUIESCED (the record failed, or a pending
+ * generation's wait did: fenced), ORB_EUNAVAILABLE, ORB_EPEER (the driver's
+ * other failures, named).
+ */
+int orb_cuda_memory_record_producer(orb_cuda_memory *mem, void *stream, void (*done)(void *ctx), void *ctx);
+
+/**
+ * The same for pinned host memory from orb_cuda_host_alloc() (the stream must
+ * belong to the primary context of the device it was allocated on): OrbiTE
+ * reads or writes none of its bytes (a request's submission, a peer's
+ * request, staging, the final cuMemFreeHost) before that work ended.
+ * Errors: as orb_cuda_memory_record_producer(); ORB_EINVAL also for host
+ * memory of any other origin.
+ */
+int orb_cuda_host_record_producer(orb_host_memory *mem, void *stream, void (*done)(void *ctx), void *ctx);
+
 /** What failed CUDA cleanup kept, for the process's lifetime (see orb_cuda_retained_resources()). */
 struct orb_cuda_retained {
     uint64_t device_allocations; /* device allocations whose free failed */

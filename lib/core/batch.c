@@ -465,6 +465,13 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
             goto unpin;
         }
         pinned++;
+        /* A producer's recorded GPU work on the bytes ends before anything touches them. */
+        rc = orb_reg_ready(g->reqs[i].local_pin);
+        if (rc != 0) {
+            rc = orb_fail_wrap(rc, "request %zu: local range [0x%llx, +%llu)", first_index + i,
+                               (unsigned long long)r->local_addr, (unsigned long long)r->length);
+            goto unpin;
+        }
         /* Memory without a CPU view (device memory): a transport that moves bytes through the
          * CPU gets it through host staging; the best transport for it is then one that does. */
         const struct orb_memkind_ops *kind = g->reqs[i].local_pin->kind;

@@ -124,6 +124,12 @@ static void *host_cpu_view(const struct orb_reg *reg, uint64_t addr)
     return (void *)(uintptr_t)addr;
 }
 
+static int host_ready(const struct orb_reg *reg)
+{
+    orb_host_memory *m = reg->owner;
+    return m->ready != NULL ? m->ready(m) : 0;
+}
+
 static uint64_t host_owner_base(const void *owner)
 {
     return (uint64_t)(uintptr_t)((const orb_host_memory *)owner)->ptr;
@@ -158,4 +164,5 @@ const struct orb_memkind_ops orb_memkind_host = {
     .owner_ref = host_owner_ref,
     .owner_unref = host_owner_unref,
     .owner_defers = host_owner_defers,
+    .ready = host_ready,
 };

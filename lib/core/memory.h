@@ -13,6 +13,10 @@ struct orb_host_memory {
     orb_release_fn release; /* NULL for wraps without release and for orb_host_memory_alloc */
     void *release_ctx;
     int owns_allocation;    /* 1: ptr came from orb_host_memory_alloc and is freed with free() */
+    /* Pinned host memory from orb_cuda_host_alloc: waits once for a producer's recorded work
+     * (orb_cuda_host_record_producer) before OrbiTE touches the bytes. 0, or ORB_EUNQUIESCED
+     * when that work's end is not proven. NULL for other memory. */
+    int (*ready)(orb_host_memory *mem);
 };
 
 #endif

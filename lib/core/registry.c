@@ -641,6 +641,11 @@ int orb_registry_add_ranges(struct orb_registry *reg, const struct orb_reg_range
     return add_ranges(reg, ranges, n, ids_out, n > 1, ADD_SHARE);
 }
 
+int orb_reg_ready(const struct orb_reg *r)
+{
+    return r->kind->ready != NULL ? r->kind->ready(r) : 0;
+}
+
 void orb_reg_keep_owner(const struct orb_reg *r)
 {
     if (r != NULL && r->owner != NULL)

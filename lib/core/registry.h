@@ -36,6 +36,10 @@ struct orb_memkind_ops {
     /* 1 when dropping the owner's last reference must happen on the release thread (it runs a
      * user's callback or a driver call that may block); 0 when it only frees memory. */
     int (*owner_defers)(const void *owner);
+    /* Wait, once, for work a producer recorded on the owner (a GPU stream's) before the first
+     * access: every path that touches a registration's bytes calls it first. 0, or the wait's
+     * failure (ORB_EUNQUIESCED: the owner is fenced). NULL: nothing to wait for. */
+    int (*ready)(const struct orb_reg *reg);
     /* Staging copies for kinds without a CPU view (NULL otherwise): [addr, +len) of the
      * registration into or out of `host`, complete when they return 0. Errors: the kind's. */
     int (*to_host)(const struct orb_reg *reg, uint64_t addr, void *host, size_t len);
@@ -118,6 +122,9 @@ int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range
 /* The same for ranges of any memory kind (each range names its own). */
 int orb_registry_add_ranges(struct orb_registry *reg, const struct orb_reg_range *ranges, size_t n,
                             orb_reg_id *ids_out);
+
+/* kind->ready(r) where the kind has one; 0 otherwise. */
+int orb_reg_ready(const struct orb_reg *r);
 
 /* Take a reference to r's owner that is never dropped: transport state that could not be undone
  * may still map its bytes, which must then never be released. */

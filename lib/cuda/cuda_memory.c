@@ -7,12 +7,26 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/memory.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_memory.h"
+
+/* Producer readiness (orb_cuda_memory_record_producer, orb_cuda_host_record_producer): one event
+ * per owner, shared by its aliases, recorded on the producer's stream; the first access waits
+ * for the recorded generation once. */
+struct readiness {
+    pthread_mutex_t lock;
+    orb_cu_event event;                /* made on the first record, in the owner's context */
+    uint64_t recorded, consumed;       /* generations */
+    bool fenced;                       /* a record or wait whose end is not proven */
+    void (*done)(void *ctx);           /* the pending generation's, run once it is proven */
+    void *done_ctx;
+};
 
 struct orb_cuda_memory {
     atomic_uint refs;                  /* changed from 0 only under g_lock (aliases find it) */
@@ -29,6 +43,7 @@ struct orb_cuda_memory {
     orb_cu_stream stream;              /* made on the first copy */
     orb_cu_event done;
     bool fenced;                       /* a copy's end was not proven: kept for good */
+    struct readiness ready;
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,6 +116,136 @@ static void leave(const struct orb_cuda *cu, orb_cu_context saved)
     }
 }
 
+/* ---- producer readiness ------------------------------------------------------------------ */
+
+/* Wait for r's pending generation (r->lock held, ctx current). 0 (its done callback handed back
+ * through done and done_ctx for the caller to run unlocked), or ORB_EUNQUIESCED (fenced now). */
+static int ready_wait_locked(const struct orb_cuda *cu, struct readiness *r, const char *what,
+                             void (**done)(void *), void **done_ctx)
+{
+    if (r->fenced)
+        return orb_fail(ORB_EUNQUIESCED, "cuda: %s is fenced: a producer's recorded work was not proven to end",
+                        what);
+    if (r->recorded == r->consumed)
+        return 0;
+    orb_cu_result w = cu->event_synchronize(r->event);
+    if (w != ORB_CU_SUCCESS) {
+        char text[160];
+        r->fenced = true; /* the producer's inputs stay with their owner: done never runs */
+        return orb_fail(ORB_EUNQUIESCED, "cuda: waiting for the producer's work on %s failed (%s): it is fenced",
+                        what, orb_cuda_describe(cu, w, text, sizeof text));
+    }
+    r->consumed = r->recorded;
+    *done = r->done;
+    *done_ctx = r->done_ctx;
+    r->done = NULL;
+    r->done_ctx = NULL;
+    return 0;
+}
+
+static int ready_consume(struct readiness *r, orb_cu_context ctx, const char *what)
+{
+    pthread_mutex_lock(&r->lock);
+    if (!r->fenced && r->recorded == r->consumed) {
+        pthread_mutex_unlock(&r->lock);
+        return 0;
+    }
+    const struct orb_cuda *cu = NULL;
+    (void)orb_cuda_get(&cu); /* loaded: the owner exists */
+    void (*done)(void *) = NULL;
+    void *done_ctx = NULL;
+    orb_cu_context saved = NULL;
+    int rc;
+    orb_cu_result r0 = enter(cu, ctx, &saved);
+    if (r0 != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r0, "making the owner's context current");
+    } else {
+        rc = ready_wait_locked(cu, r, what, &done, &done_ctx);
+        leave(cu, saved);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (done != NULL)
+        done(done_ctx);
+    return rc;
+}
+
+/* The special stream handles: the calling thread's default streams of its current context. */
+static bool default_stream(orb_cu_stream s)
+{
+    return (uintptr_t)s <= 2; /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
+}
+
+static int ready_record(struct readiness *r, orb_cu_context ctx, int device, void *stream_handle,
+                        void (*done)(void *), void *done_ctx, const char *what)
+{
+    const struct orb_cuda *cu = NULL;
+    int rc = orb_cuda_get(&cu);
+    if (rc != 0)
+        return rc;
+    orb_cu_stream stream = stream_handle;
+    /* The stream must be of the owner's context: a default handle names the calling thread's. */
+    orb_cu_context stream_ctx = NULL;
+    orb_cu_result cr = default_stream(stream) ? cu->ctx_get_current(&stream_ctx) : cu->stream_get_ctx(stream, &stream_ctx);
+    if (cr != ORB_CU_SUCCESS)
+        return orb_fail(orb_cuda_status(cr) == ORB_EPEER ? ORB_EPEER : ORB_EINVAL, "cuda: the producer stream of %s: "
+                        "%s", what, orb_cuda_describe(cu, cr, (char[160]){0}, 160));
+    if (stream_ctx != ctx)
+        return orb_fail(ORB_EINVAL, "cuda: the producer stream of %s belongs to %s, not to device %d's primary "
+                        "context", what, stream_ctx == NULL ? "no context (none is current)" : "another context",
+                        device);
+    unsigned int capturing = 0;
+    orb_cu_context saved = NULL;
+    if ((cr = enter(cu, ctx, &saved)) != ORB_CU_SUCCESS)
+        return cuda_fail(cu, cr, "making the owner's context current");
+    cr = cu->stream_is_capturing(stream, &capturing);
+    if (cr != ORB_CU_SUCCESS || capturing != ORB_CU_STREAM_CAPTURE_STATUS_NONE) {
+        leave(cu, saved);
+        if (cr != ORB_CU_SUCCESS)
+            return cuda_fail(cu, cr, "cuStreamIsCapturing");
+        return orb_fail(ORB_EINVAL, "cuda: the producer stream of %s is capturing a graph: its work is not queued "
+                        "yet, so there is nothing to wait for", what);
+    }
+    void (*old_done)(void *) = NULL;
+    void *old_ctx = NULL;
+    pthread_mutex_lock(&r->lock);
+    /* A generation still pending is waited for first: one event captures one stream's work. */
+    rc = ready_wait_locked(cu, r, what, &old_done, &old_ctx);
+    if (rc == 0 && r->event == NULL && (cr = cu->event_create(&r->event, ORB_CU_EVENT_DISABLE_TIMING)) != ORB_CU_SUCCESS) {
+        r->event = NULL;
+        rc = cuda_fail(cu, cr, "cuEventCreate");
+    }
+    if (rc == 0) {
+        cr = cu->event_record(r->event, stream);
+        if (cr != ORB_CU_SUCCESS) {
+            char text[160];
+            r->fenced = true; /* nothing proves the producer's work ends: its inputs stay */
+            rc = orb_fail(ORB_EUNQUIESCED, "cuda: recording the producer's work on %s failed (%s): it is fenced",
+                          what, orb_cuda_describe(cu, cr, text, sizeof text));
+        } else {
+            r->recorded++;
+            r->done = done;
+            r->done_ctx = done_ctx;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    leave(cu, saved);
+    if (old_done != NULL)
+        old_done(old_ctx);
+    return rc;
+}
+
+/* Whether r's event can go (no generation pending, nothing fenced), and destroy it (ctx current). */
+static bool ready_gone(const struct orb_cuda *cu, struct readiness *r)
+{
+    if (r->fenced)
+        return false;
+    if (r->event != NULL && cu->event_destroy(r->event) != ORB_CU_SUCCESS)
+        return false;
+    r->event = NULL;
+    pthread_mutex_destroy(&r->lock);
+    return true;
+}
+
 static orb_cuda_memory *owner_new(int device, orb_cu_context ctx, orb_cu_deviceptr base, size_t size)
 {
     orb_cuda_memory *m = calloc(1, sizeof *m);
@@ -108,6 +253,7 @@ static orb_cuda_memory *owner_new(int device, orb_cu_context ctx, orb_cu_devicep
         return NULL;
     atomic_init(&m->refs, 1);
     pthread_mutex_init(&m->copy_lock, NULL);
+    pthread_mutex_init(&m->ready.lock, NULL);
     m->device = device;
     m->ctx = ctx;
     m->base = base;
@@ -310,6 +456,21 @@ static bool copy_queues_gone(const struct orb_cuda *cu, orb_cuda_memory *mem)
     return true;
 }
 
+/* Destroy the readiness event, in the owner's context. false: the driver refused (kept). */
+static bool event_gone(const struct orb_cuda *cu, orb_cuda_memory *mem)
+{
+    if (mem->ready.event == NULL) {
+        pthread_mutex_destroy(&mem->ready.lock);
+        return true;
+    }
+    orb_cu_context saved = NULL;
+    if (enter(cu, mem->ctx, &saved) != ORB_CU_SUCCESS)
+        return false;
+    bool gone = ready_gone(cu, &mem->ready);
+    leave(cu, saved);
+    return gone;
+}
+
 ORB_EXPORT void orb_cuda_memory_unref(orb_cuda_memory *mem)
 {
     if (mem == NULL)
@@ -328,7 +489,8 @@ ORB_EXPORT void orb_cuda_memory_unref(orb_cuda_memory *mem)
     /* The table was loaded when the owner was made. */
     const struct orb_cuda *cu = NULL;
     (void)orb_cuda_get(&cu);
-    if (mem->fenced || !copy_queues_gone(cu, mem)) {
+    /* The last producer's work ends before the bytes go (a fenced one keeps them). */
+    if (orb_cuda_memory_ready(mem) != 0 || mem->fenced || !copy_queues_gone(cu, mem) || !event_gone(cu, mem)) {
         keep(mem);
         return;
     }
@@ -362,7 +524,14 @@ ORB_EXPORT void orb_cuda_memory_unref(orb_cuda_memory *mem)
 struct pinned {
     int device;
     orb_cu_context ctx;
+    struct readiness ready;
 };
+
+static int pinned_ready(orb_host_memory *host)
+{
+    struct pinned *p = host->release_ctx;
+    return ready_consume(&p->ready, p->ctx, "pinned host memory");
+}
 
 static void pinned_release(void *ptr, size_t len, void *arg)
 {
@@ -370,9 +539,10 @@ static void pinned_release(void *ptr, size_t len, void *arg)
     const struct orb_cuda *cu = NULL;
     (void)orb_cuda_get(&cu);
     orb_cu_context saved = NULL;
-    orb_cu_result r = enter(cu, p->ctx, &saved);
-    if (r == ORB_CU_SUCCESS) {
-        r = cu->mem_free_host(ptr);
+    /* The last producer's work ends before the bytes go; a fenced producer keeps them. */
+    orb_cu_result r = ORB_CU_ERROR_NOT_READY;
+    if (ready_consume(&p->ready, p->ctx, "pinned host memory") == 0 && (r = enter(cu, p->ctx, &saved)) == ORB_CU_SUCCESS) {
+        r = ready_gone(cu, &p->ready) ? cu->mem_free_host(ptr) : ORB_CU_ERROR_NOT_READY;
         leave(cu, saved);
     }
     if (r != ORB_CU_SUCCESS) {
@@ -398,6 +568,7 @@ ORB_EXPORT int orb_cuda_host_alloc(int device, size_t len, orb_host_memory **out
     struct pinned *p = calloc(1, sizeof *p);
     if (p == NULL)
         return orb_fail(ORB_ENOMEM, "cuda: out of memory for pinned host memory's owner");
+    pthread_mutex_init(&p->ready.lock, NULL);
     const struct orb_cuda *cu = NULL;
     orb_cu_context saved = NULL;
     int rc = open_device(device, &cu, &p->ctx);
@@ -416,6 +587,7 @@ ORB_EXPORT int orb_cuda_host_alloc(int device, size_t len, orb_host_memory **out
     }
     if ((rc = orb_host_memory_wrap(bytes, len, pinned_release, p, out)) != 0)
         goto free_bytes;
+    (*out)->ready = pinned_ready;
     return 0;
 
 free_bytes:
@@ -426,6 +598,7 @@ free_bytes:
 release_device:
     close_device(cu, device);
 free_owner:
+    pthread_mutex_destroy(&p->ready.lock);
     free(p);
     return rc;
 }
@@ -495,6 +668,8 @@ static int copy(orb_cuda_memory *mem, size_t offset, void *to_host, const void *
     int rc = orb_cuda_get(&cu);
     if (rc != 0)
         return rc;
+    if ((rc = orb_cuda_memory_ready(mem)) != 0)
+        return rc;
     pthread_mutex_lock(&mem->copy_lock);
     if (mem->fenced) {
         pthread_mutex_unlock(&mem->copy_lock);
@@ -521,4 +696,34 @@ int orb_cuda_memory_to_host(orb_cuda_memory *mem, size_t offset, void *host, siz
 int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *host, size_t len)
 {
     return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, NULL, host, len);
+}
+
+int orb_cuda_memory_ready(orb_cuda_memory *mem)
+{
+    char what[96];
+    snprintf(what, sizeof what, "device %d's allocation [0x%llx, +%zu)", mem->device, (unsigned long long)mem->base,
+             mem->size);
+    return ready_consume(&mem->ready, mem->ctx, what);
+}
+
+ORB_EXPORT int orb_cuda_memory_record_producer(orb_cuda_memory *mem, void *stream, void (*done)(void *ctx),
+                                               void *ctx)
+{
+    if (mem == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL device memory");
+    char what[96];
+    snprintf(what, sizeof what, "device %d's allocation [0x%llx, +%zu)", mem->device, (unsigned long long)mem->base,
+             mem->size);
+    return ready_record(&mem->ready, mem->ctx, mem->device, stream, done, ctx, what);
+}
+
+ORB_EXPORT int orb_cuda_host_record_producer(orb_host_memory *host, void *stream, void (*done)(void *ctx),
+                                             void *ctx)
+{
+    if (host == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL host memory");
+    if (host->ready != pinned_ready)
+        return orb_fail(ORB_EINVAL, "cuda: producer readiness needs pinned host memory from orb_cuda_host_alloc");
+    struct pinned *p = host->release_ctx;
+    return ready_record(&p->ready, p->ctx, p->device, stream, done, ctx, "pinned host memory");
 }

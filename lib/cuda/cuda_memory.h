@@ -27,4 +27,10 @@ int orb_cuda_memory_to_host(orb_cuda_memory *mem, size_t offset, void *host, siz
 /* `host` (len bytes) into [offset, offset + len) of mem's allocation. Errors as above. */
 int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *host, size_t len);
 
+/* Wait, once, for the producer work recorded on mem (orb_cuda_memory_record_producer): 0 when
+ * none is pending or it finished (its `done` callback then ran, on this thread), ORB_EUNQUIESCED
+ * when the allocation is fenced (a record or wait whose end is not proven). Every copy calls it
+ * first; so do the transports before they touch a device registration. */
+int orb_cuda_memory_ready(orb_cuda_memory *mem);
+
 #endif

@@ -44,6 +44,11 @@ static int cuda_owner_defers(const void *owner)
     return 1; /* cuMemFree synchronizes the device; an adopted owner runs the user's release */
 }
 
+static int cuda_ready(const struct orb_reg *reg)
+{
+    return orb_cuda_memory_ready(reg->owner);
+}
+
 static int cuda_to_host(const struct orb_reg *reg, uint64_t addr, void *host, size_t len)
 {
     orb_cuda_memory *m = reg->owner;
@@ -65,6 +70,7 @@ const struct orb_memkind_ops orb_memkind_cuda = {
     .owner_ref = cuda_owner_ref,
     .owner_unref = cuda_owner_unref,
     .owner_defers = cuda_owner_defers,
+    .ready = cuda_ready,
     .to_host = cuda_to_host,
     .from_host = cuda_from_host,
 };

@@ -431,6 +431,8 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     struct orb_reg *pin = NULL;
     rc = orb_registry_acquire(orb_engine_registry(tp->engine), in->addr, in->length,
                               in->op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);
+    if (rc == 0 && (rc = orb_reg_ready(pin)) != 0) /* a producer's recorded GPU work ends first */
+        orb_registry_release(pin);
     if (rc != 0)
         return rc;
     /* Direct: windows on the registration's own parent MRs. Staged: on an extent of the staging

@@ -107,6 +107,12 @@ static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, e
         atomic_fetch_sub(&tp->source_pins, 1);
         return rc;
     }
+    /* A producer's recorded GPU work on the bytes ends first (this worker waits). */
+    if ((rc = orb_reg_ready(pin)) != 0) {
+        orb_registry_release(pin);
+        atomic_fetch_sub(&tp->source_pins, 1);
+        return rc;
+    }
     /* NULL for memory without a CPU view: staged through the connection's chunk. */
     uint8_t *mem = pin->kind->cpu_view(pin, req->addr);
     if (mem == NULL) {

@@ -16,15 +16,17 @@ target_include_directories(test_cuda_memory PRIVATE ${PROJECT_SOURCE_DIR}/tests/
 add_dependencies(test_cuda_memory orb_fakecuda_full)
 target_compile_definitions(test_cuda_memory PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
 
-# Device memory through whole engines over TCP (registration, staging on both sides, failed
-# copies, concurrency, close), on the full stand-in as the process's driver. Linked with the
-# static library, whose internal test hook picks the stand-in.
-add_executable(test_cuda_tcp ${CMAKE_CURRENT_LIST_DIR}/test_cuda_tcp.c ${PROJECT_SOURCE_DIR}/tests/engine/util.c)
-target_include_directories(test_cuda_tcp PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda ${PROJECT_SOURCE_DIR}/tests/engine
-                           ${PROJECT_SOURCE_DIR}/lib)
-target_link_libraries(test_cuda_tcp PRIVATE orbite_static PkgConfig::CMOCKA PkgConfig::JANSSON Threads::Threads
-                      ${CMAKE_DL_LIBS})
-add_dependencies(test_cuda_tcp orb_fakecuda_full)
-target_compile_definitions(test_cuda_tcp PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
-add_test(NAME test_cuda_tcp COMMAND test_cuda_tcp)
-set_tests_properties(test_cuda_tcp PROPERTIES TIMEOUT 300)
+# Whole engines on the full stand-in as the process's driver, linked with the static library,
+# whose internal test hook picks the stand-in: device memory over TCP (registration, staging on
+# both sides, failed copies, concurrency, close), and producer readiness.
+foreach(t test_cuda_tcp test_cuda_ready)
+  add_executable(${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.c ${PROJECT_SOURCE_DIR}/tests/engine/util.c)
+  target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda ${PROJECT_SOURCE_DIR}/tests/engine
+                             ${PROJECT_SOURCE_DIR}/lib)
+  target_link_libraries(${t} PRIVATE orbite_static PkgConfig::CMOCKA PkgConfig::JANSSON Threads::Threads
+                        ${CMAKE_DL_LIBS})
+  add_dependencies(${t} orb_fakecuda_full)
+  target_compile_definitions(${t} PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
+  add_test(NAME ${t} COMMAND ${t})
+  set_tests_properties(${t} PROPERTIES TIMEOUT 300)
+endforeach()

@@ -45,6 +45,7 @@ ORB_CUDA_EXPORTS(FAKECUDA_PROTOTYPE)
 struct CUctx_st {
     int device;
     int refs;                          /* primary context retains */
+    struct CUstream_st *default_stream; /* NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD here */
 };
 
 enum alloc_kind { ALLOC_DEVICE = 1, ALLOC_HOST = 2 };
@@ -608,6 +609,31 @@ static void *stream_main(void *arg)
     return NULL;
 }
 
+/* The stream a handle names (lock held): NULL, CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD
+ * (0x2) name the calling thread's current context's default stream, made on first use and kept
+ * for the process's lifetime (one per context: the stand-in does not tell the two apart). NULL
+ * when there is no current context. */
+static struct CUstream_st *resolve(orb_cu_stream s)
+{
+    if ((uintptr_t)s > 2)
+        return s;
+    if (!live_context(current))
+        return NULL;
+    if (current->default_stream == NULL) {
+        struct CUstream_st *d = calloc(1, sizeof *d);
+        if (d == NULL)
+            return NULL;
+        d->ctx = current;
+        if (pthread_create(&d->thread, NULL, stream_main, d) != 0) {
+            free(d);
+            return NULL;
+        }
+        pthread_detach(d->thread);
+        current->default_stream = d;
+    }
+    return current->default_stream;
+}
+
 /* Whether `s` is a stream OrbiTE may use now (lock held): the stand-in's streams are never
  * freed while alive, so a handle is checked by its state. */
 static bool usable(const struct CUstream_st *s)
@@ -618,6 +644,7 @@ static bool usable(const struct CUstream_st *s)
 /* Queue `op` on `s` (lock held; `op` freed on failure). */
 static orb_cu_result enqueue(struct CUstream_st *s, struct op *op)
 {
+    s = resolve(s);
     if (!usable(s)) {
         free(op);
         return ORB_CU_ERROR_INVALID_HANDLE;
@@ -698,6 +725,7 @@ EXPORT orb_cu_result cuStreamDestroy_v2(orb_cu_stream s)
 EXPORT orb_cu_result cuStreamSynchronize(orb_cu_stream s)
 {
     ENTER("cuStreamSynchronize");
+    s = resolve(s);
     if (!usable(s))
         LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
     while (s->head != NULL)
@@ -708,6 +736,7 @@ EXPORT orb_cu_result cuStreamSynchronize(orb_cu_stream s)
 EXPORT orb_cu_result cuStreamQuery(orb_cu_stream s)
 {
     ENTER("cuStreamQuery");
+    s = resolve(s);
     if (!usable(s))
         LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
     LEAVE(s->head != NULL ? ORB_CU_ERROR_NOT_READY : ORB_CU_SUCCESS);
@@ -716,6 +745,7 @@ EXPORT orb_cu_result cuStreamQuery(orb_cu_stream s)
 EXPORT orb_cu_result cuStreamGetCtx(orb_cu_stream s, orb_cu_context *ctx)
 {
     ENTER("cuStreamGetCtx");
+    s = resolve(s);
     if (!usable(s) || ctx == NULL)
         LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
     *ctx = s->ctx;
@@ -725,6 +755,7 @@ EXPORT orb_cu_result cuStreamGetCtx(orb_cu_stream s, orb_cu_context *ctx)
 EXPORT orb_cu_result cuStreamIsCapturing(orb_cu_stream s, unsigned int *status)
 {
     ENTER("cuStreamIsCapturing");
+    s = resolve(s);
     if (!usable(s) || status == NULL)
         LEAVE(ORB_CU_ERROR_INVALID_HANDLE);
     *status = s->capture;

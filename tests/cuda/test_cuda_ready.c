@@ -1,0 +1,291 @@
+/* Producer readiness (orb_cuda_memory_record_producer, orb_cuda_host_record_producer) on the
+ * fakecuda stand-in: which streams are accepted, that a request's submission, a peer's request at
+ * the source and the final free wait for the producer's work (its bytes, not older ones, are what
+ * moves), that `done` runs once after that, and that an unproven record or wait fences the memory
+ * for good. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <orbite/orbite.h>
+
+#include "cuda/cuda.h"
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_memory.h"
+#include "fakecuda.h"
+#include "util.h"
+
+#define LEN (256u << 10)
+
+static const struct orb_cuda *cu;
+static orb_cu_context ctx0, ctx1;
+
+static struct {
+    void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
+    void (*hold)(int hold);
+    void (*set_capturing)(orb_cu_stream stream, unsigned int status);
+} fake;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (orb_cuda_use_library(FAKECUDA_FULL) != 0 || orb_cuda_get(&cu) != 0)
+        return -1;
+    void *h = dlopen(FAKECUDA_FULL, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return -1;
+    *(void **)&fake.fail_nth = dlsym(h, "fakecuda_fail");
+    *(void **)&fake.hold = dlsym(h, "fakecuda_hold_streams");
+    *(void **)&fake.set_capturing = dlsym(h, "fakecuda_set_capturing");
+    orb_cu_device d0 = 0, d1 = 0;
+    if (cu->device_get(&d0, 0) != ORB_CU_SUCCESS || cu->device_get(&d1, 1) != ORB_CU_SUCCESS ||
+        cu->primary_ctx_retain(&ctx0, d0) != ORB_CU_SUCCESS || cu->primary_ctx_retain(&ctx1, d1) != ORB_CU_SUCCESS)
+        return -1;
+    return fake.fail_nth != NULL && fake.hold != NULL && fake.set_capturing != NULL ? 0 : -1;
+}
+
+/* A stream of `ctx`, made with that context current; the thread's context is left as none. */
+static orb_cu_stream stream_of(orb_cu_context ctx)
+{
+    orb_cu_stream s = NULL;
+    assert_int_equal(cu->ctx_set_current(ctx), ORB_CU_SUCCESS);
+    assert_int_equal(cu->stream_create(&s, ORB_CU_STREAM_NON_BLOCKING), ORB_CU_SUCCESS);
+    assert_int_equal(cu->ctx_set_current(NULL), ORB_CU_SUCCESS);
+    return s;
+}
+
+static void count_done(void *ctx)
+{
+    atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
+static void test_which_streams_are_accepted(void **state)
+{
+    (void)state;
+    orb_cuda_memory *m = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, LEN, &m), 0);
+    orb_cu_stream mine = stream_of(ctx0), other = stream_of(ctx1);
+    atomic_int done = 0;
+
+    assert_int_equal(orb_cuda_memory_record_producer(NULL, mine, NULL, NULL), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_record_producer(m, other, count_done, &done), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "another context"));
+    /* A default stream names the calling thread's context: none is current here. */
+    assert_int_equal(orb_cuda_memory_record_producer(m, NULL, count_done, &done), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "no context"));
+    fake.set_capturing(mine, ORB_CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    assert_int_equal(orb_cuda_memory_record_producer(m, mine, count_done, &done), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "capturing a graph"));
+    fake.set_capturing(mine, ORB_CU_STREAM_CAPTURE_STATUS_NONE);
+    assert_int_equal(atomic_load(&done), 0);
+
+    /* Accepted: the allocation's own context's stream, and its default stream when current. */
+    assert_int_equal(orb_cuda_memory_record_producer(m, mine, count_done, &done), 0);
+    assert_int_equal(cu->ctx_set_current(ctx0), ORB_CU_SUCCESS);
+    /* Recording again waits for the pending generation first: its done runs now. */
+    assert_int_equal(orb_cuda_memory_record_producer(m, (orb_cu_stream)(uintptr_t)1, count_done, &done), 0);
+    assert_int_equal(atomic_load(&done), 1);
+    assert_int_equal(cu->ctx_set_current(NULL), ORB_CU_SUCCESS);
+    /* A copy consumes the last one, once. */
+    uint8_t buf[16];
+    assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), 0);
+    assert_int_equal(atomic_load(&done), 2);
+    assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), 0);
+    assert_int_equal(atomic_load(&done), 2);
+
+    /* Host memory: only pinned memory from orb_cuda_host_alloc. */
+    orb_host_memory *plain = NULL, *pinned = NULL;
+    assert_int_equal(orb_host_memory_alloc(LEN, 0, &plain), 0);
+    assert_int_equal(orb_cuda_host_record_producer(plain, mine, NULL, NULL), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "orb_cuda_host_alloc"));
+    assert_int_equal(orb_cuda_host_record_producer(NULL, mine, NULL, NULL), ORB_EINVAL);
+    assert_int_equal(orb_cuda_host_alloc(0, LEN, &pinned), 0);
+    assert_int_equal(orb_cuda_host_record_producer(pinned, other, NULL, NULL), ORB_EINVAL);
+    assert_int_equal(orb_cuda_host_record_producer(pinned, mine, count_done, &done), 0);
+    orb_host_memory_unref(pinned); /* the final free waits for it */
+    assert_int_equal(atomic_load(&done), 3);
+    orb_host_memory_unref(plain);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(cu->stream_destroy(mine), ORB_CU_SUCCESS);
+    assert_int_equal(cu->stream_destroy(other), ORB_CU_SUCCESS);
+}
+
+struct submitter {
+    orb_engine *req;
+    orb_segment *seg;
+    struct orb_request r;
+    atomic_int finished;
+    int rc;
+};
+
+static void *submit_main(void *arg)
+{
+    struct submitter *s = arg;
+    struct orb_batch_report rep;
+    s->rc = orb_submit_and_wait(s->req, s->seg, &s->r, 1, NULL, 30 * EU_SEC, &rep);
+    if (s->rc == 0 && rep.has_failure)
+        s->rc = rep.failure.status;
+    atomic_store(&s->finished, 1);
+    return NULL;
+}
+
+/* A WRITE from pinned host memory whose producer (a device-to-host copy, held back) has not run:
+ * the submission waits for it, and the producer's bytes are what the peer gets. */
+static void test_a_request_waits_for_its_producer(void **state)
+{
+    (void)state;
+    orb_engine *src = eu_engine(NULL);
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = eu_open(req, src);
+    struct eu_region remote;
+    eu_region_new(src, LEN, ORB_PERM_REMOTE_WRITE, 1, &remote);
+    orb_host_memory *pinned = NULL;
+    orb_cuda_memory *dev = NULL;
+    assert_int_equal(orb_cuda_host_alloc(0, LEN, &pinned), 0);
+    assert_int_equal(orb_cuda_memory_alloc(0, LEN, &dev), 0);
+    uint8_t *want = malloc(LEN);
+    assert_non_null(want);
+    eu_fill(want, LEN, 9);
+    assert_int_equal(orb_cuda_memory_from_host(dev, 0, want, LEN), 0);
+    memset(orb_host_memory_data(pinned), 0xee, LEN); /* what a send that did not wait would send */
+    orb_reg_id id;
+    assert_int_equal(orb_register_host_memory(req, pinned, 0, LEN, ORB_PERM_LOCAL, &id), 0);
+
+    orb_cu_stream producer = stream_of(ctx0);
+    atomic_int done = 0;
+    fake.hold(1);
+    assert_int_equal(cu->memcpy_dtoh_async(orb_host_memory_data(pinned), orb_cuda_memory_ptr(dev), LEN, producer),
+                     ORB_CU_SUCCESS);
+    assert_int_equal(orb_cuda_host_record_producer(pinned, producer, count_done, &done), 0);
+    struct submitter s = {.req = req, .seg = seg};
+    s.r = eu_req(ORB_OP_WRITE, orb_host_memory_data(pinned), remote.base, LEN);
+    atomic_init(&s.finished, 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, submit_main, &s), 0);
+    usleep(200 * 1000);
+    assert_int_equal(atomic_load(&s.finished), 0); /* nothing else holds a host WRITE back */
+    assert_int_equal(atomic_load(&done), 0);
+    fake.hold(0);
+    pthread_join(t, NULL);
+    assert_int_equal(s.rc, 0);
+    assert_int_equal(atomic_load(&done), 1);
+    assert_memory_equal(remote.base, want, LEN);
+
+    free(want);
+    assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
+    assert_int_equal(orb_unregister_memory(req, id), 0);
+    orb_host_memory_unref(pinned);
+    orb_cuda_memory_unref(dev);
+    eu_region_free(src, &remote);
+    orb_segment_close(seg);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
+/* The source's device memory with a producer recorded: a peer's READ gets the producer's bytes. */
+static void test_the_source_waits_for_its_producer(void **state)
+{
+    (void)state;
+    orb_engine *src = eu_engine(NULL);
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = eu_open(req, src);
+    orb_cuda_memory *dev = NULL, *input = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, LEN, &dev), 0);
+    assert_int_equal(orb_cuda_memory_alloc(0, LEN, &input), 0);
+    uint8_t *want = malloc(LEN), *old = malloc(LEN);
+    assert_non_null(want);
+    assert_non_null(old);
+    eu_fill(want, LEN, 5);
+    memset(old, 0x5a, LEN);
+    assert_int_equal(orb_cuda_memory_from_host(input, 0, want, LEN), 0);
+    assert_int_equal(orb_cuda_memory_from_host(dev, 0, old, LEN), 0);
+    orb_reg_id id;
+    assert_int_equal(orb_register_cuda_memory(src, dev, 0, LEN, ORB_PERM_REMOTE_READ, &id), 0);
+    struct eu_region local;
+    eu_region_new(req, LEN, ORB_PERM_LOCAL, 2, &local);
+
+    orb_cu_stream producer = stream_of(ctx0);
+    atomic_int done = 0;
+    fake.hold(1);
+    assert_int_equal(cu->memcpy_dtod_async(orb_cuda_memory_ptr(dev), orb_cuda_memory_ptr(input), LEN, producer),
+                     ORB_CU_SUCCESS);
+    assert_int_equal(orb_cuda_memory_record_producer(dev, producer, count_done, &done), 0);
+    struct submitter s = {.req = req, .seg = seg};
+    s.r = eu_req(ORB_OP_READ, local.base, (const void *)(uintptr_t)orb_cuda_memory_ptr(dev), LEN);
+    atomic_init(&s.finished, 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, submit_main, &s), 0);
+    usleep(100 * 1000);
+    fake.hold(0);
+    pthread_join(t, NULL);
+    assert_int_equal(s.rc, 0);
+    assert_int_equal(atomic_load(&done), 1);
+    assert_memory_equal(local.base, want, LEN);
+
+    free(want);
+    free(old);
+    assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
+    eu_region_free(req, &local);
+    assert_int_equal(orb_unregister_memory(src, id), 0);
+    orb_cuda_memory_unref(dev);
+    orb_cuda_memory_unref(input);
+    orb_segment_close(seg);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
+/* An unproven wait, or record, fences the memory: every later access fails, done never runs,
+ * and the allocation is kept. */
+static void test_an_unproven_wait_or_record_fences(void **state)
+{
+    (void)state;
+    struct orb_cuda_retained before, after;
+    assert_int_equal(orb_cuda_retained_resources(&before), 0);
+    orb_cu_stream producer = stream_of(ctx0);
+    const char *exports[2] = {"cuEventSynchronize", "cuEventRecord"};
+    for (int k = 0; k < 2; k++) {
+        orb_cuda_memory *m = NULL;
+        assert_int_equal(orb_cuda_memory_alloc(0, LEN, &m), 0);
+        atomic_int done = 0;
+        uint8_t buf[64];
+        if (k == 0) {
+            assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), 0);
+            fake.fail_nth(exports[k], 1, 999);
+            assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), ORB_EUNQUIESCED);
+        } else {
+            fake.fail_nth(exports[k], 1, 999);
+            assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), ORB_EUNQUIESCED);
+        }
+        fake.fail_nth(exports[k], 0, 0);
+        assert_non_null(strstr(orb_last_error(), "fenced"));
+        /* For good: every later access, recording included, fails at once. */
+        assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), ORB_EUNQUIESCED);
+        assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), ORB_EUNQUIESCED);
+        assert_int_equal(atomic_load(&done), 0);
+        orb_cuda_memory_unref(m);
+    }
+    assert_int_equal(orb_cuda_retained_resources(&after), 0);
+    assert_int_equal(after.device_allocations, before.device_allocations + 2);
+    assert_int_equal(after.device_bytes, before.device_bytes + 2 * LEN);
+    assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_which_streams_are_accepted),
+        cmocka_unit_test(test_a_request_waits_for_its_producer),
+        cmocka_unit_test(test_the_source_waits_for_its_producer),
+        cmocka_unit_test(test_an_unproven_wait_or_record_fences),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
