@@ -534,6 +534,23 @@ int orb_cuda_memory_device(const orb_cuda_memory *mem);
 /** Take another reference; returns `mem`. */
 orb_cuda_memory *orb_cuda_memory_ref(orb_cuda_memory *mem);
 /**
+ * Copy `len` (> 0) bytes at `offset` of the allocation into `dst` (host
+ * memory), or `src` into it: on the allocation's own non-blocking stream,
+ * complete when the call returns 0 (its completion event was waited for). A
+ * producer's recorded work (orb_cuda_memory_record_producer()) is waited for
+ * first. Copies of one allocation run one at a time. A failed copy drains the
+ * stream before it returns; one whose end cannot be proven fences the
+ * allocation (ORB_EUNQUIESCED, then for every later copy) and the caller must
+ * then keep `dst`/`src` too, since the device may still use them.
+ * Errors: ORB_EINVAL (NULL, len 0, the range outside the allocation),
+ * ORB_EUNQUIESCED, ORB_ENOMEM, ORB_EUNAVAILABLE, ORB_EPEER (the driver's
+ * failure, named).
+ */
+int orb_cuda_memory_copy_out(orb_cuda_memory *mem, size_t offset, void *dst, size_t len);
+/** See orb_cuda_memory_copy_out(). */
+int orb_cuda_memory_copy_in(orb_cuda_memory *mem, size_t offset, const void *src, size_t len);
+
+/**
  * Drop a reference; the last one frees an allocation made by
  * orb_cuda_memory_alloc() (or runs an adopted one's release) and releases the
  * primary context. A free or release the driver refuses keeps the allocation

@@ -727,3 +727,13 @@ ORB_EXPORT int orb_cuda_host_record_producer(orb_host_memory *host, void *stream
     struct pinned *p = host->release_ctx;
     return ready_record(&p->ready, p->ctx, p->device, stream, done, ctx, "pinned host memory");
 }
+
+ORB_EXPORT int orb_cuda_memory_copy_out(orb_cuda_memory *mem, size_t offset, void *dst, size_t len)
+{
+    return orb_cuda_memory_to_host(mem, offset, dst, len);
+}
+
+ORB_EXPORT int orb_cuda_memory_copy_in(orb_cuda_memory *mem, size_t offset, const void *src, size_t len)
+{
+    return orb_cuda_memory_from_host(mem, offset, src, len);
+}

@@ -344,6 +344,27 @@ static void test_concurrent_copies(void **state)
     orb_cuda_memory_unref(m);
 }
 
+/* The public copies are the staging copies: bounds checked, bytes in place on return. */
+static void test_public_copies(void **state)
+{
+    (void)state;
+    orb_cuda_memory *m = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, 8192, &m), 0);
+    uint8_t in[5000], out[5000];
+    for (size_t i = 0; i < sizeof in; i++)
+        in[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(orb_cuda_memory_copy_in(m, 3000, in, sizeof in), 0);
+    memset(out, 0, sizeof out);
+    assert_int_equal(orb_cuda_memory_copy_out(m, 3000, out, sizeof out), 0);
+    assert_memory_equal(out, in, sizeof in);
+    assert_int_equal(orb_cuda_memory_copy_out(m, 3193, out, sizeof out), ORB_EINVAL); /* one past the end */
+    assert_int_equal(orb_cuda_memory_copy_in(m, 0, in, 0), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_copy_in(m, 0, NULL, 1), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_copy_out(NULL, 0, out, 1), ORB_EINVAL);
+    assert_int_equal(orb_cuda_memory_copy_out(m, SIZE_MAX, out, 2), ORB_EINVAL);
+    orb_cuda_memory_unref(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -356,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_copies_wait_for_their_event),
         cmocka_unit_test(test_an_unproven_copy_fences_and_keeps),
         cmocka_unit_test(test_concurrent_copies),
+        cmocka_unit_test(test_public_copies),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -30,3 +30,15 @@ foreach(t test_cuda_tcp test_cuda_ready)
   add_test(NAME ${t} COMMAND ${t})
   set_tests_properties(${t} PROPERTIES TIMEOUT 300)
 endforeach()
+
+# The cuda_copy example on the stand-in: the example's own source, linked with the static
+# library and the hook that picks the stand-in before main.
+add_executable(example_cuda_copy_fake ${PROJECT_SOURCE_DIR}/examples/cuda_copy.c
+               ${PROJECT_SOURCE_DIR}/tests/fakecuda/use_fakecuda.c)
+target_include_directories(example_cuda_copy_fake PRIVATE ${PROJECT_SOURCE_DIR}/lib)
+target_link_libraries(example_cuda_copy_fake PRIVATE orbite_static PkgConfig::JANSSON Threads::Threads
+                      ${CMAKE_DL_LIBS})
+add_dependencies(example_cuda_copy_fake orb_fakecuda_full)
+target_compile_definitions(example_cuda_copy_fake PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
+add_test(NAME example_cuda_copy_fake COMMAND example_cuda_copy_fake 0 1)
+set_tests_properties(example_cuda_copy_fake PROPERTIES TIMEOUT 300)
