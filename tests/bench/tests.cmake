@@ -30,6 +30,33 @@ if(TARGET orbite-bench)
                        PROPERTIES TIMEOUT 120)
 endif()
 
+# The tool with device memory, on the CUDA stand-in: its own sources, linked with the static
+# library and the hook that picks the stand-in before main (each process of the run, the forked
+# source too, loads it on its first CUDA call). Every cell verifies byte for byte.
+if(TARGET orbite-bench)
+  add_executable(orbite-bench-fakecuda ${ORB_BENCH_SRC}/main.c ${ORB_BENCH_SRC}/options.c ${ORB_BENCH_SRC}/source.c
+                 ${ORB_BENCH_SRC}/requester.c ${ORB_BENCH_SRC}/pattern.c ${ORB_BENCH_SRC}/util.c
+                 ${PROJECT_SOURCE_DIR}/tests/fakecuda/use_fakecuda.c)
+  target_include_directories(orbite-bench-fakecuda PRIVATE ${PROJECT_SOURCE_DIR}/lib)
+  target_link_libraries(orbite-bench-fakecuda PRIVATE orbite_static PkgConfig::JANSSON Threads::Threads m
+                        ${CMAKE_DL_LIBS})
+  add_dependencies(orbite-bench-fakecuda orb_fakecuda_full)
+  target_compile_definitions(orbite-bench-fakecuda PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
+  add_test(NAME bench_cuda_both
+           COMMAND orbite-bench-fakecuda --memory cuda --duration 0.3 --warmup 0.05 --block-size 4K,3M
+                   --batch 4 --buffer-size 32M --quiet --no-progress)
+  add_test(NAME bench_cuda_one_side
+           COMMAND orbite-bench-fakecuda --source-memory cuda:1 --requester-memory host --duration 0.3
+                   --warmup 0 --block-size 64K --batch 2 --threads 2 --buffer-size 8M --json --quiet)
+  add_test(NAME bench_cuda_requester_only
+           COMMAND orbite-bench-fakecuda --requester-memory cuda:1 --duration 0.3 --warmup 0
+                   --block-size 1M --batch 2 --buffer-size 8M --json --quiet)
+  set_tests_properties(bench_cuda_one_side bench_cuda_requester_only PROPERTIES
+                       PASS_REGULAR_EXPRESSION "\"source_memory\":\"(host|cuda:1)\",\"requester_memory\":\"(host|cuda:1)\""
+                       FAIL_REGULAR_EXPRESSION "\"ok\":false")
+  set_tests_properties(bench_cuda_both bench_cuda_one_side bench_cuda_requester_only PROPERTIES TIMEOUT 120)
+endif()
+
 # Device selection micro-benchmark (tests/bench/topo_bench.c): an executable to run by hand,
 # `topo_bench [--iterations N]`, and a short smoke run that fails if a timed loop allocates.
 set(ORB_TOPO_BENCH_WRAPS malloc calloc realloc free aligned_alloc posix_memalign clock_gettime

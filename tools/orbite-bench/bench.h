@@ -45,7 +45,12 @@ struct bench_options {
     /* RDMA settings (JSON objects, borrowed from argv) of the source and requester engines; an
      * engine gets RDMA settings when its JSON is given or the transport is rdma/unspec. */
     const char *rdma_source_json, *rdma_requester_json;
+    /* Where each side's buffer lives: -1 host memory, N device memory of CUDA device N. */
+    int source_device, requester_device;
 };
+
+/* "host" or "cuda:N" for a side's device (-1: host), into buf. */
+const char *bench_memory_name(int device, char *buf, size_t len);
 
 /* Parse a byte count: decimal digits with an optional K, M or G suffix (binary multiples,
  * "KiB"/"KB" spellings accepted). Returns 0, or -1 for empty, malformed, zero or > 2^40 values. */

@@ -409,6 +409,9 @@ static void print_json(const struct run_summary *s)
             o->batch, o->depth, o->threads, o->duration_s, o->warmup_s);
     fprintf(f, "\"buffer_bytes\":%" PRIu64 ",\"verify\":%s,\"latency_scope\":\"%s\",", s->buffer,
             o->verify ? "true" : "false", o->batch == 1 ? "request" : "batch");
+    char sm[16], rm[16];
+    fprintf(f, "\"source_memory\":\"%s\",\"requester_memory\":\"%s\",",
+            bench_memory_name(o->source_device, sm, sizeof sm), bench_memory_name(o->requester_device, rm, sizeof rm));
     fputs("\"results\":[", f);
     for (size_t i = 0; i < s->n_cells; i++) {
         const struct bench_cell *c = &s->cells[i];
@@ -450,11 +453,13 @@ static void print_table(const struct run_summary *s)
 {
     const struct bench_options *o = s->opt;
     char buf[32];
+    char sm[16], rm[16];
     printf("orbite-bench %d.%d.%d: %s, batch %u, depth %u, %u thread%s, %.2f s per cell, buffer %s, "
-           "verify %s\n",
+           "verify %s, memory %s -> %s\n",
            ORB_VERSION_MAJOR, ORB_VERSION_MINOR, ORB_VERSION_PATCH, transport_name(o->transport),
            o->batch, o->depth, o->threads, o->threads == 1 ? "" : "s", o->duration_s,
-           bench_format_size(s->buffer, buf, sizeof buf), o->verify ? "on" : "off");
+           bench_format_size(s->buffer, buf, sizeof buf), o->verify ? "on" : "off",
+           bench_memory_name(o->source_device, sm, sizeof sm), bench_memory_name(o->requester_device, rm, sizeof rm));
     printf("%-6s %9s %10s %13s %11s %11s  %s\n", "op", "block", "GB/s", "requests/s",
            o->batch == 1 ? "req p50 us" : "batch p50us", o->batch == 1 ? "req p99 us" : "batch p99us",
            "verified");

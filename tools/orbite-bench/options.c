@@ -33,6 +33,10 @@ static const char usage_text[] =
     "  --rdma JSON              RDMA settings of both engines, e.g. '{\"rdma_whitelist\":[\"mlx5_0\"]}'\n"
     "  --rdma-source JSON, --rdma-requester JSON\n"
     "                           the same for one engine (both on one host: different NICs)\n"
+    "  --memory host|cuda[:N]   where both sides' buffers live (default host; cuda means\n"
+    "                           device memory of CUDA device N, 0 by default)\n"
+    "  --source-memory KIND, --requester-memory KIND\n"
+    "                           the same for one side\n"
     "  --buffer-size SIZE       source buffer (default 256M, grown to threads*depth*batch blocks)\n"
     "  --seed N                 seed of the source's byte pattern (default 0xb17e5eed;\n"
     "                           source and requester must agree)\n"
@@ -85,7 +89,10 @@ enum long_only {
     OPT_NO_VERIFY,
     OPT_JSON,
     OPT_PROGRESS,
-    OPT_NO_PROGRESS
+    OPT_NO_PROGRESS,
+    OPT_MEMORY,
+    OPT_SOURCE_MEMORY,
+    OPT_REQUESTER_MEMORY
 };
 
 static const struct option long_options[] = {
@@ -107,6 +114,9 @@ static const struct option long_options[] = {
     {"rdma", required_argument, NULL, OPT_RDMA},
     {"rdma-source", required_argument, NULL, OPT_RDMA_SOURCE},
     {"rdma-requester", required_argument, NULL, OPT_RDMA_REQUESTER},
+    {"memory", required_argument, NULL, OPT_MEMORY},
+    {"source-memory", required_argument, NULL, OPT_SOURCE_MEMORY},
+    {"requester-memory", required_argument, NULL, OPT_REQUESTER_MEMORY},
     {"verify", no_argument, NULL, OPT_VERIFY},
     {"no-verify", no_argument, NULL, OPT_NO_VERIFY},
     {"json", no_argument, NULL, OPT_JSON},
@@ -137,6 +147,40 @@ void bench_options_defaults(struct bench_options *opt)
     opt->seed = BENCH_DEFAULT_SEED;
     opt->verify = 1;
     opt->progress = -1;
+    opt->source_device = -1;
+    opt->requester_device = -1;
+}
+
+/* "host" (-1) or "cuda" / "cuda:N" (device N, 0 by default). Returns 0 or -1. */
+static int parse_memory(const char *text, int *device)
+{
+    if (strcmp(text, "host") == 0) {
+        *device = -1;
+        return 0;
+    }
+    if (strncmp(text, "cuda", 4) != 0)
+        return -1;
+    if (text[4] == '\0') {
+        *device = 0;
+        return 0;
+    }
+    if (text[4] != ':' || text[5] < '0' || text[5] > '9')
+        return -1;
+    char *end = NULL;
+    long v = strtol(text + 5, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1023)
+        return -1;
+    *device = (int)v;
+    return 0;
+}
+
+const char *bench_memory_name(int device, char *buf, size_t len)
+{
+    if (device < 0)
+        snprintf(buf, len, "host");
+    else
+        snprintf(buf, len, "cuda:%d", device);
+    return buf;
 }
 
 int bench_parse_size(const char *text, uint64_t *out)
@@ -347,6 +391,19 @@ int bench_parse_options(int argc, char **argv, struct bench_options *opt)
             break;
         case OPT_RDMA_REQUESTER:
             opt->rdma_requester_json = optarg;
+            break;
+        case OPT_MEMORY:
+            if (parse_memory(optarg, &opt->source_device) != 0)
+                return usage_error(prog, "--memory (host, cuda or cuda:N)", optarg);
+            opt->requester_device = opt->source_device;
+            break;
+        case OPT_SOURCE_MEMORY:
+            if (parse_memory(optarg, &opt->source_device) != 0)
+                return usage_error(prog, "--source-memory (host, cuda or cuda:N)", optarg);
+            break;
+        case OPT_REQUESTER_MEMORY:
+            if (parse_memory(optarg, &opt->requester_device) != 0)
+                return usage_error(prog, "--requester-memory (host, cuda or cuda:N)", optarg);
             break;
         case OPT_CONFIG:
             opt->config_json = optarg;

@@ -35,6 +35,10 @@ struct bench_requester {
     uint64_t remote_base;  /* first byte of the peer's buffer */
     uint64_t used;         /* bytes of it in use (mirror length) */
     orb_host_memory *memory; /* mirror followed by the scratch area; our reference */
+    /* --requester-memory cuda: the mirror and scratch area are device memory, and `shadow`
+     * (mirror and scratch point into it) holds their host copy for filling and checking. */
+    orb_cuda_memory *device;
+    uint8_t *shadow;
     uint8_t *mirror;
     uint64_t mirror_addr;
     uint8_t *scratch;
@@ -94,6 +98,28 @@ static void errf(char *err, size_t errlen, const char *fmt, ...)
 static int transfer_range(struct bench_requester *req, enum orb_op op, uint64_t local_addr,
                           uint64_t offset, uint64_t len, uint64_t timeout_ns, char *err,
                           size_t errlen);
+
+/* With device memory: the host copy of [p, p + len) (a part of mirror or scratch) into the
+ * device (push) or out of it (pull). No-ops for host memory. */
+static int push(struct bench_requester *req, const uint8_t *p, uint64_t len, char *err, size_t errlen)
+{
+    if (req->device == NULL || len == 0)
+        return 0;
+    int rc = orb_cuda_memory_copy_in(req->device, (size_t)(p - req->shadow), p, (size_t)len);
+    if (rc != 0)
+        errf(err, errlen, "orb_cuda_memory_copy_in: %s (%s)", orb_strerror(rc), orb_last_error());
+    return rc != 0 ? -1 : 0;
+}
+
+static int pull(struct bench_requester *req, uint8_t *p, uint64_t len, char *err, size_t errlen)
+{
+    if (req->device == NULL || len == 0)
+        return 0;
+    int rc = orb_cuda_memory_copy_out(req->device, (size_t)(p - req->shadow), p, (size_t)len);
+    if (rc != 0)
+        errf(err, errlen, "orb_cuda_memory_copy_out: %s (%s)", orb_strerror(rc), orb_last_error());
+    return rc != 0 ? -1 : 0;
+}
 
 /* Pick the largest peer region that allows every operation we will run. */
 static int pick_region(const struct bench_options *opt, const struct orb_region_desc *regions,
@@ -160,22 +186,41 @@ int bench_requester_open(const struct bench_options *opt, const char *endpoint,
         goto fail_close_segment;
     }
     size_t total = (size_t)(req->used + SCRATCH_LEN);
-    rc = orb_host_memory_alloc(total, 0, &req->memory);
-    if (rc != 0) {
-        errf(err, errlen, "orb_host_memory_alloc(%zu): %s (%s)", total, orb_strerror(rc),
-             orb_last_error());
-        goto fail_close_segment;
-    }
-    req->mirror = orb_host_memory_data(req->memory);
-    req->scratch = req->mirror + req->used;
-    req->mirror_addr = (uint64_t)(uintptr_t)req->mirror;
-    req->scratch_addr = (uint64_t)(uintptr_t)req->scratch;
-    /* Touch every page now, so that the first cell does not pay for page faults. */
-    memset(req->mirror, POISON_BYTE, total);
     orb_reg_id reg;
-    rc = orb_register_host_memory(req->engine, req->memory, 0, total, ORB_PERM_LOCAL, &reg);
+    if (opt->requester_device >= 0) {
+        rc = orb_cuda_memory_alloc(opt->requester_device, total, &req->device);
+        if (rc != 0) {
+            errf(err, errlen, "orb_cuda_memory_alloc(cuda:%d, %zu): %s (%s)", opt->requester_device, total,
+                 orb_strerror(rc), orb_last_error());
+            goto fail_close_segment;
+        }
+        if ((req->shadow = malloc(total)) == NULL) {
+            errf(err, errlen, "out of memory for a %zu-byte host copy", total);
+            goto fail_unref_memory;
+        }
+        req->mirror = req->shadow;
+        req->mirror_addr = orb_cuda_memory_ptr(req->device);
+        memset(req->shadow, POISON_BYTE, total);
+        if (push(req, req->shadow, total, err, errlen) != 0)
+            goto fail_unref_memory;
+        rc = orb_register_cuda_memory(req->engine, req->device, 0, total, ORB_PERM_LOCAL, &reg);
+    } else {
+        rc = orb_host_memory_alloc(total, 0, &req->memory);
+        if (rc != 0) {
+            errf(err, errlen, "orb_host_memory_alloc(%zu): %s (%s)", total, orb_strerror(rc),
+                 orb_last_error());
+            goto fail_close_segment;
+        }
+        req->mirror = orb_host_memory_data(req->memory);
+        req->mirror_addr = (uint64_t)(uintptr_t)req->mirror;
+        /* Touch every page now, so that the first cell does not pay for page faults. */
+        memset(req->mirror, POISON_BYTE, total);
+        rc = orb_register_host_memory(req->engine, req->memory, 0, total, ORB_PERM_LOCAL, &reg);
+    }
+    req->scratch = req->mirror + req->used;
+    req->scratch_addr = req->mirror_addr + req->used;
     if (rc != 0) {
-        errf(err, errlen, "orb_register_host_memory(%zu): %s (%s)", total, orb_strerror(rc),
+        errf(err, errlen, "registering the requester's %zu bytes: %s (%s)", total, orb_strerror(rc),
              orb_last_error());
         goto fail_unref_memory;
     }
@@ -183,7 +228,8 @@ int bench_requester_open(const struct bench_options *opt, const char *endpoint,
      * restoring after WRITE cells would overwrite its contents with a foreign pattern. */
     uint64_t probe = req->used < PROBE_LEN ? req->used : PROBE_LEN;
     if (transfer_range(req, ORB_OP_READ, req->scratch_addr, 0, probe,
-                       (uint64_t)(opt->timeout_s * 1e9), err, errlen) != 0)
+                       (uint64_t)(opt->timeout_s * 1e9), err, errlen) != 0 ||
+        pull(req, req->scratch, probe, err, errlen) != 0)
         goto fail_close_engine;
     size_t at = bench_pattern_check(req->scratch, (size_t)probe, opt->seed, 0);
     req->restore = at == probe;
@@ -202,11 +248,15 @@ fail_close_engine:
     orb_segment_close(req->segment);
     orb_engine_free(req->engine);
     orb_host_memory_unref(req->memory);
+    orb_cuda_memory_unref(req->device);
+    free(req->shadow);
     free(req);
     return -1;
 
 fail_unref_memory:
     orb_host_memory_unref(req->memory);
+    orb_cuda_memory_unref(req->device);
+    free(req->shadow);
 fail_close_segment:
     orb_segment_close(req->segment);
 fail_free_engine:
@@ -240,6 +290,8 @@ int bench_requester_close(struct bench_requester *req, char *err, size_t errlen)
     }
     orb_engine_free(req->engine);
     orb_host_memory_unref(req->memory);
+    orb_cuda_memory_unref(req->device);
+    free(req->shadow);
     free(req);
     return result;
 }
@@ -538,12 +590,14 @@ static void mismatch(char *err, size_t errlen, const char *what, uint64_t offset
 /* READ: the mirror's touched slots must hold the source's pattern. */
 static int verify_read(const struct cell_run *run, char *err, size_t errlen)
 {
-    const struct bench_requester *req = run->req;
+    struct bench_requester *req = run->req;
     for (unsigned t = 0; t < run->n_workers; t++) {
         const struct worker *w = &run->workers[t];
         uint64_t touched = w->issued < w->slot_count ? w->issued : w->slot_count;
         uint64_t start = w->slot_base * run->block;
         uint64_t len = touched * run->block;
+        if (pull(req, req->mirror + start, len, err, errlen) != 0)
+            return -1;
         size_t at = bench_pattern_check(req->mirror + start, (size_t)len, req->opt->seed, start);
         if (at != len) {
             mismatch(err, errlen, "data read differs from the source's pattern", start + at,
@@ -566,8 +620,10 @@ static int verify_write(const struct cell_run *run, uint64_t seed, char *err, si
         while (offset < end) {
             uint64_t len = end - offset < SCRATCH_LEN ? end - offset : SCRATCH_LEN;
             memset(req->scratch, POISON_BYTE, (size_t)len);
-            if (transfer_range(req, ORB_OP_READ, req->scratch_addr, offset, len, run->timeout_ns,
-                               err, errlen) != 0)
+            if (push(req, req->scratch, len, err, errlen) != 0 ||
+                transfer_range(req, ORB_OP_READ, req->scratch_addr, offset, len, run->timeout_ns,
+                               err, errlen) != 0 ||
+                pull(req, req->scratch, len, err, errlen) != 0)
                 return -1;
             size_t at = bench_pattern_check(req->scratch, (size_t)len, seed, offset);
             if (at != len) {
@@ -594,7 +650,8 @@ static int restore_source(const struct cell_run *run, char *err, size_t errlen)
         if (len == 0)
             continue;
         bench_pattern_fill(req->mirror + offset, (size_t)len, req->opt->seed, offset);
-        if (transfer_range(req, ORB_OP_WRITE, req->mirror_addr + offset, offset, len,
+        if (push(req, req->mirror + offset, len, err, errlen) != 0 ||
+            transfer_range(req, ORB_OP_WRITE, req->mirror_addr + offset, offset, len,
                            run->timeout_ns, err, errlen) != 0)
             return -1;
     }
@@ -713,6 +770,8 @@ enum bench_cell_status bench_requester_run_cell(struct bench_requester *req, enu
         memset(req->mirror, POISON_BYTE, (size_t)span);
     else
         bench_pattern_fill(req->mirror, (size_t)span, write_seed, 0);
+    if (push(req, req->mirror, span, cell->error, sizeof cell->error) != 0)
+        return BENCH_CELL_FAILED;
 
     struct cell_run *run = cell_run_new();
     if (run == NULL) {

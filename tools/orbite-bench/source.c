@@ -14,7 +14,8 @@
 
 struct bench_source {
     orb_engine *engine;
-    orb_host_memory *memory; /* our reference; the registration holds another */
+    orb_host_memory *memory; /* our reference; the registration holds another (host memory) */
+    orb_cuda_memory *device; /* the same, for device memory (--source-memory cuda) */
     orb_reg_id reg;
     uint64_t size;
 };
@@ -71,6 +72,47 @@ int bench_engine_create(const struct bench_options *opt, int source, const struc
     return 0;
 }
 
+/* The source's buffer in device memory: the pattern copied in, chunk by chunk, before the range
+ * is published. */
+static int source_device_buffer(const struct bench_options *opt, struct bench_source *src, char *err,
+                                size_t errlen)
+{
+    const size_t chunk = 16u << 20;
+    int rc = orb_cuda_memory_alloc(opt->source_device, (size_t)src->size, &src->device);
+    if (rc != 0) {
+        snprintf(err, errlen, "orb_cuda_memory_alloc(cuda:%d, %llu): %s (%s)", opt->source_device,
+                 (unsigned long long)src->size, orb_strerror(rc), orb_last_error());
+        return -1;
+    }
+    uint8_t *staging = malloc(chunk);
+    if (staging == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto unref_device;
+    }
+    for (uint64_t off = 0; off < src->size; off += chunk) {
+        size_t len = src->size - off < chunk ? (size_t)(src->size - off) : chunk;
+        bench_pattern_fill(staging, len, opt->seed, off);
+        if ((rc = orb_cuda_memory_copy_in(src->device, (size_t)off, staging, len)) != 0) {
+            snprintf(err, errlen, "orb_cuda_memory_copy_in: %s (%s)", orb_strerror(rc), orb_last_error());
+            free(staging);
+            goto unref_device;
+        }
+    }
+    free(staging);
+    rc = orb_register_cuda_memory(src->engine, src->device, 0, (size_t)src->size, ORB_PERM_REMOTE_WRITE, &src->reg);
+    if (rc != 0) {
+        snprintf(err, errlen, "orb_register_cuda_memory(%llu bytes): %s (%s)", (unsigned long long)src->size,
+                 orb_strerror(rc), orb_last_error());
+        goto unref_device;
+    }
+    return 0;
+
+unref_device:
+    orb_cuda_memory_unref(src->device);
+    src->device = NULL;
+    return -1;
+}
+
 int bench_source_start(const struct bench_options *opt, uint64_t size, struct bench_source **out,
                        char *err, size_t errlen)
 {
@@ -90,6 +132,12 @@ int bench_source_start(const struct bench_options *opt, uint64_t size, struct be
     int rc;
     if (bench_engine_create(opt, 1, &cfg, &src->engine, err, errlen) != 0)
         goto fail_free_struct;
+    if (opt->source_device >= 0) {
+        if (source_device_buffer(opt, src, err, errlen) != 0)
+            goto fail_free_engine;
+        *out = src;
+        return 0;
+    }
     rc = orb_host_memory_alloc((size_t)size, 0, &src->memory);
     if (rc != 0) {
         snprintf(err, errlen, "orb_host_memory_alloc(%llu): %s (%s)", (unsigned long long)size,
@@ -168,6 +216,7 @@ int bench_source_stop(struct bench_source *src, char *err, size_t errlen)
     }
     orb_engine_free(src->engine);
     orb_host_memory_unref(src->memory);
+    orb_cuda_memory_unref(src->device);
     free(src);
     return result;
 }
