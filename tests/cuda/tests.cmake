@@ -42,3 +42,10 @@ add_dependencies(example_cuda_copy_fake orb_fakecuda_full)
 target_compile_definitions(example_cuda_copy_fake PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
 add_test(NAME example_cuda_copy_fake COMMAND example_cuda_copy_fake 0 1)
 set_tests_properties(example_cuda_copy_fake PROPERTIES TIMEOUT 300)
+
+# The driver's own copy rates, printed by hardware/gpu-check.sh beside OrbiTE's (a tool, not a
+# test: it needs a GPU).
+add_executable(cuda_rates ${CMAKE_CURRENT_LIST_DIR}/cuda_rates.c $<TARGET_OBJECTS:orb_base> $<TARGET_OBJECTS:orb_mem>
+               $<TARGET_OBJECTS:orb_cuda>)
+target_include_directories(cuda_rates PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/lib)
+target_link_libraries(cuda_rates PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
