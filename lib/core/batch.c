@@ -22,6 +22,7 @@ struct orb_req {
     uint8_t tp_slot;             /* the transport that carries it (its id) */
     uint8_t staged;              /* its local bytes go through the engine's host staging */
     struct orb_reg *local_pin;   /* released when the last slice ends */
+    void *local_loan;            /* the range's loan (memory without a CPU view), with the pin */
     void *tp_private;            /* the transport's per-request space, in the group's block */
     uint32_t remaining;          /* slices not yet ended; batch lock */
     uint32_t withdrawn;          /* slices the batch withdrew before they started */
@@ -200,6 +201,7 @@ void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect ef
     struct orb_piece *s = slice_of(x);
     struct orb_batch *b = x->batch;
     struct orb_reg *unpin = NULL;
+    void *loan = NULL;
 
     /* A staged READ's bytes are still in its chunk: they reach the device before it ends. */
     if (x->stage != NULL && orb_stager_piece_ended(b->engine->stager, &s->stage_job, status))
@@ -234,6 +236,8 @@ void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect ef
         if (--r->remaining == 0) {
             unpin = r->local_pin;
             r->local_pin = NULL;
+            loan = r->local_loan;
+            r->local_loan = NULL;
             if (r->status != 0 && x->request_index < b->first_failed) {
                 b->first_failed = x->request_index;
                 atomic_store(&b->withdraw_above, x->request_index);
@@ -248,6 +252,8 @@ void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect ef
     orb_engine *engine = b->engine;
     pthread_mutex_unlock(&b->lock);
 
+    if (loan != NULL)
+        orb_reg_loan_end(unpin, loan);
     orb_registry_release(unpin);
     if (park)
         orb_engine_defer_free(engine, b);
@@ -389,8 +395,11 @@ static int check_request(const struct orb_segment *seg, const struct orb_request
 
 static void release_group_pins(struct orb_group *g, size_t upto)
 {
-    for (size_t i = 0; i < upto; i++)
+    for (size_t i = 0; i < upto; i++) {
+        if (g->reqs[i].local_loan != NULL)
+            orb_reg_loan_end(g->reqs[i].local_pin, g->reqs[i].local_loan);
         orb_registry_release(g->reqs[i].local_pin);
+    }
 }
 
 /* A plan must cover [0, length) back to back with non-empty pieces: then the pieces the core
@@ -467,6 +476,14 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
         pinned++;
         /* A producer's recorded GPU work on the bytes ends before anything touches them. */
         rc = orb_reg_ready(g->reqs[i].local_pin);
+        if (rc != 0) {
+            rc = orb_fail_wrap(rc, "request %zu: local range [0x%llx, +%llu)", first_index + i,
+                               (unsigned long long)r->local_addr, (unsigned long long)r->length);
+            goto unpin;
+        }
+        /* Device bytes are lent to one request at a time where it writes them. */
+        rc = orb_reg_loan(g->reqs[i].local_pin, r->local_addr, r->length, r->op == ORB_OP_READ,
+                          &g->reqs[i].local_loan);
         if (rc != 0) {
             rc = orb_fail_wrap(rc, "request %zu: local range [0x%llx, +%llu)", first_index + i,
                                (unsigned long long)r->local_addr, (unsigned long long)r->length);

@@ -641,6 +641,18 @@ int orb_registry_add_ranges(struct orb_registry *reg, const struct orb_reg_range
     return add_ranges(reg, ranges, n, ids_out, n > 1, ADD_SHARE);
 }
 
+int orb_reg_loan(const struct orb_reg *r, uint64_t addr, uint64_t len, int writes, void **out)
+{
+    *out = NULL;
+    return r->kind->loan != NULL ? r->kind->loan(r, addr, len, writes, out) : 0;
+}
+
+void orb_reg_loan_end(const struct orb_reg *r, void *loan)
+{
+    if (loan != NULL)
+        r->kind->loan_end(loan);
+}
+
 int orb_reg_ready(const struct orb_reg *r)
 {
     return r->kind->ready != NULL ? r->kind->ready(r) : 0;

@@ -40,6 +40,13 @@ struct orb_memkind_ops {
      * access: every path that touches a registration's bytes calls it first. 0, or the wait's
      * failure (ORB_EUNQUIESCED: the owner is fenced). NULL: nothing to wait for. */
     int (*ready)(const struct orb_reg *reg);
+    /* Range loans of kinds without a CPU view (NULL otherwise): [addr, +len) lent to one request
+     * or one peer operation while its copies run; `writes` when they write the memory. A loan
+     * conflicts with an overlapping one when either writes, in this engine or another of the
+     * process (a copy to itself through the source included). Errors: ORB_EBUSY (naming the
+     * conflict), ORB_ENOMEM. */
+    int (*loan)(const struct orb_reg *reg, uint64_t addr, uint64_t len, int writes, void **loan_out);
+    void (*loan_end)(void *loan);
     /* Staging copies for kinds without a CPU view (NULL otherwise): [addr, +len) of the
      * registration into or out of `host`, complete when they return 0. Errors: the kind's. */
     int (*to_host)(const struct orb_reg *reg, uint64_t addr, void *host, size_t len);
@@ -122,6 +129,11 @@ int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range
 /* The same for ranges of any memory kind (each range names its own). */
 int orb_registry_add_ranges(struct orb_registry *reg, const struct orb_reg_range *ranges, size_t n,
                             orb_reg_id *ids_out);
+
+/* kind->loan() where the kind lends ranges (*out NULL otherwise, and 0); orb_reg_loan_end()
+ * gives it back (NULL: nothing). */
+int orb_reg_loan(const struct orb_reg *r, uint64_t addr, uint64_t len, int writes, void **out);
+void orb_reg_loan_end(const struct orb_reg *r, void *loan);
 
 /* kind->ready(r) where the kind has one; 0 otherwise. */
 int orb_reg_ready(const struct orb_reg *r);

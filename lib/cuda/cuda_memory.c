@@ -44,6 +44,16 @@ struct orb_cuda_memory {
     orb_cu_event done;
     bool fenced;                       /* a copy's end was not proven: kept for good */
     struct readiness ready;
+    /* Range loans (cuda_memory.h), under loan_lock: */
+    pthread_mutex_t loan_lock;
+    struct orb_cuda_loan *loans;
+};
+
+struct orb_cuda_loan {
+    struct orb_cuda_loan *next;
+    orb_cuda_memory *mem;
+    size_t offset, len;
+    int writes;
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -254,6 +264,7 @@ static orb_cuda_memory *owner_new(int device, orb_cu_context ctx, orb_cu_devicep
     atomic_init(&m->refs, 1);
     pthread_mutex_init(&m->copy_lock, NULL);
     pthread_mutex_init(&m->ready.lock, NULL);
+    pthread_mutex_init(&m->loan_lock, NULL);
     m->device = device;
     m->ctx = ctx;
     m->base = base;
@@ -495,6 +506,7 @@ ORB_EXPORT void orb_cuda_memory_unref(orb_cuda_memory *mem)
         return;
     }
     pthread_mutex_destroy(&mem->copy_lock);
+    pthread_mutex_destroy(&mem->loan_lock);
     if (!mem->allocated) {
         if (mem->release != NULL)
             mem->release((void *)(uintptr_t)mem->base, mem->size, mem->release_ctx);
@@ -736,4 +748,49 @@ ORB_EXPORT int orb_cuda_memory_copy_out(orb_cuda_memory *mem, size_t offset, voi
 ORB_EXPORT int orb_cuda_memory_copy_in(orb_cuda_memory *mem, size_t offset, const void *src, size_t len)
 {
     return orb_cuda_memory_from_host(mem, offset, src, len);
+}
+
+int orb_cuda_memory_loan(orb_cuda_memory *mem, size_t offset, size_t len, int writes, struct orb_cuda_loan **out)
+{
+    if (mem == NULL || out == NULL || len == 0 || offset > mem->size || len > mem->size - offset)
+        return orb_fail(ORB_EINVAL, "cuda: a loan of %zu bytes at +%zu of an allocation of %zu", len, offset,
+                        mem != NULL ? mem->size : 0);
+    struct orb_cuda_loan *loan = calloc(1, sizeof *loan);
+    if (loan == NULL)
+        return orb_fail(ORB_ENOMEM, "cuda: out of memory for a loan");
+    *loan = (struct orb_cuda_loan){.mem = mem, .offset = offset, .len = len, .writes = writes != 0};
+    pthread_mutex_lock(&mem->loan_lock);
+    for (const struct orb_cuda_loan *l = mem->loans; l != NULL; l = l->next) {
+        bool overlap = offset < l->offset + l->len && l->offset < offset + len;
+        if (overlap && (writes || l->writes)) {
+            size_t lo = l->offset, n = l->len;
+            int w = l->writes;
+            pthread_mutex_unlock(&mem->loan_lock);
+            free(loan);
+            return orb_fail(ORB_EBUSY, "cuda: [0x%llx, +%zu) of device %d's memory is in use: a transfer %s "
+                            "[0x%llx, +%zu) (%s overlapping ranges conflict)", (unsigned long long)(mem->base + offset),
+                            len, mem->device, w ? "writes" : "reads", (unsigned long long)(mem->base + lo), n,
+                            writes ? "a write and any other access to" : "a read and a write of");
+        }
+    }
+    loan->next = mem->loans;
+    mem->loans = loan;
+    pthread_mutex_unlock(&mem->loan_lock);
+    *out = loan;
+    return 0;
+}
+
+void orb_cuda_memory_loan_end(struct orb_cuda_loan *loan)
+{
+    if (loan == NULL)
+        return;
+    orb_cuda_memory *mem = loan->mem;
+    pthread_mutex_lock(&mem->loan_lock);
+    for (struct orb_cuda_loan **pp = &mem->loans; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == loan) {
+            *pp = loan->next;
+            break;
+        }
+    pthread_mutex_unlock(&mem->loan_lock);
+    free(loan);
 }

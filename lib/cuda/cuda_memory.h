@@ -33,4 +33,10 @@ int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *h
  * first; so do the transports before they touch a device registration. */
 int orb_cuda_memory_ready(orb_cuda_memory *mem);
 
+/* Lend [offset, +len) of mem (see orb_memkind_ops.loan): ORB_EBUSY when an overlapping loan
+ * exists and either writes, ORB_EINVAL outside the allocation, ORB_ENOMEM. */
+struct orb_cuda_loan;
+int orb_cuda_memory_loan(orb_cuda_memory *mem, size_t offset, size_t len, int writes, struct orb_cuda_loan **out);
+void orb_cuda_memory_loan_end(struct orb_cuda_loan *loan);
+
 #endif

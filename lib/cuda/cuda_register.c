@@ -49,6 +49,21 @@ static int cuda_ready(const struct orb_reg *reg)
     return orb_cuda_memory_ready(reg->owner);
 }
 
+static int cuda_loan(const struct orb_reg *reg, uint64_t addr, uint64_t len, int writes, void **loan_out)
+{
+    orb_cuda_memory *m = reg->owner;
+    struct orb_cuda_loan *loan = NULL;
+    int rc = orb_cuda_memory_loan(m, (size_t)(addr - orb_cuda_memory_ptr(m)), (size_t)len, writes, &loan);
+    if (rc == 0)
+        *loan_out = loan;
+    return rc;
+}
+
+static void cuda_loan_end(void *loan)
+{
+    orb_cuda_memory_loan_end(loan);
+}
+
 static int cuda_to_host(const struct orb_reg *reg, uint64_t addr, void *host, size_t len)
 {
     orb_cuda_memory *m = reg->owner;
@@ -71,6 +86,8 @@ const struct orb_memkind_ops orb_memkind_cuda = {
     .owner_unref = cuda_owner_unref,
     .owner_defers = cuda_owner_defers,
     .ready = cuda_ready,
+    .loan = cuda_loan,
+    .loan_end = cuda_loan_end,
     .to_host = cuda_to_host,
     .from_host = cuda_from_host,
 };

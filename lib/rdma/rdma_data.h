@@ -357,6 +357,7 @@ struct rdma_grant {
     uint64_t addr, length;
     uint32_t rail_mask, done_mask;
     struct orb_reg *pin;
+    void *loan;                    /* the pin's range loan (staged device memory), given back with it */
     struct rdma_stage stage;       /* the source stages: the windows cover this, not the pin */
     uint64_t target;               /* where the windows start (the range, or the stage) */
     char why[ORB_RDMA_WHY_MAX + 1];/* why bind_status (a failure before the binds were posted) */

@@ -68,6 +68,8 @@ static void grant_release(struct rdma_src_conn *c, struct rdma_grant *g, bool in
     }
     rdma_stage_put(c->tp, &g->stage); /* after the windows on it are gone */
     if (g->pin != NULL) {
+        orb_reg_loan_end(g->pin, g->loan);
+        g->loan = NULL;
         orb_registry_release(g->pin);
         g->pin = NULL;
     }
@@ -443,13 +445,21 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
         orb_registry_release(pin);
         return orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no memory regions here");
     }
+    /* Staged device bytes are this grant's while its copies run. */
+    void *loan = NULL;
+    if (staged && (rc = orb_reg_loan(pin, in->addr, in->length, in->op == ORB_OP_WRITE, &loan)) != 0) {
+        orb_registry_release(pin);
+        return rc;
+    }
     struct rdma_grant *g = calloc(1, sizeof *g);
     if (g == NULL) {
+        orb_reg_loan_end(pin, loan);
         orb_registry_release(pin);
         return orb_fail(ORB_ENOMEM, "rdma: out of memory for a grant");
     }
     g->conn = c;
     g->pin = pin;
+    g->loan = loan;
     g->request = in->request;
     g->op = in->op;
     g->addr = in->addr;
@@ -581,6 +591,7 @@ unlink:
     return rc;
 
 release:
+    orb_reg_loan_end(g->pin, g->loan);
     orb_registry_release(g->pin);
     free(g);
     return rc;

@@ -41,6 +41,7 @@ struct src_resp {
     uint64_t payload_addr;          /* a staged payload's first byte in pin */
     uint64_t tag;                   /* READ_RESP: the request's */
     struct orb_reg *pin;            /* READ_RESP: released once the payload is out */
+    void *loan;                     /* a staged payload's range loan, given back with the pin */
     uint8_t *heap;                  /* DESCRIBE_RESP (owned) */
     uint8_t head_buf[SRC_TX_SMALL];
 };
@@ -67,6 +68,7 @@ struct tcp_source_conn {
     enum src_rx_state rx_state;
     struct orb_wire_header hdr;     /* the request being served */
     struct orb_reg *rx_pin;         /* SRX_PAYLOAD: pin of the target range */
+    void *rx_loan;                  /* SRX_PAYLOAD: its range loan (staged memory) */
     uint8_t *rx_mem;                /* SRX_PAYLOAD: CPU view of the target range; NULL: staged */
     uint64_t rx_addr;               /* SRX_PAYLOAD: the payload's first byte in rx_pin */
     uint64_t rx_len, rx_off;        /* payload bytes expected / received */
@@ -96,7 +98,7 @@ struct tcp_source_conn {
  * held. Authorising the whole request, not just the piece, is what keeps a request that is cut
  * into several frames from applying its in-range pieces when the rest is out of range. */
 static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, enum orb_perm need,
-                   uint8_t **stage, struct orb_reg **pin_out, uint8_t **mem_out)
+                   uint8_t **stage, struct orb_reg **pin_out, void **loan_out, uint8_t **mem_out)
 {
     struct tcp_transport *tp = s->tp;
     struct orb_reg *pin;
@@ -122,6 +124,8 @@ static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, e
                           (unsigned long long)req->addr);
         else if (*stage == NULL && (*stage = aligned_alloc(4096, ORB_STAGE_CHUNK)) == NULL)
             rc = orb_fail(ORB_ENOMEM, "no memory to stage %s memory", kind);
+        else /* the frame's bytes are this operation's while it copies them */
+            rc = orb_reg_loan(pin, req->addr, req->length, need == ORB_PERM_REMOTE_WRITE, loan_out);
         if (rc != 0) {
             orb_registry_release(pin);
             atomic_fetch_sub(&tp->source_pins, 1);
@@ -133,10 +137,12 @@ static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, e
     return 0;
 }
 
-static void src_unpin(struct tcp_source_conn *s, struct orb_reg **pin)
+static void src_unpin(struct tcp_source_conn *s, struct orb_reg **pin, void **loan)
 {
     if (*pin == NULL)
         return;
+    orb_reg_loan_end(*pin, *loan);
+    *loan = NULL;
     orb_registry_release(*pin);
     *pin = NULL;
     atomic_fetch_sub(&s->tp->source_pins, 1);
@@ -181,10 +187,10 @@ static void stranger_remove(struct tcp_source_conn *s)
 void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
 {
     ORB_LOGD("tcp source: closing %s: %s", s->base.name, why);
-    src_unpin(s, &s->rx_pin);
+    src_unpin(s, &s->rx_pin, &s->rx_loan);
     for (unsigned i = 0; i < s->tx_count; i++) {
         struct src_resp *r = &s->tx[(s->tx_first + i) % SRC_TX_SLOTS];
-        src_unpin(s, &r->pin);
+        src_unpin(s, &r->pin, &r->loan);
         free(r->heap);
     }
     stranger_remove(s);
@@ -225,6 +231,7 @@ static struct src_resp *src_tx_slot(struct tcp_source_conn *s)
     r->payload = NULL;
     r->payload_len = 0;
     r->pin = NULL;
+    r->loan = NULL;
     r->heap = NULL;
     return r;
 }
@@ -309,7 +316,7 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
         ORB_LOGW("tcp source: closing %s: %s", s->base.name, text);
         return rc;
     }
-    src_unpin(s, &r->pin);
+    src_unpin(s, &r->pin, &r->loan);
     r->payload_len = 0;
     struct orb_wire_error e;
     memset(&e, 0, sizeof e);
@@ -393,7 +400,7 @@ static int src_tx(struct tcp_source_conn *s)
             s->tx_off = 0;
             if (r->payload == NULL)
                 s->stage_from = s->stage_len = 0; /* the chunk is the next staged payload's */
-            src_unpin(s, &r->pin);
+            src_unpin(s, &r->pin, &r->loan);
             free(r->heap);
             r->heap = NULL;
             s->tx_first = (s->tx_first + 1) % SRC_TX_SLOTS;
@@ -474,14 +481,15 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     tcp_rx_note_payload(&s->base, 0);
     struct orb_reg *pin;
     uint8_t *mem;
-    int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &s->stage, &pin, &mem);
+    void *loan = NULL;
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &s->stage, &pin, &loan, &mem);
     if (rc != 0)
         return src_tx_failure(s, s->hdr.tag, rc);
     struct src_resp *r = src_tx_slot(s);
     rc = orb_wire_xfer_encode(ORB_WIRE_READ_RESP, s->hdr.tag, &req, r->head_buf,
                               sizeof r->head_buf, &r->head_len);
     if (rc != 0) {
-        src_unpin(s, &pin);
+        src_unpin(s, &pin, &loan);
         return src_violation(s, "cannot encode READ_RESP", orb_last_error());
     }
     r->payload = mem;
@@ -489,6 +497,7 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     r->payload_addr = req.addr;
     r->tag = s->hdr.tag;
     r->pin = pin;
+    r->loan = loan;
     src_tx_push(s);
     return 0;
 }
@@ -501,7 +510,7 @@ static int src_write(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     s->rx_len = req.length;
     s->rx_off = 0;
     tcp_rx_note_payload(&s->base, req.length);
-    int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_stage, &s->rx_pin, &s->rx_mem);
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_stage, &s->rx_pin, &s->rx_loan, &s->rx_mem);
     if (rc != 0) {
         /* Drain the payload without touching registered memory, then answer. */
         s->refused_status = rc;
@@ -610,7 +619,7 @@ static void src_stage_write(struct tcp_source_conn *s)
         s->rx_stage = NULL; /* the device may still read it: kept, never reused */
     s->refused_status = rc;
     s->refused_effect_unknown = 1;
-    src_unpin(s, &s->rx_pin);
+    src_unpin(s, &s->rx_pin, &s->rx_loan);
     s->rx_state = SRX_DISCARD;
 }
 
@@ -687,7 +696,7 @@ static int src_rx_step(struct tcp_source_conn *s)
             rc = src_tx_error_effect(s, s->hdr.tag, s->refused_status, s->refused_effect_unknown, s->refused_text);
             return rc < 0 ? rc : 1;
         }
-        src_unpin(s, &s->rx_pin);
+        src_unpin(s, &s->rx_pin, &s->rx_loan);
         s->rx_mem = NULL;
         s->rx_state = SRX_HEADER;
         rc = src_tx_empty(s, ORB_WIRE_WRITE_RESP, s->hdr.tag);

@@ -407,6 +407,65 @@ static void test_a_failed_copy_fails_only_its_request(void **state)
     assert_int_equal(kept.device_allocations, 0); /* every failed copy drained its stream */
 }
 
+/* ---- range loans ---------------------------------------------------------------------------- */
+
+/* A request that writes device bytes has them to itself: an overlapping request in flight (or
+ * in the same submission) is refused, while reads share. A copy to the engine itself through
+ * its own source is held to the same rule across its two sides. */
+static void test_overlapping_device_access_is_refused(void **state)
+{
+    (void)state;
+    orb_engine *e = source_engine(); /* source and requester at once: a copy to itself */
+    orb_segment *self = eu_open(e, e);
+    struct side dev, host;
+    side_new(e, 1, 4 * MIB, ORB_PERM_REMOTE_WRITE, 0x31, &dev);
+    side_new(e, 0, 4 * MIB, ORB_PERM_REMOTE_WRITE, 0x32, &host);
+    struct orb_batch_report rep;
+
+    /* Two READs into overlapping device bytes in one submission: the second is refused and
+     * the submission with it, before anything moves. */
+    struct orb_request two[2] = {request(ORB_OP_READ, dev.base, host.base, MIB),
+                                 request(ORB_OP_READ, dev.base + MIB - 1, host.base + 2 * MIB, MIB)};
+    memset(&rep, 0, sizeof rep);
+    assert_int_equal(orb_submit_and_wait(e, self, two, 2, NULL, 10 * EU_SEC, &rep), ORB_EBUSY);
+    assert_non_null(strstr(orb_last_error(), "request 1"));
+    assert_non_null(strstr(orb_last_error(), "in use"));
+    /* A READ into them and a WRITE out of them conflict too; two WRITEs out of them share. */
+    two[1] = request(ORB_OP_WRITE, dev.base + 17, host.base + 2 * MIB, MIB);
+    assert_int_equal(orb_submit_and_wait(e, self, two, 2, NULL, 10 * EU_SEC, &rep), ORB_EBUSY);
+    two[0] = request(ORB_OP_WRITE, dev.base, host.base, MIB);
+    assert_int_equal(run(e, self, two, 2, &rep), 0);
+    assert_int_equal(rep.completed_requests, 2);
+    /* Adjacent ranges do not overlap. */
+    two[0] = request(ORB_OP_READ, dev.base, host.base, MIB);
+    two[1] = request(ORB_OP_READ, dev.base + MIB, host.base + MIB, MIB);
+    assert_int_equal(run(e, self, two, 2, &rep), 0);
+
+    /* To itself: READ device [0, 1 MiB) from device [512 KiB, +1 MiB) of the same allocation.
+     * The requester lends the target (it writes it), the source the origin (it reads it): the
+     * source refuses the overlap, and the request fails without a byte moved. */
+    uint8_t *before = side_bytes(&dev);
+    struct orb_request r = request(ORB_OP_READ, dev.base, dev.base + MIB / 2, MIB);
+    assert_int_equal(run(e, self, &r, 1, &rep), ORB_EBUSY);
+    assert_non_null(strstr(orb_last_error(), "in use"));
+    uint8_t *after = side_bytes(&dev);
+    assert_memory_equal(after, before, 4 * MIB + 2 * GUARD);
+    free(after);
+    /* Apart, the same copy works, and the loans are all back: the overlap works now as two
+     * separate steps. */
+    r = request(ORB_OP_READ, dev.base, dev.base + 2 * MIB, MIB);
+    assert_int_equal(run(e, self, &r, 1, &rep), 0);
+    after = side_bytes(&dev);
+    assert_memory_equal(after + GUARD, before + GUARD + 2 * MIB, MIB);
+    free(after);
+    free(before);
+
+    side_free(e, &dev);
+    side_free(e, &host);
+    orb_segment_close(self);
+    orb_engine_free(e);
+}
+
 /* ---- concurrency and close ------------------------------------------------------------------- */
 
 struct caller {
@@ -520,6 +579,7 @@ int main(void)
         cmocka_unit_test(test_either_side_or_both_on_the_device),
         cmocka_unit_test(test_a_batch_larger_than_the_pool),
         cmocka_unit_test(test_a_failed_copy_fails_only_its_request),
+        cmocka_unit_test(test_overlapping_device_access_is_refused),
         cmocka_unit_test(test_eight_concurrent_callers),
         cmocka_unit_test(test_close_with_staged_work_in_flight),
     };
