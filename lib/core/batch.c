@@ -201,7 +201,6 @@ void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect ef
     struct orb_piece *s = slice_of(x);
     struct orb_batch *b = x->batch;
     struct orb_reg *unpin = NULL;
-    void *loan = NULL;
 
     /* A staged READ's bytes are still in its chunk: they reach the device before it ends. */
     if (x->stage != NULL && orb_stager_piece_ended(b->engine->stager, &s->stage_job, status))
@@ -236,7 +235,9 @@ void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect ef
         if (--r->remaining == 0) {
             unpin = r->local_pin;
             r->local_pin = NULL;
-            loan = r->local_loan;
+            /* Before the request's end can be seen: its bytes are free for the next one then. */
+            if (r->local_loan != NULL)
+                orb_reg_loan_end(unpin, r->local_loan);
             r->local_loan = NULL;
             if (r->status != 0 && x->request_index < b->first_failed) {
                 b->first_failed = x->request_index;
@@ -252,8 +253,6 @@ void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect ef
     orb_engine *engine = b->engine;
     pthread_mutex_unlock(&b->lock);
 
-    if (loan != NULL)
-        orb_reg_loan_end(unpin, loan);
     orb_registry_release(unpin);
     if (park)
         orb_engine_defer_free(engine, b);

@@ -23,6 +23,8 @@
  *   3. the engine's lock                  (parking orphaned batches, notifications)
  *   4. the registry's writer lock, then its table lock (lookups and pins; pins drop without it)
  *   5. the release thread's queue lock    (handing over a retired registration)
+ *   leaves: a memory kind's locks (a device allocation's loan, copy and readiness locks) and
+ *           the stager's queue lock, taken under any of the above, holding nothing else
  *
  * Nothing calls outward: the core never calls a transport with a batch or engine lock held,
  * orb_xfer_done() never calls the transport, and no user code (release callbacks, log sinks

@@ -305,6 +305,12 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
     if (rc == 0) {
         s->stage_from = at;
         s->stage_len = len;
+        /* The device bytes are all copied out: their loan ends before the last of them can
+         * reach the requester, so its next request finds them free. */
+        if (at + len == r->payload_len) {
+            orb_reg_loan_end(pin, r->loan);
+            r->loan = NULL;
+        }
         return 0;
     }
     char text[ORB_WIRE_MAX_ERROR_TEXT + 1];

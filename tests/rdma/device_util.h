@@ -73,21 +73,28 @@ static inline bool rdma_test_present(const char *list)
     return all;
 }
 
-/* An engine with the RDMA settings kv[] (key, value pairs, NULL-terminated; NULL: defaults),
- * the helper setting `helper` and the source side on or off, into *out. 0, or the failing
- * call's status with orb_last_error() saying why (a setting the RDMA config refused included). */
+/* An engine with the RDMA settings kv[] (key, value pairs, NULL-terminated; NULL: defaults;
+ * the key "io_timeout_s" sets the engine's own setting instead), the helper setting `helper` and
+ * the source side on or off, into *out. 0, or the failing call's status with orb_last_error()
+ * saying why (a setting the RDMA config refused included). */
 static inline int rdma_test_engine(const char *const *kv, int source, enum orb_helper_mode helper, orb_engine **out)
 {
     orb_rdma_config *rdma = NULL;
     int rc = orb_rdma_config_new(&rdma);
-    for (size_t i = 0; rc == 0 && kv != NULL && kv[i] != NULL; i += 2)
-        if ((rc = orb_rdma_config_set(rdma, kv[i], kv[i + 1])) != 0)
+    uint32_t io_timeout_s = 0;
+    for (size_t i = 0; rc == 0 && kv != NULL && kv[i] != NULL; i += 2) {
+        if (strcmp(kv[i], "io_timeout_s") == 0)
+            io_timeout_s = (uint32_t)strtoul(kv[i + 1], NULL, 10);
+        else if ((rc = orb_rdma_config_set(rdma, kv[i], kv[i + 1])) != 0)
             (void)orb_fail_wrap(rc, "%s = %s", kv[i], kv[i + 1]);
+    }
     if (rc == 0) {
         struct orb_engine_config cfg;
         orb_engine_config_init(&cfg);
         cfg.helper_mode = helper;
         cfg.enable_source = source;
+        if (io_timeout_s != 0)
+            cfg.io_timeout_s = io_timeout_s;
         struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA,
                                       .config = &cfg, .rdma = rdma};
         rc = orb_engine_create_params(&p, out);
