@@ -599,8 +599,9 @@ int orb_registry_adopt(struct orb_registry *reg, orb_host_memory *owner, size_t 
     return add_one(reg, owner, offset, len, perm, ADD_ADOPT, id_out);
 }
 
-int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range *ranges, size_t n,
-                           orb_reg_id *ids_out)
+/* The checks of every batch call, then add_ranges(). */
+static int add_checked(struct orb_registry *reg, const struct orb_reg_range *ranges, size_t n, orb_reg_id *ids_out,
+                       int batch)
 {
     if (reg == NULL)
         return orb_fail(ORB_EINVAL, "registration batch: registry is NULL");
@@ -608,6 +609,17 @@ int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range
         return 0;
     if (ranges == NULL || ids_out == NULL)
         return orb_fail(ORB_EINVAL, "registration batch: NULL ranges or ids");
+    for (size_t i = 0; i < n; i++)
+        if (ranges[i].kind == NULL)
+            return orb_fail(ORB_EINVAL, "registration range %zu: no memory kind", i);
+    return add_ranges(reg, ranges, n, ids_out, batch, ADD_SHARE);
+}
+
+int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range *ranges, size_t n,
+                           orb_reg_id *ids_out)
+{
+    if (reg == NULL || n == 0 || ranges == NULL || ids_out == NULL)
+        return add_checked(reg, NULL, n, ids_out, 1);
     struct orb_reg_range inline_ranges[REG_SCRATCH_INLINE];
     struct orb_reg_range *all = inline_ranges;
     if (n > REG_SCRATCH_INLINE) {
@@ -620,7 +632,7 @@ int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range
         all[i] = (struct orb_reg_range){.kind = &orb_memkind_host, .owner = ranges[i].owner,
                                         .offset = ranges[i].offset, .length = ranges[i].length,
                                         .perm = ranges[i].perm};
-    int rc = add_ranges(reg, all, n, ids_out, 1, ADD_SHARE);
+    int rc = add_checked(reg, all, n, ids_out, 1);
     if (all != inline_ranges)
         free(all);
     return rc;
@@ -629,16 +641,7 @@ int orb_registry_add_batch(struct orb_registry *reg, const struct orb_host_range
 int orb_registry_add_ranges(struct orb_registry *reg, const struct orb_reg_range *ranges, size_t n,
                             orb_reg_id *ids_out)
 {
-    if (reg == NULL)
-        return orb_fail(ORB_EINVAL, "registration batch: registry is NULL");
-    if (n == 0)
-        return 0;
-    if (ranges == NULL || ids_out == NULL)
-        return orb_fail(ORB_EINVAL, "registration batch: NULL ranges or ids");
-    for (size_t i = 0; i < n; i++)
-        if (ranges[i].kind == NULL)
-            return orb_fail(ORB_EINVAL, "registration range %zu: no memory kind", i);
-    return add_ranges(reg, ranges, n, ids_out, n > 1, ADD_SHARE);
+    return add_checked(reg, ranges, n, ids_out, n > 1);
 }
 
 int orb_reg_loan(const struct orb_reg *r, uint64_t addr, uint64_t len, int writes, void **out)

@@ -20,13 +20,7 @@
 static struct orb_cuda cu;
 
 /* The stand-in's test controls, from the library the loader loaded. */
-static struct {
-    void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
-    void (*slow_streams)(unsigned microseconds);
-    void (*hold_streams)(int hold);
-    void (*set_capturing)(orb_cu_stream stream, unsigned int status);
-    struct fakecuda_counts (*counts)(void);
-} fake;
+static struct fakecuda_controls fake;
 
 static int setup(void **state)
 {
@@ -35,15 +29,7 @@ static int setup(void **state)
         fprintf(stderr, "loading %s: %s\n", FAKECUDA_FULL, orb_last_error());
         return -1;
     }
-    void *h = dlopen(FAKECUDA_FULL, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL)
-        return -1;
-    *(void **)&fake.fail_nth = dlsym(h, "fakecuda_fail");
-    *(void **)&fake.slow_streams = dlsym(h, "fakecuda_slow_streams");
-    *(void **)&fake.hold_streams = dlsym(h, "fakecuda_hold_streams");
-    *(void **)&fake.set_capturing = dlsym(h, "fakecuda_set_capturing");
-    *(void **)&fake.counts = dlsym(h, "fakecuda_counts");
-    return fake.fail_nth && fake.slow_streams && fake.hold_streams && fake.set_capturing && fake.counts ? 0 : -1;
+    return fakecuda_controls_load(FAKECUDA_FULL, &fake);
 }
 
 static void test_a_missing_export_fails_the_whole_load(void **state)

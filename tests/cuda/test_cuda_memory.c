@@ -20,22 +20,14 @@
 
 static const struct orb_cuda *cu;
 
-static struct {
-    void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
-    struct fakecuda_counts (*counts)(void);
-} fake;
+static struct fakecuda_controls fake;
 
 static int setup(void **state)
 {
     (void)state;
     if (orb_cuda_use_library(FAKECUDA_FULL) != 0 || orb_cuda_get(&cu) != 0)
         return -1;
-    void *h = dlopen(FAKECUDA_FULL, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL)
-        return -1;
-    *(void **)&fake.fail_nth = dlsym(h, "fakecuda_fail");
-    *(void **)&fake.counts = dlsym(h, "fakecuda_counts");
-    return fake.fail_nth != NULL && fake.counts != NULL ? 0 : -1;
+    return fakecuda_controls_load(FAKECUDA_FULL, &fake);
 }
 
 static void test_the_driver_is_chosen_once(void **state)

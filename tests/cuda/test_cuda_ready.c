@@ -29,28 +29,20 @@
 static const struct orb_cuda *cu;
 static orb_cu_context ctx0, ctx1;
 
-static struct {
-    void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
-    void (*hold)(int hold);
-    void (*set_capturing)(orb_cu_stream stream, unsigned int status);
-} fake;
+static struct fakecuda_controls fake;
 
 static int setup(void **state)
 {
     (void)state;
     if (orb_cuda_use_library(FAKECUDA_FULL) != 0 || orb_cuda_get(&cu) != 0)
         return -1;
-    void *h = dlopen(FAKECUDA_FULL, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL)
+    if (fakecuda_controls_load(FAKECUDA_FULL, &fake) != 0)
         return -1;
-    *(void **)&fake.fail_nth = dlsym(h, "fakecuda_fail");
-    *(void **)&fake.hold = dlsym(h, "fakecuda_hold_streams");
-    *(void **)&fake.set_capturing = dlsym(h, "fakecuda_set_capturing");
     orb_cu_device d0 = 0, d1 = 0;
     if (cu->device_get(&d0, 0) != ORB_CU_SUCCESS || cu->device_get(&d1, 1) != ORB_CU_SUCCESS ||
         cu->primary_ctx_retain(&ctx0, d0) != ORB_CU_SUCCESS || cu->primary_ctx_retain(&ctx1, d1) != ORB_CU_SUCCESS)
         return -1;
-    return fake.fail_nth != NULL && fake.hold != NULL && fake.set_capturing != NULL ? 0 : -1;
+    return 0;
 }
 
 /* A stream of `ctx`, made with that context current; the thread's context is left as none. */
@@ -162,7 +154,7 @@ static void test_a_request_waits_for_its_producer(void **state)
 
     orb_cu_stream producer = stream_of(ctx0);
     atomic_int done = 0;
-    fake.hold(1);
+    fake.hold_streams(1);
     assert_int_equal(cu->memcpy_dtoh_async(orb_host_memory_data(pinned), orb_cuda_memory_ptr(dev), LEN, producer),
                      ORB_CU_SUCCESS);
     assert_int_equal(orb_cuda_host_record_producer(pinned, producer, count_done, &done), 0);
@@ -174,7 +166,7 @@ static void test_a_request_waits_for_its_producer(void **state)
     usleep(200 * 1000);
     assert_int_equal(atomic_load(&s.finished), 0); /* nothing else holds a host WRITE back */
     assert_int_equal(atomic_load(&done), 0);
-    fake.hold(0);
+    fake.hold_streams(0);
     pthread_join(t, NULL);
     assert_int_equal(s.rc, 0);
     assert_int_equal(atomic_load(&done), 1);
@@ -215,7 +207,7 @@ static void test_the_source_waits_for_its_producer(void **state)
 
     orb_cu_stream producer = stream_of(ctx0);
     atomic_int done = 0;
-    fake.hold(1);
+    fake.hold_streams(1);
     assert_int_equal(cu->memcpy_dtod_async(orb_cuda_memory_ptr(dev), orb_cuda_memory_ptr(input), LEN, producer),
                      ORB_CU_SUCCESS);
     assert_int_equal(orb_cuda_memory_record_producer(dev, producer, count_done, &done), 0);
@@ -225,7 +217,7 @@ static void test_the_source_waits_for_its_producer(void **state)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, submit_main, &s), 0);
     usleep(100 * 1000);
-    fake.hold(0);
+    fake.hold_streams(0);
     pthread_join(t, NULL);
     assert_int_equal(s.rc, 0);
     assert_int_equal(atomic_load(&done), 1);

@@ -26,11 +26,7 @@
 #define MIB (1u << 20)
 #define GUARD 8192u /* bytes of the allocation on each side of the registered range */
 
-static struct {
-    void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
-    void (*slow)(unsigned microseconds);
-    struct fakecuda_counts (*counts)(void);
-} fake;
+static struct fakecuda_controls fake;
 
 /* With ORBITE_CUDA_DRIVER=real (hardware/gpu-check.sh) the cells run on the machine's own
  * libcuda.so.1; those that need the stand-in's controls (fault injection, slow streams, its
@@ -52,13 +48,7 @@ static int setup(void **state)
     second_device = count > 1 ? 1 : 0;
     if (real_driver)
         return 0;
-    void *h = dlopen(FAKECUDA_FULL, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL)
-        return -1;
-    *(void **)&fake.fail_nth = dlsym(h, "fakecuda_fail");
-    *(void **)&fake.slow = dlsym(h, "fakecuda_slow_streams");
-    *(void **)&fake.counts = dlsym(h, "fakecuda_counts");
-    return fake.fail_nth != NULL && fake.slow != NULL && fake.counts != NULL ? 0 : -1;
+    return fakecuda_controls_load(FAKECUDA_FULL, &fake);
 }
 
 /* Live device allocations, from the stand-in; -1 on the real driver. */
@@ -129,17 +119,6 @@ static orb_engine *source_engine(void)
     return eu_engine(&cfg);
 }
 
-static struct orb_request request(enum orb_op op, uint64_t local, uint64_t remote, uint64_t len)
-{
-    struct orb_request r;
-    memset(&r, 0, sizeof r);
-    r.transport = ORB_TRANSPORT_UNSPEC;
-    r.op = op;
-    r.local_addr = local;
-    r.remote_addr = remote;
-    r.length = len;
-    return r;
-}
 
 /* The requests' outcome: 0, or the first failure's status (the detail message says why). */
 static int run(orb_engine *req, orb_segment *seg, const struct orb_request *r, size_t n, struct orb_batch_report *out)
@@ -261,7 +240,7 @@ static void transfer_and_check(orb_engine *src, orb_engine *req, orb_segment *se
     side_new(src, remote_dev, span, ORB_PERM_REMOTE_WRITE, 0x22, &remote);
     uint8_t *local_before = side_bytes(&local), *remote_before = side_bytes(&remote);
 
-    struct orb_request r = request(op, local.base + off, remote.base + off + 1, len);
+    struct orb_request r = eu_req_at(op, local.base + off, remote.base + off + 1, len);
     struct orb_batch_report rep;
     if (run(req, seg, &r, 1, &rep) != 0)
         fail_msg("%s of %zu bytes (local %s, remote %s): %s", op == ORB_OP_READ ? "READ" : "WRITE", len,
@@ -326,7 +305,7 @@ static void test_a_batch_larger_than_the_pool(void **state)
     uint8_t *remote_before = side_bytes(&remote);
     struct orb_request r[30];
     for (size_t i = 0; i < n; i++)
-        r[i] = request(ORB_OP_READ, local.base + i * each, remote.base + (n - 1 - i) * each, each);
+        r[i] = eu_req_at(ORB_OP_READ, local.base + i * each, remote.base + (n - 1 - i) * each, each);
     struct orb_batch_report rep;
     assert_int_equal(run(req, seg, r, n, &rep), 0);
     assert_int_equal(rep.completed_requests, n);
@@ -336,7 +315,7 @@ static void test_a_batch_larger_than_the_pool(void **state)
     free(local_after);
     /* And back the other way, as WRITEs. */
     for (size_t i = 0; i < n; i++)
-        r[i] = request(ORB_OP_WRITE, local.base + i * each, remote.base + i * each, each);
+        r[i] = eu_req_at(ORB_OP_WRITE, local.base + i * each, remote.base + i * each, each);
     uint8_t *local_now = side_bytes(&local);
     assert_int_equal(run(req, seg, r, n, &rep), 0);
     uint8_t *remote_after = side_bytes(&remote);
@@ -360,7 +339,7 @@ static void expect_copy_failure(orb_engine *src, orb_engine *req, orb_segment *s
     struct side local, remote;
     side_new(req, local_dev, 2 * MIB, ORB_PERM_LOCAL, 0x55, &local);
     side_new(src, remote_dev, 2 * MIB, ORB_PERM_REMOTE_WRITE, 0x66, &remote);
-    struct orb_request r = request(op, local.base, remote.base, MIB - 7); /* one piece, one chunk */
+    struct orb_request r = eu_req_at(op, local.base, remote.base, MIB - 7); /* one piece, one chunk */
     struct orb_batch_report rep;
     fake.fail_nth(export, 1, 999 /* CUDA_ERROR_UNKNOWN */);
     int rc = run(req, seg, &r, 1, &rep);
@@ -424,28 +403,28 @@ static void test_overlapping_device_access_is_refused(void **state)
 
     /* Two READs into overlapping device bytes in one submission: the second is refused and
      * the submission with it, before anything moves. */
-    struct orb_request two[2] = {request(ORB_OP_READ, dev.base, host.base, MIB),
-                                 request(ORB_OP_READ, dev.base + MIB - 1, host.base + 2 * MIB, MIB)};
+    struct orb_request two[2] = {eu_req_at(ORB_OP_READ, dev.base, host.base, MIB),
+                                 eu_req_at(ORB_OP_READ, dev.base + MIB - 1, host.base + 2 * MIB, MIB)};
     memset(&rep, 0, sizeof rep);
     assert_int_equal(orb_submit_and_wait(e, self, two, 2, NULL, 10 * EU_SEC, &rep), ORB_EBUSY);
     assert_non_null(strstr(orb_last_error(), "request 1"));
     assert_non_null(strstr(orb_last_error(), "in use"));
     /* A READ into them and a WRITE out of them conflict too; two WRITEs out of them share. */
-    two[1] = request(ORB_OP_WRITE, dev.base + 17, host.base + 2 * MIB, MIB);
+    two[1] = eu_req_at(ORB_OP_WRITE, dev.base + 17, host.base + 2 * MIB, MIB);
     assert_int_equal(orb_submit_and_wait(e, self, two, 2, NULL, 10 * EU_SEC, &rep), ORB_EBUSY);
-    two[0] = request(ORB_OP_WRITE, dev.base, host.base, MIB);
+    two[0] = eu_req_at(ORB_OP_WRITE, dev.base, host.base, MIB);
     assert_int_equal(run(e, self, two, 2, &rep), 0);
     assert_int_equal(rep.completed_requests, 2);
     /* Adjacent ranges do not overlap. */
-    two[0] = request(ORB_OP_READ, dev.base, host.base, MIB);
-    two[1] = request(ORB_OP_READ, dev.base + MIB, host.base + MIB, MIB);
+    two[0] = eu_req_at(ORB_OP_READ, dev.base, host.base, MIB);
+    two[1] = eu_req_at(ORB_OP_READ, dev.base + MIB, host.base + MIB, MIB);
     assert_int_equal(run(e, self, two, 2, &rep), 0);
 
     /* To itself: READ device [0, 1 MiB) from device [512 KiB, +1 MiB) of the same allocation.
      * The requester lends the target (it writes it), the source the origin (it reads it): the
      * source refuses the overlap, and the request fails without a byte moved. */
     uint8_t *before = side_bytes(&dev);
-    struct orb_request r = request(ORB_OP_READ, dev.base, dev.base + MIB / 2, MIB);
+    struct orb_request r = eu_req_at(ORB_OP_READ, dev.base, dev.base + MIB / 2, MIB);
     assert_int_equal(run(e, self, &r, 1, &rep), ORB_EBUSY);
     assert_non_null(strstr(orb_last_error(), "in use"));
     uint8_t *after = side_bytes(&dev);
@@ -453,7 +432,7 @@ static void test_overlapping_device_access_is_refused(void **state)
     free(after);
     /* Apart, the same copy works, and the loans are all back: the overlap works now as two
      * separate steps. */
-    r = request(ORB_OP_READ, dev.base, dev.base + 2 * MIB, MIB);
+    r = eu_req_at(ORB_OP_READ, dev.base, dev.base + 2 * MIB, MIB);
     assert_int_equal(run(e, self, &r, 1, &rep), 0);
     after = side_bytes(&dev);
     assert_memory_equal(after + GUARD, before + GUARD + 2 * MIB, MIB);
@@ -489,11 +468,11 @@ static void *caller_main(void *arg)
             struct side back;
             side_new(c->req, 1, len, ORB_PERM_LOCAL, (uint8_t)(c->index * 7 + round + 2), &back);
             uint8_t *want = side_bytes(&local);
-            struct orb_request r = request(ORB_OP_WRITE, local.base, remote.base, len);
+            struct orb_request r = eu_req_at(ORB_OP_WRITE, local.base, remote.base, len);
             struct orb_batch_report rep;
             if (run(c->req, c->seg, &r, 1, &rep) != 0)
                 c->failures++;
-            r = request(ORB_OP_READ, back.base, remote.base, len); /* what landed, read back */
+            r = eu_req_at(ORB_OP_READ, back.base, remote.base, len); /* what landed, read back */
             if (run(c->req, c->seg, &r, 1, &rep) != 0)
                 c->failures++;
             uint8_t *got = side_bytes(&remote), *got_back = side_bytes(&back);
@@ -543,15 +522,15 @@ static void test_close_with_staged_work_in_flight(void **state)
     struct side local, remote;
     side_new(req, 1, 96 * MIB, ORB_PERM_LOCAL, 0x77, &local);
     side_new(src, 0, 96 * MIB, ORB_PERM_REMOTE_WRITE, 0x78, &remote);
-    struct orb_request r[2] = {request(ORB_OP_WRITE, local.base, remote.base, 48 * MIB),
-                               request(ORB_OP_READ, local.base + 48 * MIB, remote.base + 48 * MIB, 48 * MIB)};
+    struct orb_request r[2] = {eu_req_at(ORB_OP_WRITE, local.base, remote.base, 48 * MIB),
+                               eu_req_at(ORB_OP_READ, local.base + 48 * MIB, remote.base + 48 * MIB, 48 * MIB)};
     orb_batch *b = NULL;
     assert_int_equal(orb_batch_open(req, seg, &b), 0);
-    fake.slow(300);
+    fake.slow_streams(300);
     assert_int_equal(orb_batch_submit(b, r, 2), 0);
     assert_int_equal(orb_batch_seal(b, NULL), 0);
     assert_int_equal(orb_engine_close(req, 2 * EU_SEC), 0);
-    fake.slow(0);
+    fake.slow_streams(0);
     struct orb_batch_report rep;
     int rc = orb_batch_wait(b, 10 * EU_SEC, &rep);
     assert_int_not_equal(rc, ORB_ETIMEDOUT);

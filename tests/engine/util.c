@@ -96,13 +96,18 @@ void eu_region_free(orb_engine *e, struct eu_region *r)
     memset(r, 0, sizeof *r);
 }
 
-struct orb_request eu_req(enum orb_op op, const void *local, const void *remote, uint64_t len)
+struct orb_request eu_req_at(enum orb_op op, uint64_t local, uint64_t remote, uint64_t len)
 {
     struct orb_request r;
     memset(&r, 0, sizeof r);
     r.op = op;
-    r.local_addr = (uint64_t)(uintptr_t)local;
-    r.remote_addr = (uint64_t)(uintptr_t)remote;
+    r.local_addr = local;
+    r.remote_addr = remote;
     r.length = len;
     return r;
+}
+
+struct orb_request eu_req(enum orb_op op, const void *local, const void *remote, uint64_t len)
+{
+    return eu_req_at(op, (uint64_t)(uintptr_t)local, (uint64_t)(uintptr_t)remote, len);
 }

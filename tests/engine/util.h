@@ -39,5 +39,7 @@ void eu_fill(uint8_t *p, size_t len, uint8_t seed);
 size_t eu_first_mismatch(const uint8_t *p, size_t len, uint8_t seed);
 
 struct orb_request eu_req(enum orb_op op, const void *local, const void *remote, uint64_t len);
+/* The same by address (device memory has no pointer of the CPU's). */
+struct orb_request eu_req_at(enum orb_op op, uint64_t local, uint64_t remote, uint64_t len);
 
 #endif

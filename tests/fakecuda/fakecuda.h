@@ -3,6 +3,7 @@
 #ifndef ORB_TESTS_FAKECUDA_H
 #define ORB_TESTS_FAKECUDA_H
 
+#include <dlfcn.h>
 #include <stdio.h>
 
 #include "cuda/cuda_api.h"
@@ -26,5 +27,29 @@ void fakecuda_hold_streams(int hold);
 /* cuStreamIsCapturing answers `status` for `stream` from now on. */
 void fakecuda_set_capturing(orb_cu_stream stream, unsigned int status);
 struct fakecuda_counts fakecuda_counts(void);
+
+/* The controls above, as a test reaches them: through the stand-in it loaded. */
+struct fakecuda_controls {
+    void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
+    void (*slow_streams)(unsigned microseconds);
+    void (*hold_streams)(int hold);
+    void (*set_capturing)(orb_cu_stream stream, unsigned int status);
+    struct fakecuda_counts (*counts)(void);
+};
+
+/* Resolve every control of the stand-in at `path` (the one the loader loaded). 0, or -1 when
+ * the library or a control is missing. */
+static inline int fakecuda_controls_load(const char *path, struct fakecuda_controls *out)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return -1;
+    *(void **)&out->fail_nth = dlsym(h, "fakecuda_fail");
+    *(void **)&out->slow_streams = dlsym(h, "fakecuda_slow_streams");
+    *(void **)&out->hold_streams = dlsym(h, "fakecuda_hold_streams");
+    *(void **)&out->set_capturing = dlsym(h, "fakecuda_set_capturing");
+    *(void **)&out->counts = dlsym(h, "fakecuda_counts");
+    return out->fail_nth && out->slow_streams && out->hold_streams && out->set_capturing && out->counts ? 0 : -1;
+}
 
 #endif
