@@ -656,6 +656,19 @@ void orb_reg_loan_end(const struct orb_reg *r, void *loan)
         r->kind->loan_end(loan);
 }
 
+void *orb_reg_stage_alloc(const struct orb_reg *r, size_t len, void (**free_out)(void *))
+{
+    if (r->kind->stage_alloc != NULL) {
+        void *p = r->kind->stage_alloc(r, len);
+        if (p != NULL) {
+            *free_out = r->kind->stage_free;
+            return p;
+        }
+    }
+    *free_out = free;
+    return aligned_alloc(4096, (len + 4095) / 4096 * 4096);
+}
+
 int orb_reg_ready(const struct orb_reg *r)
 {
     return r->kind->ready != NULL ? r->kind->ready(r) : 0;

@@ -47,6 +47,12 @@ struct orb_memkind_ops {
      * conflict), ORB_ENOMEM. */
     int (*loan)(const struct orb_reg *reg, uint64_t addr, uint64_t len, int writes, void **loan_out);
     void (*loan_end)(void *loan);
+    /* Host memory to stage this kind's bytes through, as fast to copy to and from as the kind
+     * allows (pinned memory, for device memory): `len` bytes, page-aligned, given back with
+     * stage_free; NULL when none can be had, and the caller uses ordinary memory. NULL op:
+     * ordinary memory. */
+    void *(*stage_alloc)(const struct orb_reg *reg, size_t len);
+    void (*stage_free)(void *p);
     /* Staging copies for kinds without a CPU view (NULL otherwise): [addr, +len) of the
      * registration into or out of `host`, complete when they return 0. Errors: the kind's. */
     int (*to_host)(const struct orb_reg *reg, uint64_t addr, void *host, size_t len);
@@ -134,6 +140,10 @@ int orb_registry_add_ranges(struct orb_registry *reg, const struct orb_reg_range
  * gives it back (NULL: nothing). */
 int orb_reg_loan(const struct orb_reg *r, uint64_t addr, uint64_t len, int writes, void **out);
 void orb_reg_loan_end(const struct orb_reg *r, void *loan);
+
+/* Staging memory for r's bytes (kind->stage_alloc, else page-aligned ordinary memory), and the
+ * function that frees it into *free_out. NULL when there is no memory at all. */
+void *orb_reg_stage_alloc(const struct orb_reg *r, size_t len, void (**free_out)(void *));
 
 /* kind->ready(r) where the kind has one; 0 otherwise. */
 int orb_reg_ready(const struct orb_reg *r);

@@ -10,12 +10,20 @@
 
 #include "error.h"
 #include "log.h"
+#include "registry.h"
 
 /* Pieces handed to a transport in one peer_submit(). */
 #define STAGE_SUBMIT_BATCH 16u
 
 struct free_chunk {
     struct free_chunk *next;
+};
+
+/* A chunk made so far, and how it goes back (pinned memory from the memory kind, or free()). */
+struct made_chunk {
+    uint8_t *bytes;
+    void (*free_fn)(void *);
+    bool kept;                 /* a copy through it was not proven to end: never freed */
 };
 
 struct orb_stager {
@@ -28,7 +36,8 @@ struct orb_stager {
     struct orb_stage_job *sub_head, *sub_tail;   /* waiting for a chunk (and a WRITE's copy) */
     struct orb_stage_job *land_head, *land_tail; /* READs whose bytes are in their chunk */
     struct free_chunk *free_chunks;
-    size_t made_chunks;                          /* allocated so far (<= max_chunks) */
+    struct made_chunk *made;                     /* max_chunks entries */
+    size_t made_chunks;                          /* allocated (or being allocated) so far */
     size_t lent_chunks;
     bool stopping, joined;
     atomic_uint_fast64_t inflight;               /* queued + being copied */
@@ -56,23 +65,45 @@ static struct orb_stage_job *pop(struct orb_stage_job **head, struct orb_stage_j
     return j;
 }
 
-/* A chunk, or NULL when every chunk is lent and no more may be made (lock held). */
+/* A free chunk, or NULL (lock held). */
 static uint8_t *chunk_take_locked(struct orb_stager *st)
 {
-    uint8_t *c = NULL;
-    if (st->free_chunks != NULL) {
-        c = (uint8_t *)st->free_chunks;
-        st->free_chunks = st->free_chunks->next;
-    } else if (st->made_chunks < st->max_chunks) {
-        c = aligned_alloc(4096, st->chunk_bytes);
-        if (c == NULL)
-            return NULL; /* out of memory: wait for a lent chunk to come back */
-        st->made_chunks++;
-    } else {
+    if (st->free_chunks == NULL)
         return NULL;
-    }
+    uint8_t *c = (uint8_t *)st->free_chunks;
+    st->free_chunks = st->free_chunks->next;
     st->lent_chunks++;
     return c;
+}
+
+/* A new chunk for a piece of `reg` while the pool may grow, made with the lock dropped (pinned
+ * memory takes the driver a while); NULL when the pool is full or memory ran out (lock held on
+ * entry and return; only the stager's thread makes chunks). */
+static uint8_t *chunk_make_locked(struct orb_stager *st, const struct orb_reg *reg)
+{
+    if (st->made_chunks >= st->max_chunks)
+        return NULL;
+    size_t slot = st->made_chunks++;
+    pthread_mutex_unlock(&st->lock);
+    void (*free_fn)(void *) = NULL;
+    uint8_t *c = orb_reg_stage_alloc(reg, st->chunk_bytes, &free_fn);
+    pthread_mutex_lock(&st->lock);
+    if (c == NULL) {
+        st->made_chunks--; /* out of memory: wait for a lent chunk to come back */
+        return NULL;
+    }
+    st->made[slot] = (struct made_chunk){.bytes = c, .free_fn = free_fn};
+    st->lent_chunks++;
+    return c;
+}
+
+/* The device may still use chunk `c`: it is never lent or freed again (lock held). */
+static void chunk_keep_locked(struct orb_stager *st, const uint8_t *c)
+{
+    for (size_t i = 0; i < st->made_chunks; i++)
+        if (st->made[i].bytes == c)
+            st->made[i].kept = true;
+    st->lent_chunks--;
 }
 
 static void chunk_put(struct orb_stager *st, uint8_t *c)
@@ -98,9 +129,10 @@ static void land(struct orb_stager *st, struct orb_stage_job *j)
         snprintf(why, sizeof why, "copying a READ's bytes to %s memory failed: %s", reg->kind->name,
                  orb_last_error());
     if (rc == ORB_EUNQUIESCED) {
-        /* The device may still read the chunk: it is never lent again. */
+        /* The device may still read the chunk: it is never lent again (the pool is one chunk
+         * smaller for good). */
         pthread_mutex_lock(&st->lock);
-        st->lent_chunks--; /* still counted as made: the pool is one chunk smaller for good */
+        chunk_keep_locked(st, chunk);
         pthread_mutex_unlock(&st->lock);
         ORB_LOGE("stager: %s; its staging chunk is kept", why);
     } else {
@@ -146,7 +178,7 @@ static int prepare(struct orb_stager *st, struct orb_stage_job *j)
              orb_last_error());
     if (rc == ORB_EUNQUIESCED) {
         pthread_mutex_lock(&st->lock);
-        st->lent_chunks--;
+        chunk_keep_locked(st, x->stage);
         pthread_mutex_unlock(&st->lock);
         ORB_LOGE("stager: %s; its staging chunk is kept", why);
     } else {
@@ -185,7 +217,7 @@ static void *stager_main(void *arg)
         while (n < STAGE_SUBMIT_BATCH && st->sub_head != NULL &&
                (n == 0 || (st->sub_head->peer == batch[0]->peer && st->sub_head->ops == batch[0]->ops))) {
             uint8_t *c = chunk_take_locked(st);
-            if (c == NULL)
+            if (c == NULL && (c = chunk_make_locked(st, st->sub_head->x->local_reg)) == NULL)
                 break;
             batch[n] = pop(&st->sub_head, &st->sub_tail);
             batch[n]->x->stage = c;
@@ -219,6 +251,10 @@ int orb_stager_new(size_t chunk_bytes, size_t pool_bytes, struct orb_stager **ou
         return orb_fail(ORB_ENOMEM, "stager: out of memory");
     st->chunk_bytes = chunk_bytes;
     st->max_chunks = pool_bytes / chunk_bytes;
+    if ((st->made = calloc(st->max_chunks, sizeof *st->made)) == NULL) {
+        free(st);
+        return orb_fail(ORB_ENOMEM, "stager: out of memory");
+    }
     atomic_init(&st->inflight, 0);
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->cond, NULL);
@@ -226,6 +262,7 @@ int orb_stager_new(size_t chunk_bytes, size_t pool_bytes, struct orb_stager **ou
     if (err != 0) {
         pthread_cond_destroy(&st->cond);
         pthread_mutex_destroy(&st->lock);
+        free(st->made);
         free(st);
         return orb_fail(ORB_EUNAVAILABLE, "stager: cannot start its thread (%s)", strerror(err));
     }
@@ -296,18 +333,15 @@ void orb_stager_free(struct orb_stager *st)
     orb_stager_stop(st);
     pthread_mutex_lock(&st->lock);
     size_t lent = st->lent_chunks;
-    struct free_chunk *f = st->free_chunks;
-    st->free_chunks = NULL;
     pthread_mutex_unlock(&st->lock);
-    while (f != NULL) {
-        struct free_chunk *next = f->next;
-        free(f);
-        f = next;
-    }
     if (lent > 0) {
         ORB_LOGE("stager: %zu staging chunks are still lent to work whose end is unproven: kept", lent);
         return;
     }
+    for (size_t i = 0; i < st->made_chunks; i++)
+        if (!st->made[i].kept)
+            st->made[i].free_fn(st->made[i].bytes);
+    free(st->made);
     pthread_cond_destroy(&st->cond);
     pthread_mutex_destroy(&st->lock);
     free(st);

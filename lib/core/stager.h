@@ -2,8 +2,9 @@
  * move bytes through the CPU (TCP).
  *
  * One stager per engine, made on first use: a bounded pool of equal chunks (ORB_STAGE_CHUNK
- * bytes, at most ORB_STAGE_POOL_BYTES together, allocated as needed and kept until the engine
- * goes) and one thread that copies. A staged piece is at most one chunk long (transports plan
+ * bytes, at most ORB_STAGE_POOL_BYTES together, allocated as needed, from the memory kind's own
+ * staging memory where it has some (pinned host memory for device memory), and kept until the
+ * engine goes) and one thread that copies. A staged piece is at most one chunk long (transports plan
  * such pieces that way). A WRITE piece takes a chunk, is copied from the device into it, and only
  * then goes to its transport with the chunk as its CPU view; a READ piece takes a chunk and goes
  * to its transport, which receives into the chunk; once it reports success the stager copies the

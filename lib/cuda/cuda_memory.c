@@ -794,3 +794,64 @@ void orb_cuda_memory_loan_end(struct orb_cuda_loan *loan)
     pthread_mutex_unlock(&mem->loan_lock);
     free(loan);
 }
+
+/* Pinned staging memory: its first page holds where it came from. */
+struct staging_header {
+    int device;
+    orb_cu_context ctx; /* the device's primary context: one retain held */
+    size_t len;
+};
+#define STAGING_HEADER 4096u
+
+void *orb_cuda_staging_alloc(int device, size_t len)
+{
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context ctx = NULL, saved = NULL;
+    if (len > SIZE_MAX - STAGING_HEADER || open_device(device, &cu, &ctx) != 0)
+        return NULL;
+    void *p = NULL;
+    orb_cu_result r = enter(cu, ctx, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        r = cu->mem_host_alloc(&p, len + STAGING_HEADER, ORB_CU_MEMHOSTALLOC_PORTABLE);
+        leave(cu, saved);
+    }
+    if (r != ORB_CU_SUCCESS) {
+        char text[160];
+        ORB_LOGW("cuda: no pinned staging memory (%s): ordinary memory instead",
+                 orb_cuda_describe(cu, r, text, sizeof text));
+        close_device(cu, device);
+        return NULL;
+    }
+    struct staging_header *h = p;
+    *h = (struct staging_header){.device = device, .ctx = ctx, .len = len};
+    return (uint8_t *)p + STAGING_HEADER;
+}
+
+void orb_cuda_staging_free(void *p)
+{
+    if (p == NULL)
+        return;
+    struct staging_header *h = (struct staging_header *)(void *)((uint8_t *)p - STAGING_HEADER);
+    const struct orb_cuda *cu = NULL;
+    (void)orb_cuda_get(&cu); /* loaded: the memory came from it */
+    int device = h->device;
+    size_t len = h->len;
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, h->ctx, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        r = cu->mem_free_host(h);
+        leave(cu, saved);
+    }
+    if (r != ORB_CU_SUCCESS) {
+        char text[160];
+        ORB_LOGE("cuda: pinned staging memory of %zu bytes could not be freed (%s): it and its context are kept", len,
+                 orb_cuda_describe(cu, r, text, sizeof text));
+        pthread_mutex_lock(&g_lock);
+        g_retained.host_allocations++;
+        g_retained.host_bytes += len + STAGING_HEADER;
+        g_retained.contexts++;
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
+    close_device(cu, device);
+}

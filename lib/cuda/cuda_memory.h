@@ -33,6 +33,12 @@ int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *h
  * first; so do the transports before they touch a device registration. */
 int orb_cuda_memory_ready(orb_cuda_memory *mem);
 
+/* `len` bytes of pinned host memory (portable: any context may copy through it) to stage copies
+ * of device `device`'s memory, page-aligned; NULL when the driver gives none. Freed with
+ * orb_cuda_staging_free(); a free the driver refuses keeps the memory (retained resources). */
+void *orb_cuda_staging_alloc(int device, size_t len);
+void orb_cuda_staging_free(void *p);
+
 /* Lend [offset, +len) of mem (see orb_memkind_ops.loan): ORB_EBUSY when an overlapping loan
  * exists and either writes, ORB_EINVAL outside the allocation, ORB_ENOMEM. */
 struct orb_cuda_loan;

@@ -64,6 +64,16 @@ static void cuda_loan_end(void *loan)
     orb_cuda_memory_loan_end(loan);
 }
 
+static void *cuda_stage_alloc(const struct orb_reg *reg, size_t len)
+{
+    return orb_cuda_staging_alloc(orb_cuda_memory_device(reg->owner), len);
+}
+
+static void cuda_stage_free(void *p)
+{
+    orb_cuda_staging_free(p);
+}
+
 static int cuda_to_host(const struct orb_reg *reg, uint64_t addr, void *host, size_t len)
 {
     orb_cuda_memory *m = reg->owner;
@@ -88,6 +98,8 @@ const struct orb_memkind_ops orb_memkind_cuda = {
     .ready = cuda_ready,
     .loan = cuda_loan,
     .loan_end = cuda_loan_end,
+    .stage_alloc = cuda_stage_alloc,
+    .stage_free = cuda_stage_free,
     .to_host = cuda_to_host,
     .from_host = cuda_from_host,
 };

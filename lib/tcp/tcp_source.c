@@ -77,8 +77,10 @@ struct tcp_source_conn {
      * bytes [stage_from, +stage_len) of the payload of the response at the head of the queue
      * (READ), or the chunk of the WRITE payload being received (from stage_from). */
     uint8_t *stage;                 /* READ payloads */
+    void (*stage_free)(void *);
     uint64_t stage_from, stage_len;
     uint8_t *rx_stage;              /* WRITE payloads: bytes from rx_stage_from on */
+    void (*rx_stage_free)(void *);
     uint64_t rx_stage_from;
     int refused_status;             /* SRX_DISCARD: the answer once drained */
     int refused_effect_unknown;     /* SRX_DISCARD: some of the WRITE reached memory first */
@@ -98,7 +100,8 @@ struct tcp_source_conn {
  * held. Authorising the whole request, not just the piece, is what keeps a request that is cut
  * into several frames from applying its in-range pieces when the rest is out of range. */
 static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, enum orb_perm need,
-                   uint8_t **stage, struct orb_reg **pin_out, void **loan_out, uint8_t **mem_out)
+                   uint8_t **stage, void (**stage_free)(void *), struct orb_reg **pin_out, void **loan_out,
+                   uint8_t **mem_out)
 {
     struct tcp_transport *tp = s->tp;
     struct orb_reg *pin;
@@ -122,7 +125,7 @@ static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, e
         if (pin->kind->to_host == NULL)
             rc = orb_fail(ORB_EUNAVAILABLE, "the %s registration at 0x%llx has no CPU view", kind,
                           (unsigned long long)req->addr);
-        else if (*stage == NULL && (*stage = aligned_alloc(4096, ORB_STAGE_CHUNK)) == NULL)
+        else if (*stage == NULL && (*stage = orb_reg_stage_alloc(pin, ORB_STAGE_CHUNK, stage_free)) == NULL)
             rc = orb_fail(ORB_ENOMEM, "no memory to stage %s memory", kind);
         else /* the frame's bytes are this operation's while it copies them */
             rc = orb_reg_loan(pin, req->addr, req->length, need == ORB_PERM_REMOTE_WRITE, loan_out);
@@ -194,8 +197,10 @@ void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
         free(r->heap);
     }
     stranger_remove(s);
-    free(s->stage);
-    free(s->rx_stage);
+    if (s->stage != NULL)
+        s->stage_free(s->stage);
+    if (s->rx_stage != NULL)
+        s->rx_stage_free(s->rx_stage);
     if (s->authed)
         atomic_fetch_sub(&s->tp->authed_conns, 1);
     if (s->base.worker != NULL)
@@ -488,7 +493,7 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     struct orb_reg *pin;
     uint8_t *mem;
     void *loan = NULL;
-    int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &s->stage, &pin, &loan, &mem);
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &s->stage, &s->stage_free, &pin, &loan, &mem);
     if (rc != 0)
         return src_tx_failure(s, s->hdr.tag, rc);
     struct src_resp *r = src_tx_slot(s);
@@ -516,7 +521,8 @@ static int src_write(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     s->rx_len = req.length;
     s->rx_off = 0;
     tcp_rx_note_payload(&s->base, req.length);
-    int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_stage, &s->rx_pin, &s->rx_loan, &s->rx_mem);
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_stage, &s->rx_stage_free, &s->rx_pin, &s->rx_loan,
+                     &s->rx_mem);
     if (rc != 0) {
         /* Drain the payload without touching registered memory, then answer. */
         s->refused_status = rc;
