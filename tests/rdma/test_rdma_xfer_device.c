@@ -39,6 +39,7 @@
 
 #include "core/clock.h"
 #include "core/engine_internal.h"
+#include "cuda/cuda.h"
 #include "rdma/rdma_data.h"
 #include "rdma/rdma_transport.h"
 #include "device_util.h"
@@ -753,6 +754,50 @@ static void test_source_authority(void **state)
     assert_memory_equal(rbytes, ro, 4096);
 }
 
+/* Device memory at the source (the CUDA stand-in's): a source that stages copies each grant's
+ * bytes out of the device or into it with the allocation's own copies; a direct source has no
+ * memory regions for it and refuses, with nothing moved. */
+static void test_source_device_memory(void **state)
+{
+    (void)state;
+    const size_t len = (1u << 20) + 8192;
+    orb_cuda_memory *dev = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, len, &dev), 0);
+    uint8_t *want = malloc(len), *got = malloc(len);
+    assert_non_null(want);
+    assert_non_null(got);
+    fill(want, len, 7);
+    assert_int_equal(orb_cuda_memory_copy_in(dev, 0, want, len), 0);
+    orb_reg_id id;
+    assert_int_equal(orb_register_cuda_memory(src, dev, 4096, 1u << 20, ORB_PERM_REMOTE_WRITE, &id), 0);
+    uint64_t base = orb_cuda_memory_ptr(dev) + 4096;
+
+    memset(rbytes, 0, 1u << 20);
+    int rc = one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, base + 3, 300001);
+    if (!stages(1)) {
+        assert_int_equal(rc, ORB_EUNAVAILABLE);
+        for (uint32_t i = 0; i < 300001; i++)
+            assert_int_equal(rbytes[i], 0);
+    } else {
+        assert_int_equal(rc, 0);
+        assert_memory_equal(rbytes, want + 4096 + 3, 300001);
+        /* A WRITE lands exactly in its range: the bytes around it are as they were. */
+        fill(rbytes, 200003, 8);
+        assert_int_equal(one(ORB_OP_WRITE, ORB_TRANSPORT_RDMA, 0, base + 5, 200003), 0);
+        memcpy(want + 4096 + 5, rbytes, 200003);
+        assert_int_equal(orb_cuda_memory_copy_out(dev, 0, got, len), 0);
+        assert_memory_equal(got, want, len);
+        /* The whole registration in one request, then one byte past it refused. */
+        assert_int_equal(one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, base, 1u << 20), 0);
+        assert_memory_equal(rbytes, want + 4096, 1u << 20);
+        assert_int_equal(one(ORB_OP_READ, ORB_TRANSPORT_RDMA, 0, base + 1, 1u << 20), ORB_ENOENT);
+    }
+    assert_int_equal(orb_unregister_memory(src, id), 0);
+    orb_cuda_memory_unref(dev);
+    free(want);
+    free(got);
+}
+
 static void test_many_in_flight(void **state)
 {
     (void)state;
@@ -1187,12 +1232,18 @@ int main(int argc, char **argv)
     }
     if (argc >= 4 && strcmp(argv[1], "--source") == 0)
         child_main(atoi(argv[2]), atoi(argv[3]));
+    /* The CUDA stand-in is this process's driver (test_source_device_memory). */
+    if (orb_cuda_use_library(FAKECUDA_FULL) != 0) {
+        fprintf(stderr, "cannot choose the CUDA stand-in: %s\n", orb_last_error());
+        return 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_write_every_size),
         cmocka_unit_test(test_single_slice_requests_are_accounted),
         cmocka_unit_test(test_unspec_takes_rdma),
         cmocka_unit_test(test_priority_matrix_steers_rails),
         cmocka_unit_test(test_source_authority),
+        cmocka_unit_test(test_source_device_memory),
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_segments_share_a_connection),
         cmocka_unit_test(test_lanes_widen_the_connection),

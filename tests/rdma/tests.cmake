@@ -83,9 +83,13 @@ orb_fuzz_target(fuzz_rdma_ctrl HARNESS ${ORB_RDMA_TEST_DIR}/fuzz_rdma_ctrl.c
 # Requests over RDMA between two engines across the rails topology (77 without it).
 orb_unit_test(test_rdma_xfer_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_xfer_device.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
-                      orb_rdma_tp orb_helperlib orb_hproto
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_xfer_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
+# Its device-memory cell runs on the CUDA stand-in.
+add_dependencies(test_rdma_xfer_device orb_fakecuda_full)
+target_include_directories(test_rdma_xfer_device PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda)
+target_compile_definitions(test_rdma_xfer_device PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
 # The same with both sides staging, and with only the source staging (the requester's own
 # staging is the "staged" run's; the source-staged run also covers a direct requester against a
 # source that answers "not now").
