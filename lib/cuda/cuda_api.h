@@ -20,6 +20,15 @@ typedef unsigned long long orb_cu_deviceptr; /* CUdeviceptr (the 64-bit one, _v2
 typedef struct CUctx_st *orb_cu_context;
 typedef struct CUstream_st *orb_cu_stream;
 typedef struct CUevent_st *orb_cu_event;
+/* CUipcMemHandle: the driver's 64 opaque bytes, passed by value. Declared here only without the
+ * toolkit's cuda.h, whose own definition (same tag, same layout) then serves. */
+#define ORB_CU_IPC_HANDLE_SIZE 64
+#ifndef __cuda_cuda_h__
+struct CUipcMemHandle_st {
+    char reserved[ORB_CU_IPC_HANDLE_SIZE];
+};
+#endif
+typedef struct CUipcMemHandle_st orb_cu_ipc_mem_handle;
 
 /* CUresult values OrbiTE tells apart. */
 #define ORB_CU_SUCCESS 0u
@@ -30,6 +39,7 @@ typedef struct CUevent_st *orb_cu_event;
 #define ORB_CU_ERROR_NO_DEVICE 100u
 #define ORB_CU_ERROR_INVALID_DEVICE 101u
 #define ORB_CU_ERROR_INVALID_CONTEXT 201u
+#define ORB_CU_ERROR_ALREADY_MAPPED 208u
 #define ORB_CU_ERROR_INVALID_HANDLE 400u
 #define ORB_CU_ERROR_NOT_READY 600u
 #define ORB_CU_ERROR_NOT_SUPPORTED 801u
@@ -45,6 +55,7 @@ typedef struct CUevent_st *orb_cu_event;
 #define ORB_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2u
 #define ORB_CU_POINTER_ATTRIBUTE_IS_MANAGED 8u
 #define ORB_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9u
+#define ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10u
 #define ORB_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11u
 #define ORB_CU_POINTER_ATTRIBUTE_RANGE_SIZE 12u
 
@@ -64,6 +75,7 @@ typedef struct CUevent_st *orb_cu_event;
 #define ORB_CU_EVENT_DISABLE_TIMING 0x2u    /* cuEventCreate */
 #define ORB_CU_MEMHOSTALLOC_PORTABLE 0x1u   /* cuMemHostAlloc */
 #define ORB_CU_MEMHOSTALLOC_DEVICEMAP 0x2u
+#define ORB_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1u /* cuIpcOpenMemHandle */
 
 /* The exports, as X(field, export, parameters), each returning orb_cu_result: the loader
  * resolves every one (all or none), the check proves each against the toolkit's declaration of
@@ -108,7 +120,11 @@ typedef struct CUevent_st *orb_cu_event;
     X(event_destroy, cuEventDestroy_v2, (orb_cu_event event))                                               \
     X(event_record, cuEventRecord, (orb_cu_event event, orb_cu_stream stream))                              \
     X(event_synchronize, cuEventSynchronize, (orb_cu_event event))                                          \
-    X(event_query, cuEventQuery, (orb_cu_event event))
+    X(event_query, cuEventQuery, (orb_cu_event event))                                                      \
+    X(ipc_get_mem_handle, cuIpcGetMemHandle, (orb_cu_ipc_mem_handle * handle, orb_cu_deviceptr ptr))        \
+    X(ipc_open_mem_handle, cuIpcOpenMemHandle_v2,                                                           \
+      (orb_cu_deviceptr * ptr, orb_cu_ipc_mem_handle handle, unsigned int flags))                           \
+    X(ipc_close_mem_handle, cuIpcCloseMemHandle, (orb_cu_deviceptr ptr))
 
 /* orb_cu_<field>_fn: each export's function type. */
 #define ORB_CUDA_FN_TYPE(field, export, params) typedef orb_cu_result orb_cu_##field##_fn params;

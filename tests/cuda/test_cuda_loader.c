@@ -9,7 +9,11 @@
 #include <cmocka.h>
 
 #include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <orbite/orbite.h>
 
@@ -182,14 +186,107 @@ static void test_the_table_reaches_the_driver(void **state)
     assert_int_equal(c2.primary_refs, c0.primary_refs);
 }
 
-int main(void)
+/* The other process of the IPC cell: opens the handle (hex on the command line), checks that it
+ * maps the exporter's bytes (0x5a), writes 0xc3 into the first half, closes, and exits 0; any
+ * other status names the step that failed. */
+static int ipc_child(const char *hex)
 {
+    orb_cu_ipc_mem_handle h;
+    for (size_t i = 0; i < sizeof h.reserved; i++) {
+        unsigned v = 0;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return 10;
+        h.reserved[i] = (char)v;
+    }
+    struct orb_cuda c;
+    orb_cu_device d = 0;
+    orb_cu_context ctx = NULL;
+    orb_cu_deviceptr p = 0, again = 0;
+    if (orb_cuda_load(FAKECUDA_FULL, &c) != 0 || c.device_get(&d, 0) != ORB_CU_SUCCESS ||
+        c.primary_ctx_retain(&ctx, d) != ORB_CU_SUCCESS || c.ctx_set_current(ctx) != ORB_CU_SUCCESS)
+        return 11;
+    if (c.ipc_open_mem_handle(&p, h, ORB_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != ORB_CU_SUCCESS)
+        return 12;
+    if (c.ipc_open_mem_handle(&again, h, 0) != ORB_CU_SUCCESS || again != p) /* one mapping, counted */
+        return 13;
+    uint8_t buf[8192];
+    if (c.memcpy_dtoh(buf, p, sizeof buf) != ORB_CU_SUCCESS)
+        return 14;
+    for (size_t i = 0; i < sizeof buf; i++)
+        if (buf[i] != 0x5a)
+            return 15;
+    int capable = 1;
+    if (c.pointer_get_attribute(&capable, ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p) != ORB_CU_SUCCESS ||
+        capable != 0) /* an import is not exported again */
+        return 16;
+    memset(buf, 0xc3, 4096);
+    if (c.memcpy_htod(p, buf, 4096) != ORB_CU_SUCCESS || c.mem_free(p) == ORB_CU_SUCCESS)
+        return 17;
+    if (c.ipc_close_mem_handle(p) != ORB_CU_SUCCESS || c.ipc_close_mem_handle(p) != ORB_CU_SUCCESS ||
+        c.ipc_close_mem_handle(p) == ORB_CU_SUCCESS) /* two opens, two closes, then unknown */
+        return 18;
+    return 0;
+}
+
+/* IPC handles of the stand-in reach another process's mapping of the same bytes, as the driver's
+ * do; a process cannot open its own. */
+static void test_ipc_handles_cross_processes(void **state)
+{
+    (void)state;
+    orb_cu_device d = 0;
+    orb_cu_context ctx = NULL;
+    assert_int_equal(cu.device_get(&d, 0), ORB_CU_SUCCESS);
+    assert_int_equal(cu.primary_ctx_retain(&ctx, d), ORB_CU_SUCCESS);
+    assert_int_equal(cu.ctx_set_current(ctx), ORB_CU_SUCCESS);
+    orb_cu_deviceptr p = 0, mine = 0;
+    assert_int_equal(cu.mem_alloc(&p, 8192), ORB_CU_SUCCESS);
+    uint8_t buf[8192];
+    memset(buf, 0x5a, sizeof buf);
+    assert_int_equal(cu.memcpy_htod(p, buf, sizeof buf), ORB_CU_SUCCESS);
+    int capable = 0;
+    assert_int_equal(cu.pointer_get_attribute(&capable, ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p),
+                     ORB_CU_SUCCESS);
+    assert_int_equal(capable, 1);
+    orb_cu_ipc_mem_handle h;
+    assert_int_equal(cu.ipc_get_mem_handle(NULL, p), ORB_CU_ERROR_INVALID_VALUE);
+    assert_int_equal(cu.ipc_get_mem_handle(&h, p + 100), ORB_CU_SUCCESS); /* any byte names its allocation */
+    assert_int_equal(cu.ipc_open_mem_handle(&mine, h, 0), ORB_CU_ERROR_INVALID_CONTEXT);
+    assert_int_equal(cu.ipc_close_mem_handle(p), ORB_CU_ERROR_INVALID_VALUE); /* not an import */
+
+    char hex[2 * ORB_CU_IPC_HANDLE_SIZE + 1];
+    for (size_t i = 0; i < sizeof h.reserved; i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned)(uint8_t)h.reserved[i]);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_cuda_loader", "--ipc-child", hex, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0)
+        fail_msg("the importing process failed at step %d", WEXITSTATUS(status));
+    /* What it wrote is in this process's allocation. */
+    assert_int_equal(cu.memcpy_dtoh(buf, p, sizeof buf), ORB_CU_SUCCESS);
+    for (size_t i = 0; i < sizeof buf; i++)
+        assert_int_equal(buf[i], i < 4096 ? 0xc3 : 0x5a);
+    assert_int_equal(cu.mem_free(p), ORB_CU_SUCCESS);
+    assert_int_equal(cu.ctx_set_current(NULL), ORB_CU_SUCCESS);
+    assert_int_equal(cu.primary_ctx_release(d), ORB_CU_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--ipc-child") == 0)
+        return ipc_child(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_missing_export_fails_the_whole_load),
         cmocka_unit_test(test_a_failed_cuinit_is_named),
         cmocka_unit_test(test_no_library_and_bad_arguments),
         cmocka_unit_test(test_statuses_and_descriptions),
         cmocka_unit_test(test_the_table_reaches_the_driver),
+        cmocka_unit_test(test_ipc_handles_cross_processes),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

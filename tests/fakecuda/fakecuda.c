@@ -19,6 +19,7 @@
 #include "fakecuda.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -57,7 +58,22 @@ struct alloc {
     uint8_t *bytes;                    /* where its bytes are */
     int fd;                            /* a device allocation's memfd */
     int device;
+    /* Imported from another process (cuIpcOpenMemHandle): its exporter and allocation, and how
+     * many opens of it are not closed yet. */
+    bool imported;
+    int exporter_pid, exporter_fd;
+    unsigned long long exporter_base;
+    int opens;
 };
+
+/* What a stand-in IPC handle holds: enough for another process of the same user to map the
+ * allocation's memfd through /proc/PID/fd. */
+struct ipc_handle {
+    unsigned int magic;
+    int pid, fd, device;
+    unsigned long long base, size;
+};
+#define IPC_MAGIC 0x46434950u
 
 enum op_kind { OP_COPY = 1, OP_EVENT = 2 };
 
@@ -189,7 +205,9 @@ EXPORT struct fakecuda_counts fakecuda_counts(void)
     struct fakecuda_counts c = {0};
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < MAX_ALLOCS; i++) {
-        if (allocs[i].kind == ALLOC_DEVICE)
+        if (allocs[i].kind == ALLOC_DEVICE && allocs[i].imported)
+            c.imports++;
+        else if (allocs[i].kind == ALLOC_DEVICE)
             c.device_allocations++;
         else if (allocs[i].kind == ALLOC_HOST)
             c.host_allocations++;
@@ -448,11 +466,74 @@ EXPORT orb_cu_result cuMemFree_v2(orb_cu_deviceptr ptr)
 {
     ENTER("cuMemFree_v2");
     struct alloc *a = find(ptr, 0);
-    if (a == NULL || a->kind != ALLOC_DEVICE || a->base != ptr)
+    if (a == NULL || a->kind != ALLOC_DEVICE || a->base != ptr || a->imported)
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);
     munmap(a->bytes, a->size);
     close(a->fd);
     memset(a, 0, sizeof *a);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuIpcGetMemHandle(orb_cu_ipc_mem_handle *handle, orb_cu_deviceptr ptr)
+{
+    ENTER("cuIpcGetMemHandle");
+    struct alloc *a = find(ptr, 0);
+    if (handle == NULL || a == NULL || a->kind != ALLOC_DEVICE || a->imported)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    struct ipc_handle h = {.magic = IPC_MAGIC, .pid = (int)getpid(), .fd = a->fd, .device = a->device,
+                           .base = a->base, .size = a->size};
+    memset(handle, 0, sizeof *handle);
+    memcpy(handle->reserved, &h, sizeof h);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuIpcOpenMemHandle_v2(orb_cu_deviceptr *ptr, orb_cu_ipc_mem_handle handle, unsigned int flags)
+{
+    ENTER("cuIpcOpenMemHandle_v2");
+    struct ipc_handle h;
+    memcpy(&h, handle.reserved, sizeof h);
+    if (ptr == NULL || h.magic != IPC_MAGIC || (flags & ~ORB_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != 0)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (!live_context(current) || h.pid == (int)getpid()) /* as the driver: not in its own process */
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    for (size_t i = 0; i < MAX_ALLOCS; i++) {
+        struct alloc *a = &allocs[i];
+        if (a->kind == ALLOC_DEVICE && a->imported && a->exporter_pid == h.pid && a->exporter_base == h.base) {
+            a->opens++;
+            *ptr = a->base;
+            LEAVE(ORB_CU_SUCCESS);
+        }
+    }
+    struct alloc *a = free_slot();
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
+    int fd = a != NULL ? open(path, O_RDWR | O_CLOEXEC) : -1;
+    void *bytes_at = fd >= 0 ? mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (bytes_at == MAP_FAILED) {
+        if (fd >= 0)
+            close(fd);
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE); /* the exporter or its allocation is gone */
+    }
+    int d = h.device >= 0 && h.device < ndevices ? h.device : current->device;
+    *a = (struct alloc){.kind = ALLOC_DEVICE, .base = next_address[d], .size = h.size, .bytes = bytes_at, .fd = fd,
+                        .device = d, .imported = true, .exporter_pid = h.pid, .exporter_fd = h.fd,
+                        .exporter_base = h.base, .opens = 1};
+    next_address[d] += (h.size + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN + DEVICE_ALIGN;
+    *ptr = a->base;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuIpcCloseMemHandle(orb_cu_deviceptr ptr)
+{
+    ENTER("cuIpcCloseMemHandle");
+    struct alloc *a = find(ptr, 0);
+    if (a == NULL || !a->imported || a->base != ptr)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (--a->opens == 0) {
+        munmap(a->bytes, a->size);
+        close(a->fd);
+        memset(a, 0, sizeof *a);
+    }
     LEAVE(ORB_CU_SUCCESS);
 }
 
@@ -523,6 +604,9 @@ EXPORT orb_cu_result cuPointerGetAttribute(void *data, unsigned int attribute, o
         break;
     case ORB_CU_POINTER_ATTRIBUTE_RANGE_SIZE:
         *(size_t *)data = a->size;
+        break;
+    case ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *(int *)data = a->kind == ALLOC_DEVICE && !a->imported;
         break;
     default:
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);

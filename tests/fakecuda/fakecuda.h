@@ -13,6 +13,7 @@ struct fakecuda_counts {
     long device_allocations, host_allocations;
     long primary_refs;                 /* retains of every device's primary context */
     long streams, events;
+    long imports;                      /* other processes' allocations mapped (cuIpcOpenMemHandle) */
 };
 
 /* The Nth call (from 1) of `export` (its exported name) fails with `rc`, once; nth 0 disarms.
