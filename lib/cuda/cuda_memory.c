@@ -545,31 +545,77 @@ static int pinned_ready(orb_host_memory *host)
     return ready_consume(&p->ready, p->ctx, "pinned host memory");
 }
 
+/* cuMemHostAlloc (portable: every context may use it) of `len` bytes in device `device`'s
+ * primary context, whose retain it holds into *ctx_out. Errors: as orb_cuda_memory_alloc(). */
+static int pinned_alloc(int device, size_t len, void **bytes_out, orb_cu_context *ctx_out)
+{
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context ctx = NULL, saved = NULL;
+    int rc = open_device(device, &cu, &ctx);
+    if (rc != 0)
+        return rc;
+    void *bytes = NULL;
+    orb_cu_result r = enter(cu, ctx, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        r = cu->mem_host_alloc(&bytes, len, ORB_CU_MEMHOSTALLOC_PORTABLE);
+        leave(cu, saved);
+    }
+    if (r != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "cuMemHostAlloc");
+        close_device(cu, device);
+        return rc;
+    }
+    *bytes_out = bytes;
+    *ctx_out = ctx;
+    return 0;
+}
+
+/* Pinned bytes the driver did not prove free (`r` says why): they and their context are kept. */
+static void pinned_kept(const struct orb_cuda *cu, orb_cu_result r, const void *ptr, size_t len)
+{
+    char text[160];
+    ORB_LOGE("cuda: pinned host memory [%p, +%zu) could not be freed (%s): it and its context are kept", ptr, len,
+             orb_cuda_describe(cu, r, text, sizeof text));
+    pthread_mutex_lock(&g_lock);
+    g_retained.host_allocations++;
+    g_retained.host_bytes += len;
+    g_retained.contexts++;
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Undo pinned_alloc(): cuMemFreeHost in `ctx`, then the context's retain; a free the driver
+ * refuses keeps both. */
+static void pinned_free(const struct orb_cuda *cu, int device, orb_cu_context ctx, void *ptr, size_t len)
+{
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, ctx, &saved);
+    if (r == ORB_CU_SUCCESS) {
+        r = cu->mem_free_host(ptr);
+        leave(cu, saved);
+    }
+    if (r != ORB_CU_SUCCESS)
+        pinned_kept(cu, r, ptr, len);
+    else
+        close_device(cu, device);
+}
+
 static void pinned_release(void *ptr, size_t len, void *arg)
 {
     struct pinned *p = arg;
     const struct orb_cuda *cu = NULL;
     (void)orb_cuda_get(&cu);
-    orb_cu_context saved = NULL;
     /* The last producer's work ends before the bytes go; a fenced producer keeps them. */
-    orb_cu_result r = ORB_CU_ERROR_NOT_READY;
-    if (ready_consume(&p->ready, p->ctx, "pinned host memory") == 0 && (r = enter(cu, p->ctx, &saved)) == ORB_CU_SUCCESS) {
-        r = ready_gone(cu, &p->ready) ? cu->mem_free_host(ptr) : ORB_CU_ERROR_NOT_READY;
+    orb_cu_context saved = NULL;
+    if (ready_consume(&p->ready, p->ctx, "pinned host memory") == 0 && enter(cu, p->ctx, &saved) == ORB_CU_SUCCESS) {
+        bool gone = ready_gone(cu, &p->ready);
         leave(cu, saved);
+        if (gone) {
+            pinned_free(cu, p->device, p->ctx, ptr, len);
+            free(p);
+            return;
+        }
     }
-    if (r != ORB_CU_SUCCESS) {
-        char text[160];
-        ORB_LOGE("cuda: pinned host memory [%p, +%zu) could not be freed (%s): it and its context are kept", ptr,
-                 len, orb_cuda_describe(cu, r, text, sizeof text));
-        pthread_mutex_lock(&g_lock);
-        g_retained.host_allocations++;
-        g_retained.host_bytes += len;
-        g_retained.contexts++;
-        pthread_mutex_unlock(&g_lock);
-        free(p);
-        return;
-    }
-    close_device(cu, p->device);
+    pinned_kept(cu, ORB_CU_ERROR_NOT_READY, ptr, len);
     free(p);
 }
 
@@ -581,34 +627,22 @@ ORB_EXPORT int orb_cuda_host_alloc(int device, size_t len, orb_host_memory **out
     if (p == NULL)
         return orb_fail(ORB_ENOMEM, "cuda: out of memory for pinned host memory's owner");
     pthread_mutex_init(&p->ready.lock, NULL);
-    const struct orb_cuda *cu = NULL;
-    orb_cu_context saved = NULL;
-    int rc = open_device(device, &cu, &p->ctx);
-    if (rc != 0)
-        goto free_owner;
     p->device = device;
     void *bytes = NULL;
-    orb_cu_result r = enter(cu, p->ctx, &saved);
-    if (r == ORB_CU_SUCCESS) {
-        r = cu->mem_host_alloc(&bytes, len, ORB_CU_MEMHOSTALLOC_PORTABLE);
-        leave(cu, saved);
-    }
-    if (r != ORB_CU_SUCCESS) {
-        rc = cuda_fail(cu, r, "cuMemHostAlloc");
-        goto release_device;
-    }
+    int rc = pinned_alloc(device, len, &bytes, &p->ctx);
+    if (rc != 0)
+        goto free_owner;
     if ((rc = orb_host_memory_wrap(bytes, len, pinned_release, p, out)) != 0)
         goto free_bytes;
     (*out)->ready = pinned_ready;
     return 0;
 
 free_bytes:
-    if (enter(cu, p->ctx, &saved) == ORB_CU_SUCCESS) {
-        (void)cu->mem_free_host(bytes);
-        leave(cu, saved);
+    {
+        const struct orb_cuda *cu = NULL;
+        (void)orb_cuda_get(&cu); /* loaded: pinned_alloc used it */
+        pinned_free(cu, device, p->ctx, bytes, len);
     }
-release_device:
-    close_device(cu, device);
 free_owner:
     pthread_mutex_destroy(&p->ready.lock);
     free(p);
@@ -805,21 +839,12 @@ struct staging_header {
 
 void *orb_cuda_staging_alloc(int device, size_t len)
 {
-    const struct orb_cuda *cu = NULL;
-    orb_cu_context ctx = NULL, saved = NULL;
-    if (len > SIZE_MAX - STAGING_HEADER || open_device(device, &cu, &ctx) != 0)
-        return NULL;
     void *p = NULL;
-    orb_cu_result r = enter(cu, ctx, &saved);
-    if (r == ORB_CU_SUCCESS) {
-        r = cu->mem_host_alloc(&p, len + STAGING_HEADER, ORB_CU_MEMHOSTALLOC_PORTABLE);
-        leave(cu, saved);
-    }
-    if (r != ORB_CU_SUCCESS) {
-        char text[160];
-        ORB_LOGW("cuda: no pinned staging memory (%s): ordinary memory instead",
-                 orb_cuda_describe(cu, r, text, sizeof text));
-        close_device(cu, device);
+    orb_cu_context ctx = NULL;
+    if (len > SIZE_MAX - STAGING_HEADER)
+        return NULL;
+    if (pinned_alloc(device, len + STAGING_HEADER, &p, &ctx) != 0) {
+        ORB_LOGW("%s: no pinned staging memory, ordinary memory instead", orb_last_error());
         return NULL;
     }
     struct staging_header *h = p;
@@ -834,24 +859,5 @@ void orb_cuda_staging_free(void *p)
     struct staging_header *h = (struct staging_header *)(void *)((uint8_t *)p - STAGING_HEADER);
     const struct orb_cuda *cu = NULL;
     (void)orb_cuda_get(&cu); /* loaded: the memory came from it */
-    int device = h->device;
-    size_t len = h->len;
-    orb_cu_context saved = NULL;
-    orb_cu_result r = enter(cu, h->ctx, &saved);
-    if (r == ORB_CU_SUCCESS) {
-        r = cu->mem_free_host(h);
-        leave(cu, saved);
-    }
-    if (r != ORB_CU_SUCCESS) {
-        char text[160];
-        ORB_LOGE("cuda: pinned staging memory of %zu bytes could not be freed (%s): it and its context are kept", len,
-                 orb_cuda_describe(cu, r, text, sizeof text));
-        pthread_mutex_lock(&g_lock);
-        g_retained.host_allocations++;
-        g_retained.host_bytes += len + STAGING_HEADER;
-        g_retained.contexts++;
-        pthread_mutex_unlock(&g_lock);
-        return;
-    }
-    close_device(cu, device);
+    pinned_free(cu, h->device, h->ctx, h, h->len + STAGING_HEADER);
 }
