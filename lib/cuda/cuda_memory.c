@@ -20,6 +20,9 @@
  * per owner, shared by its aliases, recorded on the producer's stream; the first access waits
  * for the recorded generation once. */
 struct readiness {
+    orb_cu_context ctx;                /* the owner's context, device and name (for messages) */
+    int device;
+    char what[96];
     pthread_mutex_t lock;
     orb_cu_event event;                /* made on the first record, in the owner's context */
     uint64_t recorded, consumed;       /* generations */
@@ -130,9 +133,10 @@ static void leave(const struct orb_cuda *cu, orb_cu_context saved)
 
 /* Wait for r's pending generation (r->lock held, ctx current). 0 (its done callback handed back
  * through done and done_ctx for the caller to run unlocked), or ORB_EUNQUIESCED (fenced now). */
-static int ready_wait_locked(const struct orb_cuda *cu, struct readiness *r, const char *what,
-                             void (**done)(void *), void **done_ctx)
+static int ready_wait_locked(const struct orb_cuda *cu, struct readiness *r, void (**done)(void *),
+                             void **done_ctx)
 {
+    const char *what = r->what;
     if (r->fenced)
         return orb_fail(ORB_EUNQUIESCED, "cuda: %s is fenced: a producer's recorded work was not proven to end",
                         what);
@@ -153,7 +157,15 @@ static int ready_wait_locked(const struct orb_cuda *cu, struct readiness *r, con
     return 0;
 }
 
-static int ready_consume(struct readiness *r, orb_cu_context ctx, const char *what)
+static void ready_init(struct readiness *r, orb_cu_context ctx, int device, const char *what)
+{
+    r->ctx = ctx;
+    r->device = device;
+    snprintf(r->what, sizeof r->what, "%s", what);
+    pthread_mutex_init(&r->lock, NULL);
+}
+
+static int ready_consume(struct readiness *r)
 {
     pthread_mutex_lock(&r->lock);
     if (!r->fenced && r->recorded == r->consumed) {
@@ -166,11 +178,11 @@ static int ready_consume(struct readiness *r, orb_cu_context ctx, const char *wh
     void *done_ctx = NULL;
     orb_cu_context saved = NULL;
     int rc;
-    orb_cu_result r0 = enter(cu, ctx, &saved);
+    orb_cu_result r0 = enter(cu, r->ctx, &saved);
     if (r0 != ORB_CU_SUCCESS) {
         rc = cuda_fail(cu, r0, "making the owner's context current");
     } else {
-        rc = ready_wait_locked(cu, r, what, &done, &done_ctx);
+        rc = ready_wait_locked(cu, r, &done, &done_ctx);
         leave(cu, saved);
     }
     pthread_mutex_unlock(&r->lock);
@@ -185,9 +197,11 @@ static bool default_stream(orb_cu_stream s)
     return (uintptr_t)s <= 2; /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
 }
 
-static int ready_record(struct readiness *r, orb_cu_context ctx, int device, void *stream_handle,
-                        void (*done)(void *), void *done_ctx, const char *what)
+static int ready_record(struct readiness *r, void *stream_handle, void (*done)(void *), void *done_ctx)
 {
+    orb_cu_context ctx = r->ctx;
+    int device = r->device;
+    const char *what = r->what;
     const struct orb_cuda *cu = NULL;
     int rc = orb_cuda_get(&cu);
     if (rc != 0)
@@ -219,7 +233,7 @@ static int ready_record(struct readiness *r, orb_cu_context ctx, int device, voi
     void *old_ctx = NULL;
     pthread_mutex_lock(&r->lock);
     /* A generation still pending is waited for first: one event captures one stream's work. */
-    rc = ready_wait_locked(cu, r, what, &old_done, &old_ctx);
+    rc = ready_wait_locked(cu, r, &old_done, &old_ctx);
     if (rc == 0 && r->event == NULL && (cr = cu->event_create(&r->event, ORB_CU_EVENT_DISABLE_TIMING)) != ORB_CU_SUCCESS) {
         r->event = NULL;
         rc = cuda_fail(cu, cr, "cuEventCreate");
@@ -263,7 +277,9 @@ static orb_cuda_memory *owner_new(int device, orb_cu_context ctx, orb_cu_devicep
         return NULL;
     atomic_init(&m->refs, 1);
     pthread_mutex_init(&m->copy_lock, NULL);
-    pthread_mutex_init(&m->ready.lock, NULL);
+    char what[96];
+    snprintf(what, sizeof what, "device %d's allocation [0x%llx, +%zu)", device, (unsigned long long)base, size);
+    ready_init(&m->ready, ctx, device, what);
     pthread_mutex_init(&m->loan_lock, NULL);
     m->device = device;
     m->ctx = ctx;
@@ -542,7 +558,7 @@ struct pinned {
 static int pinned_ready(orb_host_memory *host)
 {
     struct pinned *p = host->release_ctx;
-    return ready_consume(&p->ready, p->ctx, "pinned host memory");
+    return ready_consume(&p->ready);
 }
 
 /* cuMemHostAlloc (portable: every context may use it) of `len` bytes in device `device`'s
@@ -606,7 +622,7 @@ static void pinned_release(void *ptr, size_t len, void *arg)
     (void)orb_cuda_get(&cu);
     /* The last producer's work ends before the bytes go; a fenced producer keeps them. */
     orb_cu_context saved = NULL;
-    if (ready_consume(&p->ready, p->ctx, "pinned host memory") == 0 && enter(cu, p->ctx, &saved) == ORB_CU_SUCCESS) {
+    if (ready_consume(&p->ready) == 0 && enter(cu, p->ctx, &saved) == ORB_CU_SUCCESS) {
         bool gone = ready_gone(cu, &p->ready);
         leave(cu, saved);
         if (gone) {
@@ -626,12 +642,12 @@ ORB_EXPORT int orb_cuda_host_alloc(int device, size_t len, orb_host_memory **out
     struct pinned *p = calloc(1, sizeof *p);
     if (p == NULL)
         return orb_fail(ORB_ENOMEM, "cuda: out of memory for pinned host memory's owner");
-    pthread_mutex_init(&p->ready.lock, NULL);
     p->device = device;
     void *bytes = NULL;
     int rc = pinned_alloc(device, len, &bytes, &p->ctx);
     if (rc != 0)
         goto free_owner;
+    ready_init(&p->ready, p->ctx, device, "pinned host memory");
     if ((rc = orb_host_memory_wrap(bytes, len, pinned_release, p, out)) != 0)
         goto free_bytes;
     (*out)->ready = pinned_ready;
@@ -643,8 +659,8 @@ free_bytes:
         (void)orb_cuda_get(&cu); /* loaded: pinned_alloc used it */
         pinned_free(cu, device, p->ctx, bytes, len);
     }
-free_owner:
     pthread_mutex_destroy(&p->ready.lock);
+free_owner:
     free(p);
     return rc;
 }
@@ -746,10 +762,7 @@ int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *h
 
 int orb_cuda_memory_ready(orb_cuda_memory *mem)
 {
-    char what[96];
-    snprintf(what, sizeof what, "device %d's allocation [0x%llx, +%zu)", mem->device, (unsigned long long)mem->base,
-             mem->size);
-    return ready_consume(&mem->ready, mem->ctx, what);
+    return ready_consume(&mem->ready);
 }
 
 ORB_EXPORT int orb_cuda_memory_record_producer(orb_cuda_memory *mem, void *stream, void (*done)(void *ctx),
@@ -757,10 +770,7 @@ ORB_EXPORT int orb_cuda_memory_record_producer(orb_cuda_memory *mem, void *strea
 {
     if (mem == NULL)
         return orb_fail(ORB_EINVAL, "cuda: NULL device memory");
-    char what[96];
-    snprintf(what, sizeof what, "device %d's allocation [0x%llx, +%zu)", mem->device, (unsigned long long)mem->base,
-             mem->size);
-    return ready_record(&mem->ready, mem->ctx, mem->device, stream, done, ctx, what);
+    return ready_record(&mem->ready, stream, done, ctx);
 }
 
 ORB_EXPORT int orb_cuda_host_record_producer(orb_host_memory *host, void *stream, void (*done)(void *ctx),
@@ -771,7 +781,7 @@ ORB_EXPORT int orb_cuda_host_record_producer(orb_host_memory *host, void *stream
     if (host->ready != pinned_ready)
         return orb_fail(ORB_EINVAL, "cuda: producer readiness needs pinned host memory from orb_cuda_host_alloc");
     struct pinned *p = host->release_ctx;
-    return ready_record(&p->ready, p->ctx, p->device, stream, done, ctx, "pinned host memory");
+    return ready_record(&p->ready, stream, done, ctx);
 }
 
 ORB_EXPORT int orb_cuda_memory_copy_out(orb_cuda_memory *mem, size_t offset, void *dst, size_t len)
