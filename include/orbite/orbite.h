@@ -612,7 +612,8 @@ struct orb_cuda_retained {
     uint64_t host_allocations;   /* pinned host allocations whose free failed */
     uint64_t host_bytes;
     uint64_t contexts;           /* primary context references kept */
-    uint64_t reserved[3];        /* 0 */
+    uint64_t imports;            /* other processes' allocations whose IPC mapping could not be closed */
+    uint64_t reserved[2];        /* 0 */
 };
 
 /**

@@ -495,6 +495,9 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
         if (no_cpu_view && r->transport == ORB_TRANSPORT_UNSPEC && !engine->tp[slot].ops->stages_through_cpu &&
             seg->peer[ORB_TRANSPORT_TCP] != NULL)
             slot = ORB_TRANSPORT_TCP;
+        if (r->transport == ORB_TRANSPORT_UNSPEC)
+            slot = orb_segment_prefer(seg, slot, g->reqs[i].local_pin, (uint8_t)r->op, r->remote_addr, r->length,
+                                      b->deadline_ns);
         g->reqs[i].staged = no_cpu_view && engine->tp[slot].ops->stages_through_cpu;
         g->reqs[i].tp_slot = (uint8_t)slot;
         g->reqs[i].length = r->length;

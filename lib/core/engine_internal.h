@@ -100,6 +100,11 @@ struct orb_segment {
  * Errors: ORB_EINVAL (unknown transport), ORB_EUNAVAILABLE (the message says why). */
 int orb_segment_pick(const struct orb_segment *segment, enum orb_transport requested,
                      unsigned *slot_out);
+/* For ORB_TRANSPORT_UNSPEC, once the local range is pinned: a transport preferred to `slot`
+ * (orb_segment_pick's choice) that takes only some requests and accepts this one (asking its
+ * peer by `deadline` at the latest), else `slot`. */
+unsigned orb_segment_prefer(const struct orb_segment *segment, unsigned slot, const struct orb_reg *local, uint8_t op,
+                            uint64_t remote_addr, uint64_t length, uint64_t deadline);
 /* After the transport called the peer dead (ORB_EPEER): ask the endpoint once, briefly, whether
  * it now runs another epoch, so that a restarted peer is reported as ORB_ESTALE. Never replays
  * anything and never adopts the new process. Returns ORB_ESTALE or `status`. */

@@ -102,7 +102,8 @@ int orb_segment_pick(const struct orb_segment *segment, enum orb_transport reque
     if (requested == ORB_TRANSPORT_UNSPEC) {
         for (size_t k = 0; k < sizeof unspec_preference / sizeof unspec_preference[0]; k++) {
             unsigned i = (unsigned)unspec_preference[k];
-            if (segment->peer[i] != NULL) {
+            /* A transport that takes only some requests is chosen later, by orb_segment_prefer. */
+            if (segment->peer[i] != NULL && segment->engine->tp[i].ops->peer_accepts == NULL) {
                 *slot_out = i;
                 return 0;
             }
@@ -125,6 +126,21 @@ int orb_segment_pick(const struct orb_segment *segment, enum orb_transport reque
     return orb_fail(ORB_EUNAVAILABLE, "the %s transport has no path to %s (%s: %s)",
                     transport_name(requested), segment->endpoint,
                     orb_strerror(segment->peer_status[i]), segment->peer_why[i]);
+}
+
+unsigned orb_segment_prefer(const struct orb_segment *segment, unsigned slot, const struct orb_reg *local, uint8_t op,
+                            uint64_t remote_addr, uint64_t length, uint64_t deadline)
+{
+    for (size_t k = 0; k < sizeof unspec_preference / sizeof unspec_preference[0]; k++) {
+        unsigned i = (unsigned)unspec_preference[k];
+        if (i == slot)
+            break;
+        const struct orb_transport_ops *ops = segment->engine->tp[i].ops;
+        if (segment->peer[i] != NULL && ops->peer_accepts != NULL &&
+            ops->peer_accepts(segment->peer[i], op, local, remote_addr, length, deadline) == 1)
+            return i;
+    }
+    return slot;
 }
 
 ORB_EXPORT int orb_segment_describe(orb_segment *segment, uint64_t timeout_ns,

@@ -255,6 +255,12 @@ struct orb_transport_ops {
     /* Plan one request, once: fill `plan` through orb_plan_pieces() (or orb_plan_even()) and,
      * if the transport keeps per-request state, in->request_private. */
     int (*peer_plan)(void *peer, const struct orb_plan_input *in, struct orb_plan *plan);
+    /* ORB_TRANSPORT_UNSPEC asks this before it chooses the transport for a request (NULL: the
+     * transport takes any request with a path): 1 when it would carry `op` between `local` (a
+     * pinned registration) and the peer's [remote_addr, +length), 0 when another should. May
+     * ask the peer over the control path, by `deadline` at the latest. */
+    int (*peer_accepts)(void *peer, uint8_t op, const struct orb_reg *local, uint64_t remote_addr, uint64_t length,
+                        uint64_t deadline);
     /* Queue `n` xfers. On 0 every xfer will be reported through orb_xfer_done(); on a negative
      * return (ORB_EPEER: the peer is known dead, ORB_ECLOSED) none was accepted. */
     int (*peer_submit)(void *peer, struct orb_xfer *const *xfers, size_t n);
@@ -264,5 +270,6 @@ struct orb_transport_ops {
 
 extern const struct orb_transport_ops orb_tcp_transport;
 extern const struct orb_transport_ops orb_rdma_transport;
+extern const struct orb_transport_ops orb_nvlink_transport;
 
 #endif

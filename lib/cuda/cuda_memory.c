@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -677,8 +678,16 @@ ORB_EXPORT int orb_cuda_retained_resources(struct orb_cuda_retained *out)
 
 /* One copy on mem's stream (copy_lock held, mem's context current): submitted, the event
  * recorded after it and waited for; on a failure, the stream drained. */
-static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_deviceptr dptr, void *to_host,
-                       const void *from_host, size_t len)
+/* Where one copy goes: to host bytes, from host bytes, or to or from another device address. */
+struct copy_ends {
+    void *to_host;
+    const void *from_host;
+    orb_cu_deviceptr peer;            /* device to device when to_host and from_host are NULL */
+    bool to_peer;                     /* mem's bytes into peer (else peer's into mem) */
+};
+
+static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_deviceptr dptr,
+                       const struct copy_ends *e, size_t len)
 {
     orb_cu_result r;
     if (mem->stream == NULL) {
@@ -692,9 +701,18 @@ static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_d
             return cuda_fail(cu, r, "cuEventCreate");
         }
     }
-    const char *what = to_host != NULL ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync";
-    r = to_host != NULL ? cu->memcpy_dtoh_async(to_host, dptr, len, mem->stream)
-                        : cu->memcpy_htod_async(dptr, from_host, len, mem->stream);
+    const char *what;
+    if (e->to_host != NULL) {
+        what = "cuMemcpyDtoHAsync";
+        r = cu->memcpy_dtoh_async(e->to_host, dptr, len, mem->stream);
+    } else if (e->from_host != NULL) {
+        what = "cuMemcpyHtoDAsync";
+        r = cu->memcpy_htod_async(dptr, e->from_host, len, mem->stream);
+    } else {
+        what = "cuMemcpyDtoDAsync";
+        r = e->to_peer ? cu->memcpy_dtod_async(e->peer, dptr, len, mem->stream)
+                       : cu->memcpy_dtod_async(dptr, e->peer, len, mem->stream);
+    }
     if (r == ORB_CU_SUCCESS) {
         what = "cuEventRecord";
         r = cu->event_record(mem->done, mem->stream);
@@ -720,9 +738,9 @@ static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_d
     return orb_fail(orb_cuda_status(r), "cuda: %s failed (%s); the copy stream drained", what, text);
 }
 
-static int copy(orb_cuda_memory *mem, size_t offset, void *to_host, const void *from_host, size_t len)
+static int copy(orb_cuda_memory *mem, size_t offset, const struct copy_ends *e, size_t len)
 {
-    if (mem == NULL || (to_host == NULL && from_host == NULL) || len == 0 || offset > mem->size ||
+    if (mem == NULL || len == 0 || offset > mem->size ||
         len > mem->size - offset)
         return orb_fail(ORB_EINVAL, "cuda: a copy of %zu bytes at +%zu of an allocation of %zu", len, offset,
                         mem != NULL ? mem->size : 0);
@@ -743,7 +761,7 @@ static int copy(orb_cuda_memory *mem, size_t offset, void *to_host, const void *
     if (r != ORB_CU_SUCCESS)
         rc = cuda_fail(cu, r, "making the allocation's context current");
     else {
-        rc = copy_locked(cu, mem, mem->base + offset, to_host, from_host, len);
+        rc = copy_locked(cu, mem, mem->base + offset, e, len);
         leave(cu, saved);
     }
     pthread_mutex_unlock(&mem->copy_lock);
@@ -752,12 +770,21 @@ static int copy(orb_cuda_memory *mem, size_t offset, void *to_host, const void *
 
 int orb_cuda_memory_to_host(orb_cuda_memory *mem, size_t offset, void *host, size_t len)
 {
-    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, host, NULL, len);
+    struct copy_ends e = {.to_host = host};
+    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, &e, len);
 }
 
 int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *host, size_t len)
 {
-    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, NULL, host, len);
+    struct copy_ends e = {.from_host = host};
+    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, &e, len);
+}
+
+int orb_cuda_memory_dtod(orb_cuda_memory *mem, size_t offset, uint64_t peer, size_t len, int to_peer)
+{
+    struct copy_ends e = {.peer = (orb_cu_deviceptr)peer, .to_peer = to_peer != 0};
+    return peer == 0 ? orb_fail(ORB_EINVAL, "cuda: a device-to-device copy with no peer address")
+                     : copy(mem, offset, &e, len);
 }
 
 int orb_cuda_memory_ready(orb_cuda_memory *mem)
@@ -870,4 +897,103 @@ void orb_cuda_staging_free(void *p)
     const struct orb_cuda *cu = NULL;
     (void)orb_cuda_get(&cu); /* loaded: the memory came from it */
     pinned_free(cu, h->device, h->ctx, h, h->len + STAGING_HEADER);
+}
+
+/* ---- IPC: another process's view of an allocation on this host ----------------------------- */
+
+int orb_cuda_memory_ipc_handle(orb_cuda_memory *mem, uint8_t out[ORB_CU_IPC_HANDLE_SIZE])
+{
+    if (mem == NULL || out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL device memory or handle");
+    const struct orb_cuda *cu = NULL;
+    int rc = orb_cuda_get(&cu);
+    if (rc != 0)
+        return rc;
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, mem->ctx, &saved);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "making the allocation's context current");
+    int capable = 0;
+    r = cu->pointer_get_attribute(&capable, ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, mem->base);
+    if (r != ORB_CU_SUCCESS)
+        rc = cuda_fail(cu, r, "cuPointerGetAttribute(IS_LEGACY_CUDA_IPC_CAPABLE)");
+    else if (!capable)
+        rc = orb_fail(ORB_EUNAVAILABLE, "cuda: device %d's allocation [0x%llx, +%zu) has no legacy IPC handle (a "
+                      "virtual memory management allocation): it cannot be shared with another process here",
+                      mem->device, (unsigned long long)mem->base, mem->size);
+    else {
+        orb_cu_ipc_mem_handle h;
+        if ((r = cu->ipc_get_mem_handle(&h, mem->base)) != ORB_CU_SUCCESS)
+            rc = cuda_fail(cu, r, "cuIpcGetMemHandle");
+        else
+            memcpy(out, h.reserved, ORB_CU_IPC_HANDLE_SIZE);
+    }
+    leave(cu, saved);
+    return rc;
+}
+
+int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE], uint64_t *ptr_out)
+{
+    if (handle == NULL || ptr_out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL handle or output");
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context ctx = NULL;
+    int rc = open_device(device, &cu, &ctx);
+    if (rc != 0)
+        return rc;
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, ctx, &saved);
+    if (r != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "making the importing device's context current");
+        goto release_device;
+    }
+    orb_cu_ipc_mem_handle h;
+    memcpy(h.reserved, handle, ORB_CU_IPC_HANDLE_SIZE);
+    orb_cu_deviceptr p = 0;
+    r = cu->ipc_open_mem_handle(&p, h, ORB_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    leave(cu, saved);
+    if (r != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "cuIpcOpenMemHandle");
+        goto release_device;
+    }
+    *ptr_out = (uint64_t)p; /* the context retain stays with the import */
+    return 0;
+
+release_device:
+    close_device(cu, device);
+    return rc;
+}
+
+int orb_cuda_ipc_unimport(int device, uint64_t ptr)
+{
+    const struct orb_cuda *cu = NULL;
+    int rc = orb_cuda_get(&cu);
+    if (rc != 0)
+        return rc;
+    orb_cu_device dev = 0;
+    orb_cu_context ctx = NULL, saved = NULL;
+    orb_cu_result r = cu->device_get(&dev, device);
+    if (r == ORB_CU_SUCCESS)
+        r = cu->primary_ctx_retain(&ctx, dev); /* the import's own retain keeps it alive */
+    if (r != ORB_CU_SUCCESS)
+        rc = cuda_fail(cu, r, "finding the importing device's context");
+    else {
+        if ((r = enter(cu, ctx, &saved)) == ORB_CU_SUCCESS) {
+            r = cu->ipc_close_mem_handle((orb_cu_deviceptr)ptr);
+            leave(cu, saved);
+        }
+        close_device(cu, device); /* the retain just taken */
+        if (r != ORB_CU_SUCCESS)
+            rc = cuda_fail(cu, r, "cuIpcCloseMemHandle");
+    }
+    if (rc != 0) {
+        /* Still mapped, as far as anyone knows: the mapping and its context stay. */
+        pthread_mutex_lock(&g_lock);
+        g_retained.imports++;
+        g_retained.contexts++;
+        pthread_mutex_unlock(&g_lock);
+        return rc;
+    }
+    close_device(cu, device);
+    return 0;
 }

@@ -16,8 +16,11 @@
 #define ORB_CUDA_CUDA_MEMORY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <orbite/orbite.h>
+
+#include "cuda/cuda_api.h"
 
 /* [offset, offset + len) of mem's allocation into `host` (len bytes). Errors: ORB_EINVAL (NULL,
  * len 0, the range outside the allocation), ORB_EUNQUIESCED (fenced, or the copy's end not
@@ -44,5 +47,28 @@ void orb_cuda_staging_free(void *p);
 struct orb_cuda_loan;
 int orb_cuda_memory_loan(orb_cuda_memory *mem, size_t offset, size_t len, int writes, struct orb_cuda_loan **out);
 void orb_cuda_memory_loan_end(struct orb_cuda_loan *loan);
+
+/* Device to device: [offset, offset + len) of mem's allocation into `peer` (to_peer) or from it;
+ * `peer` is a device address valid in mem's context (another allocation, an IPC import). On
+ * mem's stream, complete when it returns 0. Errors as orb_cuda_memory_to_host(). */
+int orb_cuda_memory_dtod(orb_cuda_memory *mem, size_t offset, uint64_t peer, size_t len, int to_peer);
+
+/* IPC between processes of one host. */
+
+/* mem's legacy IPC handle (cuIpcGetMemHandle): another process maps the whole allocation with
+ * it. Errors: ORB_EINVAL (NULL), ORB_EUNAVAILABLE (the allocation is not IPC-capable: a virtual
+ * memory management one), the driver's failure. */
+int orb_cuda_memory_ipc_handle(orb_cuda_memory *mem, uint8_t out[ORB_CU_IPC_HANDLE_SIZE]);
+
+/* Map another process's allocation by its handle into device `device`'s primary context
+ * (cuIpcOpenMemHandle, peer access enabled lazily); *ptr_out is its first byte here. The import
+ * holds one retain of that context until orb_cuda_ipc_unimport(). Errors: ORB_EINVAL (no such
+ * device, a handle of this process or of an allocation that is gone), the driver's failure. */
+int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE], uint64_t *ptr_out);
+
+/* Unmap an import (cuIpcCloseMemHandle) and give back its context retain. A close the driver
+ * refuses keeps the mapping and the retain for good (orb_cuda_retained_resources: imports and
+ * contexts) and returns its failure. */
+int orb_cuda_ipc_unimport(int device, uint64_t ptr);
 
 #endif

@@ -187,6 +187,11 @@ const struct orb_transport_ops orb_rdma_transport = {
     .name = "absent",
     .start = absent_start,
 };
+const struct orb_transport_ops orb_nvlink_transport = {
+    .id = ORB_TRANSPORT_NVLINK,
+    .name = "absent",
+    .start = absent_start,
+};
 
 /* ---- fixture ----------------------------------------------------------------------------- */
 

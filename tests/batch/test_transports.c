@@ -226,6 +226,16 @@ const struct orb_transport_ops orb_rdma_transport = {
     .reg_retire = rdma_reg_retire, .peer_open = s_peer_open, .peer_plan = s_peer_plan,
     .peer_submit = s_peer_submit, .peer_release = s_peer_release,
 };
+/* And no NVLink transport (orb_engine_create() starts it; here it is not on this host). */
+static int nvlink_start(orb_engine *engine, void **tp)
+{
+    (void)engine, (void)tp;
+    (void)orb_fail(ORB_EUNAVAILABLE, "no NVLink in this test");
+    return ORB_TP_NOT_HERE;
+}
+const struct orb_transport_ops orb_nvlink_transport = {
+    .id = ORB_TRANSPORT_NVLINK, .name = "absent", .start = nvlink_start,
+};
 
 /* ---- fixture ----------------------------------------------------------------------------- */
 

@@ -1,0 +1,83 @@
+/* Internal: the NVLink (CUDA IPC) transport, for processes on one host.
+ *
+ * A request's bytes move by one device-to-device copy on the requester's copy engines, between
+ * its local device memory and the source's allocation mapped into the requester's process (an
+ * IPC import, made once per peer allocation and cached). Over the segment's TCP control
+ * connection (nvlink_msg.h) the requester sends the source each group of up to
+ * ORB_NVL_GROUP_MAX requests; the source authorises each as a whole, waits for producer work
+ * recorded on it, lends the range, and answers with the IPC handle of each allocation. After the
+ * copies the requester ends the group; the source then lets the ranges go. When that end is not
+ * acknowledged (the connection died, the group's lease ran out), no request of the group
+ * completes: a copy into the source may have been changed or overlapped later work.
+ *
+ * An IPC handle maps a whole allocation, writable, into the peer: the source exports only
+ * allocations one registration covers whole with remote write permission. The engine does not
+ * load libcuda for this transport: only device memory, which loaded it already, travels here. */
+#ifndef ORB_NVLINK_NVLINK_INTERNAL_H
+#define ORB_NVLINK_NVLINK_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/transport.h"
+#include "nvlink/nvlink_msg.h"
+
+#define NVL_GROUPS_MAX 1024u       /* groups a source holds at once, for every requester */
+#define NVL_IMPORTS_MAX 64u        /* imports one peer keeps; the least recently used goes */
+#define NVL_KNOWN_MAX 32u          /* a peer's remembered answers to QUERY */
+#define NVL_REFUSAL_TTL_NS (1000ull * 1000 * 1000) /* how long a refused range is remembered */
+#define NVL_HELLO_RETRY_NS (5000ull * 1000 * 1000) /* how long a failed HELLO is remembered */
+#define NVL_PROBE_NS (1000ull * 1000 * 1000)       /* the longest a transport choice waits */
+
+struct nvl_group;                  /* a group held at the source */
+struct nvl_peer;
+
+struct nvl_tp {
+    orb_engine *engine;
+    struct orb_nvl_hello self;
+    uint64_t lease_ns;             /* a group's hold at the source without an END */
+    pthread_mutex_t lock;
+    pthread_cond_t changed;        /* groups, peers and stopping (monotonic clock) */
+    atomic_bool stopping;
+    /* Source: the groups held, and the thread that ends those whose lease ran out. */
+    struct nvl_group *groups;
+    uint32_t ngroups;
+    pthread_t lease_thread;
+    bool lease_thread_started;
+    /* Requester: every peer not yet freed (those whose thread finished are freed by the next
+     * peer_open or by stop). */
+    struct nvl_peer *peers;
+    uint32_t live_threads;
+    atomic_uint_fast64_t inflight; /* xfers accepted and not reported */
+};
+
+/* Source: answer a control message (ops->control). */
+int nvl_source_control(void *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
+                       size_t cap, size_t *resp_len);
+int nvl_source_start(struct nvl_tp *tp);
+/* Wait until `deadline` for requesters to end the groups held. 0, or ORB_EUNQUIESCED (held). */
+int nvl_source_stop(struct nvl_tp *tp, uint64_t deadline);
+uint64_t nvl_source_groups(struct nvl_tp *tp);
+/* End the lease thread and let every group go (at destroy). */
+void nvl_source_free(struct nvl_tp *tp);
+
+/* Requester (ops->peer_*). */
+int nvl_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
+                  const struct orb_control_path *ctl, void **peer_out);
+int nvl_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan);
+int nvl_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n);
+void nvl_peer_release(void *peer);
+int nvl_peer_accepts(void *peer, uint8_t op, const struct orb_reg *local, uint64_t remote_addr, uint64_t length,
+                     uint64_t deadline);
+/* Fail every queued xfer with ORB_ECLOSED, wait for the peers' threads until `deadline` and free
+ * the peers. 0, or ORB_EUNQUIESCED (a copy did not end by then: the peers stay). */
+int nvl_requester_stop(struct nvl_tp *tp, uint64_t deadline);
+/* Join and free every peer (at destroy, once every segment released its peers). */
+void nvl_requester_free(struct nvl_tp *tp);
+
+/* This process's identity and where it runs (nvlink_transport.c). */
+int nvl_self_hello(struct orb_nvl_hello *out);
+
+#endif

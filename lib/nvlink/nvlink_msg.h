@@ -1,0 +1,98 @@
+/* Internal: the NVLink (CUDA IPC) transport's control messages, carried over the segment's TCP
+ * control connection (wire CONTROL_REQ/CONTROL_RESP, transport 3).
+ *
+ *  - HELLO / HELLO_OK: each side's process identity (a random per-process nonce), and where it
+ *    runs (the kernel's boot id and its IPC namespace): IPC needs one host and one namespace; one
+ *    process copies directly.
+ *  - BEGIN / BEGIN_OK: a group of up to ORB_NVL_GROUP_MAX requests, each authorised by the source
+ *    as a whole, with the IPC handle of each allocation they touch, or the refusal and its cause.
+ *    The source holds the group's ranges (pinned, lent, producer work waited for) until END or
+ *    until the group's lease runs out.
+ *  - END / END_OK: the requester's copies of the group are over; the source lets the ranges go.
+ *  - QUERY / QUERY_OK: BEGIN's question without its hold or handles, for choosing a transport:
+ *    whether each range could travel here, and the extent of its allocation.
+ *
+ * Every message starts u8 kind | u8 version | u16 0. Little-endian, packed; every count and
+ * length is checked against fixed maxima before use, decoders never read past `len`, and fail
+ * closed with ORB_EPROTO naming the field. Documented in docs/wire-protocol.md. */
+#ifndef ORB_NVLINK_NVLINK_MSG_H
+#define ORB_NVLINK_NVLINK_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ORB_NVL_VERSION 1u
+#define ORB_NVL_GROUP_MAX 16u      /* requests of one BEGIN */
+#define ORB_NVL_HANDLE_LEN 64u     /* a legacy CUDA IPC handle */
+#define ORB_NVL_WHY_MAX 96u        /* bytes of a refusal's cause */
+#define ORB_NVL_ID_LEN 16u
+
+enum orb_nvl_kind {
+    ORB_NVL_HELLO = 1,
+    ORB_NVL_HELLO_OK = 2,
+    ORB_NVL_BEGIN = 3,
+    ORB_NVL_BEGIN_OK = 4,
+    ORB_NVL_END = 5,
+    ORB_NVL_END_OK = 6,
+    ORB_NVL_QUERY = 7,     /* a BEGIN's body: may these ranges travel here? Nothing is held */
+    ORB_NVL_QUERY_OK = 8   /* a BEGIN_OK's body, its handles zero */
+};
+
+/* Where a process runs, and which process it is. */
+struct orb_nvl_hello {
+    uint8_t process[ORB_NVL_ID_LEN]; /* random, once per process */
+    uint8_t boot[ORB_NVL_ID_LEN];    /* /proc/sys/kernel/random/boot_id */
+    uint64_t ipc_namespace;          /* the inode of /proc/self/ns/ipc */
+};
+
+struct orb_nvl_range {
+    uint8_t op;                      /* ORB_OP_READ or ORB_OP_WRITE */
+    uint64_t addr;                   /* the source's address of the request's first byte */
+    uint64_t length;                 /* > 0 */
+};
+
+struct orb_nvl_begin {
+    uint64_t group;                  /* the requester's id of the group, non-zero */
+    uint32_t count;                  /* 1..ORB_NVL_GROUP_MAX */
+    struct orb_nvl_range ranges[ORB_NVL_GROUP_MAX];
+};
+
+/* One exported allocation: the whole of it is mapped by the importer. */
+struct orb_nvl_alloc {
+    uint64_t base;                   /* the source's address of its first byte */
+    uint64_t size;
+    uint8_t handle[ORB_NVL_HANDLE_LEN];
+};
+
+struct orb_nvl_grant {
+    int32_t status;                  /* 0, or the ORB_E* refusal of this request */
+    uint16_t alloc;                  /* index into allocs when status is 0 */
+    char why[ORB_NVL_WHY_MAX + 1];   /* the refusal's cause, NUL-terminated ("" for none) */
+};
+
+struct orb_nvl_begin_ok {
+    uint64_t group;
+    uint32_t count;                  /* as the BEGIN's */
+    uint32_t nallocs;                /* 0..count */
+    struct orb_nvl_alloc allocs[ORB_NVL_GROUP_MAX];
+    struct orb_nvl_grant grants[ORB_NVL_GROUP_MAX];
+};
+
+/* The kind of a message (its first byte) after checking its prefix: ORB_EPROTO otherwise. */
+int orb_nvl_kind_of(const uint8_t *buf, size_t len, uint8_t *kind_out);
+
+/* Encoders write at most `cap` bytes (ORB_EINVAL when it is too small or a field is out of
+ * range); decoders check everything (ORB_EPROTO naming the field). */
+int orb_nvl_hello_encode(uint8_t kind, const struct orb_nvl_hello *m, uint8_t *out, size_t cap, size_t *len_out);
+int orb_nvl_hello_decode(uint8_t kind, const uint8_t *buf, size_t len, struct orb_nvl_hello *m);
+/* BEGIN or QUERY, and BEGIN_OK or QUERY_OK (`kind`). */
+int orb_nvl_begin_encode(uint8_t kind, const struct orb_nvl_begin *m, uint8_t *out, size_t cap, size_t *len_out);
+int orb_nvl_begin_decode(uint8_t kind, const uint8_t *buf, size_t len, struct orb_nvl_begin *m);
+int orb_nvl_begin_ok_encode(uint8_t kind, const struct orb_nvl_begin_ok *m, uint8_t *out, size_t cap,
+                            size_t *len_out);
+int orb_nvl_begin_ok_decode(uint8_t kind, const uint8_t *buf, size_t len, struct orb_nvl_begin_ok *m);
+/* END and END_OK: the group id only. */
+int orb_nvl_end_encode(uint8_t kind, uint64_t group, uint8_t *out, size_t cap, size_t *len_out);
+int orb_nvl_end_decode(uint8_t kind, const uint8_t *buf, size_t len, uint64_t *group_out);
+
+#endif

@@ -1,0 +1,578 @@
+/* The NVLink transport's requester: one thread per peer runs its groups (BEGIN, copies, END) and
+ * keeps its imports of the peer's allocations. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/engine.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "cuda/cuda_kind.h"
+#include "cuda/cuda_memory.h"
+#include "nvlink/nvlink_internal.h"
+
+#define WHY_LEN 320
+
+enum hello_state { HELLO_UNKNOWN = 0, HELLO_SAME_PROCESS, HELLO_SAME_HOST, HELLO_ELSEWHERE, HELLO_FAILED };
+
+/* One of the peer's allocations mapped here, by the device it is mapped for. */
+struct nvl_import {
+    uint64_t base, size;           /* the peer's extent */
+    uint8_t handle[ORB_NVL_HANDLE_LEN];
+    int device;
+    uint64_t ptr;                  /* its first byte here */
+    uint64_t used;                 /* the group that last used it */
+};
+
+/* A remembered QUERY answer: a range that may travel here (an allocation's extent), or one that
+ * may not, until `expires`. */
+struct nvl_known {
+    uint64_t addr, length;
+    bool ok;
+    uint64_t expires;
+};
+
+struct nvl_peer {
+    struct nvl_peer *next;         /* tp->peers */
+    struct nvl_tp *tp;
+    struct orb_control_path ctl;
+    char endpoint[ORB_ENDPOINT_MAX];
+    pthread_mutex_t lock;          /* the queue, the states below */
+    pthread_cond_t changed;
+    struct orb_xfer *head, *tail;
+    bool released, thread_started, finished;
+    pthread_t thread;
+    enum hello_state hello;
+    uint64_t hello_retry;          /* when a failed HELLO may be tried again */
+    char hello_why[WHY_LEN];
+    struct nvl_known known[NVL_KNOWN_MAX];
+    uint32_t nknown, next_known;
+    /* The peer's thread only: */
+    struct nvl_import imports[NVL_IMPORTS_MAX];
+    uint32_t nimports;
+    uint64_t next_group;
+};
+
+static void peer_free(struct nvl_peer *p)
+{
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->changed);
+    free(p);
+}
+
+/* Free the peers whose thread finished, or that never had one and were released (tp->lock
+ * held). */
+static void reap_peers_locked(struct nvl_tp *tp)
+{
+    for (struct nvl_peer **pp = &tp->peers; *pp != NULL;) {
+        struct nvl_peer *p = *pp;
+        pthread_mutex_lock(&p->lock);
+        bool done = p->released && (p->thread_started ? p->finished : true);
+        pthread_mutex_unlock(&p->lock);
+        if (!done) {
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        if (p->thread_started)
+            pthread_join(p->thread, NULL);
+        peer_free(p);
+    }
+}
+
+int nvl_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
+                  const struct orb_control_path *ctl, void **peer_out)
+{
+    (void)expected; /* the control connection proved it */
+    (void)deadline; /* nothing is asked until device memory needs it */
+    struct nvl_tp *tp = tp_;
+    if (ctl == NULL)
+        return orb_fail(ORB_EINVAL, "nvlink: a peer needs the segment's control path");
+    struct nvl_peer *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return orb_fail(ORB_ENOMEM, "nvlink: out of memory for a peer");
+    p->tp = tp;
+    p->ctl = *ctl;
+    snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint);
+    pthread_mutex_init(&p->lock, NULL);
+    if (orb_cond_init_monotonic(&p->changed) != 0) {
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        return orb_fail(ORB_ENOMEM, "nvlink: cannot make a peer's condition variable");
+    }
+    pthread_mutex_lock(&tp->lock);
+    if (atomic_load(&tp->stopping)) {
+        pthread_mutex_unlock(&tp->lock);
+        peer_free(p);
+        return orb_fail(ORB_ECLOSED, "nvlink: the transport is stopping");
+    }
+    reap_peers_locked(tp);
+    p->next = tp->peers;
+    tp->peers = p;
+    pthread_mutex_unlock(&tp->lock);
+    *peer_out = p;
+    return 0;
+}
+
+/* ---- where the peer runs ------------------------------------------------------------------- */
+
+/* The peer's HELLO answer, asked once (again after NVL_HELLO_RETRY_NS when it failed). Returns
+ * the state; *why says why it is not this host. */
+static enum hello_state peer_hello(struct nvl_peer *p, uint64_t deadline, char *why, size_t why_len)
+{
+    pthread_mutex_lock(&p->lock);
+    enum hello_state st = p->hello;
+    if (st == HELLO_FAILED && orb_now_ns() >= p->hello_retry)
+        st = HELLO_UNKNOWN;
+    snprintf(why, why_len, "%s", p->hello_why);
+    pthread_mutex_unlock(&p->lock);
+    if (st != HELLO_UNKNOWN)
+        return st;
+
+    uint8_t req[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
+    size_t len = 0, resp_len = 0;
+    struct orb_nvl_hello theirs;
+    int rc = orb_nvl_hello_encode(ORB_NVL_HELLO, &p->tp->self, req, sizeof req, &len);
+    if (rc == 0)
+        rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_NVLINK, req, len, resp, sizeof resp, &resp_len, deadline);
+    if (rc == 0)
+        rc = orb_nvl_hello_decode(ORB_NVL_HELLO_OK, resp, resp_len, &theirs);
+    if (rc != 0) {
+        st = HELLO_FAILED;
+        snprintf(why, why_len, "its NVLink transport did not answer (%s: %.160s)", orb_strerror(rc),
+                 orb_last_error());
+    } else if (memcmp(theirs.boot, p->tp->self.boot, ORB_NVL_ID_LEN) != 0) {
+        st = HELLO_ELSEWHERE;
+        snprintf(why, why_len, "it runs on another host");
+    } else if (theirs.ipc_namespace != p->tp->self.ipc_namespace) {
+        st = HELLO_ELSEWHERE;
+        snprintf(why, why_len, "it runs in another IPC namespace of this host");
+    } else
+        st = memcmp(theirs.process, p->tp->self.process, ORB_NVL_ID_LEN) == 0 ? HELLO_SAME_PROCESS : HELLO_SAME_HOST;
+    pthread_mutex_lock(&p->lock);
+    p->hello = st;
+    p->hello_retry = orb_deadline_after(NVL_HELLO_RETRY_NS);
+    snprintf(p->hello_why, sizeof p->hello_why, "%s", why);
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+/* ---- choosing this transport ---------------------------------------------------------------- */
+
+static void remember(struct nvl_peer *p, uint64_t addr, uint64_t length, bool ok)
+{
+    pthread_mutex_lock(&p->lock);
+    uint32_t i = p->nknown < NVL_KNOWN_MAX ? p->nknown++ : p->next_known++ % NVL_KNOWN_MAX;
+    p->known[i] = (struct nvl_known){.addr = addr, .length = length, .ok = ok,
+                                     .expires = ok ? ORB_DEADLINE_NONE : orb_deadline_after(NVL_REFUSAL_TTL_NS)};
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Forget what was remembered about ranges overlapping [addr, +length). */
+static void forget(struct nvl_peer *p, uint64_t addr, uint64_t length)
+{
+    pthread_mutex_lock(&p->lock);
+    for (uint32_t i = 0; i < p->nknown; i++) {
+        struct nvl_known *k = &p->known[i];
+        if (k->addr < addr + length && addr < k->addr + k->length)
+            k->expires = 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+int nvl_peer_accepts(void *peer, uint8_t op, const struct orb_reg *local, uint64_t remote_addr, uint64_t length,
+                     uint64_t deadline)
+{
+    struct nvl_peer *p = peer;
+    if (local == NULL || local->kind != &orb_memkind_cuda)
+        return 0;
+    uint64_t probe_deadline = orb_deadline_after(NVL_PROBE_NS);
+    if (deadline > probe_deadline) /* a choice of transport never waits long */
+        deadline = probe_deadline;
+    char why[WHY_LEN];
+    enum hello_state st = peer_hello(p, deadline, why, sizeof why);
+    if (st != HELLO_SAME_HOST && st != HELLO_SAME_PROCESS)
+        return 0;
+    uint64_t now = orb_now_ns();
+    pthread_mutex_lock(&p->lock);
+    int verdict = -1;
+    for (uint32_t i = 0; i < p->nknown && verdict < 0; i++) {
+        const struct nvl_known *k = &p->known[i];
+        if (k->expires <= now)
+            continue;
+        if (k->ok && remote_addr >= k->addr && length <= k->length && remote_addr - k->addr <= k->length - length)
+            verdict = 1;
+        else if (!k->ok && k->addr == remote_addr && k->length == length)
+            verdict = 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (verdict >= 0)
+        return verdict;
+
+    struct orb_nvl_begin q = {.group = 1, .count = 1, .ranges = {{.op = op, .addr = remote_addr, .length = length}}};
+    uint8_t req[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
+    size_t len = 0, resp_len = 0;
+    struct orb_nvl_begin_ok *a = malloc(sizeof *a);
+    int rc = a == NULL ? ORB_ENOMEM : orb_nvl_begin_encode(ORB_NVL_QUERY, &q, req, sizeof req, &len);
+    if (rc == 0)
+        rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_NVLINK, req, len, resp, sizeof resp, &resp_len, deadline);
+    if (rc == 0)
+        rc = orb_nvl_begin_ok_decode(ORB_NVL_QUERY_OK, resp, resp_len, a);
+    if (rc == 0 && (a->count != 1 || a->group != 1))
+        rc = ORB_EPROTO;
+    bool ok = rc == 0 && a->grants[0].status == 0;
+    if (ok) {
+        const struct orb_nvl_alloc *al = &a->allocs[a->grants[0].alloc];
+        if (remote_addr >= al->base && length <= al->size && remote_addr - al->base <= al->size - length)
+            remember(p, al->base, al->size, true);
+        else
+            ok = false;
+    }
+    if (!ok)
+        remember(p, remote_addr, length, false);
+    free(a);
+    return ok ? 1 : 0;
+}
+
+/* ---- plans and submission ------------------------------------------------------------------ */
+
+int nvl_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan)
+{
+    (void)peer;
+    if (in->local_reg == NULL || in->local_reg->kind != &orb_memkind_cuda)
+        return orb_fail(ORB_EINVAL, "nvlink moves device memory to device memory: the local range is %s memory "
+                        "(use TCP, or let the engine choose)",
+                        in->local_reg != NULL ? in->local_reg->kind->name : "no");
+    return orb_plan_even(plan, in->length, 0); /* one copy per request */
+}
+
+static void *peer_main(void *arg);
+
+int nvl_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
+{
+    struct nvl_peer *p = peer;
+    struct nvl_tp *tp = p->tp;
+    if (n == 0)
+        return 0;
+    if (atomic_load(&tp->stopping))
+        return orb_fail(ORB_ECLOSED, "nvlink: the transport is stopping");
+    /* Lock order: the transport's lock, then a peer's. */
+    pthread_mutex_lock(&tp->lock);
+    pthread_mutex_lock(&p->lock);
+    if (!p->thread_started) {
+        if (pthread_create(&p->thread, NULL, peer_main, p) != 0) {
+            pthread_mutex_unlock(&p->lock);
+            pthread_mutex_unlock(&tp->lock);
+            return orb_fail(ORB_ENOMEM, "nvlink: cannot start a peer's thread");
+        }
+        p->thread_started = true;
+        tp->live_threads++;
+    }
+    pthread_mutex_unlock(&tp->lock);
+    for (size_t i = 0; i < n; i++) {
+        struct orb_xfer *x = xfers[i];
+        x->next = NULL;
+        if (p->tail != NULL)
+            p->tail->next = x;
+        else
+            p->head = x;
+        p->tail = x;
+    }
+    atomic_fetch_add(&tp->inflight, n);
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+void nvl_peer_release(void *peer)
+{
+    struct nvl_peer *p = peer;
+    pthread_mutex_lock(&p->lock);
+    p->released = true;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- groups -------------------------------------------------------------------------------- */
+
+static void xfer_end(struct nvl_tp *tp, struct orb_xfer *x, int status, enum orb_remote_effect effect,
+                     const char *why)
+{
+    orb_xfer_done_why(x, status, effect, why);
+    atomic_fetch_sub(&tp->inflight, 1);
+}
+
+static void close_import(struct nvl_peer *p, struct nvl_import *im)
+{
+    if (orb_cuda_ipc_unimport(im->device, im->ptr) != 0)
+        ORB_LOGE("nvlink: peer %s's allocation [0x%llx, +%llu) could not be unmapped (%s): its mapping is kept",
+                 p->endpoint, (unsigned long long)im->base, (unsigned long long)im->size, orb_last_error());
+}
+
+/* The peer's allocation `al` mapped for `device`, imported now if it is not yet (or was
+ * replaced since). 0 with *ptr_out, or the failure with the detail message. */
+static int import_get(struct nvl_peer *p, const struct orb_nvl_alloc *al, int device, uint64_t group,
+                      uint64_t *ptr_out)
+{
+    struct nvl_import *slot = NULL;
+    for (uint32_t i = 0; i < p->nimports; i++) {
+        struct nvl_import *im = &p->imports[i];
+        if (im->device != device || im->base >= al->base + al->size || al->base >= im->base + im->size)
+            continue;
+        if (im->base == al->base && im->size == al->size &&
+            memcmp(im->handle, al->handle, ORB_NVL_HANDLE_LEN) == 0) {
+            im->used = group;
+            *ptr_out = im->ptr;
+            return 0;
+        }
+        /* The peer freed that allocation and made another where it was: the old mapping goes. */
+        close_import(p, im);
+        *im = p->imports[--p->nimports];
+        i--;
+    }
+    if (p->nimports < NVL_IMPORTS_MAX)
+        slot = &p->imports[p->nimports];
+    else {
+        slot = &p->imports[0];
+        for (uint32_t i = 1; i < p->nimports; i++)
+            if (p->imports[i].used < slot->used)
+                slot = &p->imports[i];
+        close_import(p, slot);
+        *slot = p->imports[--p->nimports];
+        slot = &p->imports[p->nimports];
+    }
+    uint64_t ptr = 0;
+    int rc = orb_cuda_ipc_import(device, al->handle, &ptr);
+    if (rc != 0)
+        return orb_fail_wrap(rc, "nvlink: mapping peer %s's allocation [0x%llx, +%llu)", p->endpoint,
+                             (unsigned long long)al->base, (unsigned long long)al->size);
+    *slot = (struct nvl_import){.base = al->base, .size = al->size, .device = device, .ptr = ptr, .used = group};
+    memcpy(slot->handle, al->handle, ORB_NVL_HANDLE_LEN);
+    p->nimports++;
+    *ptr_out = ptr;
+    return 0;
+}
+
+/* The earliest deadline of the group, bounded by the engine's I/O timeout. */
+static uint64_t group_deadline(struct nvl_tp *tp, struct orb_xfer *const *xs, uint32_t n)
+{
+    uint64_t d = orb_deadline_after(tp->lease_ns);
+    for (uint32_t i = 0; i < n; i++)
+        if (xs[i]->deadline_ns < d)
+            d = xs[i]->deadline_ns;
+    return d;
+}
+
+static void fail_all(struct nvl_tp *tp, struct orb_xfer *const *xs, uint32_t n, int status, const char *why)
+{
+    for (uint32_t i = 0; i < n; i++)
+        xfer_end(tp, xs[i], status, ORB_REMOTE_EFFECT_NONE, why);
+}
+
+struct copy_result {
+    int status;
+    bool attempted;                /* a copy was submitted: a WRITE may have changed peer bytes */
+    char why[WHY_LEN];
+};
+
+/* One group: BEGIN, the copies, END; every xfer reported. */
+static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
+{
+    struct nvl_tp *tp = p->tp;
+    struct orb_xfer *xs[ORB_NVL_GROUP_MAX];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < n_in; i++) {
+        if (orb_xfer_may_start(in[i]))
+            xs[n++] = in[i];
+        else
+            xfer_end(tp, in[i], ORB_ETIMEDOUT, ORB_REMOTE_EFFECT_NONE, "withdrawn before it started");
+    }
+    if (n == 0)
+        return;
+    uint64_t deadline = group_deadline(tp, xs, n);
+    char why[WHY_LEN];
+    enum hello_state st = peer_hello(p, deadline, why, sizeof why);
+    if (st != HELLO_SAME_HOST && st != HELLO_SAME_PROCESS) {
+        char text[WHY_LEN];
+        snprintf(text, sizeof text, "nvlink: no IPC path to %.64s: %.200s", p->endpoint, why);
+        fail_all(tp, xs, n, st == HELLO_FAILED ? ORB_EPEER : ORB_EUNAVAILABLE, text);
+        return;
+    }
+
+    struct orb_nvl_begin *b = calloc(1, sizeof *b);
+    struct orb_nvl_begin_ok *a = calloc(1, sizeof *a);
+    struct copy_result *res = calloc(n, sizeof *res);
+    uint8_t *req = malloc(ORB_CONTROL_MAX), *resp = malloc(ORB_CONTROL_MAX);
+    int rc = 0;
+    if (b == NULL || a == NULL || res == NULL || req == NULL || resp == NULL) {
+        fail_all(tp, xs, n, ORB_ENOMEM, "nvlink: out of memory for a group");
+        goto free_buffers;
+    }
+    b->group = ++p->next_group;
+    b->count = n;
+    for (uint32_t i = 0; i < n; i++)
+        b->ranges[i] = (struct orb_nvl_range){.op = xs[i]->op, .addr = xs[i]->remote_addr, .length = xs[i]->length};
+    size_t len = 0, resp_len = 0;
+    rc = orb_nvl_begin_encode(ORB_NVL_BEGIN, b, req, ORB_CONTROL_MAX, &len);
+    if (rc == 0)
+        rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_NVLINK, req, len, resp, ORB_CONTROL_MAX, &resp_len, deadline);
+    if (rc == 0)
+        rc = orb_nvl_begin_ok_decode(ORB_NVL_BEGIN_OK, resp, resp_len, a);
+    if (rc == 0 && (a->group != b->group || a->count != n))
+        rc = orb_fail(ORB_EPROTO, "nvlink: peer %s answered group %llu of %u requests for group %llu of %u",
+                      p->endpoint, (unsigned long long)a->group, a->count, (unsigned long long)b->group, n);
+    if (rc != 0) {
+        /* Nothing is held when BEGIN failed; a lost answer's hold ends with its lease. */
+        char text[WHY_LEN];
+        snprintf(text, sizeof text, "nvlink: peer %.64s did not begin the group: %.160s", p->endpoint,
+                 orb_last_error());
+        fail_all(tp, xs, n, rc, text);
+        goto free_buffers;
+    }
+
+    bool held = false;
+    for (uint32_t i = 0; i < n; i++) {
+        struct orb_xfer *x = xs[i];
+        const struct orb_nvl_grant *g = &a->grants[i];
+        struct copy_result *r = &res[i];
+        if (g->status != 0) {
+            r->status = g->status;
+            snprintf(r->why, sizeof r->why, "nvlink: peer %.64s refused: %.96s", p->endpoint, g->why);
+            forget(p, x->remote_addr, x->length);
+            continue;
+        }
+        held = true;
+        const struct orb_nvl_alloc *al = &a->allocs[g->alloc];
+        if (x->remote_addr < al->base || x->length > al->size || x->remote_addr - al->base > al->size - x->length) {
+            r->status = orb_fail(ORB_EPROTO, "nvlink: peer %s granted [0x%llx, +%llu) in allocation [0x%llx, +%llu)",
+                                 p->endpoint, (unsigned long long)x->remote_addr, (unsigned long long)x->length,
+                                 (unsigned long long)al->base, (unsigned long long)al->size);
+            snprintf(r->why, sizeof r->why, "%s", orb_last_error());
+            continue;
+        }
+        const struct orb_reg *local = x->local_reg;
+        orb_cuda_memory *mem = local->owner;
+        uint64_t ptr = 0;
+        if (st == HELLO_SAME_PROCESS)
+            ptr = x->remote_addr; /* the source's address is this process's */
+        else if ((r->status = import_get(p, al, orb_cuda_memory_device(mem), b->group, &ptr)) != 0) {
+            snprintf(r->why, sizeof r->why, "%s", orb_last_error());
+            continue;
+        } else
+            ptr += x->remote_addr - al->base;
+        size_t offset = (size_t)(local->base + x->local_offset - orb_cuda_memory_ptr(mem));
+        r->attempted = true;
+        r->status = orb_cuda_memory_dtod(mem, offset, ptr, (size_t)x->length, x->op == ORB_XFER_WRITE);
+        if (r->status != 0)
+            snprintf(r->why, sizeof r->why, "nvlink: the copy %s peer %.64s failed: %.150s",
+                     x->op == ORB_XFER_WRITE ? "to" : "from", p->endpoint, orb_last_error());
+    }
+
+    /* The source holds the group's ranges until it hears the copies are over. */
+    int end_rc = 0;
+    char end_why[WHY_LEN] = "";
+    if (held) {
+        end_rc = orb_nvl_end_encode(ORB_NVL_END, b->group, req, ORB_CONTROL_MAX, &len);
+        uint64_t end_deadline = orb_deadline_after(tp->lease_ns); /* the source must hear it even late */
+        if (end_rc == 0)
+            end_rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_NVLINK, req, len, resp, ORB_CONTROL_MAX, &resp_len,
+                                 end_deadline);
+        uint64_t id = 0;
+        if (end_rc == 0 && (end_rc = orb_nvl_end_decode(ORB_NVL_END_OK, resp, resp_len, &id)) == 0 && id != b->group)
+            end_rc = orb_fail(ORB_EPROTO, "nvlink: peer %s ended group %llu for %llu", p->endpoint,
+                              (unsigned long long)id, (unsigned long long)b->group);
+        if (end_rc != 0)
+            snprintf(end_why, sizeof end_why, "nvlink: peer %.64s did not acknowledge the end of the group of %u "
+                     "requests: %.110s", p->endpoint, n, orb_last_error());
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct orb_xfer *x = xs[i];
+        enum orb_remote_effect effect = x->op == ORB_XFER_WRITE && res[i].attempted ? ORB_REMOTE_EFFECT_UNKNOWN
+                                                                                    : ORB_REMOTE_EFFECT_NONE;
+        if (end_rc != 0)
+            xfer_end(tp, x, end_rc, effect, end_why);
+        else
+            xfer_end(tp, x, res[i].status, res[i].status != 0 ? effect : ORB_REMOTE_EFFECT_NONE, res[i].why);
+    }
+
+free_buffers:
+    free(b);
+    free(a);
+    free(res);
+    free(req);
+    free(resp);
+}
+
+static void *peer_main(void *arg)
+{
+    struct nvl_peer *p = arg;
+    struct nvl_tp *tp = p->tp;
+    struct orb_xfer *batch[ORB_NVL_GROUP_MAX];
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        bool stopping = atomic_load(&tp->stopping);
+        if (p->head == NULL && (p->released || stopping))
+            break;
+        if (p->head == NULL) {
+            pthread_cond_wait(&p->changed, &p->lock);
+            continue;
+        }
+        uint32_t n = 0;
+        while (p->head != NULL && n < ORB_NVL_GROUP_MAX) {
+            batch[n++] = p->head;
+            p->head = p->head->next;
+        }
+        if (p->head == NULL)
+            p->tail = NULL;
+        pthread_mutex_unlock(&p->lock);
+        if (stopping)
+            fail_all(tp, batch, n, ORB_ECLOSED, "nvlink: the engine is closing");
+        else
+            run_group(p, batch, n);
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    for (uint32_t i = 0; i < p->nimports; i++)
+        close_import(p, &p->imports[i]);
+    p->nimports = 0;
+    pthread_mutex_lock(&p->lock);
+    p->finished = true;
+    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_lock(&tp->lock);
+    tp->live_threads--;
+    pthread_cond_broadcast(&tp->changed);
+    pthread_mutex_unlock(&tp->lock);
+    return NULL;
+}
+
+int nvl_requester_stop(struct nvl_tp *tp, uint64_t deadline)
+{
+    pthread_mutex_lock(&tp->lock);
+    atomic_store(&tp->stopping, true);
+    pthread_cond_broadcast(&tp->changed);
+    for (struct nvl_peer *p = tp->peers; p != NULL; p = p->next) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->changed);
+        pthread_mutex_unlock(&p->lock);
+    }
+    while (tp->live_threads > 0 && orb_now_ns() < deadline) {
+        struct timespec ts = orb_deadline_timespec(deadline);
+        pthread_cond_timedwait(&tp->changed, &tp->lock, &ts);
+    }
+    uint32_t live = tp->live_threads;
+    pthread_mutex_unlock(&tp->lock);
+    if (live > 0)
+        return orb_fail(ORB_EUNQUIESCED, "nvlink: %u peers' copies did not end in time", live);
+    return 0;
+}
+
+void nvl_requester_free(struct nvl_tp *tp)
+{
+    /* Every segment, hence every peer, was released before the engine is destroyed. */
+    pthread_mutex_lock(&tp->lock);
+    reap_peers_locked(tp);
+    if (tp->peers != NULL)
+        ORB_LOGE("nvlink: a peer outlives its transport");
+    pthread_mutex_unlock(&tp->lock);
+}

@@ -1,0 +1,527 @@
+/* The NVLink (CUDA IPC) transport through whole engines on the fakecuda stand-in as the
+ * process's driver: device bytes both ways at unaligned sizes, in one process (the source's
+ * address copied directly) and between two processes (the source's allocation imported once and
+ * cached); which requests ORB_TRANSPORT_UNSPEC gives it; the source's authority (only whole
+ * allocations registered with remote write permission, the request's own permission, device
+ * memory only); overlapping self-peer copies refused; and a group whose end the source does not
+ * acknowledge failing as a whole. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <orbite/orbite.h>
+
+#include "cuda/cuda.h"
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_memory.h"
+#include "fakecuda.h"
+#include "util.h"
+
+#define MIB (1u << 20)
+
+static struct fakecuda_controls fake;
+static int real_driver;
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *driver = getenv("ORBITE_CUDA_DRIVER");
+    real_driver = driver != NULL && strcmp(driver, "real") == 0;
+    const struct orb_cuda *cu = NULL;
+    if ((!real_driver && orb_cuda_use_library(FAKECUDA_FULL) != 0) || orb_cuda_get(&cu) != 0)
+        return -1;
+    return real_driver ? 0 : fakecuda_controls_load(FAKECUDA_FULL, &fake);
+}
+
+/* A device allocation of `len` bytes holding seed's pattern, registered [offset, +reg_len). */
+struct dev {
+    orb_cuda_memory *mem;
+    uint64_t base;                 /* the allocation's first byte */
+    size_t len;
+    orb_reg_id id;
+};
+
+static void dev_new(orb_engine *e, size_t len, size_t offset, size_t reg_len, enum orb_perm perm, uint8_t seed,
+                    struct dev *d)
+{
+    memset(d, 0, sizeof *d);
+    d->len = len;
+    assert_int_equal(orb_cuda_memory_alloc(0, len, &d->mem), 0);
+    uint8_t *pattern = malloc(len);
+    assert_non_null(pattern);
+    eu_fill(pattern, len, seed);
+    assert_int_equal(orb_cuda_memory_from_host(d->mem, 0, pattern, len), 0);
+    free(pattern);
+    d->base = orb_cuda_memory_ptr(d->mem);
+    assert_int_equal(orb_register_cuda_memory(e, d->mem, offset, reg_len, perm, &d->id), 0);
+}
+
+static uint8_t *dev_bytes(const struct dev *d)
+{
+    uint8_t *b = malloc(d->len);
+    assert_non_null(b);
+    assert_int_equal(orb_cuda_memory_to_host(d->mem, 0, b, d->len), 0);
+    return b;
+}
+
+static void dev_free(orb_engine *e, struct dev *d)
+{
+    assert_int_equal(orb_unregister_memory(e, d->id), 0);
+    orb_cuda_memory_unref(d->mem);
+}
+
+static struct orb_request nvl_req(enum orb_transport t, enum orb_op op, uint64_t local, uint64_t remote, uint64_t len)
+{
+    struct orb_request r = eu_req_at(op, local, remote, len);
+    r.transport = t;
+    return r;
+}
+
+static int run(orb_engine *req, orb_segment *seg, const struct orb_request *r, size_t n, struct orb_batch_report *out)
+{
+    memset(out, 0, sizeof *out);
+    int rc = orb_submit_and_wait(req, seg, r, n, NULL, 30 * EU_SEC, out);
+    if (rc == 0 && out->has_failure)
+        rc = out->failure.status;
+    return rc;
+}
+
+/* Whether [off, +len) of `got` is `want`'s and everything else `orig`'s. */
+static void assert_spliced(const uint8_t *got, const uint8_t *orig, const uint8_t *want, size_t total, size_t off,
+                           size_t len)
+{
+    for (size_t i = 0; i < total; i++) {
+        uint8_t expect = i >= off && i < off + len ? want[i - off] : orig[i];
+        if (got[i] != expect)
+            fail_msg("byte %zu (range [%zu, +%zu) of %zu) is 0x%02x, not 0x%02x", i, off, len, total, got[i], expect);
+    }
+}
+
+/* ---- one process ----------------------------------------------------------------------------- */
+
+/* READ and WRITE between device memory of two engines of one process, by IPC: sizes around
+ * alignment, at odd offsets, several requests in one group. */
+static void test_device_bytes_move_both_ways(void **state)
+{
+    (void)state;
+    orb_engine *src = eu_engine(NULL);
+    orb_engine *req = eu_requester(1, 0);
+    struct dev remote, local;
+    dev_new(src, 8 * MIB, 0, 8 * MIB, ORB_PERM_REMOTE_WRITE, 3, &remote);
+    dev_new(req, 8 * MIB, 4096, 6 * MIB, ORB_PERM_LOCAL, 5, &local);
+    orb_segment *seg = eu_open(req, src);
+    const size_t sizes[] = {1, 255, 4097, 3 * MIB + 5};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k], loff = 4096 + 7 * k + 1, roff = 13 * k + 3;
+        uint8_t *r0 = dev_bytes(&remote), *l0 = dev_bytes(&local);
+        struct orb_request r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base + loff, remote.base + roff, n);
+        struct orb_batch_report rep;
+        if (run(req, seg, &r, 1, &rep) != 0)
+            fail_msg("READ of %zu: %s", n, orb_last_error());
+        assert_int_equal(rep.completed_bytes, n);
+        uint8_t *l1 = dev_bytes(&local);
+        assert_spliced(l1, l0, r0 + roff, local.len, loff, n);
+        /* And back, elsewhere in the source. */
+        size_t back = 4 * MIB + 11 * k;
+        r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_WRITE, local.base + loff, remote.base + back, n);
+        if (run(req, seg, &r, 1, &rep) != 0)
+            fail_msg("WRITE of %zu: %s", n, orb_last_error());
+        uint8_t *r1 = dev_bytes(&remote);
+        assert_spliced(r1, r0, l1 + loff, remote.len, back, n);
+        free(r0), free(l0), free(l1), free(r1);
+    }
+    /* Sixteen requests and more: several groups, each request its own range. */
+    struct orb_request many[40];
+    for (size_t i = 0; i < 40; i++)
+        many[i] = nvl_req(ORB_TRANSPORT_NVLINK, i % 2 ? ORB_OP_WRITE : ORB_OP_READ, local.base + 4096 + i * 65536,
+                          remote.base + 2 * MIB + i * 65536, 65536 - i);
+    struct orb_batch_report rep;
+    assert_int_equal(run(req, seg, many, 40, &rep), 0);
+    assert_int_equal(rep.completed_requests, 40);
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    dev_free(src, &remote);
+    assert_int_equal(orb_engine_close(req, 5 * EU_SEC), 0);
+    assert_int_equal(orb_engine_close(src, 5 * EU_SEC), 0);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
+/* The source shares only what it may: device memory, whole allocations registered with remote
+ * write permission, within the request's own permission. Every refusal names its cause. */
+static void test_the_source_authorises_each_request(void **state)
+{
+    (void)state;
+    orb_engine *src = eu_engine(NULL);
+    orb_engine *req = eu_requester(1, 0);
+    struct dev whole, part, ro, local;
+    dev_new(src, MIB, 0, MIB, ORB_PERM_REMOTE_WRITE, 1, &whole);
+    dev_new(src, MIB, 4096, MIB - 8192, ORB_PERM_REMOTE_WRITE, 2, &part);
+    dev_new(src, MIB, 0, MIB, ORB_PERM_REMOTE_READ, 3, &ro);
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 4, &local);
+    struct eu_region host;
+    eu_region_new(src, 65536, ORB_PERM_REMOTE_WRITE, 6, &host);
+    uint64_t host_base = (uint64_t)(uintptr_t)host.base;
+    orb_host_memory *lhost = NULL;
+    assert_int_equal(orb_host_memory_alloc(65536, 0, &lhost), 0);
+    orb_reg_id lhost_id = 0;
+    assert_int_equal(orb_register_host_memory(req, lhost, 0, 65536, ORB_PERM_LOCAL, &lhost_id), 0);
+    orb_segment *seg = eu_open(req, src);
+    struct orb_batch_report rep;
+    struct orb_request r;
+
+    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base, part.base + 8192, 4096);
+    assert_int_equal(run(req, seg, &r, 1, &rep), ORB_EPERM);
+    assert_non_null(strstr(orb_last_error(), "whole allocation"));
+    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base, ro.base, 4096);
+    assert_int_equal(run(req, seg, &r, 1, &rep), ORB_EPERM); /* an import could write it */
+    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_WRITE, local.base, ro.base, 4096);
+    assert_int_equal(run(req, seg, &r, 1, &rep), ORB_EPERM);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base, whole.base + MIB - 100, 101); /* past its end */
+    assert_int_equal(run(req, seg, &r, 1, &rep), ORB_ENOENT);
+    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base, host_base, 4096);
+    assert_int_equal(run(req, seg, &r, 1, &rep), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "device memory"));
+    /* The local side too: the transport copies device memory to device memory. */
+    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, (uint64_t)(uintptr_t)orb_host_memory_data(lhost), whole.base,
+                4096);
+    assert_int_equal(run(req, seg, &r, 1, &rep), ORB_EINVAL);
+    assert_int_equal(rep.submitted_requests, 0);
+
+    /* One refusal in a group fails its request only; the others complete. */
+    struct orb_request g[3] = {
+        nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base, whole.base, 4096),
+        nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base + 4096, part.base + 8192, 4096),
+        nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base + 8192, whole.base + 4096, 4096),
+    };
+    assert_int_equal(run(req, seg, g, 3, &rep), ORB_EPERM);
+    assert_int_equal(rep.completed_requests, 1);
+    assert_int_equal(rep.failure.request_index, 1);
+    uint8_t *lb = dev_bytes(&local), *wb = dev_bytes(&whole);
+    assert_memory_equal(lb + 8192, wb + 4096, 4096); /* the third did run */
+    free(lb), free(wb);
+
+    orb_segment_close(seg);
+    assert_int_equal(orb_unregister_memory(req, lhost_id), 0);
+    orb_host_memory_unref(lhost);
+    eu_region_free(src, &host);
+    dev_free(req, &local);
+    dev_free(src, &ro);
+    dev_free(src, &part);
+    dev_free(src, &whole);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
+/* ORB_TRANSPORT_UNSPEC gives IPC the requests between device memory that the source would share,
+ * and TCP the others: with every device-to-device copy failing, only those fail. */
+static void test_unspec_prefers_ipc_for_shared_device_memory(void **state)
+{
+    (void)state;
+    if (real_driver)
+        skip();
+    orb_engine *src = eu_engine(NULL);
+    orb_engine *req = eu_requester(1, 0);
+    struct dev shared, part, local;
+    dev_new(src, MIB, 0, MIB, ORB_PERM_REMOTE_WRITE, 1, &shared);
+    dev_new(src, MIB, 4096, 65536, ORB_PERM_REMOTE_WRITE, 2, &part);
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 3, &local);
+    struct eu_region host, lhost;
+    eu_region_new(src, 65536, ORB_PERM_REMOTE_WRITE, 4, &host);
+    eu_region_new(req, 65536, ORB_PERM_LOCAL, 5, &lhost);
+    orb_segment *seg = eu_open(req, src);
+    struct orb_batch_report rep;
+    struct orb_request r;
+
+    /* Ask twice, the answer remembered the second time; the copy is by IPC both times. */
+    for (int k = 0; k < 2; k++) {
+        fake.fail_nth("cuMemcpyDtoDAsync_v2", 1, 999);
+        r = nvl_req(ORB_TRANSPORT_UNSPEC, ORB_OP_READ, local.base, shared.base + 100, 4096);
+        assert_int_not_equal(run(req, seg, &r, 1, &rep), 0);
+        assert_non_null(strstr(orb_last_error(), "cuMemcpyDtoDAsync"));
+    }
+    fake.fail_nth("cuMemcpyDtoDAsync_v2", 0, 0);
+    r = nvl_req(ORB_TRANSPORT_UNSPEC, ORB_OP_WRITE, local.base, shared.base, 4096);
+    assert_int_equal(run(req, seg, &r, 1, &rep), 0);
+
+    /* Not shared (part of an allocation), host memory on either side: TCP, unharmed. */
+    fake.fail_nth("cuMemcpyDtoDAsync_v2", 1, 999);
+    struct orb_request tcp[3] = {
+        nvl_req(ORB_TRANSPORT_UNSPEC, ORB_OP_READ, local.base, part.base + 4096, 4096),
+        nvl_req(ORB_TRANSPORT_UNSPEC, ORB_OP_READ, local.base + 4096, (uint64_t)(uintptr_t)host.base, 4096),
+        nvl_req(ORB_TRANSPORT_UNSPEC, ORB_OP_READ, (uint64_t)(uintptr_t)lhost.base, shared.base, 4096),
+    };
+    if (run(req, seg, tcp, 3, &rep) != 0)
+        fail_msg("TCP requests: %s", orb_last_error());
+    uint8_t *lb = dev_bytes(&local), *pb = dev_bytes(&part);
+    assert_memory_equal(lb, pb + 4096, 4096);
+    free(lb), free(pb);
+    fake.fail_nth("cuMemcpyDtoDAsync_v2", 0, 0);
+
+    orb_segment_close(seg);
+    eu_region_free(req, &lhost);
+    eu_region_free(src, &host);
+    dev_free(req, &local);
+    dev_free(src, &part);
+    dev_free(src, &shared);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
+/* An engine copying within its own allocation through its own source: overlapping ranges are
+ * refused (one copy would read what the other writes), disjoint ones run. */
+static void test_overlapping_self_peer_copies_are_refused(void **state)
+{
+    (void)state;
+    orb_engine *e = eu_engine(NULL);
+    struct dev d;
+    dev_new(e, MIB, 0, MIB, ORB_PERM_REMOTE_WRITE, 9, &d);
+    orb_segment *seg = eu_open(e, e);
+    struct orb_batch_report rep;
+    struct orb_request r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, d.base, d.base + 1000, 4096);
+    assert_int_equal(run(e, seg, &r, 1, &rep), ORB_EBUSY);
+    uint8_t *before = dev_bytes(&d);
+    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_WRITE, d.base, d.base + 8192, 4096);
+    assert_int_equal(run(e, seg, &r, 1, &rep), 0);
+    uint8_t *after = dev_bytes(&d);
+    assert_spliced(after, before, before, d.len, 8192, 4096);
+    free(before), free(after);
+    orb_segment_close(seg);
+    dev_free(e, &d);
+    orb_engine_free(e);
+}
+
+/* The source lets a group go when its lease runs out; the requester's end then is refused and
+ * no request of the group completes, even those whose copies succeeded. */
+static void test_an_unacknowledged_end_fails_the_whole_group(void **state)
+{
+    (void)state;
+    if (real_driver)
+        skip();
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.io_timeout_s = 1;
+    orb_engine *src = eu_engine(&cfg);
+    orb_engine *req = eu_requester(1, 0);
+    struct dev remote, local;
+    dev_new(src, MIB, 0, MIB, ORB_PERM_REMOTE_WRITE, 1, &remote);
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 2, &local);
+    orb_segment *seg = eu_open(req, src);
+    struct orb_request g[3];
+    for (int i = 0; i < 3; i++)
+        g[i] = nvl_req(ORB_TRANSPORT_NVLINK, i == 1 ? ORB_OP_WRITE : ORB_OP_READ, local.base + i * 8192,
+                       remote.base + i * 8192, 8192);
+    fake.slow_streams(600 * 1000); /* each copy outlasts a third of the lease */
+    struct orb_batch_report rep;
+    int rc = run(req, seg, g, 3, &rep);
+    fake.slow_streams(0);
+    assert_int_equal(rc, ORB_ETIMEDOUT);
+    assert_non_null(strstr(orb_last_error(), "did not acknowledge"));
+    assert_int_equal(rep.completed_requests, 0);
+    assert_int_equal(rep.failure.request_index, 0);
+    assert_int_equal(rep.failure.affected_requests, 3);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_UNKNOWN);
+    /* The next group runs as usual. */
+    assert_int_equal(run(req, seg, g, 3, &rep), 0);
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    dev_free(src, &remote);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
+/* ---- two processes --------------------------------------------------------------------------- */
+
+/* The source process: one engine, one device allocation of 4 MiB registered whole (seed 7's
+ * pattern). It prints "<endpoint> <epoch> <base>" and then answers lines on stdin: "check OFF
+ * LEN SEED" ([OFF, +LEN) holds what seed's pattern of 4 MiB holds there: "ok" or "bad N"),
+ * "quit". */
+static int source_child(void)
+{
+    const struct orb_cuda *cu = NULL;
+    if ((!real_driver && orb_cuda_use_library(FAKECUDA_FULL) != 0) || orb_cuda_get(&cu) != 0)
+        return 10;
+    struct orb_engine_config cfg;
+    orb_engine *e = NULL;
+    orb_cuda_memory *m = NULL;
+    orb_reg_id id = 0;
+    if (orb_engine_config_init(&cfg) != 0 || orb_engine_create(&cfg, &e) != 0)
+        return 11;
+    if (orb_cuda_memory_alloc(0, 4 * MIB, &m) != 0)
+        return 12;
+    uint8_t *buf = malloc(4 * MIB), *pattern = malloc(4 * MIB);
+    if (buf == NULL || pattern == NULL)
+        return 12;
+    eu_fill(buf, 4 * MIB, 7);
+    if (orb_cuda_memory_from_host(m, 0, buf, 4 * MIB) != 0 ||
+        orb_register_cuda_memory(e, m, 0, 4 * MIB, ORB_PERM_REMOTE_WRITE, &id) != 0)
+        return 13;
+    char ep[ORB_ENDPOINT_MAX], epoch[64];
+    struct orb_epoch ee;
+    if (orb_engine_endpoint(e, ep, sizeof ep) != 0 || orb_engine_source_epoch(e, &ee) != 0 ||
+        orb_epoch_format(&ee, epoch, sizeof epoch) != 0)
+        return 14;
+    printf("%s %s %llu\n", ep, epoch, (unsigned long long)orb_cuda_memory_ptr(m));
+    fflush(stdout);
+    char line[256];
+    while (fgets(line, sizeof line, stdin) != NULL) {
+        size_t off = 0, len = 0;
+        unsigned seed = 0;
+        if (strncmp(line, "quit", 4) == 0)
+            break;
+        if (sscanf(line, "check %zu %zu %u", &off, &len, &seed) != 3 || off + len > 4 * MIB)
+            return 15;
+        if (orb_cuda_memory_to_host(m, off, buf, len) != 0)
+            return 16;
+        eu_fill(pattern, 4 * MIB, (uint8_t)seed);
+        size_t bad = 0;
+        while (bad < len && buf[bad] == pattern[off + bad])
+            bad++;
+        if (bad == len)
+            printf("ok\n");
+        else
+            printf("bad %zu\n", off + bad);
+        fflush(stdout);
+    }
+    free(buf);
+    free(pattern);
+    if (orb_unregister_memory(e, id) != 0)
+        return 17;
+    orb_cuda_memory_unref(m);
+    if (orb_engine_close(e, 5 * EU_SEC) != 0)
+        return 18;
+    orb_engine_free(e);
+    return 0;
+}
+
+struct child {
+    pid_t pid;
+    FILE *to, *from;
+};
+
+static void child_start(struct child *c)
+{
+    int in[2], out[2];
+    assert_int_equal(pipe(in), 0);
+    assert_int_equal(pipe(out), 0);
+    c->pid = fork();
+    assert_true(c->pid >= 0);
+    if (c->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        execl("/proc/self/exe", "test_nvlink", "--source-child", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    c->to = fdopen(in[1], "w");
+    c->from = fdopen(out[0], "r");
+    assert_non_null(c->to);
+    assert_non_null(c->from);
+}
+
+static void child_check(struct child *c, size_t off, size_t len, unsigned seed)
+{
+    fprintf(c->to, "check %zu %zu %u\n", off, len, seed);
+    fflush(c->to);
+    char line[64];
+    assert_non_null(fgets(line, sizeof line, c->from));
+    if (strncmp(line, "ok", 2) != 0)
+        fail_msg("the source's bytes [%zu, +%zu): %s", off, len, line);
+}
+
+static void child_end(struct child *c)
+{
+    fprintf(c->to, "quit\n");
+    fclose(c->to);
+    fclose(c->from);
+    int status = 0;
+    assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0)
+        fail_msg("the source process failed at step %d", WEXITSTATUS(status));
+}
+
+/* Another process's allocation is imported once, on the first request, and used by every later
+ * one (READ and WRITE, by name and by ORB_TRANSPORT_UNSPEC); closing the engine unmaps it. */
+static void test_two_processes_share_an_allocation(void **state)
+{
+    (void)state;
+    struct child c;
+    child_start(&c);
+    char ep[ORB_ENDPOINT_MAX], epoch_text[64];
+    unsigned long long base = 0;
+    char first[512];
+    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%255s %63s %llu", ep, epoch_text, &base) != 3)
+        fail_msg("the source process said nothing");
+    struct orb_epoch epoch;
+    assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = NULL;
+    assert_int_equal(orb_open_segment(req, ep, &epoch, 5 * EU_SEC, &seg), 0);
+    struct dev local;
+    dev_new(req, 4 * MIB, 0, 4 * MIB, ORB_PERM_LOCAL, 9, &local);
+    long imports = real_driver ? 0 : fake.counts().imports;
+
+    struct orb_batch_report rep;
+    struct orb_request r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base, base, 4 * MIB);
+    if (run(req, seg, &r, 1, &rep) != 0)
+        fail_msg("READ: %s", orb_last_error());
+    uint8_t *lb = dev_bytes(&local);
+    assert_int_equal(eu_first_mismatch(lb, 4 * MIB, 7), SIZE_MAX);
+    free(lb);
+    if (!real_driver)
+        assert_int_equal(fake.counts().imports, imports + 1);
+
+    /* Write seed 9's pattern into the middle of the source, by UNSPEC. */
+    dev_free(req, &local);
+    dev_new(req, 4 * MIB, 0, 4 * MIB, ORB_PERM_LOCAL, 9, &local);
+    r = nvl_req(ORB_TRANSPORT_UNSPEC, ORB_OP_WRITE, local.base + MIB, base + MIB, 2 * MIB);
+    if (run(req, seg, &r, 1, &rep) != 0)
+        fail_msg("WRITE: %s", orb_last_error());
+    child_check(&c, 0, MIB, 7);
+    child_check(&c, MIB, 2 * MIB, 9);
+    child_check(&c, 3 * MIB, MIB, 7);
+    if (!real_driver)
+        assert_int_equal(fake.counts().imports, imports + 1); /* the same import */
+
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    assert_int_equal(orb_engine_close(req, 5 * EU_SEC), 0);
+    orb_engine_free(req);
+    if (!real_driver)
+        assert_int_equal(fake.counts().imports, imports); /* unmapped */
+    child_check(&c, 3 * MIB, MIB, 7);
+    child_end(&c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--source-child") == 0) {
+        const char *driver = getenv("ORBITE_CUDA_DRIVER");
+        real_driver = driver != NULL && strcmp(driver, "real") == 0;
+        return source_child();
+    }
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_bytes_move_both_ways),
+        cmocka_unit_test(test_the_source_authorises_each_request),
+        cmocka_unit_test(test_unspec_prefers_ipc_for_shared_device_memory),
+        cmocka_unit_test(test_overlapping_self_peer_copies_are_refused),
+        cmocka_unit_test(test_an_unacknowledged_end_fails_the_whole_group),
+        cmocka_unit_test(test_two_processes_share_an_allocation),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
