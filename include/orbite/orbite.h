@@ -813,10 +813,11 @@ void orb_segment_close(orb_segment *segment);
 /* ------------------------------------------------------------------------ */
 
 enum orb_transport {
-    ORB_TRANSPORT_UNSPEC = 0, /* the best transport with a path to the peer (RDMA, else TCP) */
+    ORB_TRANSPORT_UNSPEC = 0, /* the best transport with a path to the peer: NVLink for device
+                               * memory the source shares on one host, else RDMA, else TCP */
     ORB_TRANSPORT_TCP = 1,
     ORB_TRANSPORT_RDMA = 2,
-    ORB_TRANSPORT_NVLINK = 3
+    ORB_TRANSPORT_NVLINK = 3  /* CUDA IPC between device memory of processes on one host */
 };
 
 enum orb_op {
