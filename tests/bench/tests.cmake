@@ -51,6 +51,12 @@ if(TARGET orbite-bench)
   add_test(NAME bench_cuda_requester_only
            COMMAND orbite-bench-fakecuda --requester-memory cuda:1 --duration 0.3 --warmup 0
                    --block-size 1M --batch 2 --buffer-size 8M --json --quiet)
+  # Device memory of two processes by CUDA IPC (the forked source's allocation imported).
+  add_test(NAME bench_cuda_nvlink
+           COMMAND orbite-bench-fakecuda --memory cuda --transport nvlink --duration 0.3 --warmup 0.05
+                   --block-size 4K,3M --batch 4 --buffer-size 32M --json --quiet)
+  set_tests_properties(bench_cuda_nvlink PROPERTIES TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\"ok\":false"
+                       PASS_REGULAR_EXPRESSION "\"transport\":\"nvlink\"")
   set_tests_properties(bench_cuda_one_side bench_cuda_requester_only PROPERTIES
                        PASS_REGULAR_EXPRESSION "\"source_memory\":\"(host|cuda:1)\",\"requester_memory\":\"(host|cuda:1)\""
                        FAIL_REGULAR_EXPRESSION "\"ok\":false")

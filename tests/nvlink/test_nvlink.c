@@ -464,7 +464,7 @@ static void test_two_processes_share_an_allocation(void **state)
     char ep[ORB_ENDPOINT_MAX], epoch_text[64];
     unsigned long long base = 0;
     char first[512];
-    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%255s %63s %llu", ep, epoch_text, &base) != 3)
+    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, &base) != 3)
         fail_msg("the source process said nothing");
     struct orb_epoch epoch;
     assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);

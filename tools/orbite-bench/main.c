@@ -389,7 +389,8 @@ static void add_error(struct run_summary *s, const char *fmt, ...)
 
 static const char *transport_name(enum orb_transport t)
 {
-    return t == ORB_TRANSPORT_TCP ? "tcp" : t == ORB_TRANSPORT_RDMA ? "rdma" : "unspec";
+    return t == ORB_TRANSPORT_TCP ? "tcp" : t == ORB_TRANSPORT_RDMA ? "rdma" : t == ORB_TRANSPORT_NVLINK ? "nvlink"
+                                                                                                : "unspec";
 }
 
 static const char *mode_name(enum bench_mode m)

@@ -27,9 +27,9 @@ static const char usage_text[] =
     "  -d, --duration SECONDS   measured time per (op, block size) cell (default 3)\n"
     "  --warmup SECONDS         unmeasured time before each cell (default 0.5)\n"
     "  --timeout SECONDS        bound of every single wait (default 10)\n"
-    "  --transport tcp|rdma|unspec\n"
+    "  --transport tcp|rdma|nvlink|unspec\n"
     "                           transport of the requests (default tcp); rdma and unspec give\n"
-    "                           both engines RDMA settings\n"
+    "                           both engines RDMA settings; nvlink (CUDA IPC) needs --memory cuda\n"
     "  --rdma JSON              RDMA settings of both engines, e.g. '{\"rdma_whitelist\":[\"mlx5_0\"]}'\n"
     "  --rdma-source JSON, --rdma-requester JSON\n"
     "                           the same for one engine (both on one host: different NICs)\n"
@@ -347,10 +347,12 @@ int bench_parse_options(int argc, char **argv, struct bench_options *opt)
                 opt->transport = ORB_TRANSPORT_TCP;
             else if (strcmp(optarg, "rdma") == 0)
                 opt->transport = ORB_TRANSPORT_RDMA;
+            else if (strcmp(optarg, "nvlink") == 0)
+                opt->transport = ORB_TRANSPORT_NVLINK;
             else if (strcmp(optarg, "unspec") == 0)
                 opt->transport = ORB_TRANSPORT_UNSPEC;
             else
-                return usage_error(prog, "--transport (tcp, rdma or unspec)", optarg);
+                return usage_error(prog, "--transport (tcp, rdma, nvlink or unspec)", optarg);
             break;
         case OPT_MODE:
             if (strcmp(optarg, "both") == 0)
