@@ -678,12 +678,10 @@ ORB_EXPORT int orb_cuda_retained_resources(struct orb_cuda_retained *out)
 
 /* One copy on mem's stream (copy_lock held, mem's context current): submitted, the event
  * recorded after it and waited for; on a failure, the stream drained. */
-/* Where one copy goes: to host bytes, from host bytes, or to or from another device address. */
+/* Where one staging copy goes: to host bytes, or from them. */
 struct copy_ends {
     void *to_host;
     const void *from_host;
-    orb_cu_deviceptr peer;            /* device to device when to_host and from_host are NULL */
-    bool to_peer;                     /* mem's bytes into peer (else peer's into mem) */
 };
 
 static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_deviceptr dptr,
@@ -705,13 +703,9 @@ static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_d
     if (e->to_host != NULL) {
         what = "cuMemcpyDtoHAsync";
         r = cu->memcpy_dtoh_async(e->to_host, dptr, len, mem->stream);
-    } else if (e->from_host != NULL) {
+    } else {
         what = "cuMemcpyHtoDAsync";
         r = cu->memcpy_htod_async(dptr, e->from_host, len, mem->stream);
-    } else {
-        what = "cuMemcpyDtoDAsync";
-        r = e->to_peer ? cu->memcpy_dtod_async(e->peer, dptr, len, mem->stream)
-                       : cu->memcpy_dtod_async(dptr, e->peer, len, mem->stream);
     }
     if (r == ORB_CU_SUCCESS) {
         what = "cuEventRecord";
@@ -780,12 +774,115 @@ int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *h
     return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, &e, len);
 }
 
-int orb_cuda_memory_dtod(orb_cuda_memory *mem, size_t offset, uint64_t peer, size_t len, int to_peer)
+/* The copies of `ops` queued one after the other (copy_lock held, mem's context current), the
+ * event recorded once after the last and waited for; each op's status set. */
+static void dtod_many_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, struct orb_cuda_dtod *ops, size_t n)
 {
-    struct copy_ends e = {.peer = (orb_cu_deviceptr)peer, .to_peer = to_peer != 0};
-    return peer == 0 ? orb_fail(ORB_EINVAL, "cuda: a device-to-device copy with no peer address")
-                     : copy(mem, offset, &e, len);
+    orb_cu_result r;
+    if (mem->stream == NULL) {
+        if ((r = cu->stream_create(&mem->stream, ORB_CU_STREAM_NON_BLOCKING)) != ORB_CU_SUCCESS) {
+            mem->stream = NULL;
+            int rc = cuda_fail(cu, r, "cuStreamCreate");
+            for (size_t i = 0; i < n; i++)
+                ops[i].status = rc;
+            return;
+        }
+        if ((r = cu->event_create(&mem->done, ORB_CU_EVENT_DISABLE_TIMING)) != ORB_CU_SUCCESS) {
+            (void)cu->stream_destroy(mem->stream); /* nothing was ever queued on it */
+            mem->stream = NULL;
+            int rc = cuda_fail(cu, r, "cuEventCreate");
+            for (size_t i = 0; i < n; i++)
+                ops[i].status = rc;
+            return;
+        }
+    }
+    size_t queued = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct orb_cuda_dtod *o = &ops[i];
+        orb_cu_deviceptr mine = mem->base + o->offset;
+        r = o->to_peer ? cu->memcpy_dtod_async((orb_cu_deviceptr)o->peer, mine, o->len, mem->stream)
+                       : cu->memcpy_dtod_async(mine, (orb_cu_deviceptr)o->peer, o->len, mem->stream);
+        o->status = r == ORB_CU_SUCCESS ? 1 : cuda_fail(cu, r, "cuMemcpyDtoDAsync"); /* 1: queued */
+        queued += r == ORB_CU_SUCCESS;
+    }
+    if (queued == 0)
+        return;
+    const char *what = "cuEventRecord";
+    r = cu->event_record(mem->done, mem->stream);
+    if (r == ORB_CU_SUCCESS) {
+        if ((r = cu->event_synchronize(mem->done)) == ORB_CU_SUCCESS) {
+            for (size_t i = 0; i < n; i++)
+                if (ops[i].status == 1)
+                    ops[i].status = 0;
+            return;
+        }
+        what = "cuEventSynchronize";
+    }
+    /* Which queued copy failed is not known: all of them fail, once the stream is drained. */
+    char text[160], drain[160];
+    (void)orb_cuda_describe(cu, r, text, sizeof text);
+    orb_cu_result d = cu->stream_synchronize(mem->stream);
+    int rc;
+    if (d != ORB_CU_SUCCESS) {
+        mem->fenced = true;
+        rc = orb_fail(ORB_EUNQUIESCED, "cuda: %s failed (%s) and draining the copy stream failed too (%s): device "
+                      "%d's allocation [0x%llx, +%zu) is fenced and kept", what, text,
+                      orb_cuda_describe(cu, d, drain, sizeof drain), mem->device, (unsigned long long)mem->base,
+                      mem->size);
+    } else
+        rc = orb_fail(orb_cuda_status(r), "cuda: %s after %zu device copies failed (%s); the copy stream drained",
+                      what, queued, text);
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].status == 1)
+            ops[i].status = rc;
 }
+
+int orb_cuda_memory_dtod_many(orb_cuda_memory *mem, struct orb_cuda_dtod *ops, size_t n)
+{
+    if (mem == NULL || ops == NULL || n == 0)
+        return orb_fail(ORB_EINVAL, "cuda: no device copies");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        struct orb_cuda_dtod *o = &ops[i];
+        if (o->peer == 0 || o->len == 0 || o->offset > mem->size || o->len > mem->size - o->offset)
+            rc = orb_fail(ORB_EINVAL, "cuda: device copy %zu of %zu bytes at +%zu of an allocation of %zu", i,
+                          o->len, o->offset, mem->size);
+    }
+    const struct orb_cuda *cu = NULL;
+    if (rc == 0)
+        rc = orb_cuda_get(&cu);
+    if (rc == 0)
+        rc = orb_cuda_memory_ready(mem);
+    if (rc != 0)
+        goto fail_all;
+    pthread_mutex_lock(&mem->copy_lock);
+    if (mem->fenced) {
+        pthread_mutex_unlock(&mem->copy_lock);
+        rc = orb_fail(ORB_EUNQUIESCED, "cuda: device %d's allocation [0x%llx, +%zu) is fenced: an earlier copy's "
+                      "end was not proven", mem->device, (unsigned long long)mem->base, mem->size);
+        goto fail_all;
+    }
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, mem->ctx, &saved);
+    if (r != ORB_CU_SUCCESS) {
+        pthread_mutex_unlock(&mem->copy_lock);
+        rc = cuda_fail(cu, r, "making the allocation's context current");
+        goto fail_all;
+    }
+    dtod_many_locked(cu, mem, ops, n);
+    leave(cu, saved);
+    pthread_mutex_unlock(&mem->copy_lock);
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].status != 0)
+            return ops[i].status;
+    return 0;
+
+fail_all:
+    for (size_t i = 0; i < n; i++)
+        ops[i].status = rc;
+    return rc;
+}
+
 
 int orb_cuda_memory_ready(orb_cuda_memory *mem)
 {

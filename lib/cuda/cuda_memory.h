@@ -48,10 +48,21 @@ struct orb_cuda_loan;
 int orb_cuda_memory_loan(orb_cuda_memory *mem, size_t offset, size_t len, int writes, struct orb_cuda_loan **out);
 void orb_cuda_memory_loan_end(struct orb_cuda_loan *loan);
 
-/* Device to device: [offset, offset + len) of mem's allocation into `peer` (to_peer) or from it;
- * `peer` is a device address valid in mem's context (another allocation, an IPC import). On
- * mem's stream, complete when it returns 0. Errors as orb_cuda_memory_to_host(). */
-int orb_cuda_memory_dtod(orb_cuda_memory *mem, size_t offset, uint64_t peer, size_t len, int to_peer);
+/* Several device-to-device copies of mem's allocation at once: queued one after the other on
+ * its stream, the event recorded once after the last and waited for once. Each op's status is
+ * set: 0, its submit's failure, or, when the wait fails, that failure for every queued copy
+ * (which one failed is not known; the stream is drained first, ORB_EUNQUIESCED and the
+ * allocation fenced when even that fails). Returns 0, or the first op's failure. Errors before
+ * anything is queued (every status set to it): ORB_EINVAL (an op outside the allocation, no
+ * peer, zero length), ORB_EUNQUIESCED (fenced), the producer wait's or context's failure. */
+struct orb_cuda_dtod {
+    size_t offset;                 /* in mem's allocation */
+    uint64_t peer;                 /* a device address valid in mem's context */
+    size_t len;
+    int to_peer;                   /* mem -> peer, else peer -> mem */
+    int status;                    /* out */
+};
+int orb_cuda_memory_dtod_many(orb_cuda_memory *mem, struct orb_cuda_dtod *ops, size_t n);
 
 /* IPC between processes of one host. */
 

@@ -432,6 +432,8 @@ static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
     }
 
     bool held = false;
+    struct orb_cuda_dtod ops[ORB_NVL_GROUP_MAX];
+    orb_cuda_memory *owners[ORB_NVL_GROUP_MAX] = {NULL};
     for (uint32_t i = 0; i < n; i++) {
         struct orb_xfer *x = xs[i];
         const struct orb_nvl_grant *g = &a->grants[i];
@@ -461,12 +463,31 @@ static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
             continue;
         } else
             ptr += x->remote_addr - al->base;
-        size_t offset = (size_t)(local->base + x->local_offset - orb_cuda_memory_ptr(mem));
+        ops[i] = (struct orb_cuda_dtod){.offset = (size_t)(local->base + x->local_offset - orb_cuda_memory_ptr(mem)),
+                                        .peer = ptr, .len = (size_t)x->length, .to_peer = x->op == ORB_XFER_WRITE};
+        owners[i] = mem;
         r->attempted = true;
-        r->status = orb_cuda_memory_dtod(mem, offset, ptr, (size_t)x->length, x->op == ORB_XFER_WRITE);
-        if (r->status != 0)
-            snprintf(r->why, sizeof r->why, "nvlink: the copy %s peer %.64s failed: %.150s",
-                     x->op == ORB_XFER_WRITE ? "to" : "from", p->endpoint, orb_last_error());
+    }
+    /* The copies of each local allocation go on its stream together and are waited for once. */
+    for (uint32_t i = 0; i < n; i++) {
+        if (owners[i] == NULL)
+            continue;
+        struct orb_cuda_dtod batch[ORB_NVL_GROUP_MAX];
+        uint32_t which[ORB_NVL_GROUP_MAX], k = 0;
+        orb_cuda_memory *mem = owners[i];
+        for (uint32_t j = i; j < n; j++)
+            if (owners[j] == mem) {
+                batch[k] = ops[j];
+                which[k++] = j;
+                owners[j] = NULL;
+            }
+        (void)orb_cuda_memory_dtod_many(mem, batch, k);
+        for (uint32_t m = 0; m < k; m++) {
+            struct copy_result *r = &res[which[m]];
+            if ((r->status = batch[m].status) != 0)
+                snprintf(r->why, sizeof r->why, "nvlink: the copy %s peer %.64s failed: %.150s",
+                         batch[m].to_peer ? "to" : "from", p->endpoint, orb_last_error());
+        }
     }
 
     /* The source holds the group's ranges until it hears the copies are over. */

@@ -81,7 +81,7 @@ static void test_options_reject_bad_values(void **state)
         {"--batch", "65537", NULL},      {"--depth", "65", NULL},
         {"--threads", "0", NULL},        {"--duration", "0", NULL},
         {"--duration", "nan", NULL},     {"--duration", "3s", NULL},
-        {"--transport", "nvlink", NULL}, {"--mode", "server", NULL},
+        {"--transport", "ipc", NULL},    {"--mode", "server", NULL},
         {"--block-size", "4K,0", NULL},  {"--buffer-size", "lots", NULL},
         {"--seed", "-1", NULL},          {"--unknown", NULL, NULL},
         {"stray", NULL, NULL},           {"--batch", NULL, NULL},

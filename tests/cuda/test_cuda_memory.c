@@ -318,6 +318,56 @@ static void *copier_main(void *arg)
     return NULL;
 }
 
+/* Device-to-device copies of a group: queued together and waited for once; a refused submit
+ * fails its copy only, a failed wait every queued one. */
+static void test_device_copies_queue_together(void **state)
+{
+    (void)state;
+    orb_cuda_memory *a = NULL, *b = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, 65536, &a), 0);
+    assert_int_equal(orb_cuda_memory_alloc(0, 65536, &b), 0);
+    uint8_t pat[65536], got[65536];
+    for (size_t i = 0; i < sizeof pat; i++)
+        pat[i] = (uint8_t)(i * 7 + 1);
+    assert_int_equal(orb_cuda_memory_from_host(a, 0, pat, sizeof pat), 0);
+    assert_int_equal(orb_cuda_memory_from_host(b, 0, pat + 100, sizeof pat - 100), 0);
+    uint64_t pb = orb_cuda_memory_ptr(b);
+
+    struct orb_cuda_dtod ops[3] = {
+        {.offset = 0, .peer = pb + 1000, .len = 3000, .to_peer = 1},      /* a[0..3000) -> b[1000..) */
+        {.offset = 10000, .peer = pb + 20000, .len = 5, .to_peer = 0},    /* b[20000..+5) -> a[10000..) */
+        {.offset = 30000, .peer = pb + 40000, .len = 20000, .to_peer = 1},
+    };
+    assert_int_equal(orb_cuda_memory_dtod_many(a, ops, 0), ORB_EINVAL);
+    ops[1].len = 65536; /* outside a: nothing is queued */
+    assert_int_equal(orb_cuda_memory_dtod_many(a, ops, 3), ORB_EINVAL);
+    assert_int_equal(ops[0].status, ORB_EINVAL);
+    ops[1].len = 5;
+    assert_int_equal(orb_cuda_memory_dtod_many(a, ops, 3), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ops[i].status, 0);
+    assert_int_equal(orb_cuda_memory_to_host(b, 0, got, sizeof got), 0);
+    assert_memory_equal(got + 1000, pat, 3000);
+    assert_memory_equal(got + 40000, pat + 30000, 20000);
+    assert_memory_equal(got + 4000, pat + 100 + 4000, 1000); /* untouched between them */
+    assert_int_equal(orb_cuda_memory_to_host(a, 10000, got, 5), 0);
+    assert_memory_equal(got, pat + 100 + 20000, 5);
+
+    /* The second submit is refused: the others still run. */
+    fake.fail_nth("cuMemcpyDtoDAsync_v2", 2, ORB_CU_ERROR_INVALID_VALUE);
+    assert_int_equal(orb_cuda_memory_dtod_many(a, ops, 3), ORB_EINVAL);
+    assert_true(ops[0].status == 0 && ops[1].status == ORB_EINVAL && ops[2].status == 0);
+    /* The wait fails: every queued copy fails, after the stream drained. */
+    fake.fail_nth("cuEventSynchronize", 1, 999u);
+    assert_int_not_equal(orb_cuda_memory_dtod_many(a, ops, 3), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_not_equal(ops[i].status, 0);
+    assert_non_null(strstr(orb_last_error(), "drained"));
+    assert_int_equal(orb_cuda_memory_dtod_many(a, ops, 3), 0); /* not fenced: the drain proved it idle */
+    orb_cuda_memory_unref(a);
+    orb_cuda_memory_unref(b);
+}
+
 static void test_concurrent_copies(void **state)
 {
     (void)state;
@@ -367,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_pinned_host_memory_is_host_memory),
         cmocka_unit_test(test_failed_frees_are_kept_and_reported),
         cmocka_unit_test(test_copies_wait_for_their_event),
+        cmocka_unit_test(test_device_copies_queue_together),
         cmocka_unit_test(test_an_unproven_copy_fences_and_keeps),
         cmocka_unit_test(test_concurrent_copies),
         cmocka_unit_test(test_public_copies),
