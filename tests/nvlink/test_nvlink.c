@@ -507,6 +507,59 @@ static void test_two_processes_share_an_allocation(void **state)
     child_end(&c);
 }
 
+/* A source that dies while a group's copies run: the group's end cannot be acknowledged, so no
+ * request of it completes; the engine still closes, its mapping of the dead process's
+ * allocation given back. */
+static void test_a_source_dying_mid_group_fails_the_group(void **state)
+{
+    (void)state;
+    if (real_driver)
+        skip();
+    struct child c;
+    child_start(&c);
+    char first[512], ep[ORB_ENDPOINT_MAX], epoch_text[64];
+    unsigned long long base = 0;
+    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, &base) != 3)
+        fail_msg("the source process said nothing");
+    struct orb_epoch epoch;
+    assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = NULL;
+    assert_int_equal(orb_open_segment(req, ep, &epoch, 5 * EU_SEC, &seg), 0);
+    struct dev local;
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 2, &local);
+    long imports = fake.counts().imports;
+    struct orb_request g[3];
+    for (int i = 0; i < 3; i++)
+        g[i] = nvl_req(ORB_TRANSPORT_NVLINK, i == 2 ? ORB_OP_WRITE : ORB_OP_READ, local.base + i * 65536,
+                       base + i * 65536, 65536);
+    fake.slow_streams(200 * 1000);
+    orb_batch *b = NULL;
+    assert_int_equal(orb_batch_open(req, seg, &b), 0);
+    assert_int_equal(orb_batch_submit(b, g, 3), 0);
+    assert_int_equal(orb_batch_seal(b, NULL), 0);
+    usleep(100 * 1000); /* the group begun, its copies queued and slowed */
+    kill(c.pid, SIGKILL);
+    int status = 0;
+    assert_int_equal(waitpid(c.pid, &status, 0), c.pid);
+    fclose(c.to);
+    fclose(c.from);
+    struct orb_batch_report rep;
+    int rc = orb_batch_wait(b, 30 * EU_SEC, &rep);
+    fake.slow_streams(0);
+    assert_true(rc == ORB_EPEER || rc == ORB_ESTALE);
+    assert_int_equal(rep.completed_requests, 0);
+    assert_int_equal(rep.failure.request_index, 0);
+    assert_int_equal(rep.failure.affected_requests, 3);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_UNKNOWN);
+    assert_int_equal(orb_batch_free(b), 0);
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    assert_int_equal(orb_engine_close(req, 5 * EU_SEC), 0);
+    orb_engine_free(req);
+    assert_int_equal(fake.counts().imports, imports);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--source-child") == 0) {
@@ -522,6 +575,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_overlapping_self_peer_copies_are_refused),
         cmocka_unit_test(test_an_unacknowledged_end_fails_the_whole_group),
         cmocka_unit_test(test_two_processes_share_an_allocation),
+        cmocka_unit_test(test_a_source_dying_mid_group_fails_the_group),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
