@@ -5,11 +5,12 @@
 #
 # Builds the tree (Release, in build-gpu/) against the machine's own driver (libcuda.so.1 is
 # loaded at run time: no CUDA toolkit is used), then runs, each under its own time limit:
-#   1. the CUDA engine tests (tests/cuda/test_cuda_tcp) on the real driver;
+#   1. the CUDA engine tests (tests/cuda/test_cuda_tcp, tests/nvlink/test_nvlink: TCP with device
+#      memory, and CUDA IPC in one process and between two) on the real driver;
 #   2. the cuda_copy example (eight callers, four rounds, three unaligned sizes);
 #   3. the driver's own rates: cuMemcpyDtoH, cuMemcpyHtoD (pinned host memory) and cuMemcpyDtoD;
-#   4. orbite-bench over loopback TCP between two processes: host memory on both sides, then
-#      device memory on both sides (GPU -> GPU), every cell verified;
+#   4. orbite-bench between two processes: over loopback TCP with host memory on both sides, then
+#      device memory on both sides (GPU -> GPU), then by CUDA IPC (one GPU), every cell verified;
 # and prints one table of GB/s, also written to OUTPUT_DIR/gpu-check.txt (and the raw outputs
 # beside it) when OUTPUT_DIR is given. Exits 77 without an NVIDIA GPU and its driver, 1 when a
 # step fails, 0 otherwise.
@@ -71,7 +72,7 @@ fi
 say "building in $BUILD"
 jobs=$(nproc 2>/dev/null || echo 4)
 if ! timeout 300 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DORBITE_WERROR=OFF >"$BUILD.configure.log" 2>&1 ||
-   ! timeout 300 cmake --build "$BUILD" -j "$jobs" --target test_cuda_tcp example_cuda_copy cuda_rates orbite-bench \
+   ! timeout 300 cmake --build "$BUILD" -j "$jobs" --target test_cuda_tcp test_nvlink example_cuda_copy cuda_rates orbite-bench \
        >"$BUILD.build.log" 2>&1; then
     say "the build failed:"
     tail -40 "$BUILD.configure.log" "$BUILD.build.log" >&2
@@ -98,12 +99,14 @@ step() { # NAME LIMIT_S COMMAND...: run, keep its output, report
 }
 
 step cuda-tests 180 env ORBITE_CUDA_DRIVER=real "$BUILD/tests/test_cuda_tcp"
+step ipc-tests 120 env ORBITE_CUDA_DRIVER=real "$BUILD/tests/test_nvlink"
 step cuda-copy 120 "$BUILD/examples/example_cuda_copy" 0 0
 rates=
 step cuda-rates 60 "$BUILD/tests/cuda_rates" 0 64 && rates=$(cat "${OUT:-/tmp}/gpu-check-cuda-rates.log")
 bench_args=(--duration 2 --warmup 0.5 --block-size 4M,64M --batch 4 --depth 2 --buffer-size 1G --json --quiet --no-progress)
 step tcp-host 120 "$BUILD/tools/orbite-bench" "${bench_args[@]}"
 step tcp-cuda 120 "$BUILD/tools/orbite-bench" "${bench_args[@]}" --memory cuda:0
+step ipc-cuda 120 "$BUILD/tools/orbite-bench" "${bench_args[@]}" --memory cuda:0 --transport nvlink
 
 # ---- the table ----------------------------------------------------------------------------------
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$rates"; }
@@ -138,7 +141,12 @@ ratio() { python3 -c "import sys; a, b = sys.argv[1], sys.argv[2]; print('%.2f' 
             echo "| TCP $op $((block >> 20)) MiB, GPU -> GPU (two processes) | $c | $(ratio "$c" "$h") of host |"
         done
     done
-    echo "| CUDA IPC, two processes, one GPU | not in this build | |"
+    for op in READ WRITE; do
+        for block in 4194304 67108864; do
+            i=$(cell "$L/gpu-check-ipc-cuda.log" "$op" "$block")
+            echo "| CUDA IPC $op $((block >> 20)) MiB, two processes, one GPU | $i | $(ratio "$i" "$(field d2d_gbps)") of cuMemcpyDtoD |"
+        done
+    done
 } | tee ${OUT:+"$OUT/gpu-check.txt"}
 say "done in $((SECONDS - START)) s"
 exit $failed
