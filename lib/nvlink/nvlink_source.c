@@ -52,14 +52,13 @@ static void *lease_main(void *arg)
     pthread_mutex_lock(&tp->lock);
     while (!atomic_load(&tp->stopping)) {
         uint64_t now = orb_now_ns(), next = ORB_DEADLINE_NONE;
+        uint32_t expired = 0;
         for (struct nvl_group **pp = &tp->groups; *pp != NULL;) {
             struct nvl_group *g = *pp;
             if (g->expires <= now) {
                 *pp = g->next;
                 tp->ngroups--;
-                ORB_LOGW("nvlink source: group %llu of a requester was not ended within its lease of %llu ms: its "
-                         "ranges are let go, and its requester's end will be refused", (unsigned long long)g->id,
-                         (unsigned long long)(tp->lease_ns / 1000000));
+                expired++;
                 group_free(g);
                 pthread_cond_broadcast(&tp->changed);
                 continue;
@@ -68,6 +67,10 @@ static void *lease_main(void *arg)
                 next = g->expires;
             pp = &g->next;
         }
+        if (expired > 0) /* once per sweep: a requester that never ends its groups cannot flood the log */
+            ORB_LOGW("nvlink source: %u groups of requests were not ended within their lease of %llu ms: their "
+                     "ranges are let go, and their requesters' ends will be refused", expired,
+                     (unsigned long long)(tp->lease_ns / 1000000));
         if (next == ORB_DEADLINE_NONE)
             pthread_cond_wait(&tp->changed, &tp->lock);
         else {
@@ -177,12 +180,21 @@ static int answer_begin(struct nvl_tp *tp, const struct orb_epoch *sender, uint8
     if (hold) {
         pthread_mutex_lock(&tp->lock);
         bool exists = false;
-        for (struct nvl_group *h = tp->groups; h != NULL && !exists; h = h->next)
-            exists = h->id == in.group && memcmp(h->sender.bytes, sender->bytes, sizeof sender->bytes) == 0;
+        uint32_t theirs = 0;
+        for (struct nvl_group *h = tp->groups; h != NULL && !exists; h = h->next) {
+            bool same = memcmp(h->sender.bytes, sender->bytes, sizeof sender->bytes) == 0;
+            exists = same && h->id == in.group;
+            theirs += same;
+        }
         uint32_t held = tp->ngroups;
         pthread_mutex_unlock(&tp->lock);
         if (exists) {
             rc = orb_fail(ORB_EPROTO, "nvlink: group %llu is held already", (unsigned long long)in.group);
+            goto free_group;
+        }
+        if (theirs >= NVL_GROUPS_PER_SENDER) {
+            rc = orb_fail(ORB_ERESOURCE, "nvlink: this requester holds %u groups of requests here, the most one may",
+                          NVL_GROUPS_PER_SENDER);
             goto free_group;
         }
         if (held >= NVL_GROUPS_MAX) {

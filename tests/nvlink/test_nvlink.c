@@ -23,7 +23,9 @@
 #include "cuda/cuda.h"
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_memory.h"
+#include "core/engine.h"
 #include "fakecuda.h"
+#include "nvlink/nvlink_msg.h"
 #include "util.h"
 
 #define MIB (1u << 20)
@@ -340,6 +342,73 @@ static void test_an_unacknowledged_end_fails_the_whole_group(void **state)
     orb_engine_free(src);
 }
 
+/* A requester that breaks the rules, speaking to the source directly: broken messages refused,
+ * a group id held twice refused, a requester's holds bounded, an END of a group not held
+ * refused, and groups never ended let go when their lease runs out (the registration's owner is
+ * then released). */
+static void test_a_hostile_requester_is_bounded(void **state)
+{
+    (void)state;
+    if (real_driver)
+        skip();
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.io_timeout_s = 1;
+    orb_engine *src = eu_engine(&cfg);
+    struct dev d;
+    dev_new(src, MIB, 0, MIB, ORB_PERM_REMOTE_WRITE, 1, &d);
+    struct orb_epoch sender = {{0}}, other = {{0}};
+    sender.bytes[0] = 0x5e;
+    other.bytes[0] = 0x07;
+    uint8_t req[4096], resp[4096];
+    size_t len = 0, resp_len = 0;
+
+    const uint8_t junk[] = {ORB_NVL_BEGIN, ORB_NVL_VERSION, 0, 0, 1, 2, 3};
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, junk, sizeof junk, resp, sizeof resp,
+                                        &resp_len), ORB_EPROTO);
+    assert_int_equal(orb_nvl_end_encode(ORB_NVL_END_OK, 3, req, sizeof req, &len), 0); /* an answer, not a request */
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, req, len, resp, sizeof resp, &resp_len),
+                     ORB_EPROTO);
+    assert_int_equal(orb_nvl_end_encode(ORB_NVL_END, 3, req, sizeof req, &len), 0);
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, req, len, resp, sizeof resp, &resp_len),
+                     ORB_ETIMEDOUT);
+
+    struct orb_nvl_begin b = {.count = 1, .ranges = {{.op = ORB_OP_READ, .addr = d.base, .length = 64}}};
+    for (uint64_t g = 1; g <= 256; g++) {
+        b.group = g;
+        assert_int_equal(orb_nvl_begin_encode(ORB_NVL_BEGIN, &b, req, sizeof req, &len), 0);
+        if (orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, req, len, resp, sizeof resp, &resp_len) != 0)
+            fail_msg("group %llu: %s", (unsigned long long)g, orb_last_error());
+    }
+    b.group = 256; /* held already */
+    assert_int_equal(orb_nvl_begin_encode(ORB_NVL_BEGIN, &b, req, sizeof req, &len), 0);
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, req, len, resp, sizeof resp, &resp_len),
+                     ORB_EPROTO);
+    b.group = 257;
+    assert_int_equal(orb_nvl_begin_encode(ORB_NVL_BEGIN, &b, req, sizeof req, &len), 0);
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, req, len, resp, sizeof resp, &resp_len),
+                     ORB_ERESOURCE);
+    /* Another requester is not held up by that one, and its END is its own. */
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &other, req, len, resp, sizeof resp, &resp_len), 0);
+    assert_int_equal(orb_nvl_end_encode(ORB_NVL_END, 257, req, sizeof req, &len), 0);
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, req, len, resp, sizeof resp, &resp_len),
+                     ORB_ETIMEDOUT);
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &other, req, len, resp, sizeof resp, &resp_len), 0);
+    uint64_t echoed = 0;
+    assert_int_equal(orb_nvl_end_decode(ORB_NVL_END_OK, resp, resp_len, &echoed), 0);
+    assert_int_equal(echoed, 257);
+
+    /* The held groups pin the registration: unregistered, its owner stays until the leases end. */
+    long before = fake.counts().device_allocations;
+    dev_free(src, &d);
+    assert_int_equal(fake.counts().device_allocations, before);
+    for (int i = 0; i < 60 && fake.counts().device_allocations == before; i++)
+        usleep(50 * 1000);
+    assert_int_equal(fake.counts().device_allocations, before - 1);
+    assert_int_equal(orb_engine_close(src, 5 * EU_SEC), 0);
+    orb_engine_free(src);
+}
+
 /* ---- two processes --------------------------------------------------------------------------- */
 
 /* The source process: one engine, one device allocation of 4 MiB registered whole (seed 7's
@@ -574,6 +643,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unspec_prefers_ipc_for_shared_device_memory),
         cmocka_unit_test(test_overlapping_self_peer_copies_are_refused),
         cmocka_unit_test(test_an_unacknowledged_end_fails_the_whole_group),
+        cmocka_unit_test(test_a_hostile_requester_is_bounded),
         cmocka_unit_test(test_two_processes_share_an_allocation),
         cmocka_unit_test(test_a_source_dying_mid_group_fails_the_group),
     };
