@@ -36,7 +36,10 @@ struct nvl_group;                  /* a group held at the source */
 struct nvl_peer;
 
 struct nvl_tp {
+    struct nvl_tp *next_in_process; /* every NVLink transport of this process (nvlink_transport.c) */
     orb_engine *engine;
+    struct orb_epoch epoch;        /* the engine's source epoch and bound endpoint ("" without) */
+    char endpoint[ORB_ENDPOINT_MAX];
     struct orb_nvl_hello self;
     uint64_t lease_ns;             /* a group's hold at the source without an END */
     pthread_mutex_t lock;
@@ -78,7 +81,10 @@ int nvl_requester_stop(struct nvl_tp *tp, uint64_t deadline);
 /* Join and free every peer (at destroy, once every segment released its peers). */
 void nvl_requester_free(struct nvl_tp *tp);
 
-/* This process's identity and where it runs (nvlink_transport.c). */
+/* Where this process runs (nvlink_transport.c). */
 int nvl_self_hello(struct orb_nvl_hello *out);
+/* Whether an engine of this process serves `epoch` at `endpoint`: then a segment to it reaches
+ * this very process. Never taken from the wire, where a peer could claim it. */
+bool nvl_source_in_this_process(const struct orb_epoch *epoch, const char *endpoint);
 
 #endif

@@ -72,7 +72,6 @@ int orb_nvl_hello_encode(uint8_t kind, const struct orb_nvl_hello *m, uint8_t *o
     struct orb_writer w;
     orb_writer_init(&w, out, cap);
     put_prefix(&w, kind);
-    orb_writer_bytes(&w, m->process, ORB_NVL_ID_LEN);
     orb_writer_bytes(&w, m->boot, ORB_NVL_ID_LEN);
     orb_writer_u64(&w, m->ipc_namespace);
     return finish_writer(&w, "a HELLO", len_out);
@@ -86,9 +85,6 @@ int orb_nvl_hello_decode(uint8_t kind, const uint8_t *buf, size_t len, struct or
         return rc;
     struct orb_nvl_hello h;
     const uint8_t *p = orb_cursor_bytes(&c, ORB_NVL_ID_LEN);
-    if (p != NULL)
-        memcpy(h.process, p, ORB_NVL_ID_LEN);
-    p = orb_cursor_bytes(&c, ORB_NVL_ID_LEN);
     if (p != NULL)
         memcpy(h.boot, p, ORB_NVL_ID_LEN);
     h.ipc_namespace = orb_cursor_u64(&c);

@@ -1,9 +1,9 @@
 /* Internal: the NVLink (CUDA IPC) transport's control messages, carried over the segment's TCP
  * control connection (wire CONTROL_REQ/CONTROL_RESP, transport 3).
  *
- *  - HELLO / HELLO_OK: each side's process identity (a random per-process nonce), and where it
- *    runs (the kernel's boot id and its IPC namespace): IPC needs one host and one namespace; one
- *    process copies directly.
+ *  - HELLO / HELLO_OK: where each side runs (the kernel's boot id and its IPC namespace): IPC
+ *    needs one host and one namespace. Whether the source is this very process is never taken
+ *    from the wire (nvlink_requester.c finds it among this process's own engines).
  *  - BEGIN / BEGIN_OK: a group of up to ORB_NVL_GROUP_MAX requests, each authorised by the source
  *    as a whole, with the IPC handle of each allocation they touch, or the refusal and its cause.
  *    The source holds the group's ranges (pinned, lent, producer work waited for) until END or
@@ -38,9 +38,8 @@ enum orb_nvl_kind {
     ORB_NVL_QUERY_OK = 8   /* a BEGIN_OK's body, its handles zero */
 };
 
-/* Where a process runs, and which process it is. */
+/* Where a process runs. */
 struct orb_nvl_hello {
-    uint8_t process[ORB_NVL_ID_LEN]; /* random, once per process */
     uint8_t boot[ORB_NVL_ID_LEN];    /* /proc/sys/kernel/random/boot_id */
     uint64_t ipc_namespace;          /* the inode of /proc/self/ns/ipc */
 };

@@ -38,6 +38,7 @@ struct nvl_peer {
     struct nvl_tp *tp;
     struct orb_control_path ctl;
     char endpoint[ORB_ENDPOINT_MAX];
+    struct orb_epoch expected;     /* the segment's source epoch */
     pthread_mutex_t lock;          /* the queue, the states below */
     pthread_cond_t changed;
     struct orb_xfer *head, *tail;
@@ -84,7 +85,6 @@ static void reap_peers_locked(struct nvl_tp *tp)
 int nvl_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,
                   const struct orb_control_path *ctl, void **peer_out)
 {
-    (void)expected; /* the control connection proved it */
     (void)deadline; /* nothing is asked until device memory needs it */
     struct nvl_tp *tp = tp_;
     if (ctl == NULL)
@@ -95,6 +95,7 @@ int nvl_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expec
     p->tp = tp;
     p->ctl = *ctl;
     snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint);
+    p->expected = *expected;
     pthread_mutex_init(&p->lock, NULL);
     if (orb_cond_init_monotonic(&p->changed) != 0) {
         pthread_mutex_destroy(&p->lock);
@@ -149,7 +150,7 @@ static enum hello_state peer_hello(struct nvl_peer *p, uint64_t deadline, char *
         st = HELLO_ELSEWHERE;
         snprintf(why, why_len, "it runs in another IPC namespace of this host");
     } else
-        st = memcmp(theirs.process, p->tp->self.process, ORB_NVL_ID_LEN) == 0 ? HELLO_SAME_PROCESS : HELLO_SAME_HOST;
+        st = nvl_source_in_this_process(&p->expected, p->endpoint) ? HELLO_SAME_PROCESS : HELLO_SAME_HOST;
     pthread_mutex_lock(&p->lock);
     p->hello = st;
     p->hello_retry = orb_deadline_after(NVL_HELLO_RETRY_NS);

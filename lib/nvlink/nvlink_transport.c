@@ -11,7 +11,6 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/random.h"
 #include "nvlink/nvlink_internal.h"
 
 static pthread_once_t g_self_once = PTHREAD_ONCE_INIT;
@@ -44,10 +43,6 @@ static int read_boot_id(uint8_t out[ORB_NVL_ID_LEN])
 
 static void self_init(void)
 {
-    if (orb_random_bytes(g_self.process, sizeof g_self.process) != 0) {
-        g_self_rc = orb_fail(ORB_EUNAVAILABLE, "nvlink: no random bytes for this process's identity");
-        return;
-    }
     if (read_boot_id(g_self.boot) != 0) {
         g_self_rc = orb_fail(ORB_EUNAVAILABLE, "nvlink: /proc/sys/kernel/random/boot_id cannot be read: this "
                              "host cannot be told from another");
@@ -68,6 +63,20 @@ int nvl_self_hello(struct orb_nvl_hello *out)
         return orb_fail(g_self_rc, "nvlink: this process's identity is unknown");
     *out = g_self;
     return 0;
+}
+
+static pthread_mutex_t g_tps_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nvl_tp *g_tps;
+
+bool nvl_source_in_this_process(const struct orb_epoch *epoch, const char *endpoint)
+{
+    bool found = false;
+    pthread_mutex_lock(&g_tps_lock);
+    for (const struct nvl_tp *t = g_tps; t != NULL && !found; t = t->next_in_process)
+        found = t->endpoint[0] != '\0' && strcmp(t->endpoint, endpoint) == 0 &&
+                memcmp(t->epoch.bytes, epoch->bytes, sizeof epoch->bytes) == 0;
+    pthread_mutex_unlock(&g_tps_lock);
+    return found;
 }
 
 static void tp_free(struct nvl_tp *tp)
@@ -102,6 +111,14 @@ static int nvl_start(orb_engine *engine, void **tp_out)
         tp_free(tp);
         return rc;
     }
+    /* The TCP transport started first: its endpoint is bound already. */
+    tp->epoch = *orb_engine_epoch(engine);
+    if (orb_engine_cfg(engine)->enable_source && orb_engine_endpoint(engine, tp->endpoint, sizeof tp->endpoint) != 0)
+        tp->endpoint[0] = '\0';
+    pthread_mutex_lock(&g_tps_lock);
+    tp->next_in_process = g_tps;
+    g_tps = tp;
+    pthread_mutex_unlock(&g_tps_lock);
     *tp_out = tp;
     return 0;
 }
@@ -123,6 +140,13 @@ static int nvl_stop(void *tp_, uint64_t deadline)
 static void nvl_destroy(void *tp_)
 {
     struct nvl_tp *tp = tp_;
+    pthread_mutex_lock(&g_tps_lock);
+    for (struct nvl_tp **pp = &g_tps; *pp != NULL; pp = &(*pp)->next_in_process)
+        if (*pp == tp) {
+            *pp = tp->next_in_process;
+            break;
+        }
+    pthread_mutex_unlock(&g_tps_lock);
     nvl_requester_free(tp);
     nvl_source_free(tp);
     tp_free(tp);

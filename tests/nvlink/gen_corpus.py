@@ -14,7 +14,7 @@ def prefix(kind, version=V, r=0):
 
 
 def hello(kind=HELLO, ns=0x1234):
-    return prefix(kind) + bytes(range(16)) + bytes(range(16, 32)) + struct.pack("<Q", ns)
+    return prefix(kind) + bytes(range(16, 32)) + struct.pack("<Q", ns)
 
 
 def rng(op=0, addr=0xd000000000001000, length=4096, pad=b"\0" * 7):

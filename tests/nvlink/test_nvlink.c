@@ -299,6 +299,22 @@ static void test_overlapping_self_peer_copies_are_refused(void **state)
     assert_spliced(after, before, before, d.len, 8192, 4096);
     free(before), free(after);
     orb_segment_close(seg);
+
+    /* Reached by another name, the engine is not taken for itself (nothing on the wire says so):
+     * its handles go to the driver, which refuses a process's own. */
+    char ep[ORB_ENDPOINT_MAX], other_name[ORB_ENDPOINT_MAX + 16];
+    struct orb_epoch epoch;
+    assert_int_equal(orb_engine_endpoint(e, ep, sizeof ep), 0);
+    assert_int_equal(orb_engine_source_epoch(e, &epoch), 0);
+    const char *port = strrchr(ep, ':');
+    assert_non_null(port);
+    snprintf(other_name, sizeof other_name, "localhost%s", port);
+    if (orb_open_segment(e, other_name, &epoch, 5 * EU_SEC, &seg) != 0)
+        fail_msg("open %s: %s", other_name, orb_last_error());
+    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_WRITE, d.base, d.base + 8192, 4096);
+    assert_int_not_equal(run(e, seg, &r, 1, &rep), 0);
+    assert_non_null(strstr(orb_last_error(), "cuIpcOpenMemHandle"));
+    orb_segment_close(seg);
     dev_free(e, &d);
     orb_engine_free(e);
 }
