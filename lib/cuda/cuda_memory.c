@@ -1029,9 +1029,10 @@ int orb_cuda_memory_ipc_handle(orb_cuda_memory *mem, uint8_t out[ORB_CU_IPC_HAND
     return rc;
 }
 
-int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE], uint64_t *ptr_out)
+int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE], uint64_t *ptr_out,
+                        size_t *size_out)
 {
-    if (handle == NULL || ptr_out == NULL)
+    if (handle == NULL || ptr_out == NULL || size_out == NULL)
         return orb_fail(ORB_EINVAL, "cuda: NULL handle or output");
     const struct orb_cuda *cu = NULL;
     orb_cu_context ctx = NULL;
@@ -1048,12 +1049,24 @@ int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE]
     memcpy(h.reserved, handle, ORB_CU_IPC_HANDLE_SIZE);
     orb_cu_deviceptr p = 0;
     r = cu->ipc_open_mem_handle(&p, h, ORB_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-    leave(cu, saved);
     if (r != ORB_CU_SUCCESS) {
+        leave(cu, saved);
         rc = cuda_fail(cu, r, "cuIpcOpenMemHandle");
         goto release_device;
     }
+    /* What the mapping really spans, whatever the handle's sender says. */
+    orb_cu_deviceptr base = 0;
+    size_t size = 0;
+    r = cu->mem_get_address_range(&base, &size, p);
+    leave(cu, saved);
+    if (r != ORB_CU_SUCCESS || base != p) {
+        rc = r != ORB_CU_SUCCESS ? cuda_fail(cu, r, "cuMemGetAddressRange of an import")
+                                 : orb_fail(ORB_EPEER, "cuda: an import does not start its mapped range");
+        (void)orb_cuda_ipc_unimport(device, (uint64_t)p); /* gives back the retain too */
+        return rc;
+    }
     *ptr_out = (uint64_t)p; /* the context retain stays with the import */
+    *size_out = size;
     return 0;
 
 release_device:

@@ -72,10 +72,12 @@ int orb_cuda_memory_dtod_many(orb_cuda_memory *mem, struct orb_cuda_dtod *ops, s
 int orb_cuda_memory_ipc_handle(orb_cuda_memory *mem, uint8_t out[ORB_CU_IPC_HANDLE_SIZE]);
 
 /* Map another process's allocation by its handle into device `device`'s primary context
- * (cuIpcOpenMemHandle, peer access enabled lazily); *ptr_out is its first byte here. The import
+ * (cuIpcOpenMemHandle, peer access enabled lazily); *ptr_out is its first byte here and
+ * *size_out the length the driver maps (cuMemGetAddressRange), to bound every copy. The import
  * holds one retain of that context until orb_cuda_ipc_unimport(). Errors: ORB_EINVAL (no such
  * device, a handle of this process or of an allocation that is gone), the driver's failure. */
-int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE], uint64_t *ptr_out);
+int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE], uint64_t *ptr_out,
+                        size_t *size_out);
 
 /* Unmap an import (cuIpcCloseMemHandle) and give back its context retain. A close the driver
  * refuses keeps the mapping and the retain for good (orb_cuda_retained_resources: imports and

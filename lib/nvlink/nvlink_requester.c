@@ -344,10 +344,17 @@ static int import_get(struct nvl_peer *p, const struct orb_nvl_alloc *al, int de
         slot = &p->imports[p->nimports];
     }
     uint64_t ptr = 0;
-    int rc = orb_cuda_ipc_import(device, al->handle, &ptr);
+    size_t mapped = 0;
+    int rc = orb_cuda_ipc_import(device, al->handle, &ptr, &mapped);
     if (rc != 0)
         return orb_fail_wrap(rc, "nvlink: mapping peer %s's allocation [0x%llx, +%llu)", p->endpoint,
                              (unsigned long long)al->base, (unsigned long long)al->size);
+    if (mapped < al->size) { /* a copy would run past the mapping into this process's memory */
+        struct nvl_import im = {.device = device, .ptr = ptr, .base = al->base, .size = al->size};
+        close_import(p, &im);
+        return orb_fail(ORB_EPROTO, "nvlink: peer %s said its allocation at 0x%llx holds %llu bytes; its handle maps "
+                        "%zu", p->endpoint, (unsigned long long)al->base, (unsigned long long)al->size, mapped);
+    }
     *slot = (struct nvl_import){.base = al->base, .size = al->size, .device = device, .ptr = ptr, .used = group};
     memcpy(slot->handle, al->handle, ORB_NVL_HANDLE_LEN);
     p->nimports++;

@@ -24,6 +24,8 @@
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_memory.h"
 #include "core/engine.h"
+#include "core/engine_internal.h"
+#include "core/transport.h"
 #include "fakecuda.h"
 #include "nvlink/nvlink_msg.h"
 #include "util.h"
@@ -427,11 +429,28 @@ static void test_a_hostile_requester_is_bounded(void **state)
 
 /* ---- two processes --------------------------------------------------------------------------- */
 
+/* A lying source: its NVLink answers say every allocation is twice its size. */
+static int lying_control(void *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
+                         size_t cap, size_t *resp_len)
+{
+    int rc = orb_nvlink_transport.control(tp, sender, req, len, resp, cap, resp_len);
+    struct orb_nvl_begin_ok *m = malloc(sizeof *m);
+    if (rc != 0 || m == NULL || orb_nvl_begin_ok_decode(ORB_NVL_BEGIN_OK, resp, *resp_len, m) != 0) {
+        free(m);
+        return rc;
+    }
+    for (uint32_t i = 0; i < m->nallocs; i++)
+        m->allocs[i].size *= 2;
+    rc = orb_nvl_begin_ok_encode(ORB_NVL_BEGIN_OK, m, resp, cap, resp_len);
+    free(m);
+    return rc;
+}
+
 /* The source process: one engine, one device allocation of 4 MiB registered whole (seed 7's
  * pattern). It prints "<endpoint> <epoch> <base>" and then answers lines on stdin: "check OFF
  * LEN SEED" ([OFF, +LEN) holds what seed's pattern of 4 MiB holds there: "ok" or "bad N"),
  * "quit". */
-static int source_child(void)
+static int source_child(int lying)
 {
     const struct orb_cuda *cu = NULL;
     if ((!real_driver && orb_cuda_use_library(FAKECUDA_FULL) != 0) || orb_cuda_get(&cu) != 0)
@@ -440,7 +459,11 @@ static int source_child(void)
     orb_engine *e = NULL;
     orb_cuda_memory *m = NULL;
     orb_reg_id id = 0;
-    if (orb_engine_config_init(&cfg) != 0 || orb_engine_create(&cfg, &e) != 0)
+    static struct orb_transport_ops liar;
+    liar = orb_nvlink_transport;
+    liar.control = lying_control;
+    const struct orb_transport_ops *ops[] = {&orb_tcp_transport, lying ? &liar : &orb_nvlink_transport};
+    if (orb_engine_config_init(&cfg) != 0 || orb_engine_create_with(&cfg, NULL, ops, 2, &e) != 0)
         return 11;
     if (orb_cuda_memory_alloc(0, 4 * MIB, &m) != 0)
         return 12;
@@ -494,7 +517,7 @@ struct child {
     FILE *to, *from;
 };
 
-static void child_start(struct child *c)
+static void child_start(struct child *c, const char *how)
 {
     int in[2], out[2];
     assert_int_equal(pipe(in), 0);
@@ -506,7 +529,7 @@ static void child_start(struct child *c)
         dup2(out[1], 1);
         close(in[1]);
         close(out[0]);
-        execl("/proc/self/exe", "test_nvlink", "--source-child", (char *)NULL);
+        execl("/proc/self/exe", "test_nvlink", how, (char *)NULL);
         _exit(127);
     }
     close(in[0]);
@@ -545,7 +568,7 @@ static void test_two_processes_share_an_allocation(void **state)
 {
     (void)state;
     struct child c;
-    child_start(&c);
+    child_start(&c, "--source-child");
     char ep[ORB_ENDPOINT_MAX], epoch_text[64];
     unsigned long long base = 0;
     char first[512];
@@ -601,7 +624,7 @@ static void test_a_source_dying_mid_group_fails_the_group(void **state)
     if (real_driver)
         skip();
     struct child c;
-    child_start(&c);
+    child_start(&c, "--source-child");
     char first[512], ep[ORB_ENDPOINT_MAX], epoch_text[64];
     unsigned long long base = 0;
     if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, &base) != 3)
@@ -645,12 +668,43 @@ static void test_a_source_dying_mid_group_fails_the_group(void **state)
     assert_int_equal(fake.counts().imports, imports);
 }
 
+/* A source that says its allocation is larger than what its handle maps: the requester refuses
+ * to copy past the mapping (which would reach its own memory) and fails the request. */
+static void test_a_lying_source_is_refused(void **state)
+{
+    (void)state;
+    struct child c;
+    child_start(&c, "--lying-source-child");
+    char first[512], ep[ORB_ENDPOINT_MAX], epoch_text[64];
+    unsigned long long base = 0;
+    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, &base) != 3)
+        fail_msg("the source process said nothing");
+    struct orb_epoch epoch;
+    assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = NULL;
+    assert_int_equal(orb_open_segment(req, ep, &epoch, 5 * EU_SEC, &seg), 0);
+    struct dev local;
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 2, &local);
+    long imports = real_driver ? 0 : fake.counts().imports;
+    struct orb_batch_report rep;
+    struct orb_request r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base, base, 4096);
+    assert_int_equal(run(req, seg, &r, 1, &rep), ORB_EPROTO);
+    assert_non_null(strstr(orb_last_error(), "its handle maps"));
+    if (!real_driver)
+        assert_int_equal(fake.counts().imports, imports); /* closed again */
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    orb_engine_free(req);
+    child_end(&c);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc == 2 && strcmp(argv[1], "--source-child") == 0) {
+    if (argc == 2 && (strcmp(argv[1], "--source-child") == 0 || strcmp(argv[1], "--lying-source-child") == 0)) {
         const char *driver = getenv("ORBITE_CUDA_DRIVER");
         real_driver = driver != NULL && strcmp(driver, "real") == 0;
-        return source_child();
+        return source_child(strcmp(argv[1], "--lying-source-child") == 0);
     }
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -662,6 +716,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_a_hostile_requester_is_bounded),
         cmocka_unit_test(test_two_processes_share_an_allocation),
         cmocka_unit_test(test_a_source_dying_mid_group_fails_the_group),
+        cmocka_unit_test(test_a_lying_source_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
