@@ -169,6 +169,32 @@ static void test_adoption_checks_the_memory(void **state)
     orb_cuda_memory_unref(alias);
     orb_cuda_memory_unref(mine);
     app_free(0, p);
+
+    /* Memory of a context the application made itself (not the device's primary one) is refused:
+     * the engine's copies run in the primary context. */
+    void *lib = dlopen(FAKECUDA_FULL, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(lib);
+    orb_cu_result (*ctx_create)(orb_cu_context *, unsigned int, orb_cu_device) = NULL;
+    orb_cu_result (*ctx_destroy)(orb_cu_context) = NULL;
+    *(void **)&ctx_create = dlsym(lib, "cuCtxCreate_v2");
+    *(void **)&ctx_destroy = dlsym(lib, "cuCtxDestroy_v2");
+    assert_true(ctx_create != NULL && ctx_destroy != NULL);
+    orb_cu_device dev = 0;
+    orb_cu_context own = NULL, before = NULL;
+    assert_int_equal(cu->device_get(&dev, 0), ORB_CU_SUCCESS);
+    assert_int_equal(cu->ctx_get_current(&before), ORB_CU_SUCCESS);
+    assert_int_equal(ctx_create(&own, 0, dev), ORB_CU_SUCCESS);
+    orb_cu_deviceptr q = 0;
+    assert_int_equal(cu->mem_alloc(&q, 4096), ORB_CU_SUCCESS);
+    m = NULL;
+    assert_int_equal(orb_cuda_memory_adopt(0, q, 4096, NULL, NULL, &m), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "context other than device 0's primary one"));
+    assert_null(m);
+    assert_int_equal(cu->ctx_set_current(own), ORB_CU_SUCCESS);
+    assert_int_equal(cu->mem_free(q), ORB_CU_SUCCESS);
+    assert_int_equal(ctx_destroy(own), ORB_CU_SUCCESS);
+    assert_int_equal(cu->ctx_set_current(before), ORB_CU_SUCCESS);
+    dlclose(lib);
 }
 
 static void test_pinned_host_memory_is_host_memory(void **state)

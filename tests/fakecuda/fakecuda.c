@@ -38,6 +38,8 @@
 #define FAKECUDA_PROTOTYPE(field, export, params) EXPORT orb_cu_result export params;
 ORB_CUDA_EXPORTS(FAKECUDA_PROTOTYPE)
 #undef FAKECUDA_PROTOTYPE
+EXPORT orb_cu_result cuCtxCreate_v2(orb_cu_context *ctx, unsigned int flags, orb_cu_device device);
+EXPORT orb_cu_result cuCtxDestroy_v2(orb_cu_context ctx);
 #define MAX_DEVICES 8
 #define MAX_ALLOCS 1024
 #define DEVICE_SPACE(d) (0xd000000000000000ull + ((unsigned long long)(d) << 44))
@@ -60,6 +62,7 @@ struct alloc {
     int device;
     /* Imported from another process (cuIpcOpenMemHandle): its exporter and allocation, and how
      * many opens of it are not closed yet. */
+    struct CUctx_st *ctx;              /* the context it was made in (NULL: the primary one) */
     bool imported;
     int exporter_pid, exporter_fd;
     unsigned long long exporter_base;
@@ -105,6 +108,9 @@ static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 static bool initialised;
 static int ndevices = 2;
 static struct CUctx_st contexts[MAX_DEVICES];
+/* Contexts made with cuCtxCreate (not the primary ones): a test's, for memory of another context. */
+#define MAX_CREATED 8
+static struct CUctx_st created[MAX_CREATED];
 static unsigned long long next_address[MAX_DEVICES];
 static struct alloc allocs[MAX_ALLOCS];
 static _Thread_local struct CUctx_st *current;
@@ -383,7 +389,37 @@ EXPORT orb_cu_result cuDevicePrimaryCtxRelease_v2(orb_cu_device device)
 /* Whether `ctx` is a live context (lock held). */
 static bool live_context(const struct CUctx_st *ctx)
 {
-    return ctx != NULL && ctx >= contexts && ctx < contexts + ndevices && ctx->refs > 0;
+    return ctx != NULL && ((ctx >= contexts && ctx < contexts + ndevices) || (ctx >= created && ctx < created + MAX_CREATED)) &&
+           ctx->refs > 0;
+}
+
+/* Not resolved by OrbiTE's loader: tests call them through dlsym to make memory of a context
+ * other than the device's primary one. The new context becomes current, as the driver's does. */
+EXPORT orb_cu_result cuCtxCreate_v2(orb_cu_context *ctx, unsigned int flags, orb_cu_device device)
+{
+    ENTER("cuCtxCreate_v2");
+    (void)flags;
+    if (ctx == NULL || device < 0 || device >= ndevices)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    for (int i = 0; i < MAX_CREATED; i++)
+        if (created[i].refs == 0) {
+            created[i] = (struct CUctx_st){.device = device, .refs = 1};
+            current = &created[i];
+            *ctx = &created[i];
+            LEAVE(ORB_CU_SUCCESS);
+        }
+    LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+}
+
+EXPORT orb_cu_result cuCtxDestroy_v2(orb_cu_context ctx)
+{
+    ENTER("cuCtxDestroy_v2");
+    if (ctx == NULL || ctx < created || ctx >= created + MAX_CREATED || ctx->refs == 0)
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    ctx->refs = 0;
+    if (current == ctx)
+        current = NULL;
+    LEAVE(ORB_CU_SUCCESS);
 }
 
 EXPORT orb_cu_result cuCtxSetCurrent(orb_cu_context ctx)
@@ -456,7 +492,7 @@ EXPORT orb_cu_result cuMemAlloc_v2(orb_cu_deviceptr *ptr, size_t bytes)
     }
     int d = current->device;
     *a = (struct alloc){.kind = ALLOC_DEVICE, .base = next_address[d], .size = bytes, .bytes = bytes_at, .fd = fd,
-                        .device = d};
+                        .device = d, .ctx = current};
     next_address[d] += (bytes + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN + DEVICE_ALIGN; /* never reused */
     *ptr = a->base;
     LEAVE(ORB_CU_SUCCESS);
@@ -588,7 +624,7 @@ EXPORT orb_cu_result cuPointerGetAttribute(void *data, unsigned int attribute, o
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);
     switch (attribute) {
     case ORB_CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(orb_cu_context *)data = &contexts[a->device];
+        *(orb_cu_context *)data = a->ctx != NULL ? a->ctx : &contexts[a->device];
         break;
     case ORB_CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *(unsigned int *)data = a->kind == ALLOC_DEVICE ? ORB_CU_MEMORYTYPE_DEVICE : ORB_CU_MEMORYTYPE_HOST;
