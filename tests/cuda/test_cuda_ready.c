@@ -183,10 +183,11 @@ static void test_a_request_waits_for_its_producer(void **state)
     orb_engine_free(src);
 }
 
-/* The source's device memory with a producer recorded: a peer's READ gets the producer's bytes. */
-static void test_the_source_waits_for_its_producer(void **state)
+/* The source's device memory with a producer recorded: a peer's READ gets the producer's bytes,
+ * over TCP into host memory, or by CUDA IPC into device memory (the source waits before it
+ * answers the group). */
+static void source_waits_for_its_producer(int ipc)
 {
-    (void)state;
     orb_engine *src = eu_engine(NULL);
     orb_engine *req = eu_requester(1, 0);
     orb_segment *seg = eu_open(req, src);
@@ -201,9 +202,16 @@ static void test_the_source_waits_for_its_producer(void **state)
     assert_int_equal(orb_cuda_memory_from_host(input, 0, want, LEN), 0);
     assert_int_equal(orb_cuda_memory_from_host(dev, 0, old, LEN), 0);
     orb_reg_id id;
-    assert_int_equal(orb_register_cuda_memory(src, dev, 0, LEN, ORB_PERM_REMOTE_READ, &id), 0);
+    assert_int_equal(orb_register_cuda_memory(src, dev, 0, LEN, ipc ? ORB_PERM_REMOTE_WRITE : ORB_PERM_REMOTE_READ,
+                                              &id), 0);
     struct eu_region local;
-    eu_region_new(req, LEN, ORB_PERM_LOCAL, 2, &local);
+    orb_cuda_memory *local_dev = NULL;
+    orb_reg_id local_id = 0;
+    if (ipc) {
+        assert_int_equal(orb_cuda_memory_alloc(0, LEN, &local_dev), 0);
+        assert_int_equal(orb_register_cuda_memory(req, local_dev, 0, LEN, ORB_PERM_LOCAL, &local_id), 0);
+    } else
+        eu_region_new(req, LEN, ORB_PERM_LOCAL, 2, &local);
 
     orb_cu_stream producer = stream_of(ctx0);
     atomic_int done = 0;
@@ -212,7 +220,11 @@ static void test_the_source_waits_for_its_producer(void **state)
                      ORB_CU_SUCCESS);
     assert_int_equal(orb_cuda_memory_record_producer(dev, producer, count_done, &done), 0);
     struct submitter s = {.req = req, .seg = seg};
-    s.r = eu_req(ORB_OP_READ, local.base, (const void *)(uintptr_t)orb_cuda_memory_ptr(dev), LEN);
+    if (ipc) {
+        s.r = eu_req_at(ORB_OP_READ, orb_cuda_memory_ptr(local_dev), orb_cuda_memory_ptr(dev), LEN);
+        s.r.transport = ORB_TRANSPORT_NVLINK;
+    } else
+        s.r = eu_req(ORB_OP_READ, local.base, (const void *)(uintptr_t)orb_cuda_memory_ptr(dev), LEN);
     atomic_init(&s.finished, 0);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, submit_main, &s), 0);
@@ -221,18 +233,41 @@ static void test_the_source_waits_for_its_producer(void **state)
     pthread_join(t, NULL);
     assert_int_equal(s.rc, 0);
     assert_int_equal(atomic_load(&done), 1);
-    assert_memory_equal(local.base, want, LEN);
+    if (ipc) {
+        uint8_t *got = malloc(LEN);
+        assert_non_null(got);
+        assert_int_equal(orb_cuda_memory_to_host(local_dev, 0, got, LEN), 0);
+        assert_memory_equal(got, want, LEN);
+        free(got);
+    } else
+        assert_memory_equal(local.base, want, LEN);
 
     free(want);
     free(old);
     assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
-    eu_region_free(req, &local);
+    if (ipc) {
+        assert_int_equal(orb_unregister_memory(req, local_id), 0);
+        orb_cuda_memory_unref(local_dev);
+    } else
+        eu_region_free(req, &local);
     assert_int_equal(orb_unregister_memory(src, id), 0);
     orb_cuda_memory_unref(dev);
     orb_cuda_memory_unref(input);
     orb_segment_close(seg);
     orb_engine_free(req);
     orb_engine_free(src);
+}
+
+static void test_the_source_waits_for_its_producer(void **state)
+{
+    (void)state;
+    source_waits_for_its_producer(0);
+}
+
+static void test_an_ipc_access_waits_for_the_producer(void **state)
+{
+    (void)state;
+    source_waits_for_its_producer(1);
 }
 
 /* An unproven wait, or record, fences the memory: every later access fails, done never runs,
@@ -277,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_which_streams_are_accepted),
         cmocka_unit_test(test_a_request_waits_for_its_producer),
         cmocka_unit_test(test_the_source_waits_for_its_producer),
+        cmocka_unit_test(test_an_ipc_access_waits_for_the_producer),
         cmocka_unit_test(test_an_unproven_wait_or_record_fences),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
