@@ -48,6 +48,7 @@ struct nvl_peer {
     uint64_t hello_retry;          /* when a failed HELLO may be tried again */
     char hello_why[WHY_LEN];
     struct nvl_known known[NVL_KNOWN_MAX];
+    uint64_t query_pause;          /* until then, unknown ranges are not asked about (no answer came) */
     uint32_t nknown, next_known;
     /* The peer's thread only: */
     struct nvl_import imports[NVL_IMPORTS_MAX];
@@ -197,7 +198,7 @@ int nvl_peer_accepts(void *peer, uint8_t op, const struct orb_reg *local, uint64
         return 0;
     uint64_t now = orb_now_ns();
     pthread_mutex_lock(&p->lock);
-    int verdict = -1;
+    int verdict = now < p->query_pause ? 0 : -1;
     for (uint32_t i = 0; i < p->nknown && verdict < 0; i++) {
         const struct nvl_known *k = &p->known[i];
         if (k->expires <= now)
@@ -218,6 +219,13 @@ int nvl_peer_accepts(void *peer, uint8_t op, const struct orb_reg *local, uint64
     int rc = a == NULL ? ORB_ENOMEM : orb_nvl_begin_encode(ORB_NVL_QUERY, &q, req, sizeof req, &len);
     if (rc == 0)
         rc = p->ctl.call(p->ctl.peer, ORB_TRANSPORT_NVLINK, req, len, resp, sizeof resp, &resp_len, deadline);
+    if (rc != 0 && rc != ORB_ENOMEM) {
+        /* A peer that does not answer (or answers nonsense) is asked nothing more for a while:
+         * choosing a transport must not wait on it request after request. */
+        pthread_mutex_lock(&p->lock);
+        p->query_pause = orb_deadline_after(NVL_HELLO_RETRY_NS);
+        pthread_mutex_unlock(&p->lock);
+    }
     if (rc == 0)
         rc = orb_nvl_begin_ok_decode(ORB_NVL_QUERY_OK, resp, resp_len, a);
     if (rc == 0 && (a->count != 1 || a->group != 1))

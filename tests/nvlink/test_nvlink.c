@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <orbite/orbite.h>
@@ -446,11 +447,22 @@ static int lying_control(void *tp, const struct orb_epoch *sender, const uint8_t
     return rc;
 }
 
+/* A mute source: it answers QUERY only after 1.5 s, past any requester's patience. */
+static int mute_control(void *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
+                        size_t cap, size_t *resp_len)
+{
+    if (len > 0 && req[0] == ORB_NVL_QUERY)
+        usleep(1500 * 1000);
+    return orb_nvlink_transport.control(tp, sender, req, len, resp, cap, resp_len);
+}
+
 /* The source process: one engine, one device allocation of 4 MiB registered whole (seed 7's
  * pattern). It prints "<endpoint> <epoch> <base>" and then answers lines on stdin: "check OFF
  * LEN SEED" ([OFF, +LEN) holds what seed's pattern of 4 MiB holds there: "ok" or "bad N"),
  * "quit". */
-static int source_child(int lying)
+enum child_kind { HONEST, LYING, MUTE };
+
+static int source_child(enum child_kind kind)
 {
     const struct orb_cuda *cu = NULL;
     if ((!real_driver && orb_cuda_use_library(FAKECUDA_FULL) != 0) || orb_cuda_get(&cu) != 0)
@@ -459,10 +471,10 @@ static int source_child(int lying)
     orb_engine *e = NULL;
     orb_cuda_memory *m = NULL;
     orb_reg_id id = 0;
-    static struct orb_transport_ops liar;
-    liar = orb_nvlink_transport;
-    liar.control = lying_control;
-    const struct orb_transport_ops *ops[] = {&orb_tcp_transport, lying ? &liar : &orb_nvlink_transport};
+    static struct orb_transport_ops odd;
+    odd = orb_nvlink_transport;
+    odd.control = kind == LYING ? lying_control : mute_control;
+    const struct orb_transport_ops *ops[] = {&orb_tcp_transport, kind == HONEST ? &orb_nvlink_transport : &odd};
     if (orb_engine_config_init(&cfg) != 0 || orb_engine_create_with(&cfg, NULL, ops, 2, &e) != 0)
         return 11;
     if (orb_cuda_memory_alloc(0, 4 * MIB, &m) != 0)
@@ -699,12 +711,56 @@ static void test_a_lying_source_is_refused(void **state)
     child_end(&c);
 }
 
+/* A source that does not answer the question ORB_TRANSPORT_UNSPEC asks: the first request waits
+ * for it once (at most a second) and goes by TCP, and later ones are not held up by it. */
+static void test_a_mute_source_does_not_hold_up_submission(void **state)
+{
+    (void)state;
+    struct child c;
+    child_start(&c, "--mute-source-child");
+    char first[512], ep[ORB_ENDPOINT_MAX], epoch_text[64];
+    unsigned long long base = 0;
+    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, &base) != 3)
+        fail_msg("the source process said nothing");
+    struct orb_epoch epoch;
+    assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = NULL;
+    assert_int_equal(orb_open_segment(req, ep, &epoch, 5 * EU_SEC, &seg), 0);
+    struct dev local;
+    dev_new(req, 4 * MIB, 0, 4 * MIB, ORB_PERM_LOCAL, 2, &local);
+    struct orb_batch_report rep;
+    for (int i = 0; i < 4; i++) {
+        struct orb_request r = nvl_req(ORB_TRANSPORT_UNSPEC, ORB_OP_READ, local.base + i * MIB, base + i * MIB, MIB);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (run(req, seg, &r, 1, &rep) != 0)
+            fail_msg("request %d: %s", i, orb_last_error());
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s_taken = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        if (i == 0)
+            assert_true(s_taken < 1.4); /* one question, bounded by a second */
+        else
+            assert_true(s_taken < 0.5);
+    }
+    child_check(&c, 0, 4 * MIB, 7);
+    uint8_t *lb = dev_bytes(&local);
+    assert_int_equal(eu_first_mismatch(lb, 4 * MIB, 7), SIZE_MAX); /* every byte came, by TCP */
+    free(lb);
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    orb_engine_free(req);
+    child_end(&c);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc == 2 && (strcmp(argv[1], "--source-child") == 0 || strcmp(argv[1], "--lying-source-child") == 0)) {
+    if (argc == 2 && strncmp(argv[1], "--", 2) == 0 && strstr(argv[1], "source-child") != NULL) {
         const char *driver = getenv("ORBITE_CUDA_DRIVER");
         real_driver = driver != NULL && strcmp(driver, "real") == 0;
-        return source_child(strcmp(argv[1], "--lying-source-child") == 0);
+        enum child_kind kind = strcmp(argv[1], "--lying-source-child") == 0 ? LYING
+                               : strcmp(argv[1], "--mute-source-child") == 0 ? MUTE : HONEST;
+        return source_child(kind);
     }
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -717,6 +773,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_processes_share_an_allocation),
         cmocka_unit_test(test_a_source_dying_mid_group_fails_the_group),
         cmocka_unit_test(test_a_lying_source_is_refused),
+        cmocka_unit_test(test_a_mute_source_does_not_hold_up_submission),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
