@@ -81,6 +81,9 @@ int nvl_requester_stop(struct nvl_tp *tp, uint64_t deadline);
 /* Join and free every peer (at destroy, once every segment released its peers). */
 void nvl_requester_free(struct nvl_tp *tp);
 
+/* Wait for tp->changed (tp->lock held) until it is signalled or `deadline` (ORB_DEADLINE_NONE:
+ * no bound) passes. */
+void nvl_wait_locked(struct nvl_tp *tp, uint64_t deadline);
 /* Where this process runs (nvlink_transport.c). */
 int nvl_self_hello(struct orb_nvl_hello *out);
 /* Whether an engine of this process serves `epoch` at `endpoint`: then a segment to it reaches

@@ -593,10 +593,8 @@ int nvl_requester_stop(struct nvl_tp *tp, uint64_t deadline)
         pthread_cond_broadcast(&p->changed);
         pthread_mutex_unlock(&p->lock);
     }
-    while (tp->live_threads > 0 && orb_now_ns() < deadline) {
-        struct timespec ts = orb_deadline_timespec(deadline);
-        pthread_cond_timedwait(&tp->changed, &tp->lock, &ts);
-    }
+    while (tp->live_threads > 0 && orb_now_ns() < deadline)
+        nvl_wait_locked(tp, deadline);
     uint32_t live = tp->live_threads;
     pthread_mutex_unlock(&tp->lock);
     if (live > 0)

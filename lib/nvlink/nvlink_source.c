@@ -71,12 +71,7 @@ static void *lease_main(void *arg)
             ORB_LOGW("nvlink source: %u groups of requests were not ended within their lease of %llu ms: their "
                      "ranges are let go, and their requesters' ends will be refused", expired,
                      (unsigned long long)(tp->lease_ns / 1000000));
-        if (next == ORB_DEADLINE_NONE)
-            pthread_cond_wait(&tp->changed, &tp->lock);
-        else {
-            struct timespec ts = orb_deadline_timespec(next);
-            pthread_cond_timedwait(&tp->changed, &tp->lock, &ts);
-        }
+        nvl_wait_locked(tp, next);
     }
     pthread_mutex_unlock(&tp->lock);
     return NULL;
@@ -95,10 +90,8 @@ int nvl_source_stop(struct nvl_tp *tp, uint64_t deadline)
     pthread_mutex_lock(&tp->lock);
     /* Requesters end their groups after their copies; until they do (or the leases run out) the
      * ranges may still be copied. */
-    while (tp->ngroups > 0 && orb_now_ns() < deadline) {
-        struct timespec ts = orb_deadline_timespec(deadline);
-        pthread_cond_timedwait(&tp->changed, &tp->lock, &ts);
-    }
+    while (tp->ngroups > 0 && orb_now_ns() < deadline)
+        nvl_wait_locked(tp, deadline);
     uint32_t held = tp->ngroups;
     pthread_mutex_unlock(&tp->lock);
     if (held > 0)

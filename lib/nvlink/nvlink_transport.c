@@ -79,6 +79,16 @@ bool nvl_source_in_this_process(const struct orb_epoch *epoch, const char *endpo
     return found;
 }
 
+void nvl_wait_locked(struct nvl_tp *tp, uint64_t deadline)
+{
+    if (deadline == ORB_DEADLINE_NONE)
+        pthread_cond_wait(&tp->changed, &tp->lock);
+    else {
+        struct timespec ts = orb_deadline_timespec(deadline);
+        pthread_cond_timedwait(&tp->changed, &tp->lock, &ts);
+    }
+}
+
 static void tp_free(struct nvl_tp *tp)
 {
     pthread_mutex_destroy(&tp->lock);

@@ -574,23 +574,32 @@ static void child_end(struct child *c)
         fail_msg("the source process failed at step %d", WEXITSTATUS(status));
 }
 
+/* Start a source process of `how` and open a segment of a new requester to it: *base is its
+ * allocation's first byte. */
+static void remote_open(struct child *c, const char *how, orb_engine **req, orb_segment **seg,
+                        unsigned long long *base)
+{
+    child_start(c, how);
+    char first[512], ep[ORB_ENDPOINT_MAX], epoch_text[64];
+    if (fgets(first, sizeof first, c->from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, base) != 3)
+        fail_msg("the source process said nothing");
+    struct orb_epoch epoch;
+    assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);
+    *req = eu_requester(1, 0);
+    *seg = NULL;
+    assert_int_equal(orb_open_segment(*req, ep, &epoch, 5 * EU_SEC, seg), 0);
+}
+
 /* Another process's allocation is imported once, on the first request, and used by every later
  * one (READ and WRITE, by name and by ORB_TRANSPORT_UNSPEC); closing the engine unmaps it. */
 static void test_two_processes_share_an_allocation(void **state)
 {
     (void)state;
     struct child c;
-    child_start(&c, "--source-child");
-    char ep[ORB_ENDPOINT_MAX], epoch_text[64];
-    unsigned long long base = 0;
-    char first[512];
-    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, &base) != 3)
-        fail_msg("the source process said nothing");
-    struct orb_epoch epoch;
-    assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);
-    orb_engine *req = eu_requester(1, 0);
+    orb_engine *req = NULL;
     orb_segment *seg = NULL;
-    assert_int_equal(orb_open_segment(req, ep, &epoch, 5 * EU_SEC, &seg), 0);
+    unsigned long long base = 0;
+    remote_open(&c, "--source-child", &req, &seg, &base);
     struct dev local;
     dev_new(req, 4 * MIB, 0, 4 * MIB, ORB_PERM_LOCAL, 9, &local);
     long imports = real_driver ? 0 : fake.counts().imports;
@@ -636,16 +645,10 @@ static void test_a_source_dying_mid_group_fails_the_group(void **state)
     if (real_driver)
         skip();
     struct child c;
-    child_start(&c, "--source-child");
-    char first[512], ep[ORB_ENDPOINT_MAX], epoch_text[64];
-    unsigned long long base = 0;
-    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, &base) != 3)
-        fail_msg("the source process said nothing");
-    struct orb_epoch epoch;
-    assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);
-    orb_engine *req = eu_requester(1, 0);
+    orb_engine *req = NULL;
     orb_segment *seg = NULL;
-    assert_int_equal(orb_open_segment(req, ep, &epoch, 5 * EU_SEC, &seg), 0);
+    unsigned long long base = 0;
+    remote_open(&c, "--source-child", &req, &seg, &base);
     struct dev local;
     dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 2, &local);
     long imports = fake.counts().imports;
@@ -686,16 +689,10 @@ static void test_a_lying_source_is_refused(void **state)
 {
     (void)state;
     struct child c;
-    child_start(&c, "--lying-source-child");
-    char first[512], ep[ORB_ENDPOINT_MAX], epoch_text[64];
-    unsigned long long base = 0;
-    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, &base) != 3)
-        fail_msg("the source process said nothing");
-    struct orb_epoch epoch;
-    assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);
-    orb_engine *req = eu_requester(1, 0);
+    orb_engine *req = NULL;
     orb_segment *seg = NULL;
-    assert_int_equal(orb_open_segment(req, ep, &epoch, 5 * EU_SEC, &seg), 0);
+    unsigned long long base = 0;
+    remote_open(&c, "--lying-source-child", &req, &seg, &base);
     struct dev local;
     dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 2, &local);
     long imports = real_driver ? 0 : fake.counts().imports;
@@ -717,16 +714,10 @@ static void test_a_mute_source_does_not_hold_up_submission(void **state)
 {
     (void)state;
     struct child c;
-    child_start(&c, "--mute-source-child");
-    char first[512], ep[ORB_ENDPOINT_MAX], epoch_text[64];
-    unsigned long long base = 0;
-    if (fgets(first, sizeof first, c.from) == NULL || sscanf(first, "%127s %63s %llu", ep, epoch_text, &base) != 3)
-        fail_msg("the source process said nothing");
-    struct orb_epoch epoch;
-    assert_int_equal(orb_epoch_parse(epoch_text, &epoch), 0);
-    orb_engine *req = eu_requester(1, 0);
+    orb_engine *req = NULL;
     orb_segment *seg = NULL;
-    assert_int_equal(orb_open_segment(req, ep, &epoch, 5 * EU_SEC, &seg), 0);
+    unsigned long long base = 0;
+    remote_open(&c, "--mute-source-child", &req, &seg, &base);
     struct dev local;
     dev_new(req, 4 * MIB, 0, 4 * MIB, ORB_PERM_LOCAL, 2, &local);
     struct orb_batch_report rep;
