@@ -17,3 +17,12 @@ add_dependencies(test_nvlink orb_fakecuda_full)
 target_compile_definitions(test_nvlink PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
 add_test(NAME test_nvlink COMMAND test_nvlink)
 set_tests_properties(test_nvlink PROPERTIES TIMEOUT 300)
+
+# An engine that never uses CUDA: the transport is there, and libcuda.so.1 is never loaded.
+add_executable(test_nvlink_cpu_only ${CMAKE_CURRENT_LIST_DIR}/test_nvlink_cpu_only.c
+               ${PROJECT_SOURCE_DIR}/tests/engine/util.c)
+target_include_directories(test_nvlink_cpu_only PRIVATE ${PROJECT_SOURCE_DIR}/tests/engine ${PROJECT_SOURCE_DIR}/lib)
+target_link_libraries(test_nvlink_cpu_only PRIVATE orbite_static PkgConfig::CMOCKA PkgConfig::JANSSON Threads::Threads
+                      ${CMAKE_DL_LIBS})
+add_test(NAME test_nvlink_cpu_only COMMAND test_nvlink_cpu_only)
+set_tests_properties(test_nvlink_cpu_only PROPERTIES TIMEOUT 120)
