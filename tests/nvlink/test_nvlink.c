@@ -730,9 +730,9 @@ static void test_a_mute_source_does_not_hold_up_submission(void **state)
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double s_taken = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
         if (i == 0)
-            assert_true(s_taken < 1.4); /* one question, bounded by a second */
+            assert_true(s_taken < 2.5); /* one question, bounded by a second, then the transfer */
         else
-            assert_true(s_taken < 0.5);
+            assert_true(s_taken < 0.9); /* no question: less than one question's bound */
     }
     child_check(&c, 0, 4 * MIB, 7);
     uint8_t *lb = dev_bytes(&local);
