@@ -312,17 +312,22 @@ static void xfer_end(struct nvl_tp *tp, struct orb_xfer *x, int status, enum orb
     atomic_fetch_sub(&tp->inflight, 1);
 }
 
-static void close_import(struct nvl_peer *p, struct nvl_import *im)
+/* Unmap an import: 0, or the failure (logged; the mapping is kept for good). */
+static int close_import(struct nvl_peer *p, struct nvl_import *im)
 {
-    if (orb_cuda_ipc_unimport(im->device, im->ptr) != 0)
+    int rc = orb_cuda_ipc_unimport(im->device, im->ptr);
+    if (rc != 0)
         ORB_LOGE("nvlink: peer %s's allocation [0x%llx, +%llu) could not be unmapped (%s): its mapping is kept",
                  p->endpoint, (unsigned long long)im->base, (unsigned long long)im->size, orb_last_error());
+    return rc;
 }
 
 /* The peer's allocation `al` mapped for `device`, imported now if it is not yet (or was
- * replaced since). 0 with *ptr_out, or the failure with the detail message. */
+ * replaced since). 0 with *ptr_out, or the failure with the detail message. An import closed on
+ * the way (replaced, or the least recently used one) that the driver would not close sets
+ * *close_rc: the group it was shared by cannot be counted complete. */
 static int import_get(struct nvl_peer *p, const struct orb_nvl_alloc *al, int device, uint64_t group,
-                      uint64_t *ptr_out)
+                      uint64_t *ptr_out, int *close_rc)
 {
     struct nvl_import *slot = NULL;
     for (uint32_t i = 0; i < p->nimports; i++) {
@@ -336,7 +341,9 @@ static int import_get(struct nvl_peer *p, const struct orb_nvl_alloc *al, int de
             return 0;
         }
         /* The peer freed that allocation and made another where it was: the old mapping goes. */
-        close_import(p, im);
+        int rc = close_import(p, im);
+        if (rc != 0 && *close_rc == 0)
+            *close_rc = rc;
         *im = p->imports[--p->nimports];
         i--;
     }
@@ -347,7 +354,9 @@ static int import_get(struct nvl_peer *p, const struct orb_nvl_alloc *al, int de
         for (uint32_t i = 1; i < p->nimports; i++)
             if (p->imports[i].used < slot->used)
                 slot = &p->imports[i];
-        close_import(p, slot);
+        int rc = close_import(p, slot);
+        if (rc != 0 && *close_rc == 0)
+            *close_rc = rc;
         *slot = p->imports[--p->nimports];
         slot = &p->imports[p->nimports];
     }
@@ -359,7 +368,7 @@ static int import_get(struct nvl_peer *p, const struct orb_nvl_alloc *al, int de
                              (unsigned long long)al->base, (unsigned long long)al->size);
     if (mapped < al->size) { /* a copy would run past the mapping into this process's memory */
         struct nvl_import im = {.device = device, .ptr = ptr, .base = al->base, .size = al->size};
-        close_import(p, &im);
+        (void)close_import(p, &im); /* never shared: its own request fails */
         return orb_fail(ORB_EPROTO, "nvlink: peer %s said its allocation at 0x%llx holds %llu bytes; its handle maps "
                         "%zu", p->endpoint, (unsigned long long)al->base, (unsigned long long)al->size, mapped);
     }
@@ -448,6 +457,8 @@ static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
     }
 
     bool held = false;
+    int close_rc = 0;
+    char close_why[WHY_LEN] = "";
     struct orb_cuda_dtod ops[ORB_NVL_GROUP_MAX];
     orb_cuda_memory *owners[ORB_NVL_GROUP_MAX] = {NULL};
     for (uint32_t i = 0; i < n; i++) {
@@ -474,7 +485,7 @@ static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
         uint64_t ptr = 0;
         if (st == HELLO_SAME_PROCESS)
             ptr = x->remote_addr; /* the source's address is this process's */
-        else if ((r->status = import_get(p, al, orb_cuda_memory_device(mem), b->group, &ptr)) != 0) {
+        else if ((r->status = import_get(p, al, orb_cuda_memory_device(mem), b->group, &ptr, &close_rc)) != 0) {
             snprintf(r->why, sizeof r->why, "%s", orb_last_error());
             continue;
         } else
@@ -507,6 +518,10 @@ static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
     }
 
     /* The source holds the group's ranges until it hears the copies are over. */
+    if (close_rc != 0)
+        snprintf(close_why, sizeof close_why, "nvlink: a mapping of peer %.64s's memory that this group of %u "
+                 "requests shared could not be closed (%s): the group does not count as complete", p->endpoint, n,
+                 orb_strerror(close_rc));
     int end_rc = 0;
     char end_why[WHY_LEN] = "";
     if (held) {
@@ -529,6 +544,8 @@ static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
                                                                                     : ORB_REMOTE_EFFECT_NONE;
         if (end_rc != 0)
             xfer_end(tp, x, end_rc, effect, end_why);
+        else if (close_rc != 0)
+            xfer_end(tp, x, close_rc, effect, close_why);
         else
             xfer_end(tp, x, res[i].status, res[i].status != 0 ? effect : ORB_REMOTE_EFFECT_NONE, res[i].why);
     }
@@ -571,7 +588,7 @@ static void *peer_main(void *arg)
     }
     pthread_mutex_unlock(&p->lock);
     for (uint32_t i = 0; i < p->nimports; i++)
-        close_import(p, &p->imports[i]);
+        (void)close_import(p, &p->imports[i]); /* logged and kept; no group is left to fail */
     p->nimports = 0;
     pthread_mutex_lock(&p->lock);
     p->finished = true;

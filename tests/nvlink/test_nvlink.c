@@ -460,7 +460,8 @@ static int mute_control(void *tp, const struct orb_epoch *sender, const uint8_t 
  * pattern). It prints "<endpoint> <epoch> <base>" and then answers lines on stdin: "check OFF
  * LEN SEED" ([OFF, +LEN) holds what seed's pattern of 4 MiB holds there: "ok" or "bad N"),
  * "quit". */
-enum child_kind { HONEST, LYING, MUTE };
+enum child_kind { HONEST, LYING, MUTE, MANY };
+#define MANY_ALLOCS 64 /* beyond the 4 MiB one: more allocations than a peer keeps imported */
 
 static int source_child(enum child_kind kind)
 {
@@ -474,7 +475,8 @@ static int source_child(enum child_kind kind)
     static struct orb_transport_ops odd;
     odd = orb_nvlink_transport;
     odd.control = kind == LYING ? lying_control : mute_control;
-    const struct orb_transport_ops *ops[] = {&orb_tcp_transport, kind == HONEST ? &orb_nvlink_transport : &odd};
+    const struct orb_transport_ops *ops[] = {&orb_tcp_transport,
+                                             kind == LYING || kind == MUTE ? &odd : &orb_nvlink_transport};
     if (orb_engine_config_init(&cfg) != 0 || orb_engine_create_with(&cfg, NULL, ops, 2, &e) != 0)
         return 11;
     if (orb_cuda_memory_alloc(0, 4 * MIB, &m) != 0)
@@ -492,6 +494,16 @@ static int source_child(enum child_kind kind)
         orb_epoch_format(&ee, epoch, sizeof epoch) != 0)
         return 14;
     printf("%s %s %llu\n", ep, epoch, (unsigned long long)orb_cuda_memory_ptr(m));
+    orb_cuda_memory *more[MANY_ALLOCS] = {NULL};
+    orb_reg_id more_ids[MANY_ALLOCS] = {0};
+    if (kind == MANY) {
+        for (int i = 0; i < MANY_ALLOCS; i++) {
+            if (orb_cuda_memory_alloc(0, 65536, &more[i]) != 0 ||
+                orb_register_cuda_memory(e, more[i], 0, 65536, ORB_PERM_REMOTE_WRITE, &more_ids[i]) != 0)
+                return 19;
+            printf("%llu%c", (unsigned long long)orb_cuda_memory_ptr(more[i]), i + 1 < MANY_ALLOCS ? ' ' : '\n');
+        }
+    }
     fflush(stdout);
     char line[256];
     while (fgets(line, sizeof line, stdin) != NULL) {
@@ -515,6 +527,12 @@ static int source_child(enum child_kind kind)
     }
     free(buf);
     free(pattern);
+    for (int i = 0; i < MANY_ALLOCS; i++)
+        if (more[i] != NULL) {
+            if (orb_unregister_memory(e, more_ids[i]) != 0)
+                return 17;
+            orb_cuda_memory_unref(more[i]);
+        }
     if (orb_unregister_memory(e, id) != 0)
         return 17;
     orb_cuda_memory_unref(m);
@@ -744,13 +762,58 @@ static void test_a_mute_source_does_not_hold_up_submission(void **state)
     child_end(&c);
 }
 
+/* A peer's imports are bounded: the 65th allocation unmaps the least recently used one. When the
+ * driver refuses that unmapping, the group that shared the import does not count as complete,
+ * although its copy ran, and the mapping is reported as kept. */
+static void test_a_failed_import_close_fails_its_group(void **state)
+{
+    (void)state;
+    if (real_driver)
+        skip();
+    struct child c;
+    orb_engine *req = NULL;
+    orb_segment *seg = NULL;
+    unsigned long long base = 0, more[MANY_ALLOCS];
+    remote_open(&c, "--many-source-child", &req, &seg, &base);
+    for (int i = 0; i < MANY_ALLOCS; i++)
+        assert_int_equal(fscanf(c.from, "%llu", &more[i]), 1);
+    struct dev local;
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 2, &local);
+    struct orb_cuda_retained kept0, kept1;
+    assert_int_equal(orb_cuda_retained_resources(&kept0), 0);
+    long imports = fake.counts().imports;
+    struct orb_batch_report rep;
+    struct orb_request r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base, base, 4096);
+    assert_int_equal(run(req, seg, &r, 1, &rep), 0);
+    for (int i = 0; i < MANY_ALLOCS - 1; i++) {
+        r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base + 4096, more[i], 4096);
+        if (run(req, seg, &r, 1, &rep) != 0)
+            fail_msg("allocation %d: %s", i, orb_last_error());
+    }
+    assert_int_equal(fake.counts().imports, imports + MANY_ALLOCS); /* the most a peer keeps */
+    fake.fail_nth("cuIpcCloseMemHandle", 1, 999u);
+    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base + 8192, more[MANY_ALLOCS - 1], 4096);
+    assert_int_not_equal(run(req, seg, &r, 1, &rep), 0);
+    assert_non_null(strstr(orb_last_error(), "could not be closed"));
+    assert_int_equal(rep.completed_requests, 0);
+    assert_int_equal(orb_cuda_retained_resources(&kept1), 0);
+    assert_int_equal(kept1.imports, kept0.imports + 1);
+    /* The next group is fine, by the new import. */
+    assert_int_equal(run(req, seg, &r, 1, &rep), 0);
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    orb_engine_free(req);
+    child_end(&c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strncmp(argv[1], "--", 2) == 0 && strstr(argv[1], "source-child") != NULL) {
         const char *driver = getenv("ORBITE_CUDA_DRIVER");
         real_driver = driver != NULL && strcmp(driver, "real") == 0;
-        enum child_kind kind = strcmp(argv[1], "--lying-source-child") == 0 ? LYING
-                               : strcmp(argv[1], "--mute-source-child") == 0 ? MUTE : HONEST;
+        enum child_kind kind = strcmp(argv[1], "--lying-source-child") == 0  ? LYING
+                               : strcmp(argv[1], "--mute-source-child") == 0 ? MUTE
+                               : strcmp(argv[1], "--many-source-child") == 0 ? MANY : HONEST;
         return source_child(kind);
     }
     signal(SIGPIPE, SIG_IGN);
@@ -765,6 +828,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_a_source_dying_mid_group_fails_the_group),
         cmocka_unit_test(test_a_lying_source_is_refused),
         cmocka_unit_test(test_a_mute_source_does_not_hold_up_submission),
+        cmocka_unit_test(test_a_failed_import_close_fails_its_group),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
