@@ -50,6 +50,7 @@ struct nvl_tp {
     uint32_t ngroups;
     pthread_t lease_thread;
     bool lease_thread_started;
+    bool lease_quit;               /* under lock: the lease thread ends (destroy only) */
     /* Requester: every peer not yet freed (those whose thread finished are freed by the next
      * peer_open or by stop). */
     struct nvl_peer *peers;

@@ -50,7 +50,7 @@ static void *lease_main(void *arg)
 {
     struct nvl_tp *tp = arg;
     pthread_mutex_lock(&tp->lock);
-    while (!atomic_load(&tp->stopping)) {
+    while (!tp->lease_quit) { /* leases keep ending while the engine stops, until it is destroyed */
         uint64_t now = orb_now_ns(), next = ORB_DEADLINE_NONE;
         uint32_t expired = 0;
         for (struct nvl_group **pp = &tp->groups; *pp != NULL;) {
@@ -301,7 +301,7 @@ int nvl_source_control(void *tp_, const struct orb_epoch *sender, const uint8_t 
 void nvl_source_free(struct nvl_tp *tp)
 {
     pthread_mutex_lock(&tp->lock);
-    atomic_store(&tp->stopping, true);
+    tp->lease_quit = true;
     pthread_cond_broadcast(&tp->changed);
     pthread_mutex_unlock(&tp->lock);
     if (tp->lease_thread_started)

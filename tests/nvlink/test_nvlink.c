@@ -428,6 +428,32 @@ static void test_a_hostile_requester_is_bounded(void **state)
     orb_engine_free(src);
 }
 
+/* A source closing while a requester holds a group: the close is not proven while the group may
+ * still be copied (its lease of io_timeout_s runs), and a later close succeeds once it ended. */
+static void test_a_source_close_waits_for_held_groups(void **state)
+{
+    (void)state;
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.io_timeout_s = 1;
+    orb_engine *src = eu_engine(&cfg);
+    struct dev d;
+    dev_new(src, MIB, 0, MIB, ORB_PERM_REMOTE_WRITE, 1, &d);
+    struct orb_epoch sender = {{0}};
+    sender.bytes[0] = 0x11;
+    uint8_t req[4096], resp[4096];
+    size_t len = 0, resp_len = 0;
+    struct orb_nvl_begin b = {.group = 1, .count = 1,
+                              .ranges = {{.op = ORB_OP_WRITE, .addr = d.base + 64, .length = 64}}};
+    assert_int_equal(orb_nvl_begin_encode(ORB_NVL_BEGIN, &b, req, sizeof req, &len), 0);
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, req, len, resp, sizeof resp, &resp_len), 0);
+    assert_int_equal(orb_engine_close(src, 100 * 1000 * 1000), ORB_EUNQUIESCED);
+    assert_non_null(strstr(orb_last_error(), "held by their requesters"));
+    assert_int_equal(orb_engine_close(src, 5 * EU_SEC), 0);
+    dev_free(src, &d);
+    orb_engine_free(src);
+}
+
 /* ---- two processes --------------------------------------------------------------------------- */
 
 /* A lying source: its NVLink answers say every allocation is twice its size. */
@@ -824,6 +850,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_overlapping_self_peer_copies_are_refused),
         cmocka_unit_test(test_an_unacknowledged_end_fails_the_whole_group),
         cmocka_unit_test(test_a_hostile_requester_is_bounded),
+        cmocka_unit_test(test_a_source_close_waits_for_held_groups),
         cmocka_unit_test(test_two_processes_share_an_allocation),
         cmocka_unit_test(test_a_source_dying_mid_group_fails_the_group),
         cmocka_unit_test(test_a_lying_source_is_refused),
