@@ -7,9 +7,10 @@
  * sendmsg(); when the queue is full the connection stops reading until it drains, which is its
  * back-pressure. READ payloads leave straight from the pinned registered range; WRITE payloads
  * land straight in it (or, while they are small, through the receive stage). Memory without a
- * CPU view (device memory) goes through the connection's own staging chunk (ORB_STAGE_CHUNK
+ * CPU view (device memory) goes through the connection's own staging chunks (ORB_STAGE_CHUNK
  * bytes, made on its first such request): a READ's payload is copied out chunk by chunk as the
- * socket takes it, a WRITE's is received chunk by chunk and copied in. Any malformed or
+ * socket takes it, the chunk due next copied ahead into a spare while the socket is full; a
+ * WRITE's is received chunk by chunk and copied in. Any malformed or
  * out-of-place frame closes only its connection, with a logged reason. */
 #include <errno.h>
 #include <stdbool.h>
@@ -79,6 +80,12 @@ struct tcp_source_conn {
     uint8_t *stage;                 /* READ payloads */
     void (*stage_free)(void *);
     uint64_t stage_from, stage_len;
+    /* The head READ's next chunk, copied out while the socket is full (NULL until first used):
+     * the copy overlaps the kernel draining the socket, not the worker's sending. */
+    uint8_t *stage_next;
+    void (*stage_next_free)(void *);
+    const struct src_resp *next_resp; /* whose bytes [next_from, +next_len) are (NULL: none) */
+    uint64_t next_from, next_len;
     uint8_t *rx_stage;              /* WRITE payloads: bytes from rx_stage_from on */
     void (*rx_stage_free)(void *);
     uint64_t rx_stage_from;
@@ -199,6 +206,8 @@ void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
     stranger_remove(s);
     if (s->stage != NULL)
         s->stage_free(s->stage);
+    if (s->stage_next != NULL)
+        s->stage_next_free(s->stage_next);
     if (s->rx_stage != NULL)
         s->rx_stage_free(s->rx_stage);
     if (s->authed)
@@ -339,6 +348,51 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
     return 0;
 }
 
+/* While the socket is full: copy the chunk that is due after the staged one (the head READ's
+ * next, or the first of the READ queued behind it) into the spare chunk, so that it is ready when
+ * the socket takes more. A failure is left to the ordinary path, which copies that chunk again
+ * when it is due and reports it there. */
+static void src_stage_ahead(struct tcp_source_conn *s)
+{
+    if (s->tx_count == 0 || s->stage_len == 0)
+        return;
+    struct src_resp *r = &s->tx[s->tx_first];
+    if (r->payload != NULL || r->pin == NULL)
+        return;
+    uint64_t at = s->stage_from + s->stage_len;
+    if (at >= r->payload_len) {
+        if (s->tx_count < 2)
+            return;
+        r = &s->tx[(s->tx_first + 1) % SRC_TX_SLOTS];
+        at = 0;
+        if (r->payload != NULL || r->payload_len == 0 || r->pin == NULL)
+            return;
+    }
+    if (s->next_resp == r && s->next_len > 0 && s->next_from == at)
+        return;
+    const struct orb_reg *pin = r->pin;
+    if (s->stage_next == NULL &&
+        (s->stage_next = orb_reg_stage_alloc(pin, ORB_STAGE_CHUNK, &s->stage_next_free)) == NULL)
+        return;
+    uint64_t len = r->payload_len - at < ORB_STAGE_CHUNK ? r->payload_len - at : ORB_STAGE_CHUNK;
+    s->next_from = s->next_len = 0;
+    s->next_resp = NULL;
+    int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage_next, (size_t)len);
+    if (rc == ORB_EUNQUIESCED) {
+        s->stage_next = NULL; /* the device may still write it: kept, never reused */
+        return;
+    }
+    if (rc != 0)
+        return;
+    s->next_resp = r;
+    s->next_from = at;
+    s->next_len = len;
+    if (at + len == r->payload_len) { /* all copied out: the loan ends, as in src_stage_read */
+        orb_reg_loan_end(pin, r->loan);
+        r->loan = NULL;
+    }
+}
+
 /* Send what the socket takes of the queued responses, as many as fit in one sendmsg(). 0 (all
  * sent, or blocked, or the turn is spent) or a negative status. */
 static int src_tx(struct tcp_source_conn *s)
@@ -356,6 +410,20 @@ static int src_tx(struct tcp_source_conn *s)
                 if (i > 0)
                     break; /* staged when it heads the queue */
                 uint64_t at = off > r->head_len ? off - r->head_len : 0;
+                if ((at < s->stage_from || at >= s->stage_from + s->stage_len) && s->next_resp == r &&
+                    s->next_len > 0 && at >= s->next_from && at < s->next_from + s->next_len) {
+                    /* The chunk copied ahead: it becomes the staged one. */
+                    uint8_t *b = s->stage;
+                    void (*f)(void *) = s->stage_free;
+                    s->stage = s->stage_next;
+                    s->stage_free = s->stage_next_free;
+                    s->stage_from = s->next_from;
+                    s->stage_len = s->next_len;
+                    s->stage_next = b;
+                    s->stage_next_free = f;
+                    s->next_from = s->next_len = 0;
+                    s->next_resp = NULL;
+                }
                 if (at < s->stage_from || at >= s->stage_from + s->stage_len) {
                     int rc = src_stage_read(s, r, at, off == 0);
                     if (rc != 0)
@@ -394,6 +462,7 @@ static int src_tx(struct tcp_source_conn *s)
             return (int)sent;
         if (sent == 0) {
             s->can_send = 0;
+            src_stage_ahead(s);
             return 0;
         }
         tcp_conn_touch(&s->base);
@@ -409,8 +478,14 @@ static int src_tx(struct tcp_source_conn *s)
             }
             left -= rest;
             s->tx_off = 0;
-            if (r->payload == NULL)
-                s->stage_from = s->stage_len = 0; /* the chunk is the next staged payload's */
+            if (r->payload == NULL) { /* the staged chunk is the next payload's; the spare stays
+                                       * when it holds the next response's bytes already */
+                s->stage_from = s->stage_len = 0;
+                if (s->next_resp == r) {
+                    s->next_from = s->next_len = 0;
+                    s->next_resp = NULL;
+                }
+            }
             src_unpin(s, &r->pin, &r->loan);
             free(r->heap);
             r->heap = NULL;
