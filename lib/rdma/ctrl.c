@@ -339,28 +339,49 @@ int orb_rdma_grants_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant
     return 0;
 }
 
-int orb_rdma_disconnect_encode(uint64_t incarnation, uint8_t *out, size_t cap, size_t *len_out)
+/* DISCONNECT and PING: the prefix and one u64. */
+static int u64_body_encode(uint8_t kind, const char *what, uint64_t v, uint8_t *out, size_t cap, size_t *len_out)
 {
     if (out == NULL || len_out == NULL)
-        return orb_fail(ORB_EINVAL, "rdma disconnect encode: NULL argument");
+        return orb_fail(ORB_EINVAL, "rdma %s encode: NULL argument", what);
     struct orb_writer w;
     orb_writer_init(&w, out, cap);
-    put_prefix(&w, ORB_RDMA_DISCONNECT);
-    orb_writer_u64(&w, incarnation);
-    return finish_encode("disconnect", &w, len_out);
+    put_prefix(&w, kind);
+    orb_writer_u64(&w, v);
+    return finish_encode(what, &w, len_out);
+}
+
+static int u64_body_decode(uint8_t kind, const char *what, const uint8_t *buf, size_t len, uint64_t *v_out)
+{
+    struct orb_cursor c;
+    int rc = begin_decode(what, kind, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    uint64_t v = orb_cursor_u64(&c);
+    if (v_out == NULL || orb_cursor_finish(&c) != 0)
+        return orb_fail(ORB_EPROTO, "rdma %s: %zu bytes, not 12", what, len);
+    *v_out = v;
+    return 0;
+}
+
+int orb_rdma_disconnect_encode(uint64_t incarnation, uint8_t *out, size_t cap, size_t *len_out)
+{
+    return u64_body_encode(ORB_RDMA_DISCONNECT, "DISCONNECT", incarnation, out, cap, len_out);
 }
 
 int orb_rdma_disconnect_decode(const uint8_t *buf, size_t len, uint64_t *incarnation)
 {
-    struct orb_cursor c;
-    int rc = begin_decode("DISCONNECT", ORB_RDMA_DISCONNECT, buf, len, &c);
-    if (rc != 0)
-        return rc;
-    uint64_t v = orb_cursor_u64(&c);
-    if (incarnation == NULL || orb_cursor_finish(&c) != 0)
-        return orb_fail(ORB_EPROTO, "rdma disconnect: %zu bytes, not 12", len);
-    *incarnation = v;
-    return 0;
+    return u64_body_decode(ORB_RDMA_DISCONNECT, "DISCONNECT", buf, len, incarnation);
+}
+
+int orb_rdma_ping_encode(uint64_t nonce, uint8_t *out, size_t cap, size_t *len_out)
+{
+    return u64_body_encode(ORB_RDMA_PING, "PING", nonce, out, cap, len_out);
+}
+
+int orb_rdma_ping_decode(const uint8_t *buf, size_t len, uint64_t *nonce)
+{
+    return u64_body_decode(ORB_RDMA_PING, "PING", buf, len, nonce);
 }
 
 /* ---- BINDING and ACK ------------------------------------------------------------------------- */

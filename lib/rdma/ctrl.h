@@ -3,7 +3,8 @@
  *  - On the TCP control connection (wire CONTROL_REQ/CONTROL_RESP, transport 2): CONNECT and
  *    CONNECT_OK (each end's queue-pair address per rail), GRANT_REQ and GRANT (for each of up
  *    to ORB_RDMA_GRANT_BATCH requests, a one-use window key per rail for exactly its range and
- *    direction, or the refusal and its cause).
+ *    direction, or the refusal and its cause), DISCONNECT, and PING (whether the source process
+ *    still answers, asked after its device refused an access to a window it granted).
  *  - On the queue pairs themselves: the requester's BINDING, the 141-byte body of the
  *    SEND_WITH_INV that ends a grant on one rail, and the source's ACK, the SEND that says the
  *    grant is over and the request may complete.
@@ -39,6 +40,7 @@ enum orb_rdma_ctrl_kind {
     ORB_RDMA_GRANT_REQ = 3,
     ORB_RDMA_GRANT = 4,
     ORB_RDMA_DISCONNECT = 5,          /* requester -> source, and the source's echo */
+    ORB_RDMA_PING = 6,                /* requester -> source, and the source's echo: is it alive */
 };
 
 struct orb_rdma_rail_addr {
@@ -142,6 +144,9 @@ int orb_rdma_grants_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant
 /* DISCONNECT: u64 incarnation (12 bytes in all). */
 int orb_rdma_disconnect_encode(uint64_t incarnation, uint8_t *out, size_t cap, size_t *len_out);
 int orb_rdma_disconnect_decode(const uint8_t *buf, size_t len, uint64_t *incarnation);
+/* PING: u64 nonce (12 bytes in all); the source answers with the same message. */
+int orb_rdma_ping_encode(uint64_t nonce, uint8_t *out, size_t cap, size_t *len_out);
+int orb_rdma_ping_decode(const uint8_t *buf, size_t len, uint64_t *nonce);
 /* Exactly ORB_RDMA_BINDING_LEN / ORB_RDMA_ACK_LEN bytes. */
 void orb_rdma_binding_encode(const struct orb_rdma_binding *m, uint8_t out[ORB_RDMA_BINDING_LEN]);
 int orb_rdma_binding_decode(const uint8_t *buf, size_t len, struct orb_rdma_binding *m);

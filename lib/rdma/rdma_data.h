@@ -270,6 +270,8 @@ struct rdma_seg {
 };
 
 /* A request's state: the core's per-request space (ops->request_private_size). */
+struct rdma_ending;
+
 struct rdma_req {
     struct orb_qos_entry qe;       /* first member: its place in the grant queue, by priority */
     struct rdma_req *next;         /* peer->active */
@@ -320,6 +322,11 @@ struct rdma_req {
     bool expired;                  /* its ACK deadline passed (the scan failed it) */
     int status;                    /* the first failure */
     char why[320];                 /* its cause */
+    /* The first failure was the source's device refusing an access to a window the source
+     * granted (a remote access error): before that is reported, the source is asked whether it
+     * still answers (a dying process's windows go with it), the ending kept in `verdict`. */
+    bool device_refused;
+    struct rdma_ending *verdict;
     uint64_t deadline;             /* the ACK's */
     struct rdma_wr_ctx send_ctx[ORB_RDMA_MAX_RAILS];
     struct rdma_wait waits[ORB_SLICE_MAX + ORB_RDMA_MAX_RAILS];

@@ -16,6 +16,9 @@
 #include "rdma/outcome.h"
 #include "rdma/rdma_transport.h"
 
+/* How long a source whose device refused a granted window has to answer a PING. */
+#define RDMA_PING_NS (1000ull * 1000000ull)
+
 #define DISCONNECT_WAIT_NS (1ull * 1000000000ull)
 #define HEAL_SPACING_NS (1ull * 1000000000ull) /* rebuilds for a rail others stand in for */
 #define FENCE_NAP_NS (10ull * 1000000ull)     /* fence waits look at stop this often */
@@ -562,7 +565,7 @@ int rdma_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
 
 /* End `r` (peer lock held): unhook it and collect its pieces; the caller reports them with
  * report_pieces() after unlocking (the core frees `r` with its last piece). */
-struct ending {
+struct rdma_ending {
     struct rdma_req *r;
     struct orb_xfer *pieces[ORB_SLICE_MAX];
     uint32_t n;
@@ -665,7 +668,7 @@ static struct orb_rdma_outcome outcome_locked(struct rdma_req *r, int status)
     return orb_rdma_attempt_outcome(&a);
 }
 
-static void end_locked(struct rdma_req *r, int status, struct ending *e)
+static void end_locked(struct rdma_req *r, int status, struct rdma_ending *e)
 {
     r->ended = true;
     leave_locked(r, status);
@@ -686,6 +689,7 @@ static void reset_attempt_locked(struct rdma_req *r)
     r->rail_failed = r->rail_lost = 0;
     r->status = 0;
     r->why[0] = '\0';
+    r->device_refused = false;
     r->granted = r->acked = r->expired = false;
     r->trial_token = 0;
     r->trial_posted = false;
@@ -700,7 +704,7 @@ static void reset_attempt_locked(struct rdma_req *r)
 /* Take failed `r` back to before its grant (p->lock held): its attempt is judged and left as an
  * ending one would be, and it starts over with the rails that failed it avoided; report_pieces()
  * queues it for its new grant. */
-static void replay_locked(struct rdma_req *r, struct ending *e)
+static void replay_locked(struct rdma_req *r, struct rdma_ending *e)
 {
     leave_locked(r, r->status);
     e->r = r;
@@ -733,7 +737,7 @@ static void requeue(struct orb_rdma_tp *tp, struct rdma_req *r, int status, cons
 }
 
 /* Queue replayed `r` for its new grant (or end it with the failure that made it replay). */
-static void ask_again(struct orb_rdma_tp *tp, struct rdma_req *r, const struct ending *e)
+static void ask_again(struct orb_rdma_tp *tp, struct rdma_req *r, const struct rdma_ending *e)
 {
     ORB_LOGI("rdma: %s: a READ of %llu bytes failed on rail(s) 0x%x (%s): asked again (replay %u of %u)",
              r->peer->endpoint, (unsigned long long)r->length, r->avoid, e->why, r->replays, tp->cfg->read_replays);
@@ -780,9 +784,34 @@ static bool reroute(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t lost, u
     return true;
 }
 
-static void report_pieces(struct orb_rdma_tp *tp, const struct ending *e)
+/* A device's refusal of a window the source granted (ORB_EPERM from a remote access error)
+ * waits, kept in r->verdict, for a grant thread to ask the source whether it lives (see
+ * settle_refusal). false: report it as it is (the transport stops, or no memory to keep it). */
+static bool defer_refusal(struct orb_rdma_tp *tp, struct rdma_req *r, const struct rdma_ending *e)
+{
+    struct rdma_ending *v = malloc(sizeof *v);
+    if (v == NULL)
+        return false;
+    *v = *e;
+    pthread_mutex_lock(&tp->glock);
+    bool stopping = atomic_load(&tp->stopping);
+    if (!stopping) {
+        r->verdict = v;
+        r->next = tp->verdicts; /* out of p->active since it ended */
+        tp->verdicts = r;
+        pthread_cond_signal(&tp->gcond);
+    }
+    pthread_mutex_unlock(&tp->glock);
+    if (stopping)
+        free(v);
+    return !stopping;
+}
+
+static void report_pieces(struct orb_rdma_tp *tp, const struct rdma_ending *e)
 {
     struct rdma_req *r = e->r;
+    if (!e->replay && e->status == ORB_EPERM && r->device_refused && defer_refusal(tp, r, e))
+        return;
     if (r->leased) {
         (void)orb_lease_abandon(&r->lease); /* the charges of pieces that never completed */
         r->leased = false;
@@ -806,7 +835,7 @@ static void report_pieces(struct orb_rdma_tp *tp, const struct ending *e)
 }
 
 /* Whether `r` may end now (peer lock held); fills `e` when it does. */
-static bool maybe_end(struct rdma_req *r, struct ending *e)
+static bool maybe_end(struct rdma_req *r, struct rdma_ending *e)
 {
     if (r->ended)
         return false;
@@ -922,7 +951,7 @@ void rdma_req_wait_failed(struct rdma_wait *w, int status, bool path_failed)
 {
     struct rdma_req *r = w->req;
     struct rdma_peer *p = r->peer;
-    struct ending e;
+    struct rdma_ending e;
     pthread_mutex_lock(&p->lock);
     r->outstanding--;
     if (w->x == NULL)
@@ -979,7 +1008,7 @@ static void post_sendinv(struct rdma_req *r, uint32_t rail)
 /* End `r` now with `status` and its cause (the grant thread, before anything was posted). */
 static void end_now(struct orb_rdma_tp *tp, struct rdma_req *r, int status, const char *why)
 {
-    struct ending e;
+    struct rdma_ending e;
     pthread_mutex_lock(&r->peer->lock);
     fail_locked(r, status, "%s", why);
     end_locked(r, status, &e);
@@ -1237,7 +1266,7 @@ static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
 static void start(struct orb_rdma_tp *tp, struct rdma_req *r)
 {
     struct rdma_peer *p = r->peer;
-    struct ending e;
+    struct rdma_ending e;
     uint32_t empty_rails = r->rail_mask;
     pthread_mutex_lock(&p->lock);
     if (r->incarnation != p->incarnation) {
@@ -1575,12 +1604,78 @@ static uint32_t take_batch(struct orb_rdma_tp *tp, struct rdma_req **out)
     return n;
 }
 
+/* Whether the source process still answers on r's control connection: 0 when it does (a
+ * PING's echo, or any answer of its own), else ORB_EPEER with the reason in `why`. At most
+ * RDMA_PING_NS (or io_timeout_s, when shorter). */
+static int source_answers(struct orb_rdma_tp *tp, const struct rdma_req *r, char *why, size_t cap)
+{
+    const struct orb_control_path *ctl = r->ctl;
+    int rc = ctl->lost(ctl->peer);
+    if (rc != 0) {
+        snprintf(why, cap, "its control connection is lost (%s)", orb_strerror(rc));
+        return ORB_EPEER;
+    }
+    uint64_t wait = tp->io_timeout_ns < RDMA_PING_NS ? tp->io_timeout_ns : RDMA_PING_NS;
+    uint64_t nonce = orb_random_u64();
+    uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
+    size_t len = 0, rlen = 0;
+    if ((rc = orb_rdma_ping_encode(nonce, msg, sizeof msg, &len)) == 0)
+        rc = ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, orb_deadline_after(wait));
+    /* Anything the source itself says (a refusal, a message this code does not expect) shows
+     * it alive; only silence, a lost connection or a stopped transport do not. */
+    if (rc != ORB_EPEER && rc != ORB_ETIMEDOUT && rc != ORB_ECLOSED)
+        return 0;
+    snprintf(why, cap, "it did not answer a PING within %llu ms (%s)", (unsigned long long)(wait / 1000000u),
+             orb_last_error());
+    return ORB_EPEER;
+}
+
+/* Settle a deferred refusal (grant thread), asking the source when `ask`. A live source never
+ * takes back a window before its grant ends (an unregister waits for admitted work), so a device
+ * that refused one while its process answers did refuse that key: ORB_EPERM stands. A source
+ * that no longer answers lost its windows with its process or its transport: the peer failed
+ * (ORB_EPEER), which is what the request's report says then. */
+static void settle_refusal(struct orb_rdma_tp *tp, struct rdma_req *r, bool ask)
+{
+    struct rdma_ending *v = r->verdict;
+    r->verdict = NULL;
+    r->device_refused = false;
+    char why[200];
+    if (ask && source_answers(tp, r, why, sizeof why) != 0) {
+        ORB_LOGI("rdma: %s: the source's device refused an access to a window it granted, and the source: %s; the "
+                 "request fails as the peer's",
+                 r->peer->endpoint, why);
+        v->status = ORB_EPEER;
+        char was[sizeof v->why];
+        snprintf(was, sizeof was, "%s", v->why);
+        snprintf(v->why, sizeof v->why, "rdma: the source is gone: %.150s (%.120s)", why, was);
+    }
+    report_pieces(tp, v); /* r may be gone after this */
+    free(v);
+}
+
+/* The next deferred refusal, taken off the list (glock held); NULL: none. */
+static struct rdma_req *take_refusal_locked(struct orb_rdma_tp *tp)
+{
+    struct rdma_req *r = tp->verdicts;
+    if (r != NULL)
+        tp->verdicts = r->next;
+    return r;
+}
+
 void *rdma_grant_thread(void *arg)
 {
     struct orb_rdma_tp *tp = arg;
     struct rdma_req *batch[ORB_RDMA_GRANT_BATCH];
     pthread_mutex_lock(&tp->glock);
     while (!atomic_load(&tp->stopping)) {
+        struct rdma_req *refused = take_refusal_locked(tp);
+        if (refused != NULL) {
+            pthread_mutex_unlock(&tp->glock);
+            settle_refusal(tp, refused, true);
+            pthread_mutex_lock(&tp->glock);
+            continue;
+        }
         if (orb_qos_total(&tp->gq) == 0) {
             struct timespec ts = orb_deadline_timespec(orb_deadline_after(100ull * 1000000ull));
             pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
@@ -1603,6 +1698,12 @@ void *rdma_grant_thread(void *arg)
             break;
         pthread_mutex_unlock(&tp->glock);
         end_now(tp, left, ORB_ECLOSED, "rdma: the transport stopped before the request was granted");
+        pthread_mutex_lock(&tp->glock);
+    }
+    /* and a refusal still to be settled is reported as the device gave it. */
+    for (struct rdma_req *refused; (refused = take_refusal_locked(tp)) != NULL;) {
+        pthread_mutex_unlock(&tp->glock);
+        settle_refusal(tp, refused, false);
         pthread_mutex_lock(&tp->glock);
     }
     pthread_mutex_unlock(&tp->glock);
@@ -1628,7 +1729,7 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
         r = x->request_private;
     }
     struct rdma_peer *p = r->peer;
-    struct ending e;
+    struct rdma_ending e;
     bool post_end_of_rail = false;
     pthread_mutex_lock(&p->lock);
     r->outstanding--;
@@ -1654,6 +1755,8 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
         if (atomic_load(&l->fault) && (r->status == 0 || r->rail_failed != 0))
             r->rail_failed |= 1u << rail;
         r->rail_lost |= 1u << rail;
+        if (r->status == 0 && wc->status == IBV_WC_REM_ACCESS_ERR)
+            r->device_refused = true; /* settled by asking the source before it is reported */
         fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER,
                     "rdma: rail %u: the device completed a work request with \"%s\"", rail,
                     tp->v->wc_status_str(wc->status));
@@ -1683,7 +1786,7 @@ void rdma_req_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
         rdma_link_fail(l, ORB_EPROTO);
         return;
     }
-    struct ending e;
+    struct rdma_ending e;
     bool end = false;
     pthread_mutex_lock(&p->lock);
     struct rdma_req *r = p->active;
@@ -1707,7 +1810,7 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
 {
     pthread_mutex_lock(&tp->lock);
     for (struct rdma_peer *p = tp->peers; p != NULL; p = p->all_next) {
-        struct ending e[8];
+        struct rdma_ending e[8];
         uint32_t ne = 0;
         uint32_t fail_mask = 0, fault_mask = 0;
         pthread_mutex_lock(&p->lock);
@@ -1757,7 +1860,7 @@ void rdma_req_fail_all(struct orb_rdma_tp *tp, int status)
     pthread_mutex_lock(&tp->lock);
     for (struct rdma_peer *p = tp->peers; p != NULL; p = p->all_next) {
         for (;;) {
-            struct ending e;
+            struct rdma_ending e;
             pthread_mutex_lock(&p->lock);
             struct rdma_req *r = p->active;
             if (r == NULL) {

@@ -374,6 +374,17 @@ static int src_disconnect(struct orb_rdma_tp *tp, const struct orb_epoch *sender
     return orb_rdma_disconnect_encode(incarnation, resp, cap, resp_len);
 }
 
+/* PING: the echo says this process is alive and serving its control connection, nothing more
+ * (it touches no connection or grant). */
+static int src_ping(const uint8_t *req, size_t len, uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    uint64_t nonce;
+    int rc = orb_rdma_ping_decode(req, len, &nonce);
+    if (rc != 0)
+        return rc;
+    return orb_rdma_ping_encode(nonce, resp, cap, resp_len);
+}
+
 /* ---- grants ----------------------------------------------------------------------------------- */
 
 /* The queue pairs of `mask` that are dead on connection c. */
@@ -738,6 +749,7 @@ int rdma_source_control(void *tp_, const struct orb_epoch *sender, const uint8_t
     case ORB_RDMA_CONNECT: return src_connect(tp, sender, req, len, resp, cap, resp_len);
     case ORB_RDMA_GRANT_REQ: return src_grant(tp, sender, req, len, resp, cap, resp_len);
     case ORB_RDMA_DISCONNECT: return src_disconnect(tp, sender, req, len, resp, cap, resp_len);
+    case ORB_RDMA_PING: return src_ping(req, len, resp, cap, resp_len);
     default: return orb_fail(ORB_EPROTO, "rdma: control message of kind %u is not a request", kind);
     }
 }

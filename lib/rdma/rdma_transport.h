@@ -122,6 +122,8 @@ struct orb_rdma_tp {
     pthread_mutex_t glock;                      /* the grant queue */
     pthread_cond_t gcond;
     struct orb_qos_set gq;                      /* requests waiting for a grant thread, by priority */
+    struct rdma_req *verdicts;                  /* refused by the source's device, waiting for a grant
+                                                 * thread to ask whether the source lives (glock) */
     struct rdma_staging *staging;               /* host_memory staged: the arena; else NULL */
     struct orb_topo_ranks *ranks;               /* the priority matrix compiled; NULL: none */
     /* Tiers of host memory: row 0 of unknown node, row 1 + N of node N (set in numa_rows). */

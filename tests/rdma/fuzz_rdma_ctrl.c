@@ -83,6 +83,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(orb_rdma_disconnect_encode(inc, out, sizeof out, &len) == 0, "disconnect re-encode");
         same(out, len, data, size, "disconnect bytes");
     }
+    uint64_t nonce;
+    rc = orb_rdma_ping_decode(data, size, &nonce);
+    check_rc(rc, "ping decode");
+    if (rc == 0) {
+        check(orb_rdma_ping_encode(nonce, out, sizeof out, &len) == 0, "ping re-encode");
+        same(out, len, data, size, "ping bytes");
+    }
     struct orb_rdma_binding b;
     rc = orb_rdma_binding_decode(data, size, &b);
     check_rc(rc, "binding decode");

@@ -253,12 +253,40 @@ static void test_binding_and_ack(void **state)
     assert_int_equal(orb_rdma_ack_decode(abuf, sizeof abuf, &ad), ORB_EPROTO);
 }
 
+/* DISCONNECT and PING: one u64 each, decoded only from their own kind and length. */
+static void test_disconnect_and_ping(void **state)
+{
+    (void)state;
+    uint8_t buf[16];
+    size_t len = 0;
+    uint64_t v = 0;
+    assert_int_equal(orb_rdma_ping_encode(0x0102030405060708ull, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 12);
+    assert_int_equal(buf[0], ORB_RDMA_PING);
+    assert_int_equal(buf[1], ORB_RDMA_CTRL_VERSION);
+    assert_int_equal(orb_rdma_ping_decode(buf, len, &v), 0);
+    assert_true(v == 0x0102030405060708ull);
+    /* A PING is not a DISCONNECT, and neither has room for more or less than its u64. */
+    assert_int_equal(orb_rdma_disconnect_decode(buf, len, &v), ORB_EPROTO);
+    assert_int_equal(orb_rdma_ping_decode(buf, len - 1, &v), ORB_EPROTO);
+    assert_int_equal(orb_rdma_ping_decode(buf, len + 1, &v), ORB_EPROTO);
+    assert_int_equal(orb_rdma_ping_encode(1, buf, 11, &len), ORB_EINVAL);
+    assert_int_equal(orb_rdma_ping_encode(1, NULL, sizeof buf, &len), ORB_EINVAL);
+    assert_int_equal(orb_rdma_disconnect_encode(9, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_rdma_ping_decode(buf, len, &v), ORB_EPROTO);
+    assert_int_equal(orb_rdma_disconnect_decode(buf, len, &v), 0);
+    assert_true(v == 9);
+    buf[2] = 1; /* a reserved prefix byte */
+    assert_int_equal(orb_rdma_disconnect_decode(buf, len, &v), ORB_EPROTO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_connect_round_trip),
         cmocka_unit_test(test_grant_round_trip),
         cmocka_unit_test(test_binding_and_ack),
+        cmocka_unit_test(test_disconnect_and_ping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

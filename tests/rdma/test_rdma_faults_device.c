@@ -9,6 +9,7 @@
  *  - a source killed (SIGKILL) under traffic, and its successor at the same endpoint (the old
  *    segment reads ORB_ESTALE, never the new process's memory);
  *  - close with a frozen source (SIGSTOP): the documented result within the timeout;
+ *  - a key refused by a source that no longer answers: the peer's failure, not a permission;
  *  - through a test-only interposer over the loaded verbs table (verbs_interposer.h): posts the
  *    device refuses with and without naming the WR, a key never granted (the peer refuses the
  *    access), a queue pair forced to the error state mid-batch, a post that cannot be proven
@@ -1307,6 +1308,55 @@ static void test_a_revoked_key(void **state)
             fail_msg("round %u after the refused access: %s (%s)", i, orb_strerror(rc), orb_last_error());
 }
 
+static void freeze(void *pid)
+{
+    (void)kill(*(pid_t *)pid, SIGSTOP);
+}
+
+/* The same refusal from a source process that cannot answer any more (frozen with SIGSTOP just
+ * before the post, the way a dying one loses its windows with its process): its device refuses
+ * the key, the PING that follows goes unanswered, and the request fails as the peer's
+ * (ORB_EPEER), not as a refused permission, within that PING's second; thawed, the source
+ * serves the next requests. */
+static void test_a_refusal_by_a_source_that_does_not_answer(void **state)
+{
+    (void)state;
+    struct source b;
+    source_spawn(&b, "127.0.0.1:0");
+    orb_segment *sb = NULL;
+    if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
+        fail_msg("open_segment: %s", orb_last_error());
+    struct traffic t;
+    traffic_init(&t, req, sb, b.h.base, local);
+    int rc = round_trip(&t, 300);
+    if (rc != 0)
+        fail_msg("the first round trip: %s (%s)", orb_strerror(rc), orb_last_error());
+    memset(local, 0xee, CHUNK + 2 * GUARD);
+    itp_on_armed_post(freeze, &b.pid);
+    itp_arm(ITP_POST_SEND, 1, 0, IBV_WR_RDMA_READ, ITP_WRONG_KEY);
+    struct orb_request r = chunk_request(ORB_OP_READ, local + GUARD, b.h.base);
+    struct orb_batch_report rep;
+    uint64_t t0 = now_ns();
+    rc = orb_submit_and_wait(req, sb, &r, 1, NULL, TIMEOUT_NS, &rep);
+    uint64_t took = now_ns() - t0;
+    itp_disarm(ITP_POST_SEND);
+    itp_on_armed_post(NULL, NULL);
+    (void)kill(b.pid, SIGCONT);
+    print_message("a key refused by a frozen source: %s in %llu ms (%s)\n", orb_strerror(rc),
+                  (unsigned long long)(took / 1000000ull), orb_last_error());
+    assert_int_equal(rc, ORB_EPEER);
+    assert_true(rep.done && rep.has_failure && rep.failure.request_index == 0 && rep.failure.affected_requests == 1 &&
+                rep.failure.status == ORB_EPEER && rep.failure.remote_effect == ORB_REMOTE_EFFECT_NONE);
+    assert_true(took < 4000000000ull);
+    for (uint32_t i = 0; i < GUARD; i++)
+        assert_true(local[i] == 0xee && local[GUARD + CHUNK + i] == 0xee);
+    for (uint32_t i = 0; i < 3; i++)
+        if ((rc = round_trip(&t, 310 + i)) != 0)
+            fail_msg("round %u after the source thawed: %s (%s)", i, orb_strerror(rc), orb_last_error());
+    orb_segment_close(sb);
+    source_stop(&b);
+}
+
 /* A queue pair forced to the error state in the middle of a batch of READs (through `e`'s
  * segment `sg`, into `area`, CHUNK + 2 * GUARD bytes). With replays the READs it carried are
  * asked again and the whole batch arrives. Without (`replays` false), the report names the
@@ -1563,6 +1613,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refused_posts),
         cmocka_unit_test(test_refused_write_posts),
         cmocka_unit_test(test_a_revoked_key),
+        cmocka_unit_test(test_a_refusal_by_a_source_that_does_not_answer),
         cmocka_unit_test(test_a_queue_pair_forced_to_error_mid_batch),
         cmocka_unit_test(test_an_unprovable_post_stays_charged),
         cmocka_unit_test(test_a_queue_pair_that_cannot_be_destroyed),

@@ -47,12 +47,30 @@ static bool fails_now(enum itp_verb verb, int opcode, int *err, enum itp_post_fa
     return fail;
 }
 
+static void (*post_hook)(void *);
+static void *post_hook_arg;
+
+void itp_on_armed_post(void (*fn)(void *), void *arg)
+{
+    pthread_mutex_lock(&lock);
+    post_hook = fn;
+    post_hook_arg = arg;
+    pthread_mutex_unlock(&lock);
+}
+
 static int w_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
     int err = 0;
     enum itp_post_failure how = ITP_REFUSED_NAMED;
     if (!fails_now(ITP_POST_SEND, wr != NULL ? (int)wr->opcode : -1, &err, &how))
         return real.post_send(qp, wr, bad_wr);
+    pthread_mutex_lock(&lock);
+    void (*hook)(void *) = post_hook;
+    void *hook_arg = post_hook_arg;
+    post_hook = NULL;
+    pthread_mutex_unlock(&lock);
+    if (hook != NULL)
+        hook(hook_arg);
     switch (how) {
     case ITP_WRONG_KEY:
         wr->wr.rdma.rkey ^= 0x00a5a500u; /* another key index: never one the peer granted */

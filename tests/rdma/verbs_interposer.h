@@ -39,6 +39,9 @@ int itp_install(void);
  * again replaces it. */
 void itp_arm(enum itp_verb verb, uint64_t nth, int err, int opcode, enum itp_post_failure how);
 void itp_disarm(enum itp_verb verb);
+/* `fn(arg)` runs once, in the posting thread, when the armed post_send fires and before it does
+ * what it was armed to do (NULL: nothing). */
+void itp_on_armed_post(void (*fn)(void *), void *arg);
 
 /* Calls of `verb` since the interposer was installed, and how many of them it failed. */
 uint64_t itp_calls(enum itp_verb verb);
