@@ -19,8 +19,28 @@ struct export {
 static const struct export exports[] = {
 #define ORB_CUDA_ENTRY(field, export, params) {#export, offsetof(struct orb_cuda, field)},
     ORB_CUDA_EXPORTS(ORB_CUDA_ENTRY)
+};
+
+static const struct export vmm_exports[] = {
+    ORB_CUDA_VMM_EXPORTS(ORB_CUDA_ENTRY)
 #undef ORB_CUDA_ENTRY
 };
+
+/* The virtual memory management group: every export of it into `table`, or none. */
+static void resolve_vmm(void *handle, const char *path, struct orb_cuda *table)
+{
+    void *found[sizeof vmm_exports / sizeof vmm_exports[0]];
+    for (size_t i = 0; i < sizeof vmm_exports / sizeof vmm_exports[0]; i++) {
+        if ((found[i] = dlsym(handle, vmm_exports[i].name)) == NULL) {
+            ORB_LOGI("cuda: %s does not export %s: allocations made with cuMemCreate are not shared", path,
+                     vmm_exports[i].name);
+            return;
+        }
+    }
+    for (size_t i = 0; i < sizeof vmm_exports / sizeof vmm_exports[0]; i++)
+        memcpy((char *)table + vmm_exports[i].offset, &found[i], sizeof found[i]);
+    table->vmm = true;
+}
 
 int orb_cuda_status(orb_cu_result rc)
 {
@@ -85,6 +105,7 @@ int orb_cuda_load(const char *path, struct orb_cuda *out)
         /* POSIX lets a function pointer hold what dlsym returns. */
         memcpy((char *)&table + exports[i].offset, &address, sizeof address);
     }
+    resolve_vmm(handle, path, &table);
     char why[160];
     orb_cu_result rc = table.init(0);
     if (rc != ORB_CU_SUCCESS) {

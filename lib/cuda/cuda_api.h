@@ -29,6 +29,20 @@ struct CUipcMemHandle_st {
 };
 #endif
 typedef struct CUipcMemHandle_st orb_cu_ipc_mem_handle;
+/* Virtual memory management: CUmemGenericAllocationHandle, and CUmemAccessDesc (a location, then
+ * the access flags) as the toolkit lays it out. */
+typedef unsigned long long orb_cu_mem_handle;
+#ifndef __cuda_cuda_h__
+struct CUmemLocation_st {
+    unsigned int type;               /* CUmemLocationType */
+    int id;
+};
+struct CUmemAccessDesc_st {
+    struct CUmemLocation_st location;
+    unsigned int flags;              /* CUmemAccess_flags */
+};
+#endif
+typedef struct CUmemAccessDesc_st orb_cu_mem_access_desc;
 
 /* CUresult values OrbiTE tells apart. */
 #define ORB_CU_SUCCESS 0u
@@ -58,6 +72,12 @@ typedef struct CUipcMemHandle_st orb_cu_ipc_mem_handle;
 #define ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10u
 #define ORB_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11u
 #define ORB_CU_POINTER_ATTRIBUTE_RANGE_SIZE 12u
+#define ORB_CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES 14u
+
+/* Virtual memory management values. */
+#define ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1u /* CUmemAllocationHandleType */
+#define ORB_CU_MEM_LOCATION_TYPE_DEVICE 0x1u             /* CUmemLocationType */
+#define ORB_CU_MEM_ACCESS_FLAGS_PROT_READWRITE 0x3u      /* CUmemAccess_flags */
 
 /* CUmemorytype values. */
 #define ORB_CU_MEMORYTYPE_HOST 1u
@@ -126,9 +146,30 @@ typedef struct CUipcMemHandle_st orb_cu_ipc_mem_handle;
       (orb_cu_deviceptr * ptr, orb_cu_ipc_mem_handle handle, unsigned int flags))                           \
     X(ipc_close_mem_handle, cuIpcCloseMemHandle, (orb_cu_deviceptr ptr))
 
+/* Virtual memory management (CUDA 10.2 on): what sharing an allocation made with cuMemCreate
+ * takes, since it has no legacy IPC handle. Resolved all together or not at all, apart from the
+ * exports above: a driver without them still serves everything else, and such allocations are
+ * then refused for sharing. */
+#define ORB_CUDA_VMM_EXPORTS(X)                                                                             \
+    X(mem_retain_allocation_handle, cuMemRetainAllocationHandle, (orb_cu_mem_handle * handle, void *addr))   \
+    X(mem_release, cuMemRelease, (orb_cu_mem_handle handle))                                                 \
+    X(mem_export_to_shareable_handle, cuMemExportToShareableHandle,                                          \
+      (void *shareable, orb_cu_mem_handle handle, unsigned int type, unsigned long long flags))              \
+    X(mem_import_from_shareable_handle, cuMemImportFromShareableHandle,                                      \
+      (orb_cu_mem_handle * handle, void *os_handle, unsigned int type))                                      \
+    X(mem_address_reserve, cuMemAddressReserve,                                                              \
+      (orb_cu_deviceptr * ptr, size_t size, size_t alignment, orb_cu_deviceptr addr, unsigned long long flags)) \
+    X(mem_address_free, cuMemAddressFree, (orb_cu_deviceptr ptr, size_t size))                               \
+    X(mem_map, cuMemMap,                                                                                     \
+      (orb_cu_deviceptr ptr, size_t size, size_t offset, orb_cu_mem_handle handle, unsigned long long flags)) \
+    X(mem_unmap, cuMemUnmap, (orb_cu_deviceptr ptr, size_t size))                                            \
+    X(mem_set_access, cuMemSetAccess,                                                                        \
+      (orb_cu_deviceptr ptr, size_t size, const orb_cu_mem_access_desc *desc, size_t count))
+
 /* orb_cu_<field>_fn: each export's function type. */
 #define ORB_CUDA_FN_TYPE(field, export, params) typedef orb_cu_result orb_cu_##field##_fn params;
 ORB_CUDA_EXPORTS(ORB_CUDA_FN_TYPE)
+ORB_CUDA_VMM_EXPORTS(ORB_CUDA_FN_TYPE)
 #undef ORB_CUDA_FN_TYPE
 
 #endif

@@ -2,6 +2,7 @@
  * export's function type must be the toolkit's, and every value OrbiTE uses the toolkit's. It
  * defines nothing; a mismatch fails the build. */
 #include <cuda.h>
+#include <stddef.h>
 
 #include "cuda/cuda_api.h"
 
@@ -9,6 +10,7 @@
     _Static_assert(__builtin_types_compatible_p(__typeof__(export), orb_cu_##field##_fn),                  \
                    "cuda_api.h declares " #export " otherwise than cuda.h");
 ORB_CUDA_EXPORTS(ORB_CUDA_CHECK_EXPORT)
+ORB_CUDA_VMM_EXPORTS(ORB_CUDA_CHECK_EXPORT)
 
 #define ORB_CUDA_CHECK_VALUE(mine, theirs) _Static_assert((mine) == (theirs), #mine " is not " #theirs);
 ORB_CUDA_CHECK_VALUE(ORB_CU_SUCCESS, CUDA_SUCCESS)
@@ -47,5 +49,13 @@ ORB_CUDA_CHECK_VALUE(ORB_CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_PORTABLE)
 ORB_CUDA_CHECK_VALUE(ORB_CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_DEVICEMAP)
 ORB_CUDA_CHECK_VALUE(ORB_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
 ORB_CUDA_CHECK_VALUE(ORB_CU_IPC_HANDLE_SIZE, CU_IPC_HANDLE_SIZE)
+ORB_CUDA_CHECK_VALUE(ORB_CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES)
+ORB_CUDA_CHECK_VALUE(ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+ORB_CUDA_CHECK_VALUE(ORB_CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_DEVICE)
+ORB_CUDA_CHECK_VALUE(ORB_CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+_Static_assert(sizeof(orb_cu_mem_handle) == sizeof(CUmemGenericAllocationHandle), "CUmemGenericAllocationHandle's size");
+_Static_assert(sizeof(orb_cu_mem_access_desc) == sizeof(CUmemAccessDesc) &&
+                   offsetof(orb_cu_mem_access_desc, flags) == offsetof(CUmemAccessDesc, flags),
+               "CUmemAccessDesc's layout");
 _Static_assert(sizeof(orb_cu_ipc_mem_handle) == sizeof(CUipcMemHandle), "CUipcMemHandle's size");
 _Static_assert(sizeof(orb_cu_deviceptr) == sizeof(CUdeviceptr), "CUdeviceptr's size");

@@ -384,7 +384,7 @@ ORB_EXPORT int orb_cuda_memory_adopt(int device, uint64_t ptr, size_t len, orb_r
     else if (ordinal != device)
         rc = orb_fail(ORB_EINVAL, "cuda: 0x%llx is memory of device %d, not %d", (unsigned long long)ptr, ordinal,
                       device);
-    else if (owner_ctx != primary)
+    else if (owner_ctx != primary && owner_ctx != NULL) /* NULL: a mapping (cuMemMap), of no context */
         rc = orb_fail(ORB_EINVAL, "cuda: 0x%llx was allocated in a context other than device %d's primary one",
                       (unsigned long long)ptr, device);
     else if (ptr - base > size || len > size - (ptr - base))
@@ -1098,6 +1098,191 @@ int orb_cuda_ipc_unimport(int device, uint64_t ptr)
     }
     if (rc != 0) {
         /* Still mapped, as far as anyone knows: the mapping and its context stay. */
+        pthread_mutex_lock(&g_lock);
+        g_retained.imports++;
+        g_retained.contexts++;
+        pthread_mutex_unlock(&g_lock);
+        return rc;
+    }
+    close_device(cu, device);
+    return 0;
+}
+
+/* ---- virtual memory management: sharing cuMemCreate allocations by file descriptor --------------- */
+
+int orb_cuda_memory_share_kind(orb_cuda_memory *mem, enum orb_cuda_share *out)
+{
+    if (mem == NULL || out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL device memory or output");
+    const struct orb_cuda *cu = NULL;
+    int rc = orb_cuda_get(&cu);
+    if (rc != 0)
+        return rc;
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, mem->ctx, &saved);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "making the allocation's context current");
+    int legacy = 0;
+    unsigned long long types = 0;
+    r = cu->pointer_get_attribute(&legacy, ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, mem->base);
+    if (r == ORB_CU_SUCCESS && !legacy && cu->vmm)
+        r = cu->pointer_get_attribute(&types, ORB_CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, mem->base);
+    leave(cu, saved);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "cuPointerGetAttribute(IS_LEGACY_CUDA_IPC_CAPABLE, ALLOWED_HANDLE_TYPES)");
+    if (legacy) {
+        *out = ORB_CUDA_SHARE_LEGACY;
+        return 0;
+    }
+    if ((types & ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0) {
+        *out = ORB_CUDA_SHARE_FD;
+        return 0;
+    }
+    return orb_fail(ORB_EUNAVAILABLE, "cuda: device %d's allocation [0x%llx, +%zu) has no legacy IPC handle and %s: "
+                    "it cannot be shared with another process", mem->device, (unsigned long long)mem->base,
+                    mem->size, cu->vmm ? "was not made with a POSIX file descriptor handle type"
+                                       : "the driver lacks virtual memory management");
+}
+
+int orb_cuda_memory_export_fd(orb_cuda_memory *mem, int *fd_out)
+{
+    if (fd_out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL output");
+    enum orb_cuda_share kind = 0;
+    int rc = orb_cuda_memory_share_kind(mem, &kind);
+    if (rc != 0)
+        return rc;
+    if (kind != ORB_CUDA_SHARE_FD)
+        return orb_fail(ORB_EUNAVAILABLE, "cuda: device %d's allocation [0x%llx, +%zu) is shared by its legacy IPC "
+                        "handle, not by a file descriptor", mem->device, (unsigned long long)mem->base, mem->size);
+    const struct orb_cuda *cu = NULL;
+    (void)orb_cuda_get(&cu); /* loaded: share_kind succeeded */
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, mem->ctx, &saved);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "making the allocation's context current");
+    orb_cu_mem_handle h = 0;
+    int fd = -1;
+    if ((r = cu->mem_retain_allocation_handle(&h, (void *)(uintptr_t)mem->base)) != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "cuMemRetainAllocationHandle");
+    } else {
+        if ((r = cu->mem_export_to_shareable_handle(&fd, h, ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) !=
+            ORB_CU_SUCCESS)
+            rc = cuda_fail(cu, r, "cuMemExportToShareableHandle");
+        /* The retain only; the allocation stays with its mapping. */
+        orb_cu_result rr = cu->mem_release(h);
+        if (rr != ORB_CU_SUCCESS)
+            ORB_LOGW("cuda: cuMemRelease of a retained allocation handle failed: %s",
+                     orb_cuda_describe(cu, rr, (char[96]){0}, 96));
+    }
+    leave(cu, saved);
+    if (rc != 0)
+        return rc;
+    *fd_out = fd;
+    return 0;
+}
+
+int orb_cuda_vmm_import(int device, int fd, size_t size, uint64_t *ptr_out)
+{
+    if (ptr_out == NULL || fd < 0 || size == 0)
+        return orb_fail(ORB_EINVAL, "cuda: %s", ptr_out == NULL ? "NULL output" : "no descriptor or size to map");
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context ctx = NULL;
+    int rc = open_device(device, &cu, &ctx);
+    if (rc != 0)
+        return rc;
+    if (!cu->vmm) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "cuda: the driver lacks virtual memory management (cuMemMap and its kin)");
+        goto release_device;
+    }
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, ctx, &saved);
+    if (r != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "making the importing device's context current");
+        goto release_device;
+    }
+    orb_cu_mem_handle h = 0;
+    orb_cu_deviceptr va = 0;
+    if ((r = cu->mem_import_from_shareable_handle(&h, (void *)(intptr_t)fd,
+                                                  ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "cuMemImportFromShareableHandle");
+        goto leave_context;
+    }
+    if ((r = cu->mem_address_reserve(&va, size, 0, 0, 0)) != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "cuMemAddressReserve");
+        goto release_handle;
+    }
+    if ((r = cu->mem_map(va, size, 0, h, 0)) != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "cuMemMap");
+        goto free_range;
+    }
+    orb_cu_mem_access_desc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = ORB_CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = ORB_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if ((r = cu->mem_set_access(va, size, &access, 1)) != ORB_CU_SUCCESS) {
+        rc = cuda_fail(cu, r, "cuMemSetAccess");
+        goto unmap;
+    }
+    /* The mapping holds the allocation now. */
+    if ((r = cu->mem_release(h)) != ORB_CU_SUCCESS)
+        ORB_LOGW("cuda: cuMemRelease of an imported allocation handle failed: %s",
+                 orb_cuda_describe(cu, r, (char[96]){0}, 96));
+    leave(cu, saved);
+    *ptr_out = (uint64_t)va; /* the context retain stays with the import */
+    return 0;
+
+unmap:
+    if (cu->mem_unmap(va, size) != ORB_CU_SUCCESS) {
+        /* Still mapped: the range, the allocation and the context stay. */
+        ORB_LOGE("cuda: an import that failed halfway could not be unmapped: its mapping is kept");
+        pthread_mutex_lock(&g_lock);
+        g_retained.imports++;
+        g_retained.contexts++;
+        pthread_mutex_unlock(&g_lock);
+        (void)cu->mem_release(h);
+        leave(cu, saved);
+        return rc;
+    }
+free_range:
+    (void)cu->mem_address_free(va, size);
+release_handle:
+    (void)cu->mem_release(h);
+leave_context:
+    leave(cu, saved);
+release_device:
+    close_device(cu, device);
+    return rc;
+}
+
+int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size)
+{
+    const struct orb_cuda *cu = NULL;
+    int rc = orb_cuda_get(&cu);
+    if (rc != 0)
+        return rc;
+    if (!cu->vmm)
+        return orb_fail(ORB_EUNAVAILABLE, "cuda: the driver lacks virtual memory management");
+    orb_cu_device dev = 0;
+    orb_cu_context ctx = NULL, saved = NULL;
+    orb_cu_result r = cu->device_get(&dev, device);
+    if (r == ORB_CU_SUCCESS)
+        r = cu->primary_ctx_retain(&ctx, dev); /* the import's own retain keeps it alive */
+    if (r != ORB_CU_SUCCESS)
+        rc = cuda_fail(cu, r, "finding the importing device's context");
+    else {
+        if ((r = enter(cu, ctx, &saved)) == ORB_CU_SUCCESS) {
+            if ((r = cu->mem_unmap((orb_cu_deviceptr)ptr, size)) == ORB_CU_SUCCESS &&
+                cu->mem_address_free((orb_cu_deviceptr)ptr, size) != ORB_CU_SUCCESS)
+                ORB_LOGW("cuda: an unmapped import's address range could not be freed: it stays reserved");
+            leave(cu, saved);
+        }
+        close_device(cu, device); /* the retain just taken */
+        if (r != ORB_CU_SUCCESS)
+            rc = cuda_fail(cu, r, "cuMemUnmap");
+    }
+    if (rc != 0) {
         pthread_mutex_lock(&g_lock);
         g_retained.imports++;
         g_retained.contexts++;

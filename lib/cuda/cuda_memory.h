@@ -79,6 +79,32 @@ int orb_cuda_memory_ipc_handle(orb_cuda_memory *mem, uint8_t out[ORB_CU_IPC_HAND
 int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE], uint64_t *ptr_out,
                         size_t *size_out);
 
+/* How another process may map mem's allocation: ORB_CUDA_SHARE_LEGACY (a legacy IPC handle,
+ * orb_cuda_memory_ipc_handle) or ORB_CUDA_SHARE_FD (a virtual memory management allocation
+ * made with a POSIX file descriptor handle type: orb_cuda_memory_export_fd). Errors: ORB_EINVAL
+ * (NULL), ORB_EUNAVAILABLE (neither: the message says why), the driver's failure. */
+enum orb_cuda_share { ORB_CUDA_SHARE_LEGACY = 1, ORB_CUDA_SHARE_FD = 2 };
+int orb_cuda_memory_share_kind(orb_cuda_memory *mem, enum orb_cuda_share *out);
+
+/* A new file descriptor (close-on-exec, the caller's to close) for the physical allocation mapped
+ * at mem's first byte (cuMemRetainAllocationHandle, cuMemExportToShareableHandle). Errors as
+ * orb_cuda_memory_share_kind for one that is not ORB_CUDA_SHARE_FD. */
+int orb_cuda_memory_export_fd(orb_cuda_memory *mem, int *fd_out);
+
+/* Map `size` bytes (a multiple of the allocation granularity) of another process's allocation,
+ * given as the descriptor it exported (left open: the caller closes it), into device `device`:
+ * an address range reserved for it, mapped and made readable and writable there. *ptr_out is its
+ * first byte. It holds a retain of the device's primary context until orb_cuda_vmm_unimport().
+ * Errors: ORB_EINVAL (no such device, a descriptor the driver does not take, a size beyond the
+ * allocation), ORB_EUNAVAILABLE (the driver lacks virtual memory management), the driver's
+ * failure; nothing stays mapped or reserved after one. */
+int orb_cuda_vmm_import(int device, int fd, size_t size, uint64_t *ptr_out);
+
+/* Unmap and free the range of an orb_cuda_vmm_import() and give back its context retain. One the
+ * driver refuses to unmap stays for good (orb_cuda_retained_resources: imports and contexts)
+ * and its failure is returned. */
+int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size);
+
 /* Unmap an import (cuIpcCloseMemHandle) and give back its context retain. A close the driver
  * refuses keeps the mapping and the retain for good (orb_cuda_retained_resources: imports and
  * contexts) and returns its failure. */

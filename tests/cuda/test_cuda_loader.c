@@ -48,6 +48,24 @@ static void test_a_missing_export_fails_the_whole_load(void **state)
     assert_memory_equal(&t, &before, sizeof t); /* nothing written on failure */
 }
 
+/* The virtual memory management group is resolved whole or not at all, apart from the rest: a
+ * driver that lacks one of it still loads, without it. */
+static void test_the_vmm_group_is_all_or_nothing(void **state)
+{
+    (void)state;
+    struct orb_cuda t;
+    assert_int_equal(orb_cuda_load(FAKECUDA_FULL, &t), 0);
+    assert_true(t.vmm);
+    assert_true(t.mem_map != NULL && t.mem_export_to_shareable_handle != NULL && t.mem_set_access != NULL);
+    memset(&t, 0x5a, sizeof t);
+    assert_int_equal(orb_cuda_load(FAKECUDA_NO_VMM, &t), 0);
+    assert_false(t.vmm);
+    assert_null(t.mem_map);
+    assert_null(t.mem_retain_allocation_handle); /* resolved, but not kept without the rest */
+    assert_null(t.mem_set_access);
+    assert_non_null(t.memcpy_dtod);
+}
+
 static void test_a_failed_cuinit_is_named(void **state)
 {
     (void)state;
@@ -282,6 +300,7 @@ int main(int argc, char **argv)
         return ipc_child(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_missing_export_fails_the_whole_load),
+        cmocka_unit_test(test_the_vmm_group_is_all_or_nothing),
         cmocka_unit_test(test_a_failed_cuinit_is_named),
         cmocka_unit_test(test_no_library_and_bad_arguments),
         cmocka_unit_test(test_statuses_and_descriptions),

@@ -11,12 +11,14 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <orbite/orbite.h>
 
 #include "cuda/cuda.h"
 #include "cuda/cuda_memory.h"
 #include "fakecuda.h"
+#include "fakecuda_vmm.h"
 
 static const struct orb_cuda *cu;
 
@@ -433,6 +435,96 @@ static void test_public_copies(void **state)
     orb_cuda_memory_unref(m);
 }
 
+/* Virtual memory management allocations have no legacy IPC handle: one made with a POSIX file
+ * descriptor handle type is shared by a descriptor, which maps it elsewhere (here for the other
+ * device of this process) with its bytes; one made without is refused, saying why; imports and
+ * failed imports leave nothing behind. */
+static void test_vmm_allocations_share_by_descriptor(void **state)
+{
+    (void)state;
+    const size_t size = FAKECUDA_VMM_GRANULARITY;
+    struct fakecuda_counts c0 = fake.counts();
+    assert_true(cu->vmm);
+    orb_cu_context ctx = NULL;
+    assert_int_equal(cu->primary_ctx_retain(&ctx, 0), ORB_CU_SUCCESS);
+    assert_int_equal(cu->ctx_set_current(ctx), ORB_CU_SUCCESS);
+    struct fakecuda_vmm v;
+    assert_int_equal(fakecuda_vmm_make(cu, FAKECUDA_FULL, 0, size, ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, &v),
+                     0);
+    static uint8_t pattern[2u << 20], back[2u << 20];
+    for (size_t i = 0; i < size; i++)
+        pattern[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(cu->memcpy_htod(v.va, pattern, size), ORB_CU_SUCCESS);
+
+    /* A mapping belongs to no context: adoption takes it for the device's primary one. */
+    orb_cuda_memory *m = NULL;
+    assert_int_equal(orb_cuda_memory_adopt(0, v.va, size, NULL, NULL, &m), 0);
+    enum orb_cuda_share kind = 0;
+    assert_int_equal(orb_cuda_memory_share_kind(m, &kind), 0);
+    assert_int_equal(kind, ORB_CUDA_SHARE_FD);
+    uint8_t handle[ORB_CU_IPC_HANDLE_SIZE];
+    assert_int_equal(orb_cuda_memory_ipc_handle(m, handle), ORB_EUNAVAILABLE);
+    int fd = -1;
+    assert_int_equal(orb_cuda_memory_export_fd(m, &fd), 0);
+    assert_true(fd >= 0);
+
+    uint64_t there = 0;
+    assert_int_equal(orb_cuda_vmm_import(1, fd, size, &there), 0);
+    assert_int_equal(close(fd), 0); /* the import does not need the descriptor any more */
+    assert_true(there != 0 && there != v.va);
+    memset(back, 0, size);
+    assert_int_equal(cu->memcpy_dtoh(back, there, size), ORB_CU_SUCCESS);
+    assert_memory_equal(back, pattern, size);
+    /* Written through the import, read at the allocation's own address. */
+    assert_int_equal(cu->memcpy_htod(there + 100, "vmm", 3), ORB_CU_SUCCESS);
+    assert_int_equal(cu->memcpy_dtoh(back, v.va + 100, 3), ORB_CU_SUCCESS);
+    assert_memory_equal(back, "vmm", 3);
+    assert_int_equal(orb_cuda_vmm_unimport(1, there, size), 0);
+    struct fakecuda_counts c1 = fake.counts();
+    assert_int_equal(c1.vmm_allocations, c0.vmm_allocations + 1); /* the application's own, still mapped */
+    assert_int_equal(c1.reservations, c0.reservations + 1);
+
+    /* What the driver does not take maps nothing and reserves nothing. */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(orb_cuda_vmm_import(1, p[0], size, &there), ORB_EINVAL);
+    assert_int_equal(orb_cuda_vmm_import(1, -1, size, &there), ORB_EINVAL);
+    close(p[0]);
+    close(p[1]);
+    assert_int_equal(orb_cuda_memory_export_fd(m, &fd), 0);
+    assert_int_equal(orb_cuda_vmm_import(1, fd, 2 * size, &there), ORB_EINVAL); /* beyond the allocation */
+    assert_int_equal(orb_cuda_vmm_import(7, fd, size, &there), ORB_EINVAL);     /* no such device */
+    close(fd);
+    c1 = fake.counts();
+    assert_int_equal(c1.vmm_allocations, c0.vmm_allocations + 1);
+    assert_int_equal(c1.reservations, c0.reservations + 1);
+    assert_int_equal(c1.primary_refs, c0.primary_refs + 2); /* this test's retain and the owner's */
+    orb_cuda_memory_unref(m);
+    assert_int_equal(fakecuda_vmm_free(cu, &v), 0);
+
+    /* Made without a shareable handle type: no way to share it, and the message says so. */
+    assert_int_equal(fakecuda_vmm_make(cu, FAKECUDA_FULL, 0, size, 0, &v), 0);
+    assert_int_equal(orb_cuda_memory_adopt(0, v.va, size, NULL, NULL, &m), 0);
+    assert_int_equal(orb_cuda_memory_share_kind(m, &kind), ORB_EUNAVAILABLE);
+    assert_non_null(strstr(orb_last_error(), "was not made with a POSIX file descriptor handle type"));
+    assert_int_equal(orb_cuda_memory_export_fd(m, &fd), ORB_EUNAVAILABLE);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(fakecuda_vmm_free(cu, &v), 0);
+
+    /* An ordinary allocation keeps its legacy handle. */
+    assert_int_equal(orb_cuda_memory_alloc(0, 4096, &m), 0);
+    assert_int_equal(orb_cuda_memory_share_kind(m, &kind), 0);
+    assert_int_equal(kind, ORB_CUDA_SHARE_LEGACY);
+    assert_int_equal(orb_cuda_memory_export_fd(m, &fd), ORB_EUNAVAILABLE);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(cu->primary_ctx_release(0), ORB_CU_SUCCESS);
+    struct fakecuda_counts c2 = fake.counts();
+    assert_int_equal(c2.vmm_allocations, c0.vmm_allocations);
+    assert_int_equal(c2.reservations, c0.reservations);
+    assert_int_equal(c2.primary_refs, c0.primary_refs);
+    assert_int_equal(c2.device_allocations, c0.device_allocations);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -447,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_an_unproven_copy_fences_and_keeps),
         cmocka_unit_test(test_concurrent_copies),
         cmocka_unit_test(test_public_copies),
+        cmocka_unit_test(test_vmm_allocations_share_by_descriptor),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

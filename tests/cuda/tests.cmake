@@ -3,10 +3,11 @@
 orb_unit_test(test_cuda_loader SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_loader.c OBJECTS orb_base orb_mem orb_cuda
               LIBS ${CMAKE_DL_LIBS})
 target_include_directories(test_cuda_loader PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda)
-add_dependencies(test_cuda_loader orb_fakecuda_full orb_fakecuda_omit_dtod orb_fakecuda_no_device)
+add_dependencies(test_cuda_loader orb_fakecuda_full orb_fakecuda_omit_dtod orb_fakecuda_no_device orb_fakecuda_no_vmm)
 target_compile_definitions(test_cuda_loader PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>"
                            FAKECUDA_OMIT_DTOD="$<TARGET_FILE:orb_fakecuda_omit_dtod>"
-                           FAKECUDA_NO_DEVICE="$<TARGET_FILE:orb_fakecuda_no_device>")
+                           FAKECUDA_NO_DEVICE="$<TARGET_FILE:orb_fakecuda_no_device>"
+                           FAKECUDA_NO_VMM="$<TARGET_FILE:orb_fakecuda_no_vmm>")
 
 # The CUDA memory owners (lib/cuda/cuda_memory.c) through their public calls, on the full
 # stand-in as the process's driver.

@@ -14,7 +14,12 @@
  * - Fault injection and counters for the tests (fakecuda.h): fail the Nth call of an export, slow
  *   or hold every stream's operations, mark a stream capturing, count what is alive.
  *
- * Built twice more: FAKECUDA_OMIT_DTOD leaves out one export (cuMemcpyDtoD_v2), FAKECUDA_NO_DEVICE
+ * - Virtual memory management: physical allocations (cuMemCreate) in memfds, reserved address
+ *   ranges, mappings usable once cuMemSetAccess allowed them, POSIX file descriptor export and
+ *   import (a memfd named for its device).
+ *
+ * Built three times more: FAKECUDA_OMIT_DTOD leaves out one required export (cuMemcpyDtoD_v2),
+ * FAKECUDA_OMIT_VMM one of the virtual memory management group (cuMemMap), FAKECUDA_NO_DEVICE
  * makes cuInit answer CUDA_ERROR_NO_DEVICE. */
 #include "fakecuda.h"
 
@@ -27,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,8 +43,11 @@
 /* Each export's prototype from cuda_api.h: the definitions below must match OrbiTE's types. */
 #define FAKECUDA_PROTOTYPE(field, export, params) EXPORT orb_cu_result export params;
 ORB_CUDA_EXPORTS(FAKECUDA_PROTOTYPE)
+ORB_CUDA_VMM_EXPORTS(FAKECUDA_PROTOTYPE)
 #undef FAKECUDA_PROTOTYPE
 EXPORT orb_cu_result cuCtxCreate_v2(orb_cu_context *ctx, unsigned int flags, orb_cu_device device);
+EXPORT orb_cu_result cuMemCreate(orb_cu_mem_handle *handle, size_t size, const struct fakecuda_alloc_prop *prop,
+                                 unsigned long long flags);
 EXPORT orb_cu_result cuCtxDestroy_v2(orb_cu_context ctx);
 #define MAX_DEVICES 8
 #define MAX_ALLOCS 1024
@@ -67,7 +76,33 @@ struct alloc {
     int exporter_pid, exporter_fd;
     unsigned long long exporter_base;
     int opens;
+    /* A mapping of a virtual memory management allocation (cuMemMap): phys[vmm - 1], and
+     * whether cuMemSetAccess made it usable (copies refuse it before). */
+    int vmm;
+    bool accessible;
 };
+
+/* Virtual memory management: physical allocations (cuMemCreate, or imported from a file
+ * descriptor), alive while a handle or a mapping holds them; reservations of address space. */
+#define MAX_PHYS 64
+#define MAX_RESERVATIONS 64
+#define VMM_GRANULARITY (2ull << 20)
+#define VMM_HANDLE_BASE 0x7600000000ull
+#define VMM_SPACE 0xe000000000000000ull
+struct phys {
+    int refs;                          /* handles (create, import, retain) and mappings */
+    int fd;                            /* its memfd */
+    size_t size;
+    int device;
+    unsigned int handle_types;
+    bool imported;
+};
+static struct phys phys[MAX_PHYS];
+static struct {
+    unsigned long long base;
+    size_t size;
+} reservations[MAX_RESERVATIONS];
+static unsigned long long next_reservation = VMM_SPACE;
 
 /* What a stand-in IPC handle holds: enough for another process of the same user to map the
  * allocation's memfd through /proc/PID/fd. */
@@ -220,6 +255,10 @@ EXPORT struct fakecuda_counts fakecuda_counts(void)
     }
     for (int d = 0; d < ndevices; d++)
         c.primary_refs += contexts[d].refs;
+    for (size_t i = 0; i < MAX_PHYS; i++)
+        c.vmm_allocations += phys[i].refs > 0;
+    for (size_t i = 0; i < MAX_RESERVATIONS; i++)
+        c.reservations += reservations[i].size > 0;
     c.streams = live_streams;
     c.events = live_events;
     pthread_mutex_unlock(&lock);
@@ -502,7 +541,7 @@ EXPORT orb_cu_result cuMemFree_v2(orb_cu_deviceptr ptr)
 {
     ENTER("cuMemFree_v2");
     struct alloc *a = find(ptr, 0);
-    if (a == NULL || a->kind != ALLOC_DEVICE || a->base != ptr || a->imported)
+    if (a == NULL || a->kind != ALLOC_DEVICE || a->base != ptr || a->imported || a->vmm != 0)
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);
     munmap(a->bytes, a->size);
     close(a->fd);
@@ -514,7 +553,7 @@ EXPORT orb_cu_result cuIpcGetMemHandle(orb_cu_ipc_mem_handle *handle, orb_cu_dev
 {
     ENTER("cuIpcGetMemHandle");
     struct alloc *a = find(ptr, 0);
-    if (handle == NULL || a == NULL || a->kind != ALLOC_DEVICE || a->imported)
+    if (handle == NULL || a == NULL || a->kind != ALLOC_DEVICE || a->imported || a->vmm != 0)
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);
     struct ipc_handle h = {.magic = IPC_MAGIC, .pid = (int)getpid(), .fd = a->fd, .device = a->device,
                            .base = a->base, .size = a->size};
@@ -623,8 +662,11 @@ EXPORT orb_cu_result cuPointerGetAttribute(void *data, unsigned int attribute, o
     if (a == NULL) /* memory the driver does not know: as the driver answers for it */
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);
     switch (attribute) {
-    case ORB_CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(orb_cu_context *)data = a->ctx != NULL ? a->ctx : &contexts[a->device];
+    case ORB_CU_POINTER_ATTRIBUTE_CONTEXT: /* a mapping belongs to no context */
+        *(orb_cu_context *)data = a->vmm != 0 ? NULL : a->ctx != NULL ? a->ctx : &contexts[a->device];
+        break;
+    case ORB_CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = a->vmm != 0 ? phys[a->vmm - 1].handle_types : 0;
         break;
     case ORB_CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *(unsigned int *)data = a->kind == ALLOC_DEVICE ? ORB_CU_MEMORYTYPE_DEVICE : ORB_CU_MEMORYTYPE_HOST;
@@ -642,7 +684,7 @@ EXPORT orb_cu_result cuPointerGetAttribute(void *data, unsigned int attribute, o
         *(size_t *)data = a->size;
         break;
     case ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *(int *)data = a->kind == ALLOC_DEVICE && !a->imported;
+        *(int *)data = a->kind == ALLOC_DEVICE && !a->imported && a->vmm == 0;
         break;
     default:
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);
@@ -658,7 +700,212 @@ static uint8_t *bytes_of(unsigned long long addr, size_t bytes, bool device)
     if (!device)
         return (uint8_t *)(uintptr_t)addr;
     struct alloc *a = find(addr, bytes);
-    return a != NULL && a->kind == ALLOC_DEVICE ? a->bytes + (addr - a->base) : NULL;
+    return a != NULL && a->kind == ALLOC_DEVICE && (a->vmm == 0 || a->accessible) ? a->bytes + (addr - a->base)
+                                                                                    : NULL;
+}
+
+/* ---- virtual memory management ------------------------------------------------------------------ */
+
+static struct phys *phys_of(orb_cu_mem_handle h)
+{
+    if (h < VMM_HANDLE_BASE || h >= VMM_HANDLE_BASE + MAX_PHYS || phys[h - VMM_HANDLE_BASE].refs <= 0)
+        return NULL;
+    return &phys[h - VMM_HANDLE_BASE];
+}
+
+static void phys_put(struct phys *p)
+{
+    if (--p->refs == 0) {
+        close(p->fd);
+        memset(p, 0, sizeof *p);
+    }
+}
+
+/* A new physical allocation on `fd` (taken), its handle in *h; false when the table is full. */
+static bool phys_add(int fd, size_t size, int device, unsigned int types, bool imported, orb_cu_mem_handle *h)
+{
+    for (size_t i = 0; i < MAX_PHYS; i++)
+        if (phys[i].refs == 0) {
+            phys[i] = (struct phys){.refs = 1, .fd = fd, .size = size, .device = device, .handle_types = types,
+                                    .imported = imported};
+            *h = VMM_HANDLE_BASE + i;
+            return true;
+        }
+    return false;
+}
+
+EXPORT orb_cu_result cuMemCreate(orb_cu_mem_handle *handle, size_t size, const struct fakecuda_alloc_prop *prop,
+                                 unsigned long long flags)
+{
+    ENTER("cuMemCreate");
+    if (handle == NULL || prop == NULL || flags != 0 || size == 0 || size % VMM_GRANULARITY != 0 ||
+        prop->type != 1 || prop->location.type != ORB_CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
+        prop->location.id >= ndevices || (prop->requested_handle_types & ~ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    char name[32];
+    snprintf(name, sizeof name, "fakecuda-vmm-d%d", prop->location.id);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0 ||
+        !phys_add(fd, size, prop->location.id, prop->requested_handle_types, false, handle)) {
+        if (fd >= 0)
+            close(fd);
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    }
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemRelease(orb_cu_mem_handle handle)
+{
+    ENTER("cuMemRelease");
+    struct phys *p = phys_of(handle);
+    if (p == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    phys_put(p);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemRetainAllocationHandle(orb_cu_mem_handle *handle, void *addr)
+{
+    ENTER("cuMemRetainAllocationHandle");
+    struct alloc *a = find((unsigned long long)(uintptr_t)addr, 0);
+    if (handle == NULL || a == NULL || a->vmm == 0)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    phys[a->vmm - 1].refs++;
+    *handle = VMM_HANDLE_BASE + (unsigned long long)(a->vmm - 1);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemExportToShareableHandle(void *shareable, orb_cu_mem_handle handle, unsigned int type,
+                                                  unsigned long long flags)
+{
+    ENTER("cuMemExportToShareableHandle");
+    struct phys *p = phys_of(handle);
+    if (shareable == NULL || p == NULL || flags != 0 || type != ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if ((p->handle_types & type) == 0)
+        LEAVE(ORB_CU_ERROR_NOT_SUPPORTED); /* not asked for at cuMemCreate */
+    int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    *(int *)shareable = fd;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemImportFromShareableHandle(orb_cu_mem_handle *handle, void *os_handle, unsigned int type)
+{
+    ENTER("cuMemImportFromShareableHandle");
+    int given = (int)(intptr_t)os_handle;
+    char link[64], target[128];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", given);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    int device = 0;
+    struct stat st;
+    if (handle == NULL || type != ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || n <= 0 ||
+        (target[n] = '\0', sscanf(target, "/memfd:fakecuda-vmm-d%d", &device) != 1) || device < 0 ||
+        device >= ndevices || fstat(given, &st) != 0 || st.st_size <= 0)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE); /* not a descriptor an exporter gave */
+    int fd = fcntl(given, F_DUPFD_CLOEXEC, 0); /* the caller keeps its own, as with the driver */
+    if (fd < 0 || !phys_add(fd, (size_t)st.st_size, device, type, true, handle)) {
+        if (fd >= 0)
+            close(fd);
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    }
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemAddressReserve(orb_cu_deviceptr *ptr, size_t size, size_t alignment, orb_cu_deviceptr addr,
+                                         unsigned long long flags)
+{
+    ENTER("cuMemAddressReserve");
+    (void)addr; /* a hint only */
+    if (ptr == NULL || size == 0 || size % VMM_GRANULARITY != 0 || flags != 0 ||
+        (alignment != 0 && (alignment & (alignment - 1)) != 0))
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    for (size_t i = 0; i < MAX_RESERVATIONS; i++)
+        if (reservations[i].size == 0) {
+            unsigned long long align = alignment > VMM_GRANULARITY ? alignment : VMM_GRANULARITY;
+            unsigned long long base = (next_reservation + align - 1) / align * align;
+            reservations[i].base = base;
+            reservations[i].size = size;
+            next_reservation = base + size + VMM_GRANULARITY; /* never reused */
+            *ptr = base;
+            LEAVE(ORB_CU_SUCCESS);
+        }
+    LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+}
+
+EXPORT orb_cu_result cuMemAddressFree(orb_cu_deviceptr ptr, size_t size)
+{
+    ENTER("cuMemAddressFree");
+    for (size_t i = 0; i < MAX_RESERVATIONS; i++)
+        if (reservations[i].size != 0 && reservations[i].base == ptr && reservations[i].size == size) {
+            for (size_t j = 0; j < MAX_ALLOCS; j++)
+                if (allocs[j].vmm != 0 && allocs[j].base >= ptr && allocs[j].base - ptr < size)
+                    LEAVE(ORB_CU_ERROR_INVALID_VALUE); /* still mapped */
+            reservations[i].base = 0;
+            reservations[i].size = 0;
+            LEAVE(ORB_CU_SUCCESS);
+        }
+    LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+}
+
+#ifndef FAKECUDA_OMIT_VMM
+EXPORT orb_cu_result cuMemMap(orb_cu_deviceptr ptr, size_t size, size_t offset, orb_cu_mem_handle handle,
+                              unsigned long long flags)
+{
+    ENTER("cuMemMap");
+    struct phys *p = phys_of(handle);
+    bool reserved = false;
+    for (size_t i = 0; i < MAX_RESERVATIONS && !reserved; i++)
+        reserved = reservations[i].size != 0 && ptr >= reservations[i].base &&
+                   ptr - reservations[i].base <= reservations[i].size &&
+                   size <= reservations[i].size - (ptr - reservations[i].base);
+    if (p == NULL || offset != 0 || flags != 0 || size == 0 || size > p->size || size % VMM_GRANULARITY != 0 ||
+        !reserved)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    for (size_t j = 0; j < MAX_ALLOCS; j++)
+        if (allocs[j].vmm != 0 && allocs[j].base < ptr + size && ptr < allocs[j].base + allocs[j].size)
+            LEAVE(ORB_CU_ERROR_ALREADY_MAPPED);
+    struct alloc *a = free_slot();
+    void *bytes_at = a != NULL ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0) : MAP_FAILED;
+    if (bytes_at == MAP_FAILED)
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    *a = (struct alloc){.kind = ALLOC_DEVICE, .base = ptr, .size = size, .bytes = bytes_at, .fd = -1,
+                        .device = p->device, .imported = p->imported, .vmm = (int)(p - phys) + 1};
+    p->refs++;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+#endif
+
+EXPORT orb_cu_result cuMemUnmap(orb_cu_deviceptr ptr, size_t size)
+{
+    ENTER("cuMemUnmap");
+    struct alloc *a = find(ptr, 0);
+    if (a == NULL || a->vmm == 0 || a->base != ptr || a->size != size)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    munmap(a->bytes, a->size);
+    struct phys *p = &phys[a->vmm - 1];
+    memset(a, 0, sizeof *a);
+    phys_put(p);
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+EXPORT orb_cu_result cuMemSetAccess(orb_cu_deviceptr ptr, size_t size, const orb_cu_mem_access_desc *desc,
+                                    size_t count)
+{
+    ENTER("cuMemSetAccess");
+    struct alloc *a = find(ptr, size);
+    if (a == NULL || a->vmm == 0 || desc == NULL || count == 0)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    for (size_t i = 0; i < count; i++)
+        if (desc[i].location.type != ORB_CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
+            desc[i].location.id >= ndevices || desc[i].flags > ORB_CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    for (size_t i = 0; i < count; i++)
+        if (desc[i].flags == ORB_CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            a->accessible = true;
+    LEAVE(ORB_CU_SUCCESS);
 }
 
 EXPORT orb_cu_result cuMemcpyHtoD_v2(orb_cu_deviceptr dst, const void *src, size_t bytes)

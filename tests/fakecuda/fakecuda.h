@@ -14,7 +14,24 @@ struct fakecuda_counts {
     long primary_refs;                 /* retains of every device's primary context */
     long streams, events;
     long imports;                      /* other processes' allocations mapped (cuIpcOpenMemHandle) */
+    long vmm_allocations;              /* physical allocations of cuMemCreate or imported, still held */
+    long reservations;                 /* address ranges of cuMemAddressReserve not freed */
 };
+
+/* The leading fields of the driver's CUmemAllocationProp, as cuMemCreate reads them (type 1:
+ * pinned; location type 1: a device). */
+struct fakecuda_alloc_prop {
+    unsigned int type;
+    unsigned int requested_handle_types;
+    struct {
+        unsigned int type;
+        int id;
+    } location;
+    void *win32_metadata;
+    unsigned char alloc_flags[8];
+};
+/* The stand-in's allocation granularity (cuMemCreate sizes and mapped ranges are multiples). */
+#define FAKECUDA_VMM_GRANULARITY (2ull << 20)
 
 /* The Nth call (from 1) of `export` (its exported name) fails with `rc`, once; nth 0 disarms.
  * Up to 8 exports may be armed at once. */
