@@ -51,6 +51,7 @@ struct orb_cuda_memory {
     /* Range loans (cuda_memory.h), under loan_lock: */
     pthread_mutex_t loan_lock;
     struct orb_cuda_loan *loans;
+    uint64_t serial;                   /* this process's number for the owner, never reused */
 };
 
 struct orb_cuda_loan {
@@ -286,7 +287,14 @@ static orb_cuda_memory *owner_new(int device, orb_cu_context ctx, orb_cu_devicep
     m->ctx = ctx;
     m->base = base;
     m->size = size;
+    static atomic_uint_fast64_t serials;
+    m->serial = atomic_fetch_add(&serials, 1) + 1;
     return m;
+}
+
+uint64_t orb_cuda_memory_serial(const orb_cuda_memory *mem)
+{
+    return mem->serial;
 }
 
 ORB_EXPORT int orb_cuda_memory_alloc(int device, size_t len, orb_cuda_memory **out)
@@ -1138,10 +1146,11 @@ int orb_cuda_memory_share_kind(orb_cuda_memory *mem, enum orb_cuda_share *out)
         *out = ORB_CUDA_SHARE_FD;
         return 0;
     }
-    return orb_fail(ORB_EUNAVAILABLE, "cuda: device %d's allocation [0x%llx, +%zu) has no legacy IPC handle and %s: "
-                    "it cannot be shared with another process", mem->device, (unsigned long long)mem->base,
-                    mem->size, cu->vmm ? "was not made with a POSIX file descriptor handle type"
-                                       : "the driver lacks virtual memory management");
+    /* The cause first: a peer's refusal carries only the start of the message. */
+    return orb_fail(ORB_EUNAVAILABLE, "cuda: %s: device %d's allocation [0x%llx, +%zu) cannot be shared with another "
+                    "process", cu->vmm ? "no legacy IPC handle, no POSIX file descriptor handle type"
+                                       : "no legacy IPC handle, and the driver lacks virtual memory management",
+                    mem->device, (unsigned long long)mem->base, mem->size);
 }
 
 int orb_cuda_memory_export_fd(orb_cuda_memory *mem, int *fd_out)

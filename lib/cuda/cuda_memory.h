@@ -84,6 +84,9 @@ int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE]
  * made with a POSIX file descriptor handle type: orb_cuda_memory_export_fd). Errors: ORB_EINVAL
  * (NULL), ORB_EUNAVAILABLE (neither: the message says why), the driver's failure. */
 enum orb_cuda_share { ORB_CUDA_SHARE_LEGACY = 1, ORB_CUDA_SHARE_FD = 2 };
+/* The owner's number in this process (from 1, never reused): tells an allocation from a later
+ * one at the same addresses. */
+uint64_t orb_cuda_memory_serial(const orb_cuda_memory *mem);
 int orb_cuda_memory_share_kind(orb_cuda_memory *mem, enum orb_cuda_share *out);
 
 /* A new file descriptor (close-on-exec, the caller's to close) for the physical allocation mapped

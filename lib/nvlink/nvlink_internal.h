@@ -51,6 +51,13 @@ struct nvl_tp {
     pthread_t lease_thread;
     bool lease_thread_started;
     bool lease_quit;               /* under lock: the lease thread ends (destroy only) */
+    /* Source: the descriptor channel (nvlink_fdchan.c), opened on the first BEGIN that shares an
+     * allocation by descriptor; chan_fd -1 until then (under lock). */
+    int chan_fd;
+    uint8_t chan_id[ORB_NVL_ID_LEN];
+    pthread_t chan_thread;
+    bool chan_started;
+    atomic_bool chan_quit;
     /* Requester: every peer not yet freed (those whose thread finished are freed by the next
      * peer_open or by stop). */
     struct nvl_peer *peers;
@@ -67,6 +74,21 @@ int nvl_source_stop(struct nvl_tp *tp, uint64_t deadline);
 uint64_t nvl_source_groups(struct nvl_tp *tp);
 /* End the lease thread and let every group go (at destroy). */
 void nvl_source_free(struct nvl_tp *tp);
+
+/* The source's descriptor channel: a Unix SEQPACKET socket in the abstract namespace
+ * ("orbite-nvl-" and tp->chan_id in hex), answering FETCH with FETCH_OK and the descriptor. */
+#define NVL_FETCH_WAIT_NS (250ull * 1000000ull) /* the most a connection may take to send its FETCH */
+/* Open it once (later calls: 0 at once). 0, or why it cannot be had (the message says). */
+int nvl_fdchan_open(struct nvl_tp *tp);
+/* End its thread and close it (at destroy). */
+void nvl_fdchan_close(struct nvl_tp *tp);
+/* Source (nvlink_source.c): the descriptor (the caller's to close) and size of allocation
+ * f->alloc of the group held under f->token. 0, or the refusal with the detail message. */
+int nvl_source_fetch(struct nvl_tp *tp, const struct orb_nvl_fetch *f, int *fd_out, uint64_t *size_out);
+/* Requester: ask the channel `channel` of this host for `f` until `deadline`. 0 with the
+ * descriptor (the caller's to close) and the allocation's size, or the failure. */
+int nvl_fdchan_fetch(const uint8_t channel[ORB_NVL_ID_LEN], const struct orb_nvl_fetch *f, uint64_t deadline,
+                     int *fd_out, uint64_t *size_out);
 
 /* Requester (ops->peer_*). */
 int nvl_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,

@@ -10,7 +10,7 @@
 
 #define PREFIX_LEN 4u
 #define RANGE_LEN 24u                              /* u8 op | 7 x u8 0 | u64 addr | u64 length */
-#define ALLOC_LEN (16u + ORB_NVL_HANDLE_LEN)       /* u64 base | u64 size | handle */
+#define ALLOC_LEN (24u + ORB_NVL_HANDLE_LEN)       /* u64 base | u64 size | u8 share | 7 x u8 0 | handle */
 #define GRANT_FIXED 8u                             /* i32 status | u16 alloc | u8 why_len | u8 0 */
 
 static void put_prefix(struct orb_writer *w, uint8_t kind)
@@ -36,7 +36,7 @@ int orb_nvl_kind_of(const uint8_t *buf, size_t len, uint8_t *kind_out)
         return orb_fail(ORB_EPROTO, "nvlink control: version %u, not %u", buf[1], ORB_NVL_VERSION);
     if (buf[2] != 0 || buf[3] != 0)
         return orb_fail(ORB_EPROTO, "nvlink control: reserved prefix bytes are not zero");
-    if (buf[0] < ORB_NVL_HELLO || buf[0] > ORB_NVL_QUERY_OK)
+    if (buf[0] < ORB_NVL_HELLO || buf[0] > ORB_NVL_FETCH_OK)
         return orb_fail(ORB_EPROTO, "nvlink control: unknown message kind %u", buf[0]);
     *kind_out = buf[0];
     return 0;
@@ -177,6 +177,10 @@ int orb_nvl_begin_ok_encode(uint8_t kind, const struct orb_nvl_begin_ok *m, uint
     for (uint32_t i = 0; i < m->nallocs; i++) {
         orb_writer_u64(&w, m->allocs[i].base);
         orb_writer_u64(&w, m->allocs[i].size);
+        if (m->allocs[i].share != ORB_NVL_SHARE_LEGACY && m->allocs[i].share != ORB_NVL_SHARE_FD)
+            return orb_fail(ORB_EINVAL, "nvlink control: BEGIN_OK allocation %u is shared in no known way", i);
+        orb_writer_u8(&w, m->allocs[i].share);
+        orb_writer_bytes(&w, (const uint8_t[7]){0}, 7);
         orb_writer_bytes(&w, m->allocs[i].handle, ORB_NVL_HANDLE_LEN);
     }
     for (uint32_t i = 0; i < m->count; i++) {
@@ -217,9 +221,14 @@ int orb_nvl_begin_ok_decode(uint8_t kind, const uint8_t *buf, size_t len, struct
         struct orb_nvl_alloc *a = &m->allocs[i];
         a->base = orb_cursor_u64(&c);
         a->size = orb_cursor_u64(&c);
+        a->share = orb_cursor_u8(&c);
+        const uint8_t *pad7 = orb_cursor_bytes(&c, 7);
         const uint8_t *h = orb_cursor_bytes(&c, ORB_NVL_HANDLE_LEN);
-        if (h == NULL)
+        if (h == NULL || pad7 == NULL)
             return orb_fail(ORB_EPROTO, "nvlink control: BEGIN_OK allocation %u is truncated", i);
+        if ((a->share != ORB_NVL_SHARE_LEGACY && a->share != ORB_NVL_SHARE_FD) || memcmp(pad7, "\0\0\0\0\0\0\0", 7))
+            return orb_fail(ORB_EPROTO, "nvlink control: BEGIN_OK allocation %u is shared as %u, or its reserved "
+                            "bytes are set", i, a->share);
         memcpy(a->handle, h, ORB_NVL_HANDLE_LEN);
         if (a->size == 0 || a->base + a->size < a->base)
             return orb_fail(ORB_EPROTO, "nvlink control: BEGIN_OK allocation %u is empty or wraps", i);
@@ -272,5 +281,94 @@ int orb_nvl_end_decode(uint8_t kind, const uint8_t *buf, size_t len, uint64_t *g
     if (group == 0)
         return orb_fail(ORB_EPROTO, "nvlink control: an END of group 0");
     *group_out = group;
+    return 0;
+}
+
+/* ---- descriptors ----------------------------------------------------------------------------- */
+
+void orb_nvl_fd_handle_pack(const struct orb_nvl_fd_handle *h, uint8_t out[ORB_NVL_HANDLE_LEN])
+{
+    struct orb_writer w;
+    orb_writer_init(&w, out, ORB_NVL_HANDLE_LEN);
+    orb_writer_bytes(&w, h->channel, ORB_NVL_ID_LEN);
+    orb_writer_u64(&w, h->serial);
+    orb_writer_u64(&w, 0);
+    orb_writer_bytes(&w, h->token, ORB_NVL_TOKEN_LEN);
+}
+
+int orb_nvl_fd_handle_unpack(const uint8_t in[ORB_NVL_HANDLE_LEN], struct orb_nvl_fd_handle *h)
+{
+    struct orb_cursor c;
+    orb_cursor_init(&c, in, ORB_NVL_HANDLE_LEN);
+    memcpy(h->channel, orb_cursor_bytes(&c, ORB_NVL_ID_LEN), ORB_NVL_ID_LEN);
+    h->serial = orb_cursor_u64(&c);
+    uint64_t zero = orb_cursor_u64(&c);
+    memcpy(h->token, orb_cursor_bytes(&c, ORB_NVL_TOKEN_LEN), ORB_NVL_TOKEN_LEN);
+    if (zero != 0)
+        return orb_fail(ORB_EPROTO, "nvlink control: a descriptor handle's reserved bytes are set");
+    return 0;
+}
+
+int orb_nvl_fetch_encode(const struct orb_nvl_fetch *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || m->alloc >= ORB_NVL_GROUP_MAX)
+        return orb_fail(ORB_EINVAL, "nvlink control: bad FETCH arguments");
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_NVL_FETCH);
+    orb_writer_u32(&w, m->alloc);
+    orb_writer_u32(&w, 0);
+    orb_writer_bytes(&w, m->token, ORB_NVL_TOKEN_LEN);
+    return finish_writer(&w, "a FETCH", len_out);
+}
+
+int orb_nvl_fetch_decode(const uint8_t *buf, size_t len, struct orb_nvl_fetch *m)
+{
+    struct orb_cursor c;
+    int rc = open_cursor(&c, ORB_NVL_FETCH, buf, len);
+    if (rc != 0)
+        return rc;
+    uint32_t alloc = orb_cursor_u32(&c);
+    uint32_t zero = orb_cursor_u32(&c);
+    const uint8_t *token = orb_cursor_bytes(&c, ORB_NVL_TOKEN_LEN);
+    if ((rc = close_cursor(&c, "a FETCH")) != 0)
+        return rc;
+    if (alloc >= ORB_NVL_GROUP_MAX || zero != 0)
+        return orb_fail(ORB_EPROTO, "nvlink control: a FETCH of allocation %u, or with reserved bytes set", alloc);
+    m->alloc = alloc;
+    memcpy(m->token, token, ORB_NVL_TOKEN_LEN);
+    return 0;
+}
+
+int orb_nvl_fetch_ok_encode(const struct orb_nvl_fetch_ok *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || m->status > 0 || m->status < ORB_EAGAIN ||
+        (m->status == 0) != (m->size != 0))
+        return orb_fail(ORB_EINVAL, "nvlink control: bad FETCH_OK arguments");
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_NVL_FETCH_OK);
+    orb_writer_u32(&w, (uint32_t)m->status);
+    orb_writer_u32(&w, 0);
+    orb_writer_u64(&w, m->size);
+    return finish_writer(&w, "a FETCH_OK", len_out);
+}
+
+int orb_nvl_fetch_ok_decode(const uint8_t *buf, size_t len, struct orb_nvl_fetch_ok *m)
+{
+    struct orb_cursor c;
+    int rc = open_cursor(&c, ORB_NVL_FETCH_OK, buf, len);
+    if (rc != 0)
+        return rc;
+    int32_t status = (int32_t)orb_cursor_u32(&c);
+    uint32_t zero = orb_cursor_u32(&c);
+    uint64_t size = orb_cursor_u64(&c);
+    if ((rc = close_cursor(&c, "a FETCH_OK")) != 0)
+        return rc;
+    if (status > 0 || status < ORB_EAGAIN || zero != 0 || (status == 0) != (size != 0))
+        return orb_fail(ORB_EPROTO, "nvlink control: a FETCH_OK with status %d and %llu bytes", status,
+                        (unsigned long long)size);
+    m->status = status;
+    m->size = size;
     return 0;
 }

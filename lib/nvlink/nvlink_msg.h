@@ -11,6 +11,9 @@
  *  - END / END_OK: the requester's copies of the group are over; the source lets the ranges go.
  *  - QUERY / QUERY_OK: BEGIN's question without its hold or handles, for choosing a transport:
  *    whether each range could travel here, and the extent of its allocation.
+ *  - FETCH / FETCH_OK, on the source's descriptor channel (a Unix socket of the host, since a
+ *    descriptor cannot cross TCP): the descriptor of an allocation that has no legacy IPC handle
+ *    (a virtual memory management one), for the token of a group that holds it.
  *
  * Every message starts u8 kind | u8 version | u16 0. Little-endian, packed; every count and
  * length is checked against fixed maxima before use, decoders never read past `len`, and fail
@@ -21,9 +24,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ORB_NVL_VERSION 1u
+#define ORB_NVL_VERSION 2u
 #define ORB_NVL_GROUP_MAX 16u      /* requests of one BEGIN */
-#define ORB_NVL_HANDLE_LEN 64u     /* a legacy CUDA IPC handle */
+#define ORB_NVL_HANDLE_LEN 64u     /* a legacy CUDA IPC handle, or a descriptor's (below) */
+#define ORB_NVL_TOKEN_LEN 32u      /* a held group's descriptor token */
 #define ORB_NVL_WHY_MAX 96u        /* bytes of a refusal's cause */
 #define ORB_NVL_ID_LEN 16u
 
@@ -35,7 +39,23 @@ enum orb_nvl_kind {
     ORB_NVL_END = 5,
     ORB_NVL_END_OK = 6,
     ORB_NVL_QUERY = 7,     /* a BEGIN's body: may these ranges travel here? Nothing is held */
-    ORB_NVL_QUERY_OK = 8   /* a BEGIN_OK's body, its handles zero */
+    ORB_NVL_QUERY_OK = 8,  /* a BEGIN_OK's body, its handles zero */
+    /* On the source's descriptor channel (nvlink_fdchan.c), never on the control connection: */
+    ORB_NVL_FETCH = 9,     /* a held group's token and an allocation's index in its BEGIN_OK */
+    ORB_NVL_FETCH_OK = 10  /* the status, the allocation's size, and its descriptor (SCM_RIGHTS) */
+};
+
+/* How an allocation is shared. */
+enum orb_nvl_share {
+    ORB_NVL_SHARE_LEGACY = 1,      /* handle: the legacy CUDA IPC handle */
+    ORB_NVL_SHARE_FD = 2           /* handle: a descriptor's, fetched on the source's channel */
+};
+
+/* A descriptor's handle: where to fetch it, and what names the allocation for the importer's cache. */
+struct orb_nvl_fd_handle {
+    uint8_t channel[ORB_NVL_ID_LEN]; /* the source's channel: abstract socket "orbite-nvl-<hex>" */
+    uint64_t serial;                 /* the allocation's owner at the source, never reused there */
+    uint8_t token[ORB_NVL_TOKEN_LEN];/* the group's: a FETCH with it is served while the group is held */
 };
 
 /* Where a process runs. */
@@ -60,7 +80,18 @@ struct orb_nvl_begin {
 struct orb_nvl_alloc {
     uint64_t base;                   /* the source's address of its first byte */
     uint64_t size;
+    uint8_t share;                   /* enum orb_nvl_share */
     uint8_t handle[ORB_NVL_HANDLE_LEN];
+};
+
+struct orb_nvl_fetch {
+    uint32_t alloc;                  /* < ORB_NVL_GROUP_MAX */
+    uint8_t token[ORB_NVL_TOKEN_LEN];
+};
+
+struct orb_nvl_fetch_ok {
+    int32_t status;                  /* 0: one descriptor came with it; else the ORB_E* refusal */
+    uint64_t size;                   /* the allocation's bytes (0 on a refusal) */
 };
 
 struct orb_nvl_grant {
@@ -90,6 +121,15 @@ int orb_nvl_begin_decode(uint8_t kind, const uint8_t *buf, size_t len, struct or
 int orb_nvl_begin_ok_encode(uint8_t kind, const struct orb_nvl_begin_ok *m, uint8_t *out, size_t cap,
                             size_t *len_out);
 int orb_nvl_begin_ok_decode(uint8_t kind, const uint8_t *buf, size_t len, struct orb_nvl_begin_ok *m);
+/* A descriptor's handle into and out of the 64 handle bytes (channel | u64 serial | 8 x u8 0 |
+ * token); the decoder refuses set reserved bytes. */
+void orb_nvl_fd_handle_pack(const struct orb_nvl_fd_handle *h, uint8_t out[ORB_NVL_HANDLE_LEN]);
+int orb_nvl_fd_handle_unpack(const uint8_t in[ORB_NVL_HANDLE_LEN], struct orb_nvl_fd_handle *h);
+/* FETCH: u32 alloc | u32 0 | token (44 bytes in all). FETCH_OK: i32 status | u32 0 | u64 size (20). */
+int orb_nvl_fetch_encode(const struct orb_nvl_fetch *m, uint8_t *out, size_t cap, size_t *len_out);
+int orb_nvl_fetch_decode(const uint8_t *buf, size_t len, struct orb_nvl_fetch *m);
+int orb_nvl_fetch_ok_encode(const struct orb_nvl_fetch_ok *m, uint8_t *out, size_t cap, size_t *len_out);
+int orb_nvl_fetch_ok_decode(const uint8_t *buf, size_t len, struct orb_nvl_fetch_ok *m);
 /* END and END_OK: the group id only. */
 int orb_nvl_end_encode(uint8_t kind, uint64_t group, uint8_t *out, size_t cap, size_t *len_out);
 int orb_nvl_end_decode(uint8_t kind, const uint8_t *buf, size_t len, uint64_t *group_out);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "core/engine.h"
@@ -19,6 +20,7 @@ enum hello_state { HELLO_UNKNOWN = 0, HELLO_SAME_PROCESS, HELLO_SAME_HOST, HELLO
 /* One of the peer's allocations mapped here, by the device it is mapped for. */
 struct nvl_import {
     uint64_t base, size;           /* the peer's extent */
+    uint8_t share;                 /* enum orb_nvl_share: how it was mapped */
     uint8_t handle[ORB_NVL_HANDLE_LEN];
     int device;
     uint64_t ptr;                  /* its first byte here */
@@ -315,7 +317,8 @@ static void xfer_end(struct nvl_tp *tp, struct orb_xfer *x, int status, enum orb
 /* Unmap an import: 0, or the failure (logged; the mapping is kept for good). */
 static int close_import(struct nvl_peer *p, struct nvl_import *im)
 {
-    int rc = orb_cuda_ipc_unimport(im->device, im->ptr);
+    int rc = im->share == ORB_NVL_SHARE_FD ? orb_cuda_vmm_unimport(im->device, im->ptr, im->size)
+                                           : orb_cuda_ipc_unimport(im->device, im->ptr);
     if (rc != 0)
         ORB_LOGE("nvlink: peer %s's allocation [0x%llx, +%llu) could not be unmapped (%s): its mapping is kept",
                  p->endpoint, (unsigned long long)im->base, (unsigned long long)im->size, orb_last_error());
@@ -326,16 +329,64 @@ static int close_import(struct nvl_peer *p, struct nvl_import *im)
  * replaced since). 0 with *ptr_out, or the failure with the detail message. An import closed on
  * the way (replaced, or the least recently used one) that the driver would not close sets
  * *close_rc: the group it was shared by cannot be counted complete. */
-static int import_get(struct nvl_peer *p, const struct orb_nvl_alloc *al, int device, uint64_t group,
-                      uint64_t *ptr_out, int *close_rc)
+/* Whether import `im` is the allocation `al` names: its extent and how it is shared, and the
+ * handle, of which a descriptor's token is not part (it changes with every group). */
+static bool same_allocation(const struct nvl_import *im, const struct orb_nvl_alloc *al)
+{
+    size_t cmp = al->share == ORB_NVL_SHARE_FD ? ORB_NVL_HANDLE_LEN - ORB_NVL_TOKEN_LEN : ORB_NVL_HANDLE_LEN;
+    return im->base == al->base && im->size == al->size && im->share == al->share &&
+           memcmp(im->handle, al->handle, cmp) == 0;
+}
+
+/* Map allocation `al` (index `index` of its BEGIN_OK) for `device`: by its legacy handle, or by
+ * the descriptor fetched from the source's channel until `deadline`. */
+static int import_new(struct nvl_peer *p, const struct orb_nvl_alloc *al, uint32_t index, int device,
+                      uint64_t deadline, uint64_t *ptr_out)
+{
+    if (al->share == ORB_NVL_SHARE_LEGACY) {
+        size_t mapped = 0;
+        int rc = orb_cuda_ipc_import(device, al->handle, ptr_out, &mapped);
+        if (rc != 0)
+            return rc;
+        if (mapped < al->size) { /* a copy would run past the mapping into this process's memory */
+            struct nvl_import im = {.device = device, .ptr = *ptr_out, .base = al->base, .size = al->size,
+                                    .share = ORB_NVL_SHARE_LEGACY};
+            (void)close_import(p, &im); /* never shared: its own request fails */
+            return orb_fail(ORB_EPROTO, "nvlink: peer %s said its allocation at 0x%llx holds %llu bytes; its handle "
+                            "maps %zu", p->endpoint, (unsigned long long)al->base, (unsigned long long)al->size,
+                            mapped);
+        }
+        return 0;
+    }
+    struct orb_nvl_fd_handle h;
+    int rc = orb_nvl_fd_handle_unpack(al->handle, &h);
+    if (rc != 0)
+        return rc;
+    struct orb_nvl_fetch f = {.alloc = index};
+    memcpy(f.token, h.token, sizeof f.token);
+    int fd = -1;
+    uint64_t size = 0;
+    if ((rc = nvl_fdchan_fetch(h.channel, &f, deadline, &fd, &size)) != 0)
+        return rc;
+    if (size < al->size) /* the mapping would end before the extent the peer claims */
+        rc = orb_fail(ORB_EPROTO, "nvlink: peer %s said its allocation at 0x%llx holds %llu bytes; its descriptor "
+                      "holds %llu", p->endpoint, (unsigned long long)al->base, (unsigned long long)al->size,
+                      (unsigned long long)size);
+    else
+        rc = orb_cuda_vmm_import(device, fd, al->size, ptr_out);
+    (void)close(fd); /* the mapping keeps the allocation */
+    return rc;
+}
+
+static int import_get(struct nvl_peer *p, const struct orb_nvl_alloc *al, uint32_t index, int device, uint64_t group,
+                      uint64_t deadline, uint64_t *ptr_out, int *close_rc)
 {
     struct nvl_import *slot = NULL;
     for (uint32_t i = 0; i < p->nimports; i++) {
         struct nvl_import *im = &p->imports[i];
         if (im->device != device || im->base >= al->base + al->size || al->base >= im->base + im->size)
             continue;
-        if (im->base == al->base && im->size == al->size &&
-            memcmp(im->handle, al->handle, ORB_NVL_HANDLE_LEN) == 0) {
+        if (same_allocation(im, al)) {
             im->used = group;
             *ptr_out = im->ptr;
             return 0;
@@ -361,18 +412,12 @@ static int import_get(struct nvl_peer *p, const struct orb_nvl_alloc *al, int de
         slot = &p->imports[p->nimports];
     }
     uint64_t ptr = 0;
-    size_t mapped = 0;
-    int rc = orb_cuda_ipc_import(device, al->handle, &ptr, &mapped);
+    int rc = import_new(p, al, index, device, deadline, &ptr);
     if (rc != 0)
         return orb_fail_wrap(rc, "nvlink: mapping peer %s's allocation [0x%llx, +%llu)", p->endpoint,
                              (unsigned long long)al->base, (unsigned long long)al->size);
-    if (mapped < al->size) { /* a copy would run past the mapping into this process's memory */
-        struct nvl_import im = {.device = device, .ptr = ptr, .base = al->base, .size = al->size};
-        (void)close_import(p, &im); /* never shared: its own request fails */
-        return orb_fail(ORB_EPROTO, "nvlink: peer %s said its allocation at 0x%llx holds %llu bytes; its handle maps "
-                        "%zu", p->endpoint, (unsigned long long)al->base, (unsigned long long)al->size, mapped);
-    }
-    *slot = (struct nvl_import){.base = al->base, .size = al->size, .device = device, .ptr = ptr, .used = group};
+    *slot = (struct nvl_import){.base = al->base, .size = al->size, .share = al->share, .device = device, .ptr = ptr,
+                                .used = group};
     memcpy(slot->handle, al->handle, ORB_NVL_HANDLE_LEN);
     p->nimports++;
     *ptr_out = ptr;
@@ -485,7 +530,8 @@ static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
         uint64_t ptr = 0;
         if (st == HELLO_SAME_PROCESS)
             ptr = x->remote_addr; /* the source's address is this process's */
-        else if ((r->status = import_get(p, al, orb_cuda_memory_device(mem), b->group, &ptr, &close_rc)) != 0) {
+        else if ((r->status = import_get(p, al, g->alloc, orb_cuda_memory_device(mem), b->group,
+                                               group_deadline(p->tp, xs, n), &ptr, &close_rc)) != 0) {
             snprintf(r->why, sizeof r->why, "%s", orb_last_error());
             continue;
         } else

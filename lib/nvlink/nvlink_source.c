@@ -8,6 +8,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/random.h"
 #include "cuda/cuda_kind.h"
 #include "cuda/cuda_memory.h"
 #include "nvlink/nvlink_internal.h"
@@ -20,6 +21,12 @@ struct nvl_group {
     uint32_t n;
     struct orb_reg *pins[ORB_NVL_GROUP_MAX];
     void *loans[ORB_NVL_GROUP_MAX];
+    /* The allocations of its BEGIN_OK in their order (each held by a pin above), and the token
+     * that fetches the descriptor of one shared by descriptor (has_token: one is). */
+    orb_cuda_memory *owners[ORB_NVL_GROUP_MAX];
+    uint32_t nowners;
+    bool has_token;
+    uint8_t token[ORB_NVL_TOKEN_LEN];
 };
 
 static void group_free(struct nvl_group *g)
@@ -155,6 +162,61 @@ static int answer_hello(struct nvl_tp *tp, const uint8_t *req, size_t len, uint8
     return rc != 0 ? rc : orb_nvl_hello_encode(ORB_NVL_HELLO_OK, &tp->self, resp, cap, resp_len);
 }
 
+/* How allocation `owner` travels to the requester (al->share), and for a held group its handle:
+ * the legacy IPC handle, or a descriptor's (the channel open, the group's token made). 0, or
+ * the refusal with the detail message. */
+static int share(struct nvl_tp *tp, struct nvl_group *g, orb_cuda_memory *owner, bool hold, struct orb_nvl_alloc *al)
+{
+    enum orb_cuda_share kind = 0;
+    int rc = orb_cuda_memory_share_kind(owner, &kind);
+    if (rc != 0)
+        return rc;
+    al->share = kind == ORB_CUDA_SHARE_FD ? ORB_NVL_SHARE_FD : ORB_NVL_SHARE_LEGACY;
+    if (!hold)
+        return 0;
+    if (kind == ORB_CUDA_SHARE_LEGACY)
+        return orb_cuda_memory_ipc_handle(owner, al->handle);
+    if ((rc = nvl_fdchan_open(tp)) != 0)
+        return rc;
+    if (!g->has_token) {
+        if ((rc = orb_random_bytes(g->token, sizeof g->token)) != 0)
+            return rc;
+        g->has_token = true;
+    }
+    struct orb_nvl_fd_handle h;
+    memcpy(h.channel, tp->chan_id, sizeof h.channel);
+    h.serial = orb_cuda_memory_serial(owner);
+    memcpy(h.token, g->token, sizeof h.token);
+    orb_nvl_fd_handle_pack(&h, al->handle);
+    return 0;
+}
+
+int nvl_source_fetch(struct nvl_tp *tp, const struct orb_nvl_fetch *f, int *fd_out, uint64_t *size_out)
+{
+    pthread_mutex_lock(&tp->lock);
+    struct nvl_group *found = NULL;
+    for (struct nvl_group *g = tp->groups; g != NULL; g = g->next) {
+        uint8_t diff = 0; /* every byte compared, whatever the first difference */
+        for (uint32_t i = 0; i < ORB_NVL_TOKEN_LEN; i++)
+            diff |= (uint8_t)(g->token[i] ^ f->token[i]);
+        if (g->has_token && diff == 0)
+            found = g;
+    }
+    int rc;
+    if (found == NULL)
+        rc = orb_fail(ORB_ENOENT, "nvlink: no group held here has that token (its lease ran out, or it ended)");
+    else if (f->alloc >= found->nowners)
+        rc = orb_fail(ORB_EINVAL, "nvlink: the group has %u allocations, not %u", found->nowners, f->alloc + 1);
+    else {
+        /* The group's pin holds the owner while the lock keeps the group. */
+        orb_cuda_memory *owner = found->owners[f->alloc];
+        if ((rc = orb_cuda_memory_export_fd(owner, fd_out)) == 0)
+            *size_out = orb_cuda_memory_size(owner);
+    }
+    pthread_mutex_unlock(&tp->lock);
+    return rc;
+}
+
 /* BEGIN (hold) or QUERY. */
 static int answer_begin(struct nvl_tp *tp, const struct orb_epoch *sender, uint8_t kind, const uint8_t *req,
                         size_t len, uint8_t *resp, size_t cap, size_t *resp_len)
@@ -198,7 +260,7 @@ static int answer_begin(struct nvl_tp *tp, const struct orb_epoch *sender, uint8
     }
     out->group = in.group;
     out->count = in.count;
-    const void *owners[ORB_NVL_GROUP_MAX];
+    orb_cuda_memory *owners[ORB_NVL_GROUP_MAX];
     for (uint32_t i = 0; i < in.count; i++) {
         struct orb_nvl_grant *gr = &out->grants[i];
         struct orb_reg *pin = NULL;
@@ -212,8 +274,7 @@ static int answer_begin(struct nvl_tp *tp, const struct orb_epoch *sender, uint8
                 struct orb_nvl_alloc *al = &out->allocs[a];
                 al->base = pin->kind->owner_base(pin->owner);
                 al->size = pin->kind->owner_size(pin->owner);
-                if (hold)
-                    st = orb_cuda_memory_ipc_handle(pin->owner, al->handle);
+                st = share(tp, g, pin->owner, hold, al);
                 if (st == 0)
                     owners[out->nallocs++] = pin->owner;
             }
@@ -237,11 +298,14 @@ static int answer_begin(struct nvl_tp *tp, const struct orb_epoch *sender, uint8
     kind = hold ? ORB_NVL_BEGIN_OK : ORB_NVL_QUERY_OK;
     if ((rc = orb_nvl_begin_ok_encode(kind, out, resp, cap, resp_len)) != 0)
         goto free_group;
+    uint32_t out_nallocs = out->nallocs;
     free(out);
     if (g->n == 0) { /* nothing held: nothing to end */
         free(g);
         return 0;
     }
+    memcpy(g->owners, owners, out_nallocs * sizeof owners[0]);
+    g->nowners = out_nallocs;
     g->sender = *sender;
     g->id = in.group;
     g->expires = orb_deadline_after(tp->lease_ns);

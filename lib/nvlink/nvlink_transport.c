@@ -106,6 +106,8 @@ static int nvl_start(orb_engine *engine, void **tp_out)
     tp->lease_ns = (uint64_t)(io_s > 0 ? io_s : 30) * 1000000000ull;
     atomic_init(&tp->stopping, false);
     atomic_init(&tp->inflight, 0);
+    atomic_init(&tp->chan_quit, false);
+    tp->chan_fd = -1;
     pthread_mutex_init(&tp->lock, NULL);
     if (orb_cond_init_monotonic(&tp->changed) != 0) {
         pthread_mutex_destroy(&tp->lock);
@@ -158,6 +160,7 @@ static void nvl_destroy(void *tp_)
         }
     pthread_mutex_unlock(&g_tps_lock);
     nvl_requester_free(tp);
+    nvl_fdchan_close(tp); /* before the groups go: it reads them */
     nvl_source_free(tp);
     tp_free(tp);
 }

@@ -90,13 +90,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check(orb_nvl_begin_ok_encode(answers[j], a, out, sizeof out, &len) == 0, "begin_ok re-encode");
             check(len == size, "begin_ok length");
             check(orb_nvl_begin_ok_decode(answers[j], out, len, again) == 0, "begin_ok decodes again");
-            check(memcmp(again->allocs, a->allocs, a->nallocs * sizeof a->allocs[0]) == 0, "allocations again");
+            for (uint32_t i = 0; i < a->nallocs; i++) {
+                check(again->allocs[i].base == a->allocs[i].base && again->allocs[i].size == a->allocs[i].size &&
+                      again->allocs[i].share == a->allocs[i].share &&
+                      memcmp(again->allocs[i].handle, a->allocs[i].handle, ORB_NVL_HANDLE_LEN) == 0,
+                      "allocations again");
+                struct orb_nvl_fd_handle h;
+                if (a->allocs[i].share == ORB_NVL_SHARE_FD && orb_nvl_fd_handle_unpack(a->allocs[i].handle, &h) == 0) {
+                    uint8_t packed[ORB_NVL_HANDLE_LEN];
+                    orb_nvl_fd_handle_pack(&h, packed);
+                    check(memcmp(packed, a->allocs[i].handle, ORB_NVL_HANDLE_LEN) == 0, "descriptor handle bytes");
+                }
+            }
             for (uint32_t i = 0; i < a->count; i++)
                 check(again->grants[i].status == a->grants[i].status && again->grants[i].alloc == a->grants[i].alloc &&
                       strcmp(again->grants[i].why, a->grants[i].why) == 0, "grants again");
         }
         free(a);
         free(again);
+    }
+    struct orb_nvl_fetch f;
+    int frc = orb_nvl_fetch_decode(data, size, &f);
+    check_rc(frc, "fetch decode");
+    if (frc == 0) {
+        check(f.alloc < ORB_NVL_GROUP_MAX, "fetch allocation");
+        check(orb_nvl_fetch_encode(&f, out, sizeof out, &len) == 0, "fetch re-encode");
+        same(out, len, data, size, "fetch bytes");
+    }
+    struct orb_nvl_fetch_ok fo;
+    frc = orb_nvl_fetch_ok_decode(data, size, &fo);
+    check_rc(frc, "fetch_ok decode");
+    if (frc == 0) {
+        check(fo.status <= 0 && (fo.status == 0) == (fo.size != 0), "fetch_ok status and size");
+        check(orb_nvl_fetch_ok_encode(&fo, out, sizeof out, &len) == 0, "fetch_ok re-encode");
+        same(out, len, data, size, "fetch_ok bytes");
     }
     for (uint8_t k = ORB_NVL_END; k <= ORB_NVL_END_OK; k++) {
         uint64_t group = 0;

@@ -4,8 +4,9 @@ import os
 import struct
 import sys
 
-V = 1
-HELLO, HELLO_OK, BEGIN, BEGIN_OK, END, END_OK, QUERY, QUERY_OK = range(1, 9)
+V = 2
+HELLO, HELLO_OK, BEGIN, BEGIN_OK, END, END_OK, QUERY, QUERY_OK, FETCH, FETCH_OK = range(1, 11)
+LEGACY, BY_FD = 1, 2
 HANDLE = bytes(range(64))
 
 
@@ -26,8 +27,20 @@ def begin(kind=BEGIN, ranges=None, n=None, group=7, pad=b"\0" * 6):
     return prefix(kind) + struct.pack("<QH", group, len(ranges) if n is None else n) + pad + b"".join(ranges)
 
 
-def alloc(base=0xd000000000000000, size=1 << 20, handle=HANDLE):
-    return struct.pack("<QQ", base, size) + handle
+def alloc(base=0xd000000000000000, size=1 << 20, handle=HANDLE, share=LEGACY, pad=b"\0" * 7):
+    return struct.pack("<QQB", base, size, share) + pad + handle
+
+
+def fd_handle(serial=3, zero=0):
+    return bytes(range(100, 116)) + struct.pack("<QQ", serial, zero) + bytes(range(200, 232))
+
+
+def fetch(idx=0, zero=0, token=bytes(range(200, 232))):
+    return prefix(FETCH) + struct.pack("<II", idx, zero) + token
+
+
+def fetch_ok(status=0, size=2 << 20, zero=0):
+    return prefix(FETCH_OK) + struct.pack("<iIQ", status, zero, size)
 
 
 def grant(status=0, idx=0, why=b"", why_len=None, pad=0):
@@ -55,12 +68,27 @@ CASES = {
     "begin-ok-mixed.bin": begin_ok(allocs=[alloc(), alloc(base=0xd000000000100000)],
                                    grants=[grant(), grant(-4, 0, b"nvlink: not whole"), grant(0, 1)]),
     "query-ok.bin": begin_ok(QUERY_OK, allocs=[alloc(handle=bytes(64))]),
+    "begin-ok-fd.bin": begin_ok(allocs=[alloc(handle=fd_handle(), share=BY_FD), alloc(base=0xd000000000100000)],
+                                grants=[grant(0, 0), grant(0, 1)]),
+    "fetch.bin": fetch(idx=3),
+    "fetch-ok.bin": fetch_ok(),
+    "fetch-ok-refused.bin": fetch_ok(status=-2, size=0),
+    "bad-begin-ok-share-0.bin": begin_ok(allocs=[alloc(share=0)]),
+    "bad-begin-ok-share-3.bin": begin_ok(allocs=[alloc(share=3)]),
+    "bad-begin-ok-share-pad.bin": begin_ok(allocs=[alloc(pad=b"\0\0\0\1\0\0\0")]),
+    "bad-fetch-index.bin": fetch(idx=16),
+    "bad-fetch-pad.bin": fetch(zero=1),
+    "bad-fetch-short.bin": fetch()[:-1],
+    "bad-fetch-ok-size-0.bin": fetch_ok(size=0),
+    "bad-fetch-ok-refused-size.bin": fetch_ok(status=-2),
+    "bad-fetch-ok-status.bin": fetch_ok(status=3),
+    "bad-fetch-ok-long.bin": fetch_ok() + b"\0",
     "end.bin": end(),
     "end-ok.bin": end(END_OK),
     "bad-short.bin": prefix(HELLO)[:3],
     "bad-version.bin": prefix(HELLO, version=9) + hello()[4:],
     "bad-reserved.bin": prefix(END, r=1) + struct.pack("<Q", 7),
-    "bad-kind.bin": prefix(9) + struct.pack("<Q", 7),
+    "bad-kind.bin": prefix(11) + struct.pack("<Q", 7),
     "bad-hello-long.bin": hello() + b"\0",
     "bad-begin-0.bin": begin(ranges=[], n=0),
     "bad-begin-17.bin": begin(ranges=[rng()] * 17),

@@ -24,10 +24,13 @@
 #include "cuda/cuda.h"
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_memory.h"
+#include "core/clock.h"
 #include "core/engine.h"
 #include "core/engine_internal.h"
 #include "core/transport.h"
 #include "fakecuda.h"
+#include "fakecuda_vmm.h"
+#include "nvlink/nvlink_internal.h"
 #include "nvlink/nvlink_msg.h"
 #include "util.h"
 
@@ -485,8 +488,9 @@ static int mute_control(void *tp, const struct orb_epoch *sender, const uint8_t 
 /* The source process: one engine, one device allocation of 4 MiB registered whole (seed 7's
  * pattern). It prints "<endpoint> <epoch> <base>" and then answers lines on stdin: "check OFF
  * LEN SEED" ([OFF, +LEN) holds what seed's pattern of 4 MiB holds there: "ok" or "bad N"),
- * "quit". */
-enum child_kind { HONEST, LYING, MUTE, MANY };
+ * "quit". VMM and PRIVATE_VMM sources make that allocation with cuMemCreate (with and without a
+ * POSIX file descriptor handle type) and adopt it. */
+enum child_kind { HONEST, LYING, MUTE, MANY, VMM, PRIVATE_VMM };
 #define MANY_ALLOCS 64 /* beyond the 4 MiB one: more allocations than a peer keeps imported */
 
 static int source_child(enum child_kind kind)
@@ -505,7 +509,15 @@ static int source_child(enum child_kind kind)
                                              kind == LYING || kind == MUTE ? &odd : &orb_nvlink_transport};
     if (orb_engine_config_init(&cfg) != 0 || orb_engine_create_with(&cfg, NULL, ops, 2, &e) != 0)
         return 11;
-    if (orb_cuda_memory_alloc(0, 4 * MIB, &m) != 0)
+    struct fakecuda_vmm vmm = {0};
+    if (kind == VMM || kind == PRIVATE_VMM) {
+        orb_cu_context ctx = NULL;
+        unsigned types = kind == VMM ? ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
+        if (cu->primary_ctx_retain(&ctx, 0) != ORB_CU_SUCCESS || cu->ctx_set_current(ctx) != ORB_CU_SUCCESS ||
+            fakecuda_vmm_make(cu, real_driver ? "libcuda.so.1" : FAKECUDA_FULL, 0, 4 * MIB, types, &vmm) != 0 ||
+            orb_cuda_memory_adopt(0, vmm.va, 4 * MIB, NULL, NULL, &m) != 0)
+            return 12;
+    } else if (orb_cuda_memory_alloc(0, 4 * MIB, &m) != 0)
         return 12;
     uint8_t *buf = malloc(4 * MIB), *pattern = malloc(4 * MIB);
     if (buf == NULL || pattern == NULL)
@@ -565,6 +577,8 @@ static int source_child(enum child_kind kind)
     if (orb_engine_close(e, 5 * EU_SEC) != 0)
         return 18;
     orb_engine_free(e);
+    if ((kind == VMM || kind == PRIVATE_VMM) && fakecuda_vmm_free(cu, &vmm) != 0)
+        return 20;
     return 0;
 }
 
@@ -832,14 +846,167 @@ static void test_a_failed_import_close_fails_its_group(void **state)
     child_end(&c);
 }
 
+/* Another process's virtual memory management allocation has no legacy IPC handle: it comes by
+ * descriptor from the source's channel, is mapped once and found again by later groups (their
+ * tokens differ, the allocation does not), READ and WRITE; closing the engine unmaps it and
+ * frees its address range. */
+static void test_a_vmm_allocation_is_shared_by_descriptor(void **state)
+{
+    (void)state;
+    struct child c;
+    orb_engine *req = NULL;
+    orb_segment *seg = NULL;
+    unsigned long long base = 0;
+    remote_open(&c, "--vmm-source-child", &req, &seg, &base);
+    struct fakecuda_counts before = {0};
+    if (!real_driver)
+        before = fake.counts();
+    struct dev local;
+    dev_new(req, 4 * MIB, 0, 4 * MIB, ORB_PERM_LOCAL, 9, &local);
+    struct orb_batch_report rep;
+    struct orb_request r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base + 1, base + 1, 4 * MIB - 3);
+    if (run(req, seg, &r, 1, &rep) != 0)
+        fail_msg("READ: %s", orb_last_error());
+    uint8_t *lb = dev_bytes(&local), *want = malloc(4 * MIB);
+    assert_non_null(want);
+    eu_fill(want, 4 * MIB, 7);
+    assert_memory_equal(lb + 1, want + 1, 4 * MIB - 3);
+    free(lb);
+    dev_free(req, &local); /* the READ wrote over it: seed 9's bytes again */
+    dev_new(req, 4 * MIB, 0, 4 * MIB, ORB_PERM_LOCAL, 9, &local);
+    if (!real_driver) {
+        struct fakecuda_counts now = fake.counts();
+        assert_int_equal(now.imports, before.imports + 1);
+        assert_int_equal(now.reservations, before.reservations + 1);
+    }
+    /* Seed 9's bytes into the middle of the source, by UNSPEC, in two requests of one group. */
+    struct orb_request w[2] = {nvl_req(ORB_TRANSPORT_UNSPEC, ORB_OP_WRITE, local.base + MIB, base + MIB, MIB),
+                               nvl_req(ORB_TRANSPORT_UNSPEC, ORB_OP_WRITE, local.base + 2 * MIB, base + 2 * MIB, MIB)};
+    if (run(req, seg, w, 2, &rep) != 0)
+        fail_msg("WRITE: %s", orb_last_error());
+    child_check(&c, 0, MIB, 7);
+    child_check(&c, MIB, 2 * MIB, 9);
+    child_check(&c, 3 * MIB, MIB, 7);
+    if (!real_driver)
+        assert_int_equal(fake.counts().imports, before.imports + 1); /* the same mapping */
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    assert_int_equal(orb_engine_close(req, 5 * EU_SEC), 0);
+    orb_engine_free(req);
+    if (!real_driver) {
+        struct fakecuda_counts after = fake.counts();
+        assert_int_equal(after.imports, before.imports);
+        assert_int_equal(after.reservations, before.reservations);
+        assert_int_equal(after.vmm_allocations, before.vmm_allocations);
+    }
+    free(want);
+    child_end(&c);
+}
+
+/* One made without a shareable handle type cannot be mapped by another process: by name the
+ * request is refused before anything moves, saying why; ORB_TRANSPORT_UNSPEC takes TCP. */
+static void test_a_vmm_allocation_without_a_descriptor_type_goes_by_tcp(void **state)
+{
+    (void)state;
+    struct child c;
+    orb_engine *req = NULL;
+    orb_segment *seg = NULL;
+    unsigned long long base = 0;
+    remote_open(&c, "--private-vmm-source-child", &req, &seg, &base);
+    struct dev local;
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 3, &local);
+    struct orb_batch_report rep;
+    struct orb_request r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_WRITE, local.base, base, MIB);
+    assert_int_equal(run(req, seg, &r, 1, &rep), ORB_EUNAVAILABLE);
+    if (strstr(orb_last_error(), "POSIX file descriptor handle type") == NULL)
+        fail_msg("the refusal does not say why: %s", orb_last_error());
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+    child_check(&c, 0, MIB, 7);
+    r.transport = ORB_TRANSPORT_UNSPEC;
+    if (run(req, seg, &r, 1, &rep) != 0)
+        fail_msg("WRITE by UNSPEC: %s", orb_last_error());
+    child_check(&c, 0, MIB, 3);
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    assert_int_equal(orb_engine_close(req, 5 * EU_SEC), 0);
+    orb_engine_free(req);
+    child_end(&c);
+}
+
+/* The descriptor channel serves only the token of a group held now, and an allocation of it:
+ * a wrong token or one whose group ended is refused, so is an index beyond the group's; a
+ * channel no one listens on is named unreachable. */
+static void test_the_descriptor_channel_serves_only_held_groups(void **state)
+{
+    (void)state;
+    if (real_driver)
+        skip();
+    const struct orb_cuda *cu = NULL;
+    assert_int_equal(orb_cuda_get(&cu), 0);
+    orb_engine *src = eu_engine(NULL);
+    orb_cu_context ctx = NULL;
+    assert_int_equal(cu->primary_ctx_retain(&ctx, 0), ORB_CU_SUCCESS);
+    assert_int_equal(cu->ctx_set_current(ctx), ORB_CU_SUCCESS);
+    struct fakecuda_vmm v;
+    assert_int_equal(fakecuda_vmm_make(cu, FAKECUDA_FULL, 0, 2 * MIB, ORB_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, &v),
+                     0);
+    orb_cuda_memory *m = NULL;
+    orb_reg_id id = 0;
+    assert_int_equal(orb_cuda_memory_adopt(0, v.va, 2 * MIB, NULL, NULL, &m), 0);
+    assert_int_equal(orb_register_cuda_memory(src, m, 0, 2 * MIB, ORB_PERM_REMOTE_WRITE, &id), 0);
+    struct orb_epoch sender = {{0}};
+    sender.bytes[0] = 0x42;
+    uint8_t msg[4096], resp[4096];
+    size_t len = 0, resp_len = 0;
+    struct orb_nvl_begin b = {.group = 3, .count = 1, .ranges = {{.op = ORB_OP_READ, .addr = v.va, .length = 100}}};
+    assert_int_equal(orb_nvl_begin_encode(ORB_NVL_BEGIN, &b, msg, sizeof msg, &len), 0);
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, msg, len, resp, sizeof resp, &resp_len), 0);
+    struct orb_nvl_begin_ok ok;
+    assert_int_equal(orb_nvl_begin_ok_decode(ORB_NVL_BEGIN_OK, resp, resp_len, &ok), 0);
+    assert_int_equal(ok.grants[0].status, 0);
+    assert_int_equal(ok.allocs[0].share, ORB_NVL_SHARE_FD);
+    struct orb_nvl_fd_handle h;
+    assert_int_equal(orb_nvl_fd_handle_unpack(ok.allocs[0].handle, &h), 0);
+    struct orb_nvl_fetch f = {.alloc = 0};
+    memcpy(f.token, h.token, sizeof f.token);
+    int fd = -1;
+    uint64_t size = 0;
+    uint64_t deadline = orb_deadline_after(2 * EU_SEC);
+    assert_int_equal(nvl_fdchan_fetch(h.channel, &f, deadline, &fd, &size), 0);
+    assert_true(fd >= 0 && size == 2 * MIB);
+    close(fd);
+    f.alloc = 1; /* the group has one allocation */
+    assert_int_equal(nvl_fdchan_fetch(h.channel, &f, deadline, &fd, &size), ORB_EINVAL);
+    f.alloc = 0;
+    f.token[5] ^= 1;
+    assert_int_equal(nvl_fdchan_fetch(h.channel, &f, deadline, &fd, &size), ORB_ENOENT);
+    f.token[5] ^= 1;
+    uint8_t other_channel[ORB_NVL_ID_LEN];
+    memcpy(other_channel, h.channel, sizeof other_channel);
+    other_channel[0] ^= 0xff; /* no one listens there */
+    assert_int_equal(nvl_fdchan_fetch(other_channel, &f, deadline, &fd, &size), ORB_EUNAVAILABLE);
+    /* The group ends: its token fetches nothing more. */
+    assert_int_equal(orb_nvl_end_encode(ORB_NVL_END, 3, msg, sizeof msg, &len), 0);
+    assert_int_equal(orb_engine_control(src, ORB_TRANSPORT_NVLINK, &sender, msg, len, resp, sizeof resp, &resp_len), 0);
+    assert_int_equal(nvl_fdchan_fetch(h.channel, &f, deadline, &fd, &size), ORB_ENOENT);
+    assert_int_equal(orb_unregister_memory(src, id), 0);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(orb_engine_close(src, 5 * EU_SEC), 0);
+    orb_engine_free(src);
+    assert_int_equal(fakecuda_vmm_free(cu, &v), 0);
+    assert_int_equal(cu->primary_ctx_release(0), ORB_CU_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strncmp(argv[1], "--", 2) == 0 && strstr(argv[1], "source-child") != NULL) {
         const char *driver = getenv("ORBITE_CUDA_DRIVER");
         real_driver = driver != NULL && strcmp(driver, "real") == 0;
-        enum child_kind kind = strcmp(argv[1], "--lying-source-child") == 0  ? LYING
-                               : strcmp(argv[1], "--mute-source-child") == 0 ? MUTE
-                               : strcmp(argv[1], "--many-source-child") == 0 ? MANY : HONEST;
+        enum child_kind kind = strcmp(argv[1], "--lying-source-child") == 0         ? LYING
+                               : strcmp(argv[1], "--mute-source-child") == 0        ? MUTE
+                               : strcmp(argv[1], "--many-source-child") == 0        ? MANY
+                               : strcmp(argv[1], "--vmm-source-child") == 0         ? VMM
+                               : strcmp(argv[1], "--private-vmm-source-child") == 0 ? PRIVATE_VMM : HONEST;
         return source_child(kind);
     }
     signal(SIGPIPE, SIG_IGN);
@@ -856,6 +1023,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_a_lying_source_is_refused),
         cmocka_unit_test(test_a_mute_source_does_not_hold_up_submission),
         cmocka_unit_test(test_a_failed_import_close_fails_its_group),
+        cmocka_unit_test(test_a_vmm_allocation_is_shared_by_descriptor),
+        cmocka_unit_test(test_a_vmm_allocation_without_a_descriptor_type_goes_by_tcp),
+        cmocka_unit_test(test_the_descriptor_channel_serves_only_held_groups),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

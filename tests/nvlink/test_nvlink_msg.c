@@ -22,8 +22,8 @@ static void test_prefixes_are_checked(void **state)
     assert_int_equal(kind, ORB_NVL_END);
     assert_int_equal(orb_nvl_kind_of(ok, 3, &kind), ORB_EPROTO);
     assert_int_equal(orb_nvl_kind_of(NULL, 4, &kind), ORB_EPROTO);
-    const uint8_t version[4] = {ORB_NVL_END, 2, 0, 0}, reserved[4] = {ORB_NVL_END, ORB_NVL_VERSION, 0, 1};
-    const uint8_t unknown[4] = {0, ORB_NVL_VERSION, 0, 0}, high[4] = {9, ORB_NVL_VERSION, 0, 0};
+    const uint8_t version[4] = {ORB_NVL_END, 1, 0, 0}, reserved[4] = {ORB_NVL_END, ORB_NVL_VERSION, 0, 1};
+    const uint8_t unknown[4] = {0, ORB_NVL_VERSION, 0, 0}, high[4] = {11, ORB_NVL_VERSION, 0, 0};
     assert_int_equal(orb_nvl_kind_of(version, 4, &kind), ORB_EPROTO);
     assert_non_null(strstr(orb_last_error(), "version"));
     assert_int_equal(orb_nvl_kind_of(reserved, 4, &kind), ORB_EPROTO);
@@ -100,7 +100,7 @@ static void test_begin_ok_names_allocations_and_causes(void **state)
     m.group = 5;
     m.count = 3;
     m.nallocs = 1;
-    m.allocs[0] = (struct orb_nvl_alloc){.base = 0xd000, .size = 4096};
+    m.allocs[0] = (struct orb_nvl_alloc){.base = 0xd000, .size = 4096, .share = ORB_NVL_SHARE_LEGACY};
     memset(m.allocs[0].handle, 0xab, sizeof m.allocs[0].handle);
     m.grants[1].status = ORB_EPERM;
     strcpy(m.grants[1].why, "not whole");
@@ -138,6 +138,84 @@ static void test_begin_ok_names_allocations_and_causes(void **state)
     assert_int_equal(orb_nvl_begin_ok_encode(ORB_NVL_BEGIN_OK, &m, buf, sizeof buf, &len), ORB_EINVAL);
 }
 
+/* An allocation says how it is shared: by a legacy handle or a descriptor's, nothing else; a
+ * descriptor's handle packs its channel, serial and token with reserved bytes zero. */
+static void test_allocations_say_how_they_are_shared(void **state)
+{
+    (void)state;
+    struct orb_nvl_begin_ok m;
+    memset(&m, 0, sizeof m);
+    m.group = 9;
+    m.count = 1;
+    m.nallocs = 1;
+    struct orb_nvl_fd_handle h = {.serial = 77};
+    for (int i = 0; i < 16; i++)
+        h.channel[i] = (uint8_t)(i + 1);
+    for (int i = 0; i < 32; i++)
+        h.token[i] = (uint8_t)(0x80 + i);
+    m.allocs[0] = (struct orb_nvl_alloc){.base = 0xe000, .size = 2u << 20, .share = ORB_NVL_SHARE_FD};
+    orb_nvl_fd_handle_pack(&h, m.allocs[0].handle);
+    uint8_t buf[1024];
+    size_t len = 0;
+    assert_int_equal(orb_nvl_begin_ok_encode(ORB_NVL_BEGIN_OK, &m, buf, sizeof buf, &len), 0);
+    struct orb_nvl_begin_ok back;
+    assert_int_equal(orb_nvl_begin_ok_decode(ORB_NVL_BEGIN_OK, buf, len, &back), 0);
+    assert_int_equal(back.allocs[0].share, ORB_NVL_SHARE_FD);
+    struct orb_nvl_fd_handle hb;
+    assert_int_equal(orb_nvl_fd_handle_unpack(back.allocs[0].handle, &hb), 0);
+    assert_memory_equal(hb.channel, h.channel, sizeof h.channel);
+    assert_memory_equal(hb.token, h.token, sizeof h.token);
+    assert_true(hb.serial == 77);
+    back.allocs[0].handle[16 + 8 + 3] = 1; /* a reserved byte of the handle */
+    assert_int_equal(orb_nvl_fd_handle_unpack(back.allocs[0].handle, &hb), ORB_EPROTO);
+    size_t share_at = 4 + 16 + 16; /* prefix, header, base and size */
+    assert_int_equal(buf[share_at], ORB_NVL_SHARE_FD);
+    buf[share_at] = 3;
+    assert_int_equal(orb_nvl_begin_ok_decode(ORB_NVL_BEGIN_OK, buf, len, &back), ORB_EPROTO);
+    buf[share_at] = ORB_NVL_SHARE_FD;
+    buf[share_at + 2] = 1; /* its padding */
+    assert_int_equal(orb_nvl_begin_ok_decode(ORB_NVL_BEGIN_OK, buf, len, &back), ORB_EPROTO);
+    m.allocs[0].share = 0;
+    assert_int_equal(orb_nvl_begin_ok_encode(ORB_NVL_BEGIN_OK, &m, buf, sizeof buf, &len), ORB_EINVAL);
+}
+
+/* FETCH and FETCH_OK: every field checked, a refusal carries no size and a success one. */
+static void test_fetch_round_trip(void **state)
+{
+    (void)state;
+    struct orb_nvl_fetch f = {.alloc = 15};
+    memset(f.token, 0x5c, sizeof f.token);
+    uint8_t buf[128];
+    size_t len = 0;
+    assert_int_equal(orb_nvl_fetch_encode(&f, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 44);
+    struct orb_nvl_fetch fb;
+    assert_int_equal(orb_nvl_fetch_decode(buf, len, &fb), 0);
+    assert_int_equal(fb.alloc, 15);
+    assert_memory_equal(fb.token, f.token, sizeof f.token);
+    assert_int_equal(orb_nvl_fetch_decode(buf, len - 1, &fb), ORB_EPROTO);
+    buf[4] = 16;
+    assert_int_equal(orb_nvl_fetch_decode(buf, len, &fb), ORB_EPROTO);
+    f.alloc = 16;
+    assert_int_equal(orb_nvl_fetch_encode(&f, buf, sizeof buf, &len), ORB_EINVAL);
+    assert_int_equal(orb_nvl_fetch_encode(&(struct orb_nvl_fetch){.alloc = 0}, buf, 43, &len), ORB_EINVAL);
+
+    struct orb_nvl_fetch_ok ok = {.status = 0, .size = 4u << 20}, okb;
+    assert_int_equal(orb_nvl_fetch_ok_encode(&ok, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 20);
+    assert_int_equal(orb_nvl_fetch_ok_decode(buf, len, &okb), 0);
+    assert_true(okb.status == 0 && okb.size == 4u << 20);
+    assert_int_equal(orb_nvl_fetch_decode(buf, len, &fb), ORB_EPROTO); /* another kind */
+    ok = (struct orb_nvl_fetch_ok){.status = ORB_ENOENT, .size = 0};
+    assert_int_equal(orb_nvl_fetch_ok_encode(&ok, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_nvl_fetch_ok_decode(buf, len, &okb), 0);
+    assert_int_equal(okb.status, ORB_ENOENT);
+    ok.size = 1; /* a refusal with a size */
+    assert_int_equal(orb_nvl_fetch_ok_encode(&ok, buf, sizeof buf, &len), ORB_EINVAL);
+    ok = (struct orb_nvl_fetch_ok){.status = 0, .size = 0}; /* a success without one */
+    assert_int_equal(orb_nvl_fetch_ok_encode(&ok, buf, sizeof buf, &len), ORB_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -145,6 +223,8 @@ int main(void)
         cmocka_unit_test(test_hello_and_end_round_trip),
         cmocka_unit_test(test_begin_checks_every_range),
         cmocka_unit_test(test_begin_ok_names_allocations_and_causes),
+        cmocka_unit_test(test_allocations_say_how_they_are_shared),
+        cmocka_unit_test(test_fetch_round_trip),
     };
     return cmocka_run_group_tests_name("nvlink_msg", tests, NULL, NULL);
 }
