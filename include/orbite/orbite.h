@@ -506,7 +506,9 @@ int orb_cuda_memory_alloc(int device, size_t len, orb_cuda_memory **out);
 /**
  * Adopt device memory allocated elsewhere: [ptr, ptr + len) (len > 0) must lie
  * in one allocation the driver knows as device memory of device `device`,
- * made in its primary context (the one the CUDA runtime uses); host, pinned
+ * made in its primary context (the one the CUDA runtime uses) or mapped with
+ * cuMemMap (virtual memory management: such a mapping belongs to no context,
+ * and its mapped range is the allocation); host, pinned
  * host and managed memory are refused. The owner covers the whole allocation
  * (orb_cuda_memory_ptr() is its first byte) and holds a reference to the
  * primary context. `release` (may be NULL) runs once when the last reference
