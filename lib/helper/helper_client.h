@@ -17,7 +17,8 @@
  * request in flight at a time). orb_helper_close() must not race with other calls on the same
  * session.
  *
- * Only RDMA transports use the helper; a TCP-only engine never opens a session. */
+ * The RDMA transport uses the helper, and the NVLink one asks it for the policy on first use; a
+ * TCP-only engine never opens a session. */
 #ifndef ORB_HELPER_HELPER_CLIENT_H
 #define ORB_HELPER_HELPER_CLIENT_H
 

@@ -58,6 +58,11 @@ struct nvl_tp {
     pthread_t chan_thread;
     bool chan_started;
     atomic_bool chan_quit;
+    /* Whether the administrator's policy gives this tenant NVLink (nvlink_policy.c): 0 not asked
+     * yet, 1 yes (or no helper applies), -1 no, with why. */
+    pthread_mutex_t policy_lock;
+    int policy_state;
+    char policy_why[192];
     /* Requester: every peer not yet freed (those whose thread finished are freed by the next
      * peer_open or by stop). */
     struct nvl_peer *peers;
@@ -89,6 +94,10 @@ int nvl_source_fetch(struct nvl_tp *tp, const struct orb_nvl_fetch *f, int *fd_o
  * descriptor (the caller's to close) and the allocation's size, or the failure. */
 int nvl_fdchan_fetch(const uint8_t channel[ORB_NVL_ID_LEN], const struct orb_nvl_fetch *f, uint64_t deadline,
                      int *fd_out, uint64_t *size_out);
+
+/* 0 when the transport may be used by this engine's tenant, else ORB_EUNAVAILABLE naming why
+ * (asked of the helper on the first call, then remembered for the engine's life). */
+int nvl_policy_check(struct nvl_tp *tp);
 
 /* Requester (ops->peer_*). */
 int nvl_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expected, uint64_t deadline,

@@ -15,7 +15,8 @@
 
 #define WHY_LEN 320
 
-enum hello_state { HELLO_UNKNOWN = 0, HELLO_SAME_PROCESS, HELLO_SAME_HOST, HELLO_ELSEWHERE, HELLO_FAILED };
+enum hello_state { HELLO_UNKNOWN = 0, HELLO_SAME_PROCESS, HELLO_SAME_HOST, HELLO_ELSEWHERE, HELLO_FAILED,
+                   HELLO_DENIED /* this tenant may not use the transport (nvl_policy_check) */ };
 
 /* One of the peer's allocations mapped here, by the device it is mapped for. */
 struct nvl_import {
@@ -133,6 +134,14 @@ static enum hello_state peer_hello(struct nvl_peer *p, uint64_t deadline, char *
     pthread_mutex_unlock(&p->lock);
     if (st != HELLO_UNKNOWN)
         return st;
+    if (nvl_policy_check(p->tp) != 0) { /* for good: the policy is read once per engine */
+        snprintf(why, why_len, "%s", orb_last_error());
+        pthread_mutex_lock(&p->lock);
+        p->hello = HELLO_DENIED;
+        snprintf(p->hello_why, sizeof p->hello_why, "%s", why);
+        pthread_mutex_unlock(&p->lock);
+        return HELLO_DENIED;
+    }
 
     uint8_t req[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
     size_t len = 0, resp_len = 0;

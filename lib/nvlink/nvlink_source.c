@@ -261,11 +261,13 @@ static int answer_begin(struct nvl_tp *tp, const struct orb_epoch *sender, uint8
     out->group = in.group;
     out->count = in.count;
     orb_cuda_memory *owners[ORB_NVL_GROUP_MAX];
+    /* A tenant the policy does not give NVLink shares nothing by it, as source either. */
+    int denied = nvl_policy_check(tp);
     for (uint32_t i = 0; i < in.count; i++) {
         struct orb_nvl_grant *gr = &out->grants[i];
         struct orb_reg *pin = NULL;
         void *loan = NULL;
-        int st = authorise(tp, &in.ranges[i], hold, &pin, &loan);
+        int st = denied != 0 ? orb_fail(denied, "%s", tp->policy_why) : authorise(tp, &in.ranges[i], hold, &pin, &loan);
         uint32_t a = 0;
         if (st == 0) {
             while (a < out->nallocs && owners[a] != pin->owner)

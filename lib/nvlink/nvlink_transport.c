@@ -91,6 +91,7 @@ void nvl_wait_locked(struct nvl_tp *tp, uint64_t deadline)
 
 static void tp_free(struct nvl_tp *tp)
 {
+    pthread_mutex_destroy(&tp->policy_lock);
     pthread_mutex_destroy(&tp->lock);
     pthread_cond_destroy(&tp->changed);
     free(tp);
@@ -109,7 +110,9 @@ static int nvl_start(orb_engine *engine, void **tp_out)
     atomic_init(&tp->chan_quit, false);
     tp->chan_fd = -1;
     pthread_mutex_init(&tp->lock, NULL);
+    pthread_mutex_init(&tp->policy_lock, NULL);
     if (orb_cond_init_monotonic(&tp->changed) != 0) {
+        pthread_mutex_destroy(&tp->policy_lock);
         pthread_mutex_destroy(&tp->lock);
         free(tp);
         return orb_fail(ORB_ENOMEM, "nvlink: cannot make the transport's condition variable");

@@ -26,3 +26,19 @@ target_link_libraries(test_nvlink_cpu_only PRIVATE orbite_static PkgConfig::CMOC
                       ${CMAKE_DL_LIBS})
 add_test(NAME test_nvlink_cpu_only COMMAND test_nvlink_cpu_only)
 set_tests_properties(test_nvlink_cpu_only PROPERTIES TIMEOUT 120)
+
+# The administrator's policy (the real helper's test build holding it) over the transport.
+if(TARGET orbite-helper-test)
+  add_executable(test_nvlink_policy ${CMAKE_CURRENT_LIST_DIR}/test_nvlink_policy.c
+                 ${PROJECT_SOURCE_DIR}/tests/engine/util.c)
+  target_include_directories(test_nvlink_policy PRIVATE ${PROJECT_SOURCE_DIR}/tests/engine ${PROJECT_SOURCE_DIR}/lib
+                             ${PROJECT_SOURCE_DIR})
+  target_link_libraries(test_nvlink_policy PRIVATE orbite_static PkgConfig::CMOCKA PkgConfig::JANSSON
+                        Threads::Threads ${CMAKE_DL_LIBS})
+  add_dependencies(test_nvlink_policy orb_fakecuda_full orbite-helper-test)
+  target_compile_definitions(test_nvlink_policy PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>"
+                             HELPER_TEST_PATH="$<TARGET_FILE:orbite-helper-test>"
+                             FIXTURE_DIR="${PROJECT_SOURCE_DIR}/tests/data/sysfs")
+  add_test(NAME test_nvlink_policy COMMAND test_nvlink_policy)
+  set_tests_properties(test_nvlink_policy PROPERTIES TIMEOUT 120)
+endif()
