@@ -404,10 +404,19 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     const struct rdma_seg *seg = peer;
     struct rdma_peer *p = seg->p;
     struct orb_rdma_tp *tp = p->tp;
-    if (in->mem_kind != ORB_MEM_HOST)
-        return orb_fail(ORB_EUNAVAILABLE, "rdma: this release moves host memory only");
     /* Direct: the registration's own MRs on every rail. Staged: none; the staging arena's. */
     bool staged = tp->staging != NULL;
+    if (in->mem_kind != ORB_MEM_HOST) {
+        /* Memory without a CPU view (device memory) moves through the arena, with its kind's
+         * own copies; without the arena there is no way (GPUDirect registration is not part of
+         * this release). */
+        const struct orb_memkind_ops *k = in->local_reg->kind;
+        if (!staged)
+            return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory moves over RDMA only through staging (host_memory "
+                            "staged): GPUDirect registration is not part of this release", k->name);
+        if (k->to_host == NULL || k->from_host == NULL)
+            return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be staged", k->name);
+    }
     if (!staged) {
         const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(in->local_reg);
         if (m == NULL)
@@ -784,6 +793,24 @@ static bool reroute(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t lost, u
     return true;
 }
 
+/* A staged piece's local bytes into its place in the extent (`in`, a WRITE's) or back out of it
+ * (a READ's): memcpy where the memory has a CPU view, its kind's own copy (device memory) where
+ * not. 0, or the copy's failure. */
+static int stage_copy(const struct orb_xfer *x, uint8_t *stage, bool in)
+{
+    uint8_t *cpu = orb_xfer_local_cpu(x);
+    if (cpu != NULL) {
+        memcpy(in ? stage : cpu, in ? cpu : stage, x->length);
+        return 0;
+    }
+    const struct orb_reg *reg = x->local_reg;
+    uint64_t addr = reg->base + x->local_offset;
+    int rc = in ? reg->kind->to_host(reg, addr, stage, (size_t)x->length)
+                : reg->kind->from_host(reg, addr, stage, (size_t)x->length);
+    return rc == 0 ? 0 : orb_fail_wrap(rc, "rdma: copying a staged piece %s %s memory", in ? "out of" : "into",
+                                       reg->kind->name);
+}
+
 /* A device's refusal of a window the source granted (ORB_EPERM from a remote access error)
  * waits, kept in r->verdict, for a grant thread to ask the source whether it lives (see
  * settle_refusal). false: report it as it is (the transport stops, or no memory to keep it). */
@@ -820,17 +847,25 @@ static void report_pieces(struct orb_rdma_tp *tp, const struct rdma_ending *e)
         ask_again(tp, r, e);
         return;
     }
+    int copied[ORB_SLICE_MAX] = {0};
+    char copy_why[320] = "";
     if (r->stage.cpu != NULL) {
         /* A staged READ that succeeded lands in the application's bytes now; a failed one leaves
-         * them as they were. */
+         * them as they were. A piece whose copy fails (device memory) fails alone, as a READ with
+         * no remote effect. */
         if (e->status == 0 && r->op == ORB_XFER_READ)
             for (uint32_t i = 0; i < e->n; i++)
-                memcpy(orb_xfer_local_cpu(e->pieces[i]), r->stage.cpu + piece_offset(r, e->pieces[i]),
-                       e->pieces[i]->length);
+                if ((copied[i] = stage_copy(e->pieces[i], r->stage.cpu + piece_offset(r, e->pieces[i]), false)) != 0 &&
+                    copy_why[0] == '\0')
+                    snprintf(copy_why, sizeof copy_why, "%s", orb_last_error());
         rdma_stage_put(tp, &r->stage);
     }
-    for (uint32_t i = 0; i < e->n; i++)
-        orb_xfer_done_why(e->pieces[i], e->status, e->effect, e->why);
+    for (uint32_t i = 0; i < e->n; i++) {
+        if (copied[i] != 0)
+            orb_xfer_done_why(e->pieces[i], copied[i], ORB_REMOTE_EFFECT_NONE, copy_why);
+        else
+            orb_xfer_done_why(e->pieces[i], e->status, e->effect, e->why);
+    }
     atomic_fetch_sub(&tp->inflight_reqs, 1);
 }
 
@@ -1025,8 +1060,10 @@ static int stage_in(struct orb_rdma_tp *tp, struct rdma_req *r, bool wait)
         return rc;
     for (uint32_t i = 0; i < r->npieces; i++) {
         const struct orb_xfer *x = r->pieces[i];
-        if (x != NULL)
-            memcpy(r->stage.cpu + piece_offset(r, x), orb_xfer_local_cpu(x), x->length);
+        if (x != NULL && (rc = stage_copy(x, r->stage.cpu + piece_offset(r, x), true)) != 0) {
+            rdma_stage_put(tp, &r->stage); /* nothing of it was posted */
+            return rc;
+        }
     }
     return 0;
 }

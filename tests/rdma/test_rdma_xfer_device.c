@@ -1217,6 +1217,92 @@ static void test_two_processes(void **state)
     close(down[1]);
 }
 
+/* Device memory as the requester's local bytes (the CUDA stand-in's): a requester that stages
+ * copies each request's bytes between the allocation and its staging with the allocation's own
+ * copies, READ and WRITE at unaligned offsets and sizes, the bytes around each untouched; one
+ * that does not stage refuses by name before anything moves. */
+static void test_requester_device_memory(void **state)
+{
+    (void)state;
+    const size_t len = (2u << 20) + 12288;
+    orb_cuda_memory *dev = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, len, &dev), 0);
+    uint8_t *want = malloc(len), *got = malloc(len);
+    assert_non_null(want);
+    assert_non_null(got);
+    fill(want, len, 9);
+    assert_int_equal(orb_cuda_memory_copy_in(dev, 0, want, len), 0);
+    orb_reg_id id;
+    assert_int_equal(orb_register_cuda_memory(req, dev, 0, len, ORB_PERM_LOCAL, &id), 0);
+    uint64_t local = orb_cuda_memory_ptr(dev);
+    struct orb_batch_report rep;
+    struct orb_request r;
+    memset(&r, 0, sizeof r);
+    r.transport = ORB_TRANSPORT_RDMA;
+    r.op = ORB_OP_READ;
+    r.local_addr = local + 4097;
+    r.remote_addr = (uint64_t)(uintptr_t)sbytes + 11;
+    r.length = (1u << 20) + 333;
+    int rc = orb_submit_and_wait(req, seg, &r, 1, NULL, TIMEOUT_NS, &rep);
+    if (!stages(0)) {
+        assert_int_equal(rc, ORB_EUNAVAILABLE);
+        assert_non_null(strstr(orb_last_error(), "only through staging"));
+        assert_int_equal(orb_cuda_memory_copy_out(dev, 0, got, len), 0);
+        assert_memory_equal(got, want, len);
+    } else {
+        if (rc != 0)
+            fail_msg("READ into device memory: %s", orb_last_error());
+        memcpy(want + 4097, sbytes + 11, r.length);
+        assert_int_equal(orb_cuda_memory_copy_out(dev, 0, got, len), 0);
+        assert_memory_equal(got, want, len);
+        /* WRITE device bytes (seed 9's, and the READ's) into the source at another offset: the
+         * source's bytes around it are as they were. */
+        uint8_t *before = malloc(r.length + 2);
+        assert_non_null(before);
+        memcpy(before, sbytes + (8u << 20) - 1, r.length + 2);
+        r.op = ORB_OP_WRITE;
+        r.local_addr = local + 3;
+        r.remote_addr = (uint64_t)(uintptr_t)sbytes + (8u << 20);
+        if ((rc = orb_submit_and_wait(req, seg, &r, 1, NULL, TIMEOUT_NS, &rep)) != 0)
+            fail_msg("WRITE from device memory: %s", orb_last_error());
+        assert_memory_equal(sbytes + (8u << 20), want + 3, r.length);
+        assert_int_equal(sbytes[(8u << 20) - 1], before[0]);
+        assert_int_equal(sbytes[(8u << 20) + r.length], before[r.length + 1]);
+        /* Put the source's bytes back for the cells after this one. */
+        memcpy(sbytes + (8u << 20) - 1, before, r.length + 2);
+        free(before);
+        /* A batch of several requests, both directions, each its own piece of the allocation. */
+        struct orb_request b[4];
+        for (int i = 0; i < 4; i++) {
+            b[i] = r;
+            b[i].op = i % 2 == 0 ? ORB_OP_READ : ORB_OP_WRITE;
+            b[i].length = 65536 + (uint64_t)i * 4099;
+            b[i].local_addr = local + (uint64_t)i * (400u << 10);
+            b[i].remote_addr = (uint64_t)(uintptr_t)sbytes + (16u << 20) + (uint64_t)i * (400u << 10);
+        }
+        assert_int_equal(orb_cuda_memory_copy_out(dev, 0, want, len), 0);
+        uint8_t *src_before = malloc(4u << 20);
+        assert_non_null(src_before);
+        memcpy(src_before, sbytes + (16u << 20), 4u << 20);
+        if ((rc = orb_submit_and_wait(req, seg, b, 4, NULL, TIMEOUT_NS, &rep)) != 0)
+            fail_msg("a mixed batch with device memory: %s", orb_last_error());
+        assert_int_equal(orb_cuda_memory_copy_out(dev, 0, got, len), 0);
+        for (int i = 0; i < 4; i++) {
+            uint64_t off = (uint64_t)i * (400u << 10);
+            if (i % 2 == 0)
+                assert_memory_equal(got + off, src_before + off, b[i].length);
+            else
+                assert_memory_equal(sbytes + (16u << 20) + off, want + off, b[i].length);
+        }
+        memcpy(sbytes + (16u << 20), src_before, 4u << 20);
+        free(src_before);
+    }
+    assert_int_equal(orb_unregister_memory(req, id), 0);
+    orb_cuda_memory_unref(dev);
+    free(want);
+    free(got);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++)
@@ -1244,6 +1330,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_priority_matrix_steers_rails),
         cmocka_unit_test(test_source_authority),
         cmocka_unit_test(test_source_device_memory),
+        cmocka_unit_test(test_requester_device_memory),
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_segments_share_a_connection),
         cmocka_unit_test(test_lanes_widen_the_connection),
@@ -1257,5 +1344,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_notification_follows_the_data),
         cmocka_unit_test(test_two_processes),
     };
+    /* ORBITE_TEST_FILTER: run only the cells it matches (a cmocka test filter, '*' globbing). */
+    if (getenv("ORBITE_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("ORBITE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }
