@@ -333,7 +333,7 @@ struct orb_rdma_stats {
     uint64_t requests_in_flight;   /* gauge: requester side */
     uint64_t grants_active;        /* gauge: source side, published and not ended */
     uint64_t grants_served;        /* source side: grants ended, acknowledged */
-    uint64_t staging_bytes;        /* gauge: staging in use (host_memory "staged"; else 0) */
+    uint64_t staging_bytes;        /* gauge: staging in use (staged host or device memory) */
     uint64_t staged_transfers;     /* requests and grants that moved through staging */
     uint64_t slot_deferrals;       /* payload posts a shared priority slot held back for a while */
     uint64_t deadline_drops;       /* requests dropped before dispatch: they could not meet their deadline */

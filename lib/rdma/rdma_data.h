@@ -67,8 +67,8 @@ struct rdma_stage {
     uint64_t off, len;
 };
 
-/* The Staged host-memory policy's arena: max_staging_bytes, mapped and registered on every open
- * NIC on first use. */
+/* The staging arena (host memory under the Staged policy, device memory always):
+ * max_staging_bytes, mapped and registered on every open NIC on first use. */
 struct rdma_staging {
     pthread_mutex_t lock;
     pthread_cond_t cond;           /* an extent came back */

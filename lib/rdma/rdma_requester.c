@@ -252,8 +252,8 @@ int rdma_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expe
         return orb_fail(ORB_ENOMEM, "rdma: out of memory for a segment");
     s->ctl = *ctl;
     /* Staging moves each request through extents of one arena, and the specification keeps such
-     * connections apart: only Direct engines share. */
-    bool share = tp->staging == NULL;
+     * connections apart: only engines that do not stage host memory share. */
+    bool share = !tp->host_staged;
     int rc = 0;
     pthread_mutex_lock(&tp->lock);
     for (struct rdma_peer *p; share && (p = find_shared(tp, endpoint, expected)) != NULL;) {
@@ -404,18 +404,14 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     const struct rdma_seg *seg = peer;
     struct rdma_peer *p = seg->p;
     struct orb_rdma_tp *tp = p->tp;
-    /* Direct: the registration's own MRs on every rail. Staged: none; the staging arena's. */
-    bool staged = tp->staging != NULL;
+    /* Direct: the registration's own MRs on every rail. Staged (host memory by the host_memory
+     * policy; memory without a CPU view, such as device memory, always): none, the staging
+     * arena's, the bytes copied with the memory kind's own copies. */
+    bool staged = tp->host_staged || in->mem_kind != ORB_MEM_HOST;
     if (in->mem_kind != ORB_MEM_HOST) {
-        /* Memory without a CPU view (device memory) moves through the arena, with its kind's
-         * own copies; without the arena there is no way (GPUDirect registration is not part of
-         * this release). */
         const struct orb_memkind_ops *k = in->local_reg->kind;
-        if (!staged)
-            return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory moves over RDMA only through staging (host_memory "
-                            "staged): GPUDirect registration is not part of this release", k->name);
-        if (k->to_host == NULL || k->from_host == NULL)
-            return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be staged", k->name);
+        if (tp->staging == NULL || k->to_host == NULL || k->from_host == NULL)
+            return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be staged here", k->name);
     }
     if (!staged) {
         const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(in->local_reg);

@@ -450,7 +450,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
         return rc;
     /* Direct: windows on the registration's own parent MRs. Staged: on an extent of the staging
      * arena, which holds a READ's bytes before the grant and a WRITE's until its end. */
-    bool staged = tp->staging != NULL;
+    bool staged = tp->host_staged || pin->kind->kind != ORB_MEM_HOST;
     const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(pin);
     if (m == NULL && !staged) {
         orb_registry_release(pin);

@@ -1,4 +1,5 @@
-/* The Staged host-memory policy's private registered staging (see rdma_data.h).
+/* The transport's private registered staging (see rdma_data.h): for host memory under the Staged
+ * policy, and for memory without a CPU view (device memory) always.
  *
  * One arena per transport of max_staging_bytes, made on first use: anonymous memory registered on
  * every open NIC (a local MR for this process's own work requests and a MW_BIND parent for the
@@ -22,8 +23,9 @@
 
 int rdma_staging_start(struct orb_rdma_tp *tp)
 {
-    if (tp->cfg->host_memory != ORB_RDMA_HOST_STAGED)
-        return 0;
+    /* Device memory is always staged; host memory when host_memory says so. The arena is mapped
+     * on its first use only. */
+    tp->host_staged = tp->cfg->host_memory == ORB_RDMA_HOST_STAGED;
     struct rdma_staging *s = calloc(1, sizeof *s);
     if (s == NULL)
         return orb_fail(ORB_ENOMEM, "rdma: out of memory for the staging arena");
@@ -81,7 +83,7 @@ int rdma_stage_take(struct orb_rdma_tp *tp, uint64_t len, uint64_t deadline, str
 {
     struct rdma_staging *s = tp->staging;
     if (s == NULL)
-        return orb_fail(ORB_EUNAVAILABLE, "rdma: this engine does not stage (host_memory is direct)");
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: this engine has no staging");
     pthread_mutex_lock(&s->lock);
     int rc = arena_make(tp, s);
     uint64_t off = 0;

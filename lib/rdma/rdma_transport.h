@@ -18,6 +18,8 @@
  *   - direct: the registration's MRs on every open context (lib/rdma/reg_mrs.h), before it is
  *     visible, charged to the helper policy's max_registered_bytes when a policy applies;
  *   - staged: none: the payload moves through the transport's private registered staging.
+ * Memory without a CPU view (device memory) gets no MR: it always moves through that staging,
+ * copied with its memory kind's own copies (GPUDirect registration is not part of this release).
  *
  * The data path (connections, grants, READ/WRITE) is rdma_data.h's. */
 #ifndef ORB_RDMA_TRANSPORT_H
@@ -124,7 +126,8 @@ struct orb_rdma_tp {
     struct orb_qos_set gq;                      /* requests waiting for a grant thread, by priority */
     struct rdma_req *verdicts;                  /* refused by the source's device, waiting for a grant
                                                  * thread to ask whether the source lives (glock) */
-    struct rdma_staging *staging;               /* host_memory staged: the arena; else NULL */
+    struct rdma_staging *staging;               /* the arena (mapped on first use); NULL before start */
+    bool host_staged;                           /* host_memory staged: host memory moves through it */
     struct orb_topo_ranks *ranks;               /* the priority matrix compiled; NULL: none */
     /* Tiers of host memory: row 0 of unknown node, row 1 + N of node N (set in numa_rows). */
     uint64_t numa_rows;
