@@ -353,6 +353,8 @@ struct orb_rdma_stats {
     uint64_t kept_queue_pairs;     /* queue pairs the device refused to destroy (kept for good) */
     uint64_t read_replays;         /* READs asked again after a queue pair carrying them died */
     uint64_t progress_recoveries;  /* lanes whose completion queues were replaced after an error */
+    uint64_t dmabuf_registrations; /* device registrations made by dma-buf (cuda_memory "direct") */
+    uint64_t peermem_registrations;/* device registrations made through a peer-memory module */
 };
 
 /**

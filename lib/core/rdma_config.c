@@ -36,6 +36,8 @@ struct key_row {
 
 static const char *const host_memory_choices[] = {"direct", "staged", NULL};
 static const char *const progress_choices[] = {"polling", "event_driven", NULL};
+static const char *const cuda_memory_choices[] = {"staged", "direct", NULL};
+static const char *const gdr_choices[] = {"auto", "dmabuf", "peermem", NULL};
 
 #define MS 1000000ull
 #define SEC 1000000000ull
@@ -68,6 +70,9 @@ static const struct key_row rows[] = {
       host_memory_choices },
     { "progress_mode", KEY_CHOICE, offsetof(struct orb_rdma_config, progress_mode), 0, 0,
       progress_choices },
+    { "cuda_memory", KEY_CHOICE, offsetof(struct orb_rdma_config, cuda_memory), 0, 0, cuda_memory_choices },
+    { "gpu_direct_registration", KEY_CHOICE, offsetof(struct orb_rdma_config, gpu_direct_registration), 0, 0,
+      gdr_choices },
     ROW(num_lanes, KEY_U32, 1, 64),
     ROW(signal_interval, KEY_U32, 1, 65536),
     ROW(max_rd_atomic, KEY_U32, 0, 255),
@@ -102,6 +107,8 @@ static void set_defaults(struct orb_rdma_config *c)
     c->priority_promotion_timeout_ns = 10 * MS;
     c->slot_rotation_interval_ns = 2 * MS;
     c->host_memory = ORB_RDMA_HOST_DIRECT;
+    c->cuda_memory = ORB_RDMA_CUDA_STAGED;
+    c->gpu_direct_registration = ORB_RDMA_GDR_AUTO;
     c->progress_mode = ORB_RDMA_PROGRESS_POLLING;
     c->num_lanes = 2;
     c->signal_interval = 1;

@@ -18,6 +18,10 @@
 
 enum orb_rdma_host_memory { ORB_RDMA_HOST_DIRECT = 0, ORB_RDMA_HOST_STAGED = 1 };
 enum orb_rdma_progress { ORB_RDMA_PROGRESS_POLLING = 0, ORB_RDMA_PROGRESS_EVENT_DRIVEN = 1 };
+/* Device memory: through the transport's staging, or registered with the NICs (GPUDirect). */
+enum orb_rdma_cuda_memory { ORB_RDMA_CUDA_STAGED = 0, ORB_RDMA_CUDA_DIRECT = 1 };
+/* How Direct registers device memory: the route rules of lib/rdma/gdr.h. */
+enum orb_rdma_gdr_registration { ORB_RDMA_GDR_AUTO = 0, ORB_RDMA_GDR_DMABUF = 1, ORB_RDMA_GDR_PEERMEM = 2 };
 
 struct orb_rdma_names {
     uint32_t count;
@@ -45,6 +49,8 @@ struct orb_rdma_config {
     uint64_t slot_rotation_interval_ns;
     /* memory, progress, queue pairs */
     uint32_t host_memory;                /* enum orb_rdma_host_memory */
+    uint32_t cuda_memory;                /* enum orb_rdma_cuda_memory */
+    uint32_t gpu_direct_registration;    /* enum orb_rdma_gdr_registration */
     uint32_t progress_mode;              /* enum orb_rdma_progress */
     uint32_t num_lanes;
     uint32_t signal_interval;

@@ -23,23 +23,36 @@ static const struct export exports[] = {
 
 static const struct export vmm_exports[] = {
     ORB_CUDA_VMM_EXPORTS(ORB_CUDA_ENTRY)
+};
+
+static const struct export dmabuf_exports[] = {
+    ORB_CUDA_DMABUF_EXPORTS(ORB_CUDA_ENTRY)
 #undef ORB_CUDA_ENTRY
 };
 
-/* The virtual memory management group: every export of it into `table`, or none. */
-static void resolve_vmm(void *handle, const char *path, struct orb_cuda *table)
+/* An optional group: every export of it into `table`, or none (false: one is missing). */
+static bool resolve_group(void *handle, const char *path, const struct export *group, size_t n, const char *without,
+                          struct orb_cuda *table)
 {
-    void *found[sizeof vmm_exports / sizeof vmm_exports[0]];
-    for (size_t i = 0; i < sizeof vmm_exports / sizeof vmm_exports[0]; i++) {
-        if ((found[i] = dlsym(handle, vmm_exports[i].name)) == NULL) {
-            ORB_LOGI("cuda: %s does not export %s: allocations made with cuMemCreate are not shared", path,
-                     vmm_exports[i].name);
-            return;
+    void *found[16];
+    for (size_t i = 0; i < n && i < sizeof found / sizeof found[0]; i++) {
+        if ((found[i] = dlsym(handle, group[i].name)) == NULL) {
+            ORB_LOGI("cuda: %s does not export %s: %s", path, group[i].name, without);
+            return false;
         }
     }
-    for (size_t i = 0; i < sizeof vmm_exports / sizeof vmm_exports[0]; i++)
-        memcpy((char *)table + vmm_exports[i].offset, &found[i], sizeof found[i]);
-    table->vmm = true;
+    for (size_t i = 0; i < n; i++)
+        memcpy((char *)table + group[i].offset, &found[i], sizeof found[i]);
+    return true;
+}
+
+static void resolve_optional(void *handle, const char *path, struct orb_cuda *table)
+{
+    _Static_assert(sizeof vmm_exports / sizeof vmm_exports[0] <= 16, "a group fits resolve_group");
+    table->vmm = resolve_group(handle, path, vmm_exports, sizeof vmm_exports / sizeof vmm_exports[0],
+                               "allocations made with cuMemCreate are not shared", table);
+    table->dmabuf = resolve_group(handle, path, dmabuf_exports, sizeof dmabuf_exports / sizeof dmabuf_exports[0],
+                                  "device memory is not registered with NICs by dma-buf", table);
 }
 
 int orb_cuda_status(orb_cu_result rc)
@@ -105,7 +118,7 @@ int orb_cuda_load(const char *path, struct orb_cuda *out)
         /* POSIX lets a function pointer hold what dlsym returns. */
         memcpy((char *)&table + exports[i].offset, &address, sizeof address);
     }
-    resolve_vmm(handle, path, &table);
+    resolve_optional(handle, path, &table);
     char why[160];
     orb_cu_result rc = table.init(0);
     if (rc != ORB_CU_SUCCESS) {

@@ -63,6 +63,8 @@ typedef struct CUmemAccessDesc_st orb_cu_mem_access_desc;
 #define ORB_CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID 34u
 #define ORB_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING 41u
 #define ORB_CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID 50u
+#define ORB_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124u
+#define ORB_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 0x1u  /* CUmemRangeHandleType */
 
 /* CUpointer_attribute values. */
 #define ORB_CU_POINTER_ATTRIBUTE_CONTEXT 1u
@@ -166,10 +168,17 @@ typedef struct CUmemAccessDesc_st orb_cu_mem_access_desc;
     X(mem_set_access, cuMemSetAccess,                                                                        \
       (orb_cu_deviceptr ptr, size_t size, const orb_cu_mem_access_desc *desc, size_t count))
 
+/* dma-buf export (CUDA 11.7 on): what registering device memory with a NIC by dma-buf takes.
+ * Resolved apart from the rest; without it that route is unavailable. */
+#define ORB_CUDA_DMABUF_EXPORTS(X)                                                                          \
+    X(mem_get_handle_for_address_range, cuMemGetHandleForAddressRange,                                       \
+      (void *handle, orb_cu_deviceptr ptr, size_t size, unsigned int type, unsigned long long flags))
+
 /* orb_cu_<field>_fn: each export's function type. */
 #define ORB_CUDA_FN_TYPE(field, export, params) typedef orb_cu_result orb_cu_##field##_fn params;
 ORB_CUDA_EXPORTS(ORB_CUDA_FN_TYPE)
 ORB_CUDA_VMM_EXPORTS(ORB_CUDA_FN_TYPE)
+ORB_CUDA_DMABUF_EXPORTS(ORB_CUDA_FN_TYPE)
 #undef ORB_CUDA_FN_TYPE
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -1299,5 +1300,57 @@ int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size)
         return rc;
     }
     close_device(cu, device);
+    return 0;
+}
+
+/* ---- GPUDirect by dma-buf -------------------------------------------------------------------- */
+
+int orb_cuda_device_dmabuf(int device, bool *supported_out)
+{
+    if (supported_out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL output");
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context ctx = NULL;
+    int rc = open_device(device, &cu, &ctx);
+    if (rc != 0)
+        return rc;
+    int value = 0;
+    orb_cu_device dev = 0;
+    orb_cu_result r = cu->device_get(&dev, device);
+    if (r == ORB_CU_SUCCESS)
+        r = cu->device_get_attribute(&value, ORB_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev);
+    close_device(cu, device);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "cuDeviceGetAttribute(DMA_BUF_SUPPORTED)");
+    *supported_out = cu->dmabuf && value != 0;
+    return 0;
+}
+
+int orb_cuda_memory_dmabuf(orb_cuda_memory *mem, int *fd_out, uint64_t *base_out, uint64_t *size_out)
+{
+    if (mem == NULL || fd_out == NULL || base_out == NULL || size_out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL device memory or output");
+    const struct orb_cuda *cu = NULL;
+    int rc = orb_cuda_get(&cu);
+    if (rc != 0)
+        return rc;
+    if (!cu->dmabuf)
+        return orb_fail(ORB_EUNAVAILABLE, "cuda: the driver does not export cuMemGetHandleForAddressRange (dma-buf)");
+    /* The host pages that hold the allocation: its base down to a page, its end up to one. */
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t base = mem->base / page * page;
+    uint64_t size = ((uint64_t)mem->base + mem->size + page - 1) / page * page - base;
+    orb_cu_context saved = NULL;
+    orb_cu_result r = enter(cu, mem->ctx, &saved);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "making the allocation's context current");
+    int fd = -1;
+    r = cu->mem_get_handle_for_address_range(&fd, base, (size_t)size, ORB_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    leave(cu, saved);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "cuMemGetHandleForAddressRange(DMA_BUF_FD)");
+    *fd_out = fd;
+    *base_out = base;
+    *size_out = size;
     return 0;
 }

@@ -15,6 +15,7 @@
 #ifndef ORB_CUDA_CUDA_MEMORY_H
 #define ORB_CUDA_CUDA_MEMORY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -107,6 +108,20 @@ int orb_cuda_vmm_import(int device, int fd, size_t size, uint64_t *ptr_out);
  * driver refuses to unmap stays for good (orb_cuda_retained_resources: imports and contexts)
  * and its failure is returned. */
 int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size);
+
+/* GPUDirect by dma-buf. */
+
+/* Whether device `device` can export its memory as dma-buf: the driver exports
+ * cuMemGetHandleForAddressRange and the device says CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED.
+ * Errors: ORB_EINVAL (no such device, NULL), the driver's failure. */
+int orb_cuda_device_dmabuf(int device, bool *supported_out);
+
+/* A dma-buf descriptor (close-on-exec, the caller's to close) for the whole allocation of mem,
+ * exported with flags 0 over the host pages that hold it: from *base_out (its first byte down to
+ * a host page) for *size_out bytes (to its end up to a host page). A NIC registers any range of
+ * it by offset from that base. Errors: ORB_EINVAL (NULL), ORB_EUNAVAILABLE (the driver cannot
+ * export), the driver's failure. */
+int orb_cuda_memory_dmabuf(orb_cuda_memory *mem, int *fd_out, uint64_t *base_out, uint64_t *size_out);
 
 /* Unmap an import (cuIpcCloseMemHandle) and give back its context retain. A close the driver
  * refuses keeps the mapping and the retain for good (orb_cuda_retained_resources: imports and

@@ -405,10 +405,11 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     struct rdma_peer *p = seg->p;
     struct orb_rdma_tp *tp = p->tp;
     /* Direct: the registration's own MRs on every rail. Staged (host memory by the host_memory
-     * policy; memory without a CPU view, such as device memory, always): none, the staging
-     * arena's, the bytes copied with the memory kind's own copies. */
-    bool staged = tp->host_staged || in->mem_kind != ORB_MEM_HOST;
-    if (in->mem_kind != ORB_MEM_HOST) {
+     * policy, device memory by cuda_memory): none, the staging arena's, the bytes copied with the
+     * memory kind's own copies. */
+    bool device = in->mem_kind != ORB_MEM_HOST;
+    bool staged = device ? tp->cfg->cuda_memory == ORB_RDMA_CUDA_STAGED : tp->host_staged;
+    if (device && staged) {
         const struct orb_memkind_ops *k = in->local_reg->kind;
         if (tp->staging == NULL || k->to_host == NULL || k->from_host == NULL)
             return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be staged here", k->name);
@@ -906,7 +907,9 @@ static void build_piece(const struct rdma_req *r, const struct rdma_link *l, str
         sge->lkey = rdma_stage_mr(l->tp, l->ctx->nic)->local->lkey;
     } else {
         const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(x->local_reg);
-        sge->addr = (uint64_t)(uintptr_t)orb_xfer_local_cpu(x);
+        const uint8_t *cpu = orb_xfer_local_cpu(x);
+        /* Device memory (GPUDirect) has no CPU view: its MRs map it at its device address. */
+        sge->addr = cpu != NULL ? (uint64_t)(uintptr_t)cpu : x->local_reg->base + x->local_offset;
         sge->lkey = orb_rdma_reg_mrs_on(m, l->ctx->nic)->local->lkey;
     }
     sge->length = (uint32_t)x->length;

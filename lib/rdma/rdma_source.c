@@ -450,7 +450,15 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
         return rc;
     /* Direct: windows on the registration's own parent MRs. Staged: on an extent of the staging
      * arena, which holds a READ's bytes before the grant and a WRITE's until its end. */
-    bool staged = tp->host_staged || pin->kind->kind != ORB_MEM_HOST;
+    bool device = pin->kind->kind != ORB_MEM_HOST;
+    bool staged = device ? tp->cfg->cuda_memory == ORB_RDMA_CUDA_STAGED : tp->host_staged;
+    if (device && !staged) {
+        /* A window is never bound on a device MR: a GPU source takes private grant connections,
+         * which this release does not make. */
+        orb_registry_release(pin);
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: device memory as a source under cuda_memory direct needs private "
+                        "grant connections, which this release does not make");
+    }
     const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(pin);
     if (m == NULL && !staged) {
         orb_registry_release(pin);

@@ -13,6 +13,9 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "cuda/cuda_kind.h"
+#include "cuda/cuda_memory.h"
+#include "rdma/gdr.h"
 #include "rdma/rdma_data.h"
 #include "helper/helper_client.h"
 #include "topo/matrix.h"
@@ -273,6 +276,13 @@ int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, v
     const struct orb_rdma_config *cfg = orb_engine_rdma_config(engine);
     if (cfg == NULL)
         return not_here("rdma: the engine was created without RDMA settings");
+    /* mlx5 can scatter a small READ's result into the completion and copy it with the CPU, which
+     * device memory cannot take: Direct device memory needs the provider told not to. */
+    const char *scatter = getenv("MLX5_SCATTER_TO_CQE");
+    if (cfg->cuda_memory == ORB_RDMA_CUDA_DIRECT && (scatter == NULL || strcmp(scatter, "0") != 0))
+        return orb_fail(ORB_ECONFIG, "rdma key 'cuda_memory' direct needs MLX5_SCATTER_TO_CQE=0 in the environment "
+                        "before the process starts (it is %s%s%s)", scatter != NULL ? "\"" : "unset",
+                        scatter != NULL ? scatter : "", scatter != NULL ? "\"" : "");
     struct orb_rdma_tp *tp = calloc(1, sizeof *tp);
     if (tp == NULL)
         return orb_fail(ORB_ENOMEM, "rdma: cannot allocate the transport");
@@ -374,13 +384,93 @@ static int charge_bytes(struct orb_rdma_tp *tp, uint64_t len)
     }
 }
 
+/* Whether a peer-memory module says it is loaded: the helper's probe when a helper session is
+ * open, else the same files read here. */
+static bool peermem_loaded(struct orb_rdma_tp *tp)
+{
+    uint32_t found = 0;
+    if (tp->disc.helper != NULL) {
+        if (orb_helper_peermem_probe(tp->disc.helper, &found) != 0) {
+            ORB_LOGW("rdma: the helper's peer-memory probe failed (%s): taken as no module", orb_last_error());
+            return false;
+        }
+        return found != 0;
+    }
+    int sys = open("/sys", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (sys < 0)
+        return false;
+    found = orb_gdr_probe_peermem(sys);
+    (void)close(sys);
+    return found != 0;
+}
+
+/* Device memory under cuda_memory direct: local-only MRs by the route the settings and the host
+ * give (rdma/gdr.h), that route only; any failure is the registration's. */
+static int gdr_attach(struct orb_rdma_tp *tp, const struct orb_reg *reg, void **state_out)
+{
+    if (reg->kind != &orb_memkind_cuda)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be registered with the NICs", reg->kind->name);
+    orb_cuda_memory *mem = reg->owner;
+    struct orb_gdr_facts f = {.verbs_dmabuf = tp->env.mr_ops->reg_dmabuf != NULL &&
+                                              (tp->env.mr_ops != &orb_rdma_verbs_mr_ops || tp->v->reg_dmabuf_mr != NULL)};
+    int rc = orb_cuda_device_dmabuf(orb_cuda_memory_device(mem), &f.cuda_dmabuf);
+    if (rc != 0)
+        return rc;
+    /* The module is asked about only when it could decide. */
+    if (tp->cfg->gpu_direct_registration == ORB_RDMA_GDR_PEERMEM ||
+        (tp->cfg->gpu_direct_registration == ORB_RDMA_GDR_AUTO && !(f.cuda_dmabuf && f.verbs_dmabuf)))
+        f.peermem = peermem_loaded(tp);
+    enum orb_gdr_route route = 0;
+    if ((rc = orb_gdr_choose(tp->cfg->gpu_direct_registration, &f, &route)) != 0)
+        return rc;
+    if ((rc = charge_bytes(tp, reg->len)) != 0)
+        return rc;
+    struct orb_rdma_reg_mrs *m = NULL;
+    if (route == ORB_GDR_ROUTE_DMABUF) {
+        int fd = -1;
+        uint64_t base = 0, size = 0;
+        if ((rc = orb_cuda_memory_dmabuf(mem, &fd, &base, &size)) == 0) {
+            /* The whole allocation exported; the MR holds exactly the registered range. */
+            rc = orb_rdma_reg_mrs_create_dmabuf(tp->env.mr_ops, tp->ops_impl, &tp->dev, fd, reg->base - base, reg->base,
+                                                reg->len, &m);
+            if (rc != 0 && m == NULL)
+                (void)close(fd);
+        }
+    } else {
+        rc = orb_rdma_reg_mrs_create(tp->env.mr_ops, tp->ops_impl, &tp->dev, (void *)(uintptr_t)reg->base, reg->base,
+                                     reg->len, false, &m);
+    }
+    if (rc != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        if (m != NULL) {
+            keep_forever(tp, m);
+            orb_reg_keep_owner(reg);
+        } else {
+            atomic_fetch_sub(&tp->registered_bytes, reg->len);
+        }
+        /* Never another route, never staging: the application asked for Direct. */
+        return orb_fail(rc, "rdma: registering device memory by %s: %s", orb_gdr_route_name(route), why);
+    }
+    m->route = (uint8_t)route;
+    atomic_fetch_add(route == ORB_GDR_ROUTE_DMABUF ? &tp->dmabuf_registrations : &tp->peermem_registrations, 1);
+    atomic_fetch_add(&tp->registrations, 1);
+    atomic_fetch_add(&tp->mrs, m->count);
+    ORB_LOGD("rdma: a device registration of %llu bytes by %s", (unsigned long long)reg->len,
+             orb_gdr_route_name(route));
+    *state_out = m;
+    return 0;
+}
+
 static int rdma_reg_attach(void *tp_, const struct orb_reg *reg, void **state_out)
 {
     struct orb_rdma_tp *tp = tp_;
     *state_out = NULL;
-    /* Staged: the payload moves through private staging; the application's bytes get no MR.
-     * Other memory kinds come with their own policies. */
-    if (tp->cfg->host_memory == ORB_RDMA_HOST_STAGED || reg->kind->kind != ORB_MEM_HOST)
+    /* Memory without a CPU view (device memory): staged by cuda_memory's default, else Direct. */
+    if (reg->kind->kind != ORB_MEM_HOST)
+        return tp->cfg->cuda_memory == ORB_RDMA_CUDA_DIRECT ? gdr_attach(tp, reg, state_out) : 0;
+    /* Staged: the payload moves through private staging; the application's bytes get no MR. */
+    if (tp->cfg->host_memory == ORB_RDMA_HOST_STAGED)
         return 0;
     int rc = charge_bytes(tp, reg->len);
     if (rc != 0)
@@ -447,6 +537,8 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.memory_regions = atomic_load(&tp->mrs);
     st.registered_bytes = atomic_load(&tp->registered_bytes);
     st.kept_memory_regions = atomic_load(&tp->kept_mrs);
+    st.dmabuf_registrations = atomic_load(&tp->dmabuf_registrations);
+    st.peermem_registrations = atomic_load(&tp->peermem_registrations);
     st.requests_in_flight = atomic_load(&tp->inflight_reqs);
     st.grants_active = atomic_load(&tp->active_grants);
     st.grants_served = atomic_load(&tp->grants_served);

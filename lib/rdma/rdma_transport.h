@@ -96,6 +96,7 @@ struct orb_rdma_tp {
     struct orb_rdma_devices dev;
     struct orb_rdma_nic_caps caps[ORB_TOPO_MAX_NICS];
     atomic_uint_fast64_t registrations, mrs, registered_bytes, kept_mrs; /* orb_engine_rdma_stats */
+    atomic_uint_fast64_t dmabuf_registrations, peermem_registrations;
 
     /* The data path (rdma_data.h); data is false where it does not run. */
     bool data;

@@ -28,6 +28,9 @@ struct orb_rdma_mr_ops {
                              unsigned access);
     /* ibv_dereg_mr; 0 or an errno value. */
     int (*dereg_mr)(void *impl, struct ibv_mr *mr);
+    /* ibv_reg_dmabuf_mr; NULL with errno. NULL itself where libibverbs lacks it. */
+    struct ibv_mr *(*reg_dmabuf)(void *impl, struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
+                                 unsigned access);
 };
 
 /* The real table over the libibverbs in `impl` (a struct orb_rdma_verbs_impl). */
@@ -45,6 +48,10 @@ struct orb_rdma_reg_mrs {
     uint32_t count;         /* MRs held */
     uint64_t len;
     int32_t numa_node;      /* the memory's node (ORB_TOPO_NUMA_UNKNOWN); the transport sets it */
+    /* Device memory registered by dma-buf: the descriptor, retained until every MR is gone and
+     * then closed exactly once (-1: none, or closed). */
+    int dmabuf_fd;
+    uint8_t route;          /* 0 host memory, else the enum orb_gdr_route that made the MRs */
     struct orb_rdma_reg_mr mr[]; /* by NIC id */
 };
 
@@ -59,6 +66,15 @@ struct orb_rdma_reg_mrs {
  * MR's role and the errno. */
 int orb_rdma_reg_mrs_create(const struct orb_rdma_mr_ops *ops, void *impl, const struct orb_rdma_devices *dev,
                             void *addr, uint64_t iova, uint64_t len, bool remote, struct orb_rdma_reg_mrs **out);
+
+/* The same for device memory by dma-buf: local-only MRs (LOCAL_WRITE; device memory never gets
+ * a MW_BIND parent) of [offset, +len) of the buffer `fd` exports, at device address `iova`. On
+ * success `m` takes `fd` (closed by orb_rdma_reg_mrs_destroy once every MR is gone); on failure
+ * it stays the caller's, unless *out holds what the undo kept (then `m` holds it too). Errors as
+ * orb_rdma_reg_mrs_create, and ORB_EUNAVAILABLE where libibverbs or the device cannot register
+ * dma-buf (EOPNOTSUPP), the message naming the NIC. */
+int orb_rdma_reg_mrs_create_dmabuf(const struct orb_rdma_mr_ops *ops, void *impl, const struct orb_rdma_devices *dev,
+                                   int fd, uint64_t offset, uint64_t iova, uint64_t len, struct orb_rdma_reg_mrs **out);
 
 /* Deregister every MR of `m`. 0: all gone and `m` freed. ORB_EBUSY: some deregistration
  * failed: those MRs stay in `m` (count says how many), which the caller must keep, with the

@@ -19,7 +19,7 @@ static const char *const keys[] = {
     "preferred_numa_node", "strict_local_numa", "priority_matrix", "custom_json_path",
     "smart_selection", "deadline_bw_arbitration", "log_slice_affinity",
     "priority_promotion_timeout", "priority_promotion_per_entry", "shared_quota_shm_path",
-    "slot_rotation_interval", "host_memory", "progress_mode", "num_lanes", "signal_interval",
+    "slot_rotation_interval", "host_memory", "cuda_memory", "gpu_direct_registration", "progress_mode", "num_lanes", "signal_interval",
     "max_rd_atomic", "max_dest_rd_atomic", "ack_timeout", "retry_count", "max_endpoints", "max_grants", "max_send_wr",
     "max_cqes", "max_direct_bytes", "max_staging_bytes", "max_cached_mrs",
     "max_cached_mr_bytes", "max_window_key_indices", "rail_error_threshold",

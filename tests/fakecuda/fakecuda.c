@@ -44,6 +44,7 @@
 #define FAKECUDA_PROTOTYPE(field, export, params) EXPORT orb_cu_result export params;
 ORB_CUDA_EXPORTS(FAKECUDA_PROTOTYPE)
 ORB_CUDA_VMM_EXPORTS(FAKECUDA_PROTOTYPE)
+ORB_CUDA_DMABUF_EXPORTS(FAKECUDA_PROTOTYPE)
 #undef FAKECUDA_PROTOTYPE
 EXPORT orb_cu_result cuCtxCreate_v2(orb_cu_context *ctx, unsigned int flags, orb_cu_device device);
 EXPORT orb_cu_result cuMemCreate(orb_cu_mem_handle *handle, size_t size, const struct fakecuda_alloc_prop *prop,
@@ -52,7 +53,7 @@ EXPORT orb_cu_result cuCtxDestroy_v2(orb_cu_context ctx);
 #define MAX_DEVICES 8
 #define MAX_ALLOCS 1024
 #define DEVICE_SPACE(d) (0xd000000000000000ull + ((unsigned long long)(d) << 44))
-#define DEVICE_ALIGN 256ull
+#define DEVICE_ALIGN 4096ull           /* a host page: dma-buf exports start on the allocation */
 
 struct CUctx_st {
     int device;
@@ -152,6 +153,8 @@ static _Thread_local struct CUctx_st *current;
 static long live_streams, live_events;
 static unsigned slow_us;
 static bool held;                      /* fakecuda_hold_streams(): no stream runs anything */
+static int dmabuf_supported = 1;       /* CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (fakecuda_set_dmabuf) */
+static unsigned long long dmabuf_exports; /* descriptors cuMemGetHandleForAddressRange gave */
 
 /* ---- fault injection ------------------------------------------------------------------------- */
 
@@ -211,6 +214,13 @@ static orb_cu_result injected(const char *export)
         return leave_;                                                                                     \
     } while (0)
 
+EXPORT void fakecuda_set_dmabuf(int supported)
+{
+    pthread_mutex_lock(&lock);
+    dmabuf_supported = supported != 0;
+    pthread_mutex_unlock(&lock);
+}
+
 EXPORT void fakecuda_set_devices(int n)
 {
     pthread_mutex_lock(&lock);
@@ -259,6 +269,7 @@ EXPORT struct fakecuda_counts fakecuda_counts(void)
         c.vmm_allocations += phys[i].refs > 0;
     for (size_t i = 0; i < MAX_RESERVATIONS; i++)
         c.reservations += reservations[i].size > 0;
+    c.dmabuf_exports = (long)dmabuf_exports;
     c.streams = live_streams;
     c.events = live_events;
     pthread_mutex_unlock(&lock);
@@ -380,6 +391,9 @@ EXPORT orb_cu_result cuDeviceGetAttribute(int *value, unsigned int attribute, or
         break;
     case ORB_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
         *value = 1;
+        break;
+    case ORB_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:
+        *value = dmabuf_supported;
         break;
     default:
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);
@@ -702,6 +716,28 @@ static uint8_t *bytes_of(unsigned long long addr, size_t bytes, bool device)
     struct alloc *a = find(addr, bytes);
     return a != NULL && a->kind == ALLOC_DEVICE && (a->vmm == 0 || a->accessible) ? a->bytes + (addr - a->base)
                                                                                     : NULL;
+}
+
+/* dma-buf: a descriptor for a whole allocation, as the driver exports it (the stand-in's is a
+ * duplicate of the allocation's memfd). The range must be the host pages holding the allocation
+ * (its allocations start on a page); flags must be zero. */
+EXPORT orb_cu_result cuMemGetHandleForAddressRange(void *handle, orb_cu_deviceptr ptr, size_t size, unsigned int type,
+                                                   unsigned long long flags)
+{
+    ENTER("cuMemGetHandleForAddressRange");
+    struct alloc *a = find(ptr, 0);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (handle == NULL || a == NULL || a->kind != ALLOC_DEVICE || a->base != ptr || a->imported ||
+        type != ORB_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || size != (a->size + page - 1) / page * page)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (!dmabuf_supported)
+        LEAVE(ORB_CU_ERROR_NOT_SUPPORTED);
+    int fd = fcntl(a->vmm != 0 ? phys[a->vmm - 1].fd : a->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+    dmabuf_exports++;
+    *(int *)handle = fd;
+    LEAVE(ORB_CU_SUCCESS);
 }
 
 /* ---- virtual memory management ------------------------------------------------------------------ */

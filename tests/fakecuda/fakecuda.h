@@ -16,6 +16,7 @@ struct fakecuda_counts {
     long imports;                      /* other processes' allocations mapped (cuIpcOpenMemHandle) */
     long vmm_allocations;              /* physical allocations of cuMemCreate or imported, still held */
     long reservations;                 /* address ranges of cuMemAddressReserve not freed */
+    long dmabuf_exports;               /* descriptors cuMemGetHandleForAddressRange gave, ever */
 };
 
 /* The leading fields of the driver's CUmemAllocationProp, as cuMemCreate reads them (type 1:
@@ -45,6 +46,9 @@ void fakecuda_hold_streams(int hold);
 /* cuStreamIsCapturing answers `status` for `stream` from now on. */
 void fakecuda_set_capturing(orb_cu_stream stream, unsigned int status);
 struct fakecuda_counts fakecuda_counts(void);
+/* What CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED answers (1 until told otherwise); 0 also makes
+ * cuMemGetHandleForAddressRange answer CUDA_ERROR_NOT_SUPPORTED. */
+void fakecuda_set_dmabuf(int supported);
 
 /* The controls above, as a test reaches them: through the stand-in it loaded. */
 struct fakecuda_controls {
@@ -53,6 +57,7 @@ struct fakecuda_controls {
     void (*hold_streams)(int hold);
     void (*set_capturing)(orb_cu_stream stream, unsigned int status);
     struct fakecuda_counts (*counts)(void);
+    void (*set_dmabuf)(int supported);
 };
 
 /* Resolve every control of the stand-in at `path` (the one the loader loaded). 0, or -1 when
@@ -67,7 +72,11 @@ static inline int fakecuda_controls_load(const char *path, struct fakecuda_contr
     *(void **)&out->hold_streams = dlsym(h, "fakecuda_hold_streams");
     *(void **)&out->set_capturing = dlsym(h, "fakecuda_set_capturing");
     *(void **)&out->counts = dlsym(h, "fakecuda_counts");
-    return out->fail_nth && out->slow_streams && out->hold_streams && out->set_capturing && out->counts ? 0 : -1;
+    *(void **)&out->set_dmabuf = dlsym(h, "fakecuda_set_dmabuf");
+    return out->fail_nth && out->slow_streams && out->hold_streams && out->set_capturing && out->counts &&
+                   out->set_dmabuf
+               ? 0
+               : -1;
 }
 
 #endif

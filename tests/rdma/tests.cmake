@@ -57,6 +57,10 @@ orb_unit_test(test_rdma_qp SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_qp.c
 orb_unit_test(test_rdma_extents SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_extents.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
 
+# GPUDirect registration routes and the peer-memory probe.
+orb_unit_test(test_rdma_gdr SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_gdr.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+
 # What a failed attempt leads to: replay or end, and the remote effect (the whole rule table).
 orb_unit_test(test_rdma_outcome SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_outcome.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
@@ -131,3 +135,15 @@ orb_unit_test(test_rdma_faults_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_fau
                       orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_faults_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)
+
+# Device memory registered with the NICs (cuda_memory direct): the routes, the dma-buf geometry and
+# descriptor, no fallback, and the requester's data path through a device double (77 elsewhere).
+orb_unit_test(test_rdma_gdr_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_gdr_device.c
+                                           ${ORB_RDMA_TEST_DIR}/verbs_interposer.c
+              OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+              LIBS ${CMAKE_DL_LIBS})
+add_dependencies(test_rdma_gdr_device orb_fakecuda_full)
+target_include_directories(test_rdma_gdr_device PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda)
+target_compile_definitions(test_rdma_gdr_device PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
+set_tests_properties(test_rdma_gdr_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)

@@ -3,6 +3,10 @@
  * writes its wrappers over them. */
 #include "verbs_interposer.h"
 
+#include <sys/mman.h>
+
+#include <fcntl.h>
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -106,6 +110,62 @@ static int w_destroy_qp(struct ibv_qp *qp)
 {
     int err = 0;
     return fails_now(ITP_DESTROY_QP, -1, &err, NULL) ? err : real.destroy_qp(qp);
+}
+
+static struct itp_dmabuf_call last_dmabuf;
+static int dmabuf_as_host;
+
+struct itp_dmabuf_call itp_last_dmabuf(void)
+{
+    pthread_mutex_lock(&lock);
+    struct itp_dmabuf_call c = last_dmabuf;
+    pthread_mutex_unlock(&lock);
+    return c;
+}
+
+void itp_dmabuf_as_host(int on)
+{
+    pthread_mutex_lock(&lock);
+    dmabuf_as_host = on;
+    pthread_mutex_unlock(&lock);
+}
+
+static struct ibv_mr *w_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+    int err = 0;
+    if (fails_now(ITP_REG_MR, -1, &err, NULL)) {
+        errno = err;
+        return NULL;
+    }
+    return real.reg_mr_iova2(pd, addr, length, iova, access);
+}
+
+static struct ibv_mr *w_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                                      int access)
+{
+    int err = 0;
+    bool fail = fails_now(ITP_REG_DMABUF_MR, -1, &err, NULL);
+    pthread_mutex_lock(&lock);
+    last_dmabuf = (struct itp_dmabuf_call){.offset = offset, .length = length, .iova = iova, .fd = fd,
+                                           .access = access, .fd_was_open = fcntl(fd, F_GETFD) >= 0};
+    int as_host = dmabuf_as_host;
+    pthread_mutex_unlock(&lock);
+    if (fail) {
+        errno = err;
+        return NULL;
+    }
+    if (!as_host) {
+        if (real.reg_dmabuf_mr == NULL) {
+            errno = ENOSYS;
+            return NULL;
+        }
+        return real.reg_dmabuf_mr(pd, offset, length, iova, fd, access);
+    }
+    /* The pages stay mapped for the process's life: a test double. */
+    uint8_t *p = mmap(NULL, (size_t)(offset + length), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    return real.reg_mr_iova2(pd, p + offset, length, iova, (unsigned)access);
 }
 
 static int w_dereg_mr(struct ibv_mr *mr)
@@ -272,6 +332,8 @@ static void install_once(void)
     t->get_async_event = w_get_async_event;
     t->ack_async_event = w_ack_async_event;
     t->dealloc_pd = w_dealloc_pd;
+    t->reg_mr_iova2 = w_reg_mr_iova2;
+    t->reg_dmabuf_mr = w_reg_dmabuf_mr;
     install_rc = 0;
 }
 

@@ -17,6 +17,8 @@ enum itp_verb {
     ITP_DEALLOC_MW,
     ITP_DESTROY_CQ,
     ITP_DEALLOC_PD,
+    ITP_REG_MR,                   /* ibv_reg_mr_iova2 (counted only) */
+    ITP_REG_DMABUF_MR,            /* ibv_reg_dmabuf_mr (counted, recorded: itp_last_dmabuf) */
     ITP_VERBS
 };
 
@@ -46,6 +48,18 @@ void itp_on_armed_post(void (*fn)(void *), void *arg);
 /* Calls of `verb` since the interposer was installed, and how many of them it failed. */
 uint64_t itp_calls(enum itp_verb verb);
 uint64_t itp_failures(enum itp_verb verb);
+
+/* The arguments of the last ibv_reg_dmabuf_mr call, and whether its descriptor was open then. */
+struct itp_dmabuf_call {
+    uint64_t offset, length, iova;
+    int fd, access;
+    int fd_was_open;
+};
+struct itp_dmabuf_call itp_last_dmabuf(void);
+/* With `on`, ibv_reg_dmabuf_mr is served by mapping the descriptor (a memfd of the CUDA stand-in)
+ * and registering those host pages at the same iova with ibv_reg_mr_iova2: a device that takes
+ * dma-buf, for the data path's sake. Off (the default): the real call, which soft-RoCE refuses. */
+void itp_dmabuf_as_host(int on);
 
 /* Memory windows allocated through the interposer and not deallocated (a failed dealloc keeps
  * its window). */
