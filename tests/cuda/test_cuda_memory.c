@@ -525,6 +525,39 @@ static void test_vmm_allocations_share_by_descriptor(void **state)
     assert_int_equal(c2.device_allocations, c0.device_allocations);
 }
 
+/* dma-buf export for GPUDirect: the host pages holding the whole allocation, whatever range is
+ * registered; a device that does not support it says so, and so does the export. */
+static void test_dmabuf_exports_the_whole_allocation(void **state)
+{
+    (void)state;
+    bool ok = false;
+    assert_int_equal(orb_cuda_device_dmabuf(0, &ok), 0);
+    assert_true(ok);
+    assert_int_equal(orb_cuda_device_dmabuf(9, &ok), ORB_EINVAL);
+    orb_cuda_memory *m = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, 10000, &m), 0);
+    int fd = -1;
+    uint64_t base = 0, size = 0;
+    long exports = fake.counts().dmabuf_exports;
+    assert_int_equal(orb_cuda_memory_dmabuf(m, &fd, &base, &size), 0);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    assert_true(fd >= 0);
+    assert_true(base % page == 0 && base <= orb_cuda_memory_ptr(m));
+    assert_true(size % page == 0 && base + size >= orb_cuda_memory_ptr(m) + 10000 &&
+                base + size - (orb_cuda_memory_ptr(m) + 10000) < page);
+    assert_int_equal(fake.counts().dmabuf_exports, exports + 1);
+    assert_int_equal(close(fd), 0);
+    fake.set_dmabuf(0);
+    assert_int_equal(orb_cuda_device_dmabuf(0, &ok), 0);
+    assert_false(ok);
+    fd = -7;
+    assert_int_equal(orb_cuda_memory_dmabuf(m, &fd, &base, &size), ORB_EUNAVAILABLE);
+    assert_int_equal(fd, -7);
+    fake.set_dmabuf(1);
+    assert_int_equal(orb_cuda_memory_dmabuf(NULL, &fd, &base, &size), ORB_EINVAL);
+    orb_cuda_memory_unref(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -540,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_copies),
         cmocka_unit_test(test_public_copies),
         cmocka_unit_test(test_vmm_allocations_share_by_descriptor),
+        cmocka_unit_test(test_dmabuf_exports_the_whole_allocation),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
