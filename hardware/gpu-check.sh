@@ -7,7 +7,9 @@
 # loaded at run time: no CUDA toolkit is used), then runs, each under its own time limit:
 #   1. the CUDA engine tests (tests/cuda/test_cuda_tcp, tests/nvlink/test_nvlink: TCP with device
 #      memory, and CUDA IPC in one process and between two) on the real driver;
-#   2. the cuda_copy example (eight callers, four rounds, three unaligned sizes);
+#   2. the cuda_copy example (eight callers, four rounds, three unaligned sizes), and what
+#      GPUDirect registration would find (tests/cuda/gdr_probe: dma-buf support, two exports
+#      checked against the registered geometry, the peer-memory probe of the real /sys);
 #   3. the driver's own rates: cuMemcpyDtoH, cuMemcpyHtoD (pinned host memory) and cuMemcpyDtoD;
 #   4. orbite-bench between two processes: over loopback TCP with host memory on both sides, then
 #      device memory on both sides (GPU -> GPU), then by CUDA IPC (one GPU), every cell verified;
@@ -72,7 +74,7 @@ fi
 say "building in $BUILD"
 jobs=$(nproc 2>/dev/null || echo 4)
 if ! timeout 300 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DORBITE_WERROR=OFF >"$BUILD.configure.log" 2>&1 ||
-   ! timeout 300 cmake --build "$BUILD" -j "$jobs" --target test_cuda_tcp test_nvlink example_cuda_copy cuda_rates orbite-bench \
+   ! timeout 300 cmake --build "$BUILD" -j "$jobs" --target test_cuda_tcp test_nvlink example_cuda_copy cuda_rates gdr_probe orbite-bench \
        >"$BUILD.build.log" 2>&1; then
     say "the build failed:"
     tail -40 "$BUILD.configure.log" "$BUILD.build.log" >&2
@@ -101,6 +103,8 @@ step() { # NAME LIMIT_S COMMAND...: run, keep its output, report
 step cuda-tests 180 env ORBITE_CUDA_DRIVER=real "$BUILD/tests/test_cuda_tcp"
 step ipc-tests 120 env ORBITE_CUDA_DRIVER=real "$BUILD/tests/test_nvlink"
 step cuda-copy 120 "$BUILD/examples/example_cuda_copy" 0 0
+gdr=
+step gdr-probe 60 "$BUILD/tests/gdr_probe" 0 && gdr=$(tail -1 "${OUT:-/tmp}/gpu-check-gdr-probe.log")
 rates=
 step cuda-rates 60 "$BUILD/tests/cuda_rates" 0 64 && rates=$(cat "${OUT:-/tmp}/gpu-check-cuda-rates.log")
 bench_args=(--duration 2 --warmup 0.5 --block-size 4M,64M --batch 4 --depth 2 --buffer-size 1G --json --quiet --no-progress)
@@ -133,6 +137,7 @@ ratio() { python3 -c "import sys; a, b = sys.argv[1], sys.argv[2]; print('%.2f' 
     echo "| cuMemcpyDtoH, 64 MiB, pinned host | $(field d2h_gbps) | |"
     echo "| cuMemcpyHtoD, 64 MiB, pinned host | $(field h2d_gbps) | |"
     echo "| cuMemcpyDtoD, 64 MiB | $(field d2d_gbps) | |"
+    echo "| GPUDirect facts (gdr_probe) | ${gdr:-not run} | |"
     for op in READ WRITE; do
         for block in 4194304 67108864; do
             h=$(cell "$L/gpu-check-tcp-host.log" "$op" "$block")

@@ -50,3 +50,12 @@ add_executable(cuda_rates ${CMAKE_CURRENT_LIST_DIR}/cuda_rates.c $<TARGET_OBJECT
                $<TARGET_OBJECTS:orb_cuda>)
 target_include_directories(cuda_rates PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/lib)
 target_link_libraries(cuda_rates PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+
+# What GPUDirect registration would find (hardware/gpu-check.sh's gdr step), and the same program
+# on the stand-in in ctest, so that its checks are known to run.
+add_executable(gdr_probe ${CMAKE_CURRENT_LIST_DIR}/gdr_probe.c)
+target_include_directories(gdr_probe PRIVATE ${PROJECT_SOURCE_DIR}/lib)
+target_link_libraries(gdr_probe PRIVATE orbite_static Threads::Threads ${CMAKE_DL_LIBS})
+add_dependencies(gdr_probe orb_fakecuda_full)
+add_test(NAME gdr_probe_fake COMMAND gdr_probe 0 $<TARGET_FILE:orb_fakecuda_full>)
+set_tests_properties(gdr_probe_fake PROPERTIES PASS_REGULAR_EXPRESSION "dmabuf=yes exports=2 peermem=0x[0-9a-f]+ route=dma-buf")
