@@ -493,7 +493,7 @@ static int build_group(struct orb_batch *b, const struct orb_request *reqs, size
         const struct orb_memkind_ops *kind = g->reqs[i].local_pin->kind;
         bool no_cpu_view = kind->to_host != NULL;
         if (no_cpu_view && r->transport == ORB_TRANSPORT_UNSPEC && !engine->tp[slot].ops->stages_through_cpu &&
-            seg->peer[ORB_TRANSPORT_TCP] != NULL)
+            !engine->tp[slot].ops->moves_device_memory && seg->peer[ORB_TRANSPORT_TCP] != NULL)
             slot = ORB_TRANSPORT_TCP;
         if (r->transport == ORB_TRANSPORT_UNSPEC)
             slot = orb_segment_prefer(seg, slot, g->reqs[i].local_pin, (uint8_t)r->op, r->remote_addr, r->length,

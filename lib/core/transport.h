@@ -189,6 +189,10 @@ struct orb_transport_ops {
      * without a CPU view for it (stager.h), in pieces the transport plans no longer than
      * ORB_STAGE_CHUNK. 0: the transport takes such memory itself, or refuses it in its plan. */
     int stages_through_cpu;
+    /* 1: with stages_through_cpu 0, the transport moves memory without a CPU view itself (its own
+     * staging or device registration), so ORB_TRANSPORT_UNSPEC may give it such requests. 0: it
+     * does not, and UNSPEC takes TCP for them (unless a transport with peer_accepts takes them). */
+    int moves_device_memory;
 
     /* Start workers and, if the engine's config enables it, the source service. 0: started;
      * ORB_TP_NOT_HERE: not on this host (not asked for, no device, library missing: the detail

@@ -647,6 +647,7 @@ const struct orb_transport_ops orb_rdma_transport = {
     .id = ORB_TRANSPORT_RDMA,
     .name = "rdma",
     .request_private_size = sizeof(struct rdma_req),
+    .moves_device_memory = 1,
     .start = rdma_start,
     .endpoint = NULL,
     .close_source = rdma_close_source,

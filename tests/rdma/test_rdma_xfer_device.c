@@ -1288,6 +1288,15 @@ static void test_requester_device_memory(void **state)
         }
         memcpy(sbytes + (16u << 20), src_before, 4u << 20);
         free(src_before);
+        /* ORB_TRANSPORT_UNSPEC gives device memory to RDMA too: it stages the request. */
+        uint64_t staged = stats_of(req).staged_transfers;
+        struct orb_request u = {.transport = ORB_TRANSPORT_UNSPEC, .op = ORB_OP_READ, .local_addr = local + 5,
+                                .remote_addr = (uint64_t)(uintptr_t)sbytes + 7, .length = 100000};
+        if ((rc = orb_submit_and_wait(req, seg, &u, 1, NULL, TIMEOUT_NS, &rep)) != 0)
+            fail_msg("an UNSPEC READ into device memory: %s", orb_last_error());
+        assert_true(stats_of(req).staged_transfers > staged);
+        assert_int_equal(orb_cuda_memory_copy_out(dev, 0, got, len), 0);
+        assert_memory_equal(got + 5, sbytes + 7, 100000);
     }
     assert_int_equal(orb_unregister_memory(req, id), 0);
     orb_cuda_memory_unref(dev);
