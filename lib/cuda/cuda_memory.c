@@ -1005,6 +1005,21 @@ void orb_cuda_staging_free(void *p)
     pinned_free(cu, h->device, h->ctx, h, h->len + STAGING_HEADER);
 }
 
+/* The driver table into *cu_out and mem's context made current on this thread (the caller's
+ * into *saved, for leave()). */
+static int enter_owner(const orb_cuda_memory *mem, const struct orb_cuda **cu_out, orb_cu_context *saved)
+{
+    const struct orb_cuda *cu = NULL;
+    int rc = orb_cuda_get(&cu);
+    if (rc != 0)
+        return rc;
+    orb_cu_result r = enter(cu, mem->ctx, saved);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "making the allocation's context current");
+    *cu_out = cu;
+    return 0;
+}
+
 /* ---- IPC: another process's view of an allocation on this host ----------------------------- */
 
 int orb_cuda_memory_ipc_handle(orb_cuda_memory *mem, uint8_t out[ORB_CU_IPC_HANDLE_SIZE])
@@ -1012,13 +1027,11 @@ int orb_cuda_memory_ipc_handle(orb_cuda_memory *mem, uint8_t out[ORB_CU_IPC_HAND
     if (mem == NULL || out == NULL)
         return orb_fail(ORB_EINVAL, "cuda: NULL device memory or handle");
     const struct orb_cuda *cu = NULL;
-    int rc = orb_cuda_get(&cu);
+    orb_cu_context saved = NULL;
+    int rc = enter_owner(mem, &cu, &saved);
     if (rc != 0)
         return rc;
-    orb_cu_context saved = NULL;
-    orb_cu_result r = enter(cu, mem->ctx, &saved);
-    if (r != ORB_CU_SUCCESS)
-        return cuda_fail(cu, r, "making the allocation's context current");
+    orb_cu_result r;
     int capable = 0;
     r = cu->pointer_get_attribute(&capable, ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, mem->base);
     if (r != ORB_CU_SUCCESS)
@@ -1083,7 +1096,12 @@ release_device:
     return rc;
 }
 
-int orb_cuda_ipc_unimport(int device, uint64_t ptr)
+/* How an import is unmapped, in the importing device's primary context: the driver's answer. */
+typedef orb_cu_result (*unmap_fn)(const struct orb_cuda *cu, uint64_t ptr, size_t size);
+
+/* Unmap an import of `device` with `unmap` (`what` names it) and give back the import's
+ * context retain; one the driver refuses keeps the mapping and the retain for good. */
+static int unimport(int device, uint64_t ptr, size_t size, unmap_fn unmap, const char *what)
 {
     const struct orb_cuda *cu = NULL;
     int rc = orb_cuda_get(&cu);
@@ -1098,12 +1116,12 @@ int orb_cuda_ipc_unimport(int device, uint64_t ptr)
         rc = cuda_fail(cu, r, "finding the importing device's context");
     else {
         if ((r = enter(cu, ctx, &saved)) == ORB_CU_SUCCESS) {
-            r = cu->ipc_close_mem_handle((orb_cu_deviceptr)ptr);
+            r = unmap(cu, ptr, size);
             leave(cu, saved);
         }
         close_device(cu, device); /* the retain just taken */
         if (r != ORB_CU_SUCCESS)
-            rc = cuda_fail(cu, r, "cuIpcCloseMemHandle");
+            rc = cuda_fail(cu, r, what);
     }
     if (rc != 0) {
         /* Still mapped, as far as anyone knows: the mapping and its context stay. */
@@ -1117,6 +1135,17 @@ int orb_cuda_ipc_unimport(int device, uint64_t ptr)
     return 0;
 }
 
+static orb_cu_result ipc_close(const struct orb_cuda *cu, uint64_t ptr, size_t size)
+{
+    (void)size;
+    return cu->ipc_close_mem_handle((orb_cu_deviceptr)ptr);
+}
+
+int orb_cuda_ipc_unimport(int device, uint64_t ptr)
+{
+    return unimport(device, ptr, 0, ipc_close, "cuIpcCloseMemHandle");
+}
+
 /* ---- virtual memory management: sharing cuMemCreate allocations by file descriptor --------------- */
 
 int orb_cuda_memory_share_kind(orb_cuda_memory *mem, enum orb_cuda_share *out)
@@ -1124,13 +1153,11 @@ int orb_cuda_memory_share_kind(orb_cuda_memory *mem, enum orb_cuda_share *out)
     if (mem == NULL || out == NULL)
         return orb_fail(ORB_EINVAL, "cuda: NULL device memory or output");
     const struct orb_cuda *cu = NULL;
-    int rc = orb_cuda_get(&cu);
+    orb_cu_context saved = NULL;
+    int rc = enter_owner(mem, &cu, &saved);
     if (rc != 0)
         return rc;
-    orb_cu_context saved = NULL;
-    orb_cu_result r = enter(cu, mem->ctx, &saved);
-    if (r != ORB_CU_SUCCESS)
-        return cuda_fail(cu, r, "making the allocation's context current");
+    orb_cu_result r;
     int legacy = 0;
     unsigned long long types = 0;
     r = cu->pointer_get_attribute(&legacy, ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, mem->base);
@@ -1166,11 +1193,10 @@ int orb_cuda_memory_export_fd(orb_cuda_memory *mem, int *fd_out)
         return orb_fail(ORB_EUNAVAILABLE, "cuda: device %d's allocation [0x%llx, +%zu) is shared by its legacy IPC "
                         "handle, not by a file descriptor", mem->device, (unsigned long long)mem->base, mem->size);
     const struct orb_cuda *cu = NULL;
-    (void)orb_cuda_get(&cu); /* loaded: share_kind succeeded */
     orb_cu_context saved = NULL;
-    orb_cu_result r = enter(cu, mem->ctx, &saved);
-    if (r != ORB_CU_SUCCESS)
-        return cuda_fail(cu, r, "making the allocation's context current");
+    if ((rc = enter_owner(mem, &cu, &saved)) != 0)
+        return rc;
+    orb_cu_result r;
     orb_cu_mem_handle h = 0;
     int fd = -1;
     if ((r = cu->mem_retain_allocation_handle(&h, (void *)(uintptr_t)mem->base)) != ORB_CU_SUCCESS) {
@@ -1266,6 +1292,14 @@ release_device:
     return rc;
 }
 
+static orb_cu_result vmm_unmap(const struct orb_cuda *cu, uint64_t ptr, size_t size)
+{
+    orb_cu_result r = cu->mem_unmap((orb_cu_deviceptr)ptr, size);
+    if (r == ORB_CU_SUCCESS && cu->mem_address_free((orb_cu_deviceptr)ptr, size) != ORB_CU_SUCCESS)
+        ORB_LOGW("cuda: an unmapped import's address range could not be freed: it stays reserved");
+    return r;
+}
+
 int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size)
 {
     const struct orb_cuda *cu = NULL;
@@ -1274,33 +1308,7 @@ int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size)
         return rc;
     if (!cu->vmm)
         return orb_fail(ORB_EUNAVAILABLE, "cuda: the driver lacks virtual memory management");
-    orb_cu_device dev = 0;
-    orb_cu_context ctx = NULL, saved = NULL;
-    orb_cu_result r = cu->device_get(&dev, device);
-    if (r == ORB_CU_SUCCESS)
-        r = cu->primary_ctx_retain(&ctx, dev); /* the import's own retain keeps it alive */
-    if (r != ORB_CU_SUCCESS)
-        rc = cuda_fail(cu, r, "finding the importing device's context");
-    else {
-        if ((r = enter(cu, ctx, &saved)) == ORB_CU_SUCCESS) {
-            if ((r = cu->mem_unmap((orb_cu_deviceptr)ptr, size)) == ORB_CU_SUCCESS &&
-                cu->mem_address_free((orb_cu_deviceptr)ptr, size) != ORB_CU_SUCCESS)
-                ORB_LOGW("cuda: an unmapped import's address range could not be freed: it stays reserved");
-            leave(cu, saved);
-        }
-        close_device(cu, device); /* the retain just taken */
-        if (r != ORB_CU_SUCCESS)
-            rc = cuda_fail(cu, r, "cuMemUnmap");
-    }
-    if (rc != 0) {
-        pthread_mutex_lock(&g_lock);
-        g_retained.imports++;
-        g_retained.contexts++;
-        pthread_mutex_unlock(&g_lock);
-        return rc;
-    }
-    close_device(cu, device);
-    return 0;
+    return unimport(device, ptr, size, vmm_unmap, "cuMemUnmap");
 }
 
 /* ---- GPUDirect by dma-buf -------------------------------------------------------------------- */
@@ -1341,9 +1349,9 @@ int orb_cuda_memory_dmabuf(orb_cuda_memory *mem, int *fd_out, uint64_t *base_out
     uint64_t base = mem->base / page * page;
     uint64_t size = ((uint64_t)mem->base + mem->size + page - 1) / page * page - base;
     orb_cu_context saved = NULL;
-    orb_cu_result r = enter(cu, mem->ctx, &saved);
-    if (r != ORB_CU_SUCCESS)
-        return cuda_fail(cu, r, "making the allocation's context current");
+    if ((rc = enter_owner(mem, &cu, &saved)) != 0)
+        return rc;
+    orb_cu_result r;
     int fd = -1;
     r = cu->mem_get_handle_for_address_range(&fd, base, (size_t)size, ORB_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
     leave(cu, saved);
