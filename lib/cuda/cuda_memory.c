@@ -1026,29 +1026,23 @@ int orb_cuda_memory_ipc_handle(orb_cuda_memory *mem, uint8_t out[ORB_CU_IPC_HAND
 {
     if (mem == NULL || out == NULL)
         return orb_fail(ORB_EINVAL, "cuda: NULL device memory or handle");
+    enum orb_cuda_share kind = 0;
+    int rc = orb_cuda_memory_share_kind(mem, &kind);
+    if (rc == 0 && kind != ORB_CUDA_SHARE_LEGACY)
+        rc = orb_fail(ORB_EUNAVAILABLE, "cuda: device %d's allocation [0x%llx, +%zu) has no legacy IPC handle (a "
+                      "virtual memory management allocation, shared by descriptor)", mem->device,
+                      (unsigned long long)mem->base, mem->size);
     const struct orb_cuda *cu = NULL;
     orb_cu_context saved = NULL;
-    int rc = enter_owner(mem, &cu, &saved);
-    if (rc != 0)
+    if (rc != 0 || (rc = enter_owner(mem, &cu, &saved)) != 0)
         return rc;
-    orb_cu_result r;
-    int capable = 0;
-    r = cu->pointer_get_attribute(&capable, ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, mem->base);
-    if (r != ORB_CU_SUCCESS)
-        rc = cuda_fail(cu, r, "cuPointerGetAttribute(IS_LEGACY_CUDA_IPC_CAPABLE)");
-    else if (!capable)
-        rc = orb_fail(ORB_EUNAVAILABLE, "cuda: device %d's allocation [0x%llx, +%zu) has no legacy IPC handle (a "
-                      "virtual memory management allocation): it cannot be shared with another process here",
-                      mem->device, (unsigned long long)mem->base, mem->size);
-    else {
-        orb_cu_ipc_mem_handle h;
-        if ((r = cu->ipc_get_mem_handle(&h, mem->base)) != ORB_CU_SUCCESS)
-            rc = cuda_fail(cu, r, "cuIpcGetMemHandle");
-        else
-            memcpy(out, h.reserved, ORB_CU_IPC_HANDLE_SIZE);
-    }
+    orb_cu_ipc_mem_handle h;
+    orb_cu_result r = cu->ipc_get_mem_handle(&h, mem->base);
     leave(cu, saved);
-    return rc;
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "cuIpcGetMemHandle");
+    memcpy(out, h.reserved, ORB_CU_IPC_HANDLE_SIZE);
+    return 0;
 }
 
 int orb_cuda_ipc_import(int device, const uint8_t handle[ORB_CU_IPC_HANDLE_SIZE], uint64_t *ptr_out,
