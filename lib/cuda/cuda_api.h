@@ -69,6 +69,7 @@ typedef struct CUmemAccessDesc_st orb_cu_mem_access_desc;
 /* CUpointer_attribute values. */
 #define ORB_CU_POINTER_ATTRIBUTE_CONTEXT 1u
 #define ORB_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2u
+#define ORB_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS 6u
 #define ORB_CU_POINTER_ATTRIBUTE_IS_MANAGED 8u
 #define ORB_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9u
 #define ORB_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10u
@@ -124,6 +125,7 @@ typedef struct CUmemAccessDesc_st orb_cu_mem_access_desc;
     X(mem_host_alloc, cuMemHostAlloc, (void **ptr, size_t bytes, unsigned int flags))                       \
     X(mem_free_host, cuMemFreeHost, (void *ptr))                                                            \
     X(pointer_get_attribute, cuPointerGetAttribute, (void *data, unsigned int attribute, orb_cu_deviceptr ptr)) \
+    X(pointer_set_attribute, cuPointerSetAttribute, (const void *value, unsigned int attribute, orb_cu_deviceptr ptr)) \
     X(memcpy_htod, cuMemcpyHtoD_v2, (orb_cu_deviceptr dst, const void *src, size_t bytes))                  \
     X(memcpy_dtoh, cuMemcpyDtoH_v2, (void *dst, orb_cu_deviceptr src, size_t bytes))                        \
     X(memcpy_dtod, cuMemcpyDtoD_v2, (orb_cu_deviceptr dst, orb_cu_deviceptr src, size_t bytes))             \

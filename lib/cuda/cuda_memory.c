@@ -1305,7 +1305,22 @@ int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size)
     return unimport(device, ptr, size, vmm_unmap, "cuMemUnmap");
 }
 
-/* ---- GPUDirect by dma-buf -------------------------------------------------------------------- */
+/* ---- GPUDirect ------------------------------------------------------------------------------- */
+
+int orb_cuda_memory_sync_memops(orb_cuda_memory *mem)
+{
+    if (mem == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL device memory");
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context saved = NULL;
+    int rc = enter_owner(mem, &cu, &saved);
+    if (rc != 0)
+        return rc;
+    unsigned int on = 1;
+    orb_cu_result r = cu->pointer_set_attribute(&on, ORB_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, mem->base);
+    leave(cu, saved);
+    return r == ORB_CU_SUCCESS ? 0 : cuda_fail(cu, r, "cuPointerSetAttribute(SYNC_MEMOPS)");
+}
 
 int orb_cuda_device_dmabuf(int device, bool *supported_out)
 {

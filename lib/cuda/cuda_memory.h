@@ -109,7 +109,12 @@ int orb_cuda_vmm_import(int device, int fd, size_t size, uint64_t *ptr_out);
  * and its failure is returned. */
 int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size);
 
-/* GPUDirect by dma-buf. */
+/* GPUDirect. */
+
+/* Make every synchronous memory operation on mem's allocation synchronize
+ * (CU_POINTER_ATTRIBUTE_SYNC_MEMOPS), as a NIC reading or writing it directly requires. Errors:
+ * ORB_EINVAL (NULL), the driver's failure. */
+int orb_cuda_memory_sync_memops(orb_cuda_memory *mem);
 
 /* Whether device `device` can export its memory as dma-buf: the driver exports
  * cuMemGetHandleForAddressRange and the device says CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED.

@@ -423,6 +423,10 @@ static int gdr_attach(struct orb_rdma_tp *tp, const struct orb_reg *reg, void **
     enum orb_gdr_route route = 0;
     if ((rc = orb_gdr_choose(tp->cfg->gpu_direct_registration, &f, &route)) != 0)
         return rc;
+    /* A NIC touches these bytes behind the driver's back: its synchronous operations on them
+     * must synchronize. */
+    if ((rc = orb_cuda_memory_sync_memops(mem)) != 0)
+        return rc;
     if ((rc = charge_bytes(tp, reg->len)) != 0)
         return rc;
     struct orb_rdma_reg_mrs *m = NULL;

@@ -555,6 +555,16 @@ static void test_dmabuf_exports_the_whole_allocation(void **state)
     assert_int_equal(fd, -7);
     fake.set_dmabuf(1);
     assert_int_equal(orb_cuda_memory_dmabuf(NULL, &fd, &base, &size), ORB_EINVAL);
+    /* What a NIC touching the bytes directly needs: synchronous operations that synchronize. */
+    unsigned int sync = 7;
+    assert_int_equal(cu->pointer_get_attribute(&sync, ORB_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, orb_cuda_memory_ptr(m)),
+                     ORB_CU_SUCCESS);
+    assert_int_equal(sync, 0);
+    assert_int_equal(orb_cuda_memory_sync_memops(m), 0);
+    assert_int_equal(cu->pointer_get_attribute(&sync, ORB_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, orb_cuda_memory_ptr(m)),
+                     ORB_CU_SUCCESS);
+    assert_int_equal(sync, 1);
+    assert_int_equal(orb_cuda_memory_sync_memops(NULL), ORB_EINVAL);
     orb_cuda_memory_unref(m);
 }
 

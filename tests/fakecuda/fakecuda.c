@@ -81,6 +81,7 @@ struct alloc {
      * whether cuMemSetAccess made it usable (copies refuse it before). */
     int vmm;
     bool accessible;
+    unsigned int sync_memops;          /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as set */
 };
 
 /* Virtual memory management: physical allocations (cuMemCreate, or imported from a file
@@ -688,6 +689,9 @@ EXPORT orb_cu_result cuPointerGetAttribute(void *data, unsigned int attribute, o
     case ORB_CU_POINTER_ATTRIBUTE_IS_MANAGED:
         *(unsigned int *)data = 0;
         break;
+    case ORB_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+        *(unsigned int *)data = a->sync_memops;
+        break;
     case ORB_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
         *(int *)data = a->device;
         break;
@@ -703,6 +707,17 @@ EXPORT orb_cu_result cuPointerGetAttribute(void *data, unsigned int attribute, o
     default:
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);
     }
+    LEAVE(ORB_CU_SUCCESS);
+}
+
+/* Only SYNC_MEMOPS can be set, on device memory, as with the driver. */
+EXPORT orb_cu_result cuPointerSetAttribute(const void *value, unsigned int attribute, orb_cu_deviceptr ptr)
+{
+    ENTER("cuPointerSetAttribute");
+    struct alloc *a = find(ptr, 0);
+    if (value == NULL || a == NULL || a->kind != ALLOC_DEVICE || attribute != ORB_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    a->sync_memops = *(const unsigned int *)value != 0;
     LEAVE(ORB_CU_SUCCESS);
 }
 

@@ -194,6 +194,13 @@ static void test_a_direct_requester_moves_device_bytes(void **state)
         fail_msg("the Direct registration: %s", orb_last_error());
     int dmabuf = itp_last_dmabuf().fd; /* held by the registration from now on */
     assert_true(fcntl(dmabuf, F_GETFD) >= 0);
+    /* Its synchronous operations synchronize: the NIC reaches the bytes directly. */
+    const struct orb_cuda *cu = NULL;
+    unsigned int sync = 0;
+    assert_int_equal(orb_cuda_get(&cu), 0);
+    assert_int_equal(cu->pointer_get_attribute(&sync, ORB_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, orb_cuda_memory_ptr(m)),
+                     ORB_CU_SUCCESS);
+    assert_int_equal(sync, 1);
     struct orb_rdma_stats s0 = stats_of(e);
     assert_int_equal(s0.dmabuf_registrations, 1);
     assert_int_equal(s0.peermem_registrations, 0);
