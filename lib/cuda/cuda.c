@@ -27,6 +27,10 @@ static const struct export vmm_exports[] = {
 
 static const struct export dmabuf_exports[] = {
     ORB_CUDA_DMABUF_EXPORTS(ORB_CUDA_ENTRY)
+};
+
+static const struct export flush_exports[] = {
+    ORB_CUDA_FLUSH_EXPORTS(ORB_CUDA_ENTRY)
 #undef ORB_CUDA_ENTRY
 };
 
@@ -53,6 +57,8 @@ static void resolve_optional(void *handle, const char *path, struct orb_cuda *ta
                                "allocations made with cuMemCreate are not shared", table);
     table->dmabuf = resolve_group(handle, path, dmabuf_exports, sizeof dmabuf_exports / sizeof dmabuf_exports[0],
                                   "device memory is not registered with NICs by dma-buf", table);
+    table->flush = resolve_group(handle, path, flush_exports, sizeof flush_exports / sizeof flush_exports[0],
+                                 "devices that do not order GPUDirect writes take no Direct registration", table);
 }
 
 int orb_cuda_status(orb_cu_result rc)

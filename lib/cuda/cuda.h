@@ -17,10 +17,12 @@ struct orb_cuda {
     ORB_CUDA_EXPORTS(ORB_CUDA_FIELD)
     ORB_CUDA_VMM_EXPORTS(ORB_CUDA_FIELD)
     ORB_CUDA_DMABUF_EXPORTS(ORB_CUDA_FIELD)
+    ORB_CUDA_FLUSH_EXPORTS(ORB_CUDA_FIELD)
 #undef ORB_CUDA_FIELD
     int driver_version;            /* cuDriverGetVersion: 1000 x major + 10 x minor */
     bool vmm;                      /* every ORB_CUDA_VMM_EXPORTS export resolved (else all NULL) */
     bool dmabuf;                   /* ORB_CUDA_DMABUF_EXPORTS resolved (else NULL) */
+    bool flush;                    /* ORB_CUDA_FLUSH_EXPORTS resolved (else NULL) */
 };
 
 /* The process's libcuda.so.1: loaded and initialised (cuInit(0)) on the first call, thread-safe,

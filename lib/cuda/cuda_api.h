@@ -64,6 +64,12 @@ typedef struct CUmemAccessDesc_st orb_cu_mem_access_desc;
 #define ORB_CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING 41u
 #define ORB_CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID 50u
 #define ORB_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124u
+#define ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS 117u /* bit 0: cuFlushGPUDirectRDMAWrites */
+#define ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING 118u      /* 0 none, 100 owner, 200 all */
+#define ORB_CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER 100u
+#define ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST 0x1u
+#define ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX 0u
+#define ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER 100u
 #define ORB_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 0x1u  /* CUmemRangeHandleType */
 
 /* CUpointer_attribute values. */
@@ -176,11 +182,17 @@ typedef struct CUmemAccessDesc_st orb_cu_mem_access_desc;
     X(mem_get_handle_for_address_range, cuMemGetHandleForAddressRange,                                       \
       (void *handle, orb_cu_deviceptr ptr, size_t size, unsigned int type, unsigned long long flags))
 
+/* GPUDirect write visibility (CUDA 11.3 on): where a device does not order NIC writes for its own
+ * consumers, this makes them visible. Resolved apart; without it such devices take no Direct. */
+#define ORB_CUDA_FLUSH_EXPORTS(X)                                                                           \
+    X(flush_gpudirect_rdma_writes, cuFlushGPUDirectRDMAWrites, (unsigned int target, unsigned int scope))
+
 /* orb_cu_<field>_fn: each export's function type. */
 #define ORB_CUDA_FN_TYPE(field, export, params) typedef orb_cu_result orb_cu_##field##_fn params;
 ORB_CUDA_EXPORTS(ORB_CUDA_FN_TYPE)
 ORB_CUDA_VMM_EXPORTS(ORB_CUDA_FN_TYPE)
 ORB_CUDA_DMABUF_EXPORTS(ORB_CUDA_FN_TYPE)
+ORB_CUDA_FLUSH_EXPORTS(ORB_CUDA_FN_TYPE)
 #undef ORB_CUDA_FN_TYPE
 
 #endif

@@ -1307,6 +1307,46 @@ int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size)
 
 /* ---- GPUDirect ------------------------------------------------------------------------------- */
 
+int orb_cuda_device_gdr_writes(int device, bool *ordered_out, bool *flushable_out)
+{
+    if (ordered_out == NULL || flushable_out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL output");
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context ctx = NULL;
+    int rc = open_device(device, &cu, &ctx);
+    if (rc != 0)
+        return rc;
+    int ordering = 0, options = 0;
+    orb_cu_device dev = 0;
+    orb_cu_result r = cu->device_get(&dev, device);
+    if (r == ORB_CU_SUCCESS)
+        r = cu->device_get_attribute(&ordering, ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, dev);
+    if (r == ORB_CU_SUCCESS)
+        r = cu->device_get_attribute(&options, ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS, dev);
+    close_device(cu, device);
+    if (r != ORB_CU_SUCCESS)
+        return cuda_fail(cu, r, "cuDeviceGetAttribute(GPU_DIRECT_RDMA_WRITES_ORDERING, FLUSH_WRITES_OPTIONS)");
+    *ordered_out = ordering >= (int)ORB_CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
+    *flushable_out = cu->flush && (options & (int)ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) != 0;
+    return 0;
+}
+
+int orb_cuda_memory_gdr_flush(orb_cuda_memory *mem)
+{
+    if (mem == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL device memory");
+    const struct orb_cuda *cu = NULL;
+    orb_cu_context saved = NULL;
+    int rc = enter_owner(mem, &cu, &saved);
+    if (rc != 0)
+        return rc;
+    orb_cu_result r = cu->flush ? cu->flush_gpudirect_rdma_writes(ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                                                   ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER)
+                                : ORB_CU_ERROR_NOT_SUPPORTED;
+    leave(cu, saved);
+    return r == ORB_CU_SUCCESS ? 0 : cuda_fail(cu, r, "cuFlushGPUDirectRDMAWrites");
+}
+
 int orb_cuda_memory_sync_memops(orb_cuda_memory *mem)
 {
     if (mem == NULL)

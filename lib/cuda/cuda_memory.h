@@ -116,6 +116,17 @@ int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size);
  * ORB_EINVAL (NULL), the driver's failure. */
 int orb_cuda_memory_sync_memops(orb_cuda_memory *mem);
 
+/* How device `device` sees NIC writes into its memory: *ordered_out when its own consumers see
+ * them in order (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING at least OWNER), and
+ * *flushable_out when cuFlushGPUDirectRDMAWrites can make them visible where they are not.
+ * Errors: ORB_EINVAL (no such device, NULL), the driver's failure. */
+int orb_cuda_device_gdr_writes(int device, bool *ordered_out, bool *flushable_out);
+
+/* Make NIC writes into mem's allocation visible to its context (cuFlushGPUDirectRDMAWrites, to
+ * the owner), for a device that does not order them. Errors: ORB_EINVAL, ORB_EUNAVAILABLE (the
+ * driver has no such call), the driver's failure. */
+int orb_cuda_memory_gdr_flush(orb_cuda_memory *mem);
+
 /* Whether device `device` can export its memory as dma-buf: the driver exports
  * cuMemGetHandleForAddressRange and the device says CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED.
  * Errors: ORB_EINVAL (no such device, NULL), the driver's failure. */

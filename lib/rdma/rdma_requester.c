@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "cuda/cuda_memory.h"
 #include "rdma/outcome.h"
 #include "rdma/rdma_transport.h"
 
@@ -856,6 +857,17 @@ static void report_pieces(struct orb_rdma_tp *tp, const struct rdma_ending *e)
                     copy_why[0] == '\0')
                     snprintf(copy_why, sizeof copy_why, "%s", orb_last_error());
         rdma_stage_put(tp, &r->stage);
+    } else if (e->status == 0 && r->op == ORB_XFER_READ && e->n > 0) {
+        /* A READ into device memory whose device does not order NIC writes: visible to it only
+         * after a flush (every piece is of one registration). */
+        const struct orb_reg *reg = e->pieces[0]->local_reg;
+        const struct orb_rdma_reg_mrs *m = reg != NULL ? orb_rdma_tp_reg_mrs(reg) : NULL;
+        int fl = m != NULL && m->gdr_flush ? orb_cuda_memory_gdr_flush(reg->owner) : 0;
+        if (fl != 0) {
+            snprintf(copy_why, sizeof copy_why, "rdma: %s", orb_last_error());
+            for (uint32_t i = 0; i < e->n; i++)
+                copied[i] = fl;
+        }
     }
     for (uint32_t i = 0; i < e->n; i++) {
         if (copied[i] != 0)

@@ -424,9 +424,16 @@ static int gdr_attach(struct orb_rdma_tp *tp, const struct orb_reg *reg, void **
     if ((rc = orb_gdr_choose(tp->cfg->gpu_direct_registration, &f, &route)) != 0)
         return rc;
     /* A NIC touches these bytes behind the driver's back: its synchronous operations on them
-     * must synchronize. */
-    if ((rc = orb_cuda_memory_sync_memops(mem)) != 0)
+     * must synchronize, and what it writes must become visible to the device's own work (in
+     * order, or by a flush after each READ). */
+    bool ordered = false, flushable = false;
+    if ((rc = orb_cuda_memory_sync_memops(mem)) != 0 ||
+        (rc = orb_cuda_device_gdr_writes(orb_cuda_memory_device(mem), &ordered, &flushable)) != 0)
         return rc;
+    if (!ordered && !flushable)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: device %d does not order GPUDirect writes and cannot flush them "
+                        "(cuFlushGPUDirectRDMAWrites): its memory takes no Direct registration",
+                        orb_cuda_memory_device(mem));
     if ((rc = charge_bytes(tp, reg->len)) != 0)
         return rc;
     struct orb_rdma_reg_mrs *m = NULL;
@@ -457,6 +464,7 @@ static int gdr_attach(struct orb_rdma_tp *tp, const struct orb_reg *reg, void **
         return orb_fail(rc, "rdma: registering device memory by %s: %s", orb_gdr_route_name(route), why);
     }
     m->route = (uint8_t)route;
+    m->gdr_flush = !ordered;
     atomic_fetch_add(route == ORB_GDR_ROUTE_DMABUF ? &tp->dmabuf_registrations : &tp->peermem_registrations, 1);
     atomic_fetch_add(&tp->registrations, 1);
     atomic_fetch_add(&tp->mrs, m->count);

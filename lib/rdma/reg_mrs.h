@@ -52,6 +52,7 @@ struct orb_rdma_reg_mrs {
      * then closed exactly once (-1: none, or closed). */
     int dmabuf_fd;
     uint8_t route;          /* 0 host memory, else the enum orb_gdr_route that made the MRs */
+    bool gdr_flush;         /* its device does not order NIC writes: flush after each READ into it */
     struct orb_rdma_reg_mr mr[]; /* by NIC id */
 };
 

@@ -565,6 +565,18 @@ static void test_dmabuf_exports_the_whole_allocation(void **state)
                      ORB_CU_SUCCESS);
     assert_int_equal(sync, 1);
     assert_int_equal(orb_cuda_memory_sync_memops(NULL), ORB_EINVAL);
+    /* Write ordering: the owner's by default; a device without it is flushable here. */
+    bool ordered = false, flushable = false;
+    assert_int_equal(orb_cuda_device_gdr_writes(0, &ordered, &flushable), 0);
+    assert_true(ordered && flushable);
+    fake.set_rdma_ordering(0);
+    assert_int_equal(orb_cuda_device_gdr_writes(0, &ordered, &flushable), 0);
+    assert_false(ordered);
+    fake.set_rdma_ordering(100);
+    long flushes = fake.counts().rdma_flushes;
+    assert_int_equal(orb_cuda_memory_gdr_flush(m), 0);
+    assert_int_equal(fake.counts().rdma_flushes, flushes + 1);
+    assert_int_equal(orb_cuda_device_gdr_writes(9, &ordered, &flushable), ORB_EINVAL);
     orb_cuda_memory_unref(m);
 }
 

@@ -45,6 +45,7 @@
 ORB_CUDA_EXPORTS(FAKECUDA_PROTOTYPE)
 ORB_CUDA_VMM_EXPORTS(FAKECUDA_PROTOTYPE)
 ORB_CUDA_DMABUF_EXPORTS(FAKECUDA_PROTOTYPE)
+ORB_CUDA_FLUSH_EXPORTS(FAKECUDA_PROTOTYPE)
 #undef FAKECUDA_PROTOTYPE
 EXPORT orb_cu_result cuCtxCreate_v2(orb_cu_context *ctx, unsigned int flags, orb_cu_device device);
 EXPORT orb_cu_result cuMemCreate(orb_cu_mem_handle *handle, size_t size, const struct fakecuda_alloc_prop *prop,
@@ -156,6 +157,8 @@ static unsigned slow_us;
 static bool held;                      /* fakecuda_hold_streams(): no stream runs anything */
 static int dmabuf_supported = 1;       /* CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (fakecuda_set_dmabuf) */
 static unsigned long long dmabuf_exports; /* descriptors cuMemGetHandleForAddressRange gave */
+static int rdma_ordering = 100;        /* CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING */
+static unsigned long long rdma_flushes; /* cuFlushGPUDirectRDMAWrites calls */
 
 /* ---- fault injection ------------------------------------------------------------------------- */
 
@@ -222,6 +225,25 @@ EXPORT void fakecuda_set_dmabuf(int supported)
     pthread_mutex_unlock(&lock);
 }
 
+EXPORT void fakecuda_set_rdma_ordering(int ordering)
+{
+    pthread_mutex_lock(&lock);
+    rdma_ordering = ordering;
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT orb_cu_result cuFlushGPUDirectRDMAWrites(unsigned int target, unsigned int scope)
+{
+    ENTER("cuFlushGPUDirectRDMAWrites");
+    if (target != ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX ||
+        (scope != ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER && scope != 200u))
+        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+    if (current == NULL)
+        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+    rdma_flushes++;
+    LEAVE(ORB_CU_SUCCESS);
+}
+
 EXPORT void fakecuda_set_devices(int n)
 {
     pthread_mutex_lock(&lock);
@@ -271,6 +293,7 @@ EXPORT struct fakecuda_counts fakecuda_counts(void)
     for (size_t i = 0; i < MAX_RESERVATIONS; i++)
         c.reservations += reservations[i].size > 0;
     c.dmabuf_exports = (long)dmabuf_exports;
+    c.rdma_flushes = (long)rdma_flushes;
     c.streams = live_streams;
     c.events = live_events;
     pthread_mutex_unlock(&lock);
@@ -395,6 +418,12 @@ EXPORT orb_cu_result cuDeviceGetAttribute(int *value, unsigned int attribute, or
         break;
     case ORB_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:
         *value = dmabuf_supported;
+        break;
+    case ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING:
+        *value = rdma_ordering;
+        break;
+    case ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS:
+        *value = (int)ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST;
         break;
     default:
         LEAVE(ORB_CU_ERROR_INVALID_VALUE);

@@ -17,6 +17,7 @@ struct fakecuda_counts {
     long vmm_allocations;              /* physical allocations of cuMemCreate or imported, still held */
     long reservations;                 /* address ranges of cuMemAddressReserve not freed */
     long dmabuf_exports;               /* descriptors cuMemGetHandleForAddressRange gave, ever */
+    long rdma_flushes;                 /* cuFlushGPUDirectRDMAWrites calls, ever */
 };
 
 /* The leading fields of the driver's CUmemAllocationProp, as cuMemCreate reads them (type 1:
@@ -49,6 +50,8 @@ struct fakecuda_counts fakecuda_counts(void);
 /* What CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED answers (1 until told otherwise); 0 also makes
  * cuMemGetHandleForAddressRange answer CUDA_ERROR_NOT_SUPPORTED. */
 void fakecuda_set_dmabuf(int supported);
+/* What CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING answers (100, "owner", until told). */
+void fakecuda_set_rdma_ordering(int ordering);
 
 /* The controls above, as a test reaches them: through the stand-in it loaded. */
 struct fakecuda_controls {
@@ -58,6 +61,7 @@ struct fakecuda_controls {
     void (*set_capturing)(orb_cu_stream stream, unsigned int status);
     struct fakecuda_counts (*counts)(void);
     void (*set_dmabuf)(int supported);
+    void (*set_rdma_ordering)(int ordering);
 };
 
 /* Resolve every control of the stand-in at `path` (the one the loader loaded). 0, or -1 when
@@ -73,8 +77,9 @@ static inline int fakecuda_controls_load(const char *path, struct fakecuda_contr
     *(void **)&out->set_capturing = dlsym(h, "fakecuda_set_capturing");
     *(void **)&out->counts = dlsym(h, "fakecuda_counts");
     *(void **)&out->set_dmabuf = dlsym(h, "fakecuda_set_dmabuf");
+    *(void **)&out->set_rdma_ordering = dlsym(h, "fakecuda_set_rdma_ordering");
     return out->fail_nth && out->slow_streams && out->hold_streams && out->set_capturing && out->counts &&
-                   out->set_dmabuf
+                   out->set_dmabuf && out->set_rdma_ordering
                ? 0
                : -1;
 }

@@ -9,7 +9,9 @@
  *    route, naming what is missing, nothing exported or registered;
  *  - with a device double that takes dma-buf (the interposer maps the stand-in's descriptor), a
  *    requester moves device bytes with RDMA READ and WRITE through its own MRs (nothing staged),
- *    the stats count the registration, and unregistering closes the descriptor;
+ *    a device that does not order NIC writes gets one flush per READ into it, the allocation's
+ *    SYNC_MEMOPS is set, the stats count the registration, and unregistering closes the
+ *    descriptor;
  *  - a source under Direct refuses grants on device memory (no window is bound on a device MR).
  * Needs the rails topology's devices; elsewhere it exits 77. */
 #include <stdarg.h>
@@ -182,6 +184,7 @@ static void test_a_direct_requester_moves_device_bytes(void **state)
 {
     (void)state;
     itp_dmabuf_as_host(1);
+    fake.set_rdma_ordering(0); /* a device that needs a flush after each READ into it */
     orb_engine *e = requester("auto"); /* dma-buf is there, so auto takes it */
     orb_cuda_memory *m = device_alloc();
     uint8_t *want = malloc(2 * LEN + 8192), *got = malloc(2 * LEN + 8192);
@@ -209,8 +212,10 @@ static void test_a_direct_requester_moves_device_bytes(void **state)
     struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ, .local_addr = dev + 4096 + 3,
                             .remote_addr = (uint64_t)(uintptr_t)sbytes + 11, .length = LEN + 1001};
     struct orb_batch_report rep;
+    long flushes = fake.counts().rdma_flushes;
     if (orb_submit_and_wait(e, seg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
         fail_msg("a Direct READ into device memory: %s", orb_last_error());
+    assert_int_equal(fake.counts().rdma_flushes, flushes + 1);
     memcpy(want + 4096 + 3, sbytes + 11, LEN + 1001);
     assert_int_equal(orb_cuda_memory_copy_out(m, 0, got, 2 * LEN + 8192), 0);
     assert_memory_equal(got, want, 2 * LEN + 8192);
@@ -219,6 +224,8 @@ static void test_a_direct_requester_moves_device_bytes(void **state)
     r.remote_addr = (uint64_t)(uintptr_t)sbytes + 2 * LEN;
     if (orb_submit_and_wait(e, seg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
         fail_msg("a Direct WRITE from device memory: %s", orb_last_error());
+    assert_int_equal(fake.counts().rdma_flushes, flushes + 1); /* nothing arrived in the device */
+    fake.set_rdma_ordering(100);
     assert_memory_equal(sbytes + 2 * LEN, want + 4096 + 3, LEN + 1001);
     struct orb_rdma_stats s1 = stats_of(e);
     assert_int_equal(s1.staged_transfers, s0.staged_transfers); /* through its own MRs */
