@@ -1009,6 +1009,8 @@ void orb_cuda_staging_free(void *p)
  * into *saved, for leave()). */
 static int enter_owner(const orb_cuda_memory *mem, const struct orb_cuda **cu_out, orb_cu_context *saved)
 {
+    if (mem == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL device memory");
     const struct orb_cuda *cu = NULL;
     int rc = orb_cuda_get(&cu);
     if (rc != 0)
@@ -1307,37 +1309,45 @@ int orb_cuda_vmm_unimport(int device, uint64_t ptr, size_t size)
 
 /* ---- GPUDirect ------------------------------------------------------------------------------- */
 
-int orb_cuda_device_gdr_writes(int device, bool *ordered_out, bool *flushable_out)
+/* Device `device`'s attributes attrs[0..n) into values (the device opened for it). */
+static int device_attributes(int device, const unsigned int *attrs, int *values, size_t n, const char *what)
 {
-    if (ordered_out == NULL || flushable_out == NULL)
-        return orb_fail(ORB_EINVAL, "cuda: NULL output");
     const struct orb_cuda *cu = NULL;
     orb_cu_context ctx = NULL;
     int rc = open_device(device, &cu, &ctx);
     if (rc != 0)
         return rc;
-    int ordering = 0, options = 0;
     orb_cu_device dev = 0;
     orb_cu_result r = cu->device_get(&dev, device);
-    if (r == ORB_CU_SUCCESS)
-        r = cu->device_get_attribute(&ordering, ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, dev);
-    if (r == ORB_CU_SUCCESS)
-        r = cu->device_get_attribute(&options, ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS, dev);
+    for (size_t i = 0; i < n && r == ORB_CU_SUCCESS; i++)
+        r = cu->device_get_attribute(&values[i], attrs[i], dev);
     close_device(cu, device);
-    if (r != ORB_CU_SUCCESS)
-        return cuda_fail(cu, r, "cuDeviceGetAttribute(GPU_DIRECT_RDMA_WRITES_ORDERING, FLUSH_WRITES_OPTIONS)");
-    *ordered_out = ordering >= (int)ORB_CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
-    *flushable_out = cu->flush && (options & (int)ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) != 0;
+    return r == ORB_CU_SUCCESS ? 0 : cuda_fail(cu, r, what);
+}
+
+int orb_cuda_device_gdr_writes(int device, bool *ordered_out, bool *flushable_out)
+{
+    if (ordered_out == NULL || flushable_out == NULL)
+        return orb_fail(ORB_EINVAL, "cuda: NULL output");
+    static const unsigned int attrs[] = {ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
+                                         ORB_CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS};
+    int v[2] = {0, 0};
+    int rc = device_attributes(device, attrs, v, 2, "cuDeviceGetAttribute(GPU_DIRECT_RDMA_WRITES_ORDERING, "
+                                                    "FLUSH_WRITES_OPTIONS)");
+    if (rc != 0)
+        return rc;
+    const struct orb_cuda *cu = NULL;
+    (void)orb_cuda_get(&cu); /* loaded: the device was opened */
+    *ordered_out = v[0] >= (int)ORB_CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
+    *flushable_out = cu->flush && (v[1] & (int)ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) != 0;
     return 0;
 }
 
 int orb_cuda_memory_gdr_flush(orb_cuda_memory *mem)
 {
-    if (mem == NULL)
-        return orb_fail(ORB_EINVAL, "cuda: NULL device memory");
     const struct orb_cuda *cu = NULL;
     orb_cu_context saved = NULL;
-    int rc = enter_owner(mem, &cu, &saved);
+    int rc = enter_owner(mem, &cu, &saved); /* ORB_EINVAL for NULL */
     if (rc != 0)
         return rc;
     orb_cu_result r = cu->flush ? cu->flush_gpudirect_rdma_writes(ORB_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
@@ -1349,11 +1359,9 @@ int orb_cuda_memory_gdr_flush(orb_cuda_memory *mem)
 
 int orb_cuda_memory_sync_memops(orb_cuda_memory *mem)
 {
-    if (mem == NULL)
-        return orb_fail(ORB_EINVAL, "cuda: NULL device memory");
     const struct orb_cuda *cu = NULL;
     orb_cu_context saved = NULL;
-    int rc = enter_owner(mem, &cu, &saved);
+    int rc = enter_owner(mem, &cu, &saved); /* ORB_EINVAL for NULL */
     if (rc != 0)
         return rc;
     unsigned int on = 1;
@@ -1366,19 +1374,13 @@ int orb_cuda_device_dmabuf(int device, bool *supported_out)
 {
     if (supported_out == NULL)
         return orb_fail(ORB_EINVAL, "cuda: NULL output");
-    const struct orb_cuda *cu = NULL;
-    orb_cu_context ctx = NULL;
-    int rc = open_device(device, &cu, &ctx);
+    static const unsigned int attr = ORB_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED;
+    int value = 0;
+    int rc = device_attributes(device, &attr, &value, 1, "cuDeviceGetAttribute(DMA_BUF_SUPPORTED)");
     if (rc != 0)
         return rc;
-    int value = 0;
-    orb_cu_device dev = 0;
-    orb_cu_result r = cu->device_get(&dev, device);
-    if (r == ORB_CU_SUCCESS)
-        r = cu->device_get_attribute(&value, ORB_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev);
-    close_device(cu, device);
-    if (r != ORB_CU_SUCCESS)
-        return cuda_fail(cu, r, "cuDeviceGetAttribute(DMA_BUF_SUPPORTED)");
+    const struct orb_cuda *cu = NULL;
+    (void)orb_cuda_get(&cu); /* loaded: the device was opened */
     *supported_out = cu->dmabuf && value != 0;
     return 0;
 }
