@@ -1048,9 +1048,8 @@ static int xfer_check(const struct tcp_peer *p, const struct orb_xfer *x, size_t
     return 0;
 }
 
-int tcp_peer_submit(void *peer_, struct orb_xfer *const *xfers, size_t n)
+static int peer_submit(struct tcp_peer *p, struct orb_xfer *const *xfers, size_t n)
 {
-    struct tcp_peer *p = peer_;
     struct tcp_transport *tp = p->tp;
     if (n == 0)
         return 0;
@@ -1132,6 +1131,18 @@ int tcp_peer_submit(void *peer_, struct orb_xfer *const *xfers, size_t n)
     /* Some were accepted, so every xfer must be reported: end the refused ones here. */
     req_complete_list(tp, refused);
     return 0;
+}
+
+int tcp_peer_submit(void *peer_, struct orb_xfer *const *xfers, size_t n)
+{
+    struct tcp_peer *p = peer_;
+    /* What is handed over may complete, and its batch (whose segment holds this peer) end and
+     * let go of the peer, before this call is done with the peer's connections (a submitter
+     * such as the engine's stager holds nothing else): the peer stays until the call returns. */
+    atomic_fetch_add(&p->refs, 1);
+    int rc = peer_submit(p, xfers, n);
+    peer_unref(p);
+    return rc;
 }
 
 /* Queue `op` (op->x.op set, one reference for the connection taken here) on the control
