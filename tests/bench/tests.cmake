@@ -16,6 +16,17 @@ if(TARGET orbite-bench)
   add_test(NAME bench_smoke_threads
            COMMAND orbite-bench --duration 0.3 --warmup 0 --block-size 64K --batch 1 --depth 1
                    --threads 3 --buffer-size 8M --json --quiet)
+  # A measured time far shorter than one batch (64 MiB with a cold first batch): each thread
+  # still measures a batch, pipelined and synchronous, instead of reporting nothing.
+  add_test(NAME bench_window_shorter_than_a_batch
+           COMMAND orbite-bench --op both --duration 0.01 --warmup 0.01 --block-size 32M --batch 2
+                   --depth 1 --buffer-size 64M --json --quiet)
+  add_test(NAME bench_window_shorter_than_a_batch_pipelined
+           COMMAND orbite-bench --op read --duration 0.01 --warmup 0.01 --block-size 16M --batch 2
+                   --depth 2 --buffer-size 64M --json --quiet)
+  set_tests_properties(bench_window_shorter_than_a_batch bench_window_shorter_than_a_batch_pipelined
+                       PROPERTIES TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\"ok\":false|\"batches\":0"
+                       PASS_REGULAR_EXPRESSION "\"ran\":true,\"verified\":true")
   # Usage errors exit 2; an unreachable source exits 1 promptly instead of hanging.
   add_test(NAME bench_usage_error
            COMMAND sh -c "\"$0\" --batch 0 2>/dev/null; test $? -eq 2" $<TARGET_FILE:orbite-bench>)

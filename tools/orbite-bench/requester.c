@@ -317,6 +317,7 @@ struct worker {
     uint64_t requests_done;
     uint64_t batches;
     uint64_t last_done_ns;
+    uint64_t measured_started; /* batches it started at or after run->measure_start */
     uint64_t *latency;
     size_t n_latency;
     size_t cap_latency;
@@ -438,19 +439,33 @@ static int account_batch(struct worker *w, uint64_t start, uint64_t done,
     return 0;
 }
 
-static int keep_going(const struct cell_run *run)
+/* Start another batch while the measured time lasts. A thread that has not started one in
+ * it yet (its batches of the warm-up outlasted the whole window, as on a slow or loaded host)
+ * starts one more, so every cell measures at least one batch per thread and the reported
+ * time stretches to that batch's completion rather than reporting nothing. */
+static int keep_going(const struct worker *w)
 {
-    return !atomic_load(&run->abort) && bench_now_ns() < run->measure_end;
+    const struct cell_run *run = w->run;
+    if (atomic_load(&run->abort))
+        return 0;
+    return bench_now_ns() < run->measure_end || w->measured_started == 0;
+}
+
+static void note_started(struct worker *w, uint64_t start)
+{
+    if (start >= w->run->measure_start)
+        w->measured_started++;
 }
 
 /* depth 1: one synchronous orb_submit_and_wait at a time. */
 static void run_sync(struct worker *w)
 {
     struct cell_run *run = w->run;
-    while (keep_going(run)) {
+    while (keep_going(w)) {
         struct orb_batch_report rep;
         build_batch(w, w->requests);
         uint64_t start = bench_now_ns();
+        note_started(w, start);
         int rc = orb_submit_and_wait(run->req->engine, run->req->segment, w->requests, run->batch,
                                      NULL, run->timeout_ns, &rep);
         uint64_t done = bench_now_ns();
@@ -494,6 +509,7 @@ static int launch_batch(struct worker *w, unsigned slot)
     }
     w->ring[slot] = batch;
     w->ring_start[slot] = start;
+    note_started(w, start);
     return 0;
 }
 
@@ -504,7 +520,7 @@ static void run_async(struct worker *w)
     unsigned head = 0;
     unsigned in_flight = 0;
     for (;;) {
-        while (in_flight < run->depth && keep_going(run)) {
+        while (in_flight < run->depth && keep_going(w)) {
             if (launch_batch(w, (head + in_flight) % run->depth) != 0)
                 break;
             in_flight++;
