@@ -107,3 +107,11 @@ if(TARGET orbite-helper-test)
   add_test(NAME helper_bench_smoke COMMAND helper_bench --sessions 3 --iterations 200)
   set_tests_properties(helper_bench_smoke PROPERTIES TIMEOUT 60)
 endif()
+
+# Same-host copy mechanisms (tests/bench/samehost_bench.c): a program to run by hand,
+# `samehost_bench [--size BYTES] [--rounds N] [--json]`, and a short run that fails when a
+# mechanism moved wrong bytes (one the kernel refuses is reported, not failed).
+add_executable(samehost_bench ${CMAKE_CURRENT_LIST_DIR}/samehost_bench.c)
+target_link_libraries(samehost_bench PRIVATE Threads::Threads)
+add_test(NAME samehost_bench_smoke COMMAND samehost_bench --size 8388608 --rounds 1 --json)
+set_tests_properties(samehost_bench_smoke PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION "\"ok\":true")

@@ -1,0 +1,9 @@
+# Same-host proof (lib/samehost/): unit tests, and the HELLO decoder's fuzz target and corpus.
+set(ORB_SAMEHOST_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
+orb_unit_test(test_samehost_proof SOURCES ${ORB_SAMEHOST_TEST_DIR}/test_samehost_proof.c
+              OBJECTS orb_base orb_samehost)
+# Corpus replay in ctest (python3 tests/samehost/gen_corpus.py writes it); libFuzzer target:
+# ./fuzz_samehost_hello -max_len=256 tests/samehost/corpus
+orb_fuzz_target(fuzz_samehost_hello HARNESS ${ORB_SAMEHOST_TEST_DIR}/fuzz_samehost_hello.c
+                CORPUS ${ORB_SAMEHOST_TEST_DIR}/corpus OBJECTS orb_base orb_samehost
+                FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/samehost/proof.c FUZZ_OBJECTS orb_base)
