@@ -119,7 +119,7 @@ run_vm_tests() {
     local start=$SECONDS rc=0
     log "=== rdma-vm: the rdma-device tests of build/ on soft-RoCE (one VM boot)"
     set +e
-    "$ROOT/tests/vm/vm-run.sh" --topology rails --timeout 600 -- \
+    "$ROOT/tests/vm/vm-run.sh" --topology rails --timeout 1200 -- \
         ctest --test-dir build -L rdma-device --output-on-failure --no-tests=error --repeat until-pass:2 2>&1 |
         tee "$ROOT/build/vm.log"
     rc=${PIPESTATUS[0]}

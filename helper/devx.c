@@ -9,28 +9,7 @@
 #include <rdma/mlx5_user_ioctl_cmds.h>
 
 #include "core/error.h"
-#include "helper/uverbs.h"
-
-/* ---- big-endian fields of the PRM layout ----------------------------------------------------- */
-
-static uint32_t be32_at(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-static uint64_t be64_at(const uint8_t *p)
-{
-    return (uint64_t)be32_at(p) << 32 | be32_at(p + 4);
-}
-
-/* Key context (mkc) offsets, in bytes from its start. */
-#define MKC_FLAGS0 0u        /* free (bit 30), access_mode_4_2 (bits 26..28) */
-#define MKC_FLAGS2 2u        /* umr_en 0x80, a 0x40, rw 0x20, rr 0x10, lw 0x08, lr 0x04, access_mode_1_0 0x03 */
-#define MKC_QPN 4u           /* qpn (24 bits) then mkey_7_0 */
-#define MKC_FLAGS12 12u      /* length64 0x80, bsf_en 0x40 */
-#define MKC_START_ADDR 16u
-#define MKC_LEN 24u
-#define MKC_TRANSLATIONS 52u
+#include "common/uverbs.h"
 
 int orb_devx_decode_mkey(const uint8_t *out, size_t len, struct orb_devx_mkey *m)
 {
@@ -38,29 +17,29 @@ int orb_devx_decode_mkey(const uint8_t *out, size_t len, struct orb_devx_mkey *m
         return orb_fail(ORB_EINVAL, "devx: QUERY_MKEY output of %zu bytes, need %u", len, ORB_DEVX_QUERY_OUT_LEN);
     memset(m, 0, sizeof *m);
     m->status = out[0];
-    m->syndrome = be32_at(out + 4);
+    m->syndrome = orb_be32_get(out + 4);
     const uint8_t *mkc = out + ORB_DEVX_MKC_OFFSET;
-    m->free = (mkc[MKC_FLAGS0] >> 6) & 1u;
-    uint8_t mode_hi = (mkc[MKC_FLAGS0] >> 2) & 7u;
-    uint8_t f2 = mkc[MKC_FLAGS2];
+    m->free = (mkc[ORB_MKC_FLAGS0] >> 6) & 1u;
+    uint8_t mode_hi = (mkc[ORB_MKC_FLAGS0] >> 2) & 7u;
+    uint8_t f2 = mkc[ORB_MKC_FLAGS2];
     m->umr_en = (f2 >> 7) & 1u;
     m->atomic = (f2 >> 6) & 1u;
     m->rw = (f2 >> 5) & 1u;
     m->rr = (f2 >> 4) & 1u;
     m->access_mode = (uint8_t)(mode_hi << 2 | (f2 & 3u));
-    uint32_t qpn_word = be32_at(mkc + MKC_QPN);
+    uint32_t qpn_word = orb_be32_get(mkc + ORB_MKC_QPN);
     m->qpn = qpn_word >> 8;
     m->variant = (uint8_t)(qpn_word & 0xFFu);
-    m->length64 = (mkc[MKC_FLAGS12] >> 7) & 1u;
-    m->bsf_en = (mkc[MKC_FLAGS12] >> 6) & 1u;
-    m->start_addr = be64_at(mkc + MKC_START_ADDR);
-    m->len = be64_at(mkc + MKC_LEN);
-    m->translations = be32_at(mkc + MKC_TRANSLATIONS);
+    m->length64 = (mkc[ORB_MKC_FLAGS12] >> 7) & 1u;
+    m->bsf_en = (mkc[ORB_MKC_FLAGS12] >> 6) & 1u;
+    m->start_addr = orb_be64_get(mkc + ORB_MKC_START_ADDR);
+    m->len = orb_be64_get(mkc + ORB_MKC_LEN);
+    m->translations = orb_be32_get(mkc + ORB_MKC_TRANSLATIONS);
     for (unsigned i = 0; i < ORB_DEVX_KLM_MAX; i++) {
         const uint8_t *k = out + ORB_DEVX_KLM_OFFSET + i * ORB_DEVX_KLM_SIZE;
-        m->klm[i].byte_count = be32_at(k);
-        m->klm[i].key = be32_at(k + 4);
-        m->klm[i].addr = be64_at(k + 8);
+        m->klm[i].byte_count = orb_be32_get(k);
+        m->klm[i].key = orb_be32_get(k + 4);
+        m->klm[i].addr = orb_be64_get(k + 8);
     }
     return 0;
 }
@@ -189,7 +168,7 @@ static int kernel_query_mkey(void *impl, int dev_fd, uint32_t obj_handle, uint32
         return 0;
     if (err == EREMOTEIO) /* the kernel copied the failed command's output: name the failure */
         return orb_fail(ORB_EPERM, "devx: key 0x%08x: the device failed QUERY_MKEY on object %u (status 0x%02x, "
-                        "syndrome 0x%08x)", key, obj_handle, out[0], be32_at(out + 4));
+                        "syndrome 0x%08x)", key, obj_handle, out[0], orb_be32_get(out + 4));
     return orb_devx_query_errno_status(err, obj_handle, key);
 }
 

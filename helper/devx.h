@@ -32,17 +32,18 @@
 #include <stdint.h>
 
 #include "common/helper_proto.h"
+#include "common/mlx5_mkey.h"
 
 /* QUERY_MKEY output: header (16) + key context (64) + reserved (192) + two KLM entries (32). */
-#define ORB_DEVX_MKC_OFFSET 16u
-#define ORB_DEVX_KLM_OFFSET 272u
-#define ORB_DEVX_KLM_SIZE 16u
+#define ORB_DEVX_MKC_OFFSET ORB_MKEY_CMD_MKC_OFFSET
+#define ORB_DEVX_KLM_OFFSET ORB_MKEY_CMD_KLM_OFFSET
+#define ORB_DEVX_KLM_SIZE ORB_MKEY_KLM_SIZE
 #define ORB_DEVX_KLM_MAX 2u
 #define ORB_DEVX_QUERY_OUT_LEN (ORB_DEVX_KLM_OFFSET + ORB_DEVX_KLM_MAX * ORB_DEVX_KLM_SIZE)
 #define ORB_DEVX_QUERY_IN_LEN 16u
 #define ORB_DEVX_OP_QUERY_MKEY 0x201u
-#define ORB_DEVX_ACCESS_MODE_KLMS 2u
-#define ORB_DEVX_QPN_WILDCARD 0xFFFFFFu
+#define ORB_DEVX_ACCESS_MODE_KLMS ORB_MKC_ACCESS_MODE_KLMS
+#define ORB_DEVX_QPN_WILDCARD ORB_MKC_QPN_WILDCARD
 
 enum orb_devx_access { ORB_DEVX_READ = 1, ORB_DEVX_WRITE = 2 };
 

@@ -13,7 +13,7 @@ endif()
 
 set(ORB_HELPER_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(ORB_HELPER_LOGIC_SOURCES ${ORB_HELPER_DIR}/handlers.c ${ORB_HELPER_DIR}/slots.c ${ORB_HELPER_DIR}/monitor.c
-    ${ORB_HELPER_DIR}/devx.c ${ORB_HELPER_DIR}/uctx.c ${ORB_HELPER_DIR}/uverbs.c
+    ${ORB_HELPER_DIR}/devx.c ${ORB_HELPER_DIR}/uctx.c
     ${ORB_HELPER_DIR}/sandbox.c)
 set(ORB_HELPER_INCLUDES ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/lib)
 set(ORB_HELPER_LIBS PkgConfig::LIBCAP PkgConfig::LIBSECCOMP PkgConfig::INIH PkgConfig::JANSSON

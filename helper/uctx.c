@@ -9,7 +9,7 @@
 #include <rdma/mlx5-abi.h>
 
 #include "core/error.h"
-#include "helper/uverbs.h"
+#include "common/uverbs.h"
 
 /* The kernel refuses a uverbs ioctl whose header names another driver than the device's. Only
  * the soft-RoCE kernel check (tests/vm) builds this file for another driver. */

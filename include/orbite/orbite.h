@@ -355,6 +355,16 @@ struct orb_rdma_stats {
     uint64_t progress_recoveries;  /* lanes whose completion queues were replaced after an error */
     uint64_t dmabuf_registrations; /* device registrations made by dma-buf (cuda_memory "direct") */
     uint64_t peermem_registrations;/* device registrations made through a peer-memory module */
+    uint64_t staged_slots;         /* requester side: slots after a request's first, for requests staged
+                                    * (at either end) in more than one slot */
+    uint64_t private_grants;       /* source side: private grants ended and acknowledged (device memory
+                                    * under cuda_memory "direct": a protection domain, memory region and
+                                    * queue pair per rail for each, torn down before its ACK) */
+    uint64_t reuse_grants;         /* source side: grants of device memory served on connected queue pairs by
+                                    * DevX keys (gpu_source_reuse), ended and acknowledged */
+    uint64_t reuse_probe_failures; /* device registrations for which a NIC failed the gpu_source_reuse probe
+                                    * (their grants stay private there; the log says why) */
+    uint64_t kept_keys;            /* DevX keys the device refused to destroy: what they reach is kept for good */
 };
 
 /**
@@ -779,6 +789,15 @@ enum orb_memory_kind {
 };
 
 /**
+ * How a source registered device memory with its NICs (GPUDirect RDMA, cuda_memory "direct"):
+ * bits of orb_region_desc.gpu_direct_routes.
+ */
+enum orb_gpu_direct_route {
+    ORB_GPU_ROUTE_DMABUF = 1u << 0, /* a dma-buf export registered with ibv_reg_dmabuf_mr */
+    ORB_GPU_ROUTE_PEERMEM = 1u << 1 /* the device pointer registered through a peer-memory module */
+};
+
+/**
  * A region a source publishes. The library writes every field, zeroing those it does not fill;
  * comp_mask names the optional fields it filled (none is defined in this release).
  */
@@ -788,7 +807,10 @@ struct orb_region_desc {
     enum orb_perm perm;   /* ORB_PERM_REMOTE_READ or ORB_PERM_REMOTE_WRITE */
     uint32_t memory_kind; /* an enum orb_memory_kind */
     uint32_t comp_mask;   /* 0 in this release */
-    uint32_t reserved32;  /* 0 */
+    /* ORB_GPU_ROUTE_* bits: the routes the source registered this device region by when it was
+     * published. Evidence of how it was published, not a promise that a later request takes
+     * that route; 0 for host memory and for device memory the source stages. */
+    uint32_t gpu_direct_routes;
     uint64_t reserved[3]; /* 0: room for optional fields (a device, a key) before 1.0 */
 };
 

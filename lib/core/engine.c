@@ -107,6 +107,8 @@ static int engine_reg_attach(void *ctx, struct orb_reg *reg)
             return orb_fail(rc, "%s", detail);
         }
         reg->tp_state[i] = state;
+        if (state != NULL && t->ops->reg_gpu_routes != NULL)
+            reg->gpu_routes |= t->ops->reg_gpu_routes(t->state, reg, state);
     }
     return 0;
 }

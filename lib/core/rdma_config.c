@@ -71,6 +71,8 @@ static const struct key_row rows[] = {
     { "progress_mode", KEY_CHOICE, offsetof(struct orb_rdma_config, progress_mode), 0, 0,
       progress_choices },
     { "cuda_memory", KEY_CHOICE, offsetof(struct orb_rdma_config, cuda_memory), 0, 0, cuda_memory_choices },
+    ROW(disable_gpu_direct_rdma, KEY_BOOL, 0, 1),
+    ROW(gpu_source_reuse, KEY_BOOL, 0, 1),
     { "gpu_direct_registration", KEY_CHOICE, offsetof(struct orb_rdma_config, gpu_direct_registration), 0, 0,
       gdr_choices },
     ROW(num_lanes, KEY_U32, 1, 64),

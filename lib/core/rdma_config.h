@@ -50,6 +50,8 @@ struct orb_rdma_config {
     /* memory, progress, queue pairs */
     uint32_t host_memory;                /* enum orb_rdma_host_memory */
     uint32_t cuda_memory;                /* enum orb_rdma_cuda_memory */
+    bool disable_gpu_direct_rdma;        /* no device MR ever: cuda_memory direct is then a configuration error */
+    bool gpu_source_reuse;               /* GPU sources under direct grant on connected QPs by DevX keys */
     uint32_t gpu_direct_registration;    /* enum orb_rdma_gdr_registration */
     uint32_t progress_mode;              /* enum orb_rdma_progress */
     uint32_t num_lanes;

@@ -789,6 +789,11 @@ void orb_registry_release(struct orb_reg *r)
         reg_put(r);
 }
 
+void orb_registry_retain(struct orb_reg *r)
+{
+    atomic_fetch_add(&r->pins, 1);
+}
+
 int orb_registry_describe_remote(struct orb_registry *reg, struct orb_region_desc **out, size_t *count)
 {
     if (reg == NULL || out == NULL || count == NULL)
@@ -814,6 +819,7 @@ int orb_registry_describe_remote(struct orb_registry *reg, struct orb_region_des
             descs[w].length = r->len;
             descs[w].perm = r->perm;
             descs[w].memory_kind = r->kind->kind == ORB_MEM_CUDA ? ORB_MEMORY_CUDA : ORB_MEMORY_HOST;
+            descs[w].gpu_direct_routes = r->gpu_routes;
             w++;
         }
     }

@@ -97,6 +97,7 @@ struct orb_reg {
     struct orb_reap_node reap;
     /* Each transport's state, by transport id; written before publication, then read-only. */
     void *tp_state[ORB_TRANSPORT_SLOTS];
+    uint32_t gpu_routes;         /* ORB_GPU_ROUTE_* its transports registered it by; before publication */
     const struct orb_reg_hooks *hooks; /* NULL: nothing to retire */
 };
 
@@ -172,6 +173,10 @@ int orb_registry_acquire(struct orb_registry *reg, uint64_t addr, uint64_t len, 
  * when the owner has a release callback. Takes no lock but the reaper's queue lock, so it may be
  * called with any other lock held. NULL is a no-op. */
 void orb_registry_release(struct orb_reg *r);
+
+/* One more pin of `r`, for a caller that holds one already (admitted work it hands on): released
+ * with orb_registry_release() like an acquired one. */
+void orb_registry_retain(struct orb_reg *r);
 
 /* A new array (free with free()) of every published registration allowing remote READ. */
 int orb_registry_describe_remote(struct orb_registry *reg, struct orb_region_desc **out, size_t *count);

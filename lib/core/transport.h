@@ -231,6 +231,9 @@ struct orb_transport_ops {
      * lifetime rather than release memory a device may still access. */
     int (*reg_attach)(void *tp, const struct orb_reg *reg, void **state_out);
     int (*reg_retire)(void *tp, const struct orb_reg *reg, void *state);
+    /* Optional: the ORB_GPU_ROUTE_* bits reg_attach registered `reg` by (its `state`), which a
+     * Describe answer reports for it. */
+    uint32_t (*reg_gpu_routes)(void *tp, const struct orb_reg *reg, const void *state);
 
     /* Connect to a peer and prove its epoch. `ctl` is the segment's control path (NULL for TCP,
      * which is it). ORB_ESTALE on a wrong epoch; ORB_EUNAVAILABLE when the peer has no

@@ -162,7 +162,7 @@ static int rail_mask_ok(uint32_t mask)
 static int ask_ok(const struct orb_rdma_grant_ask *a)
 {
     return (a->op == ORB_OP_READ || a->op == ORB_OP_WRITE) && rail_mask_ok(a->rail_mask) && a->length > 0 &&
-           a->addr + a->length >= a->addr;
+           a->addr + a->length >= a->addr && a->pin <= ORB_RDMA_MAX_PINS && (a->pin == 0) == (a->pin_generation == 0);
 }
 
 int orb_rdma_grant_req_encode(const struct orb_rdma_grant_req *m, uint8_t *out, size_t cap, size_t *len_out)
@@ -185,8 +185,8 @@ int orb_rdma_grant_req_encode(const struct orb_rdma_grant_req *m, uint8_t *out, 
                             i, a->op, a->rail_mask, (unsigned long long)a->addr, (unsigned long long)a->length);
         orb_writer_u64(&w, a->request);
         orb_writer_u8(&w, a->op);
-        orb_writer_u8(&w, 0);
-        orb_writer_u16(&w, 0);
+        orb_writer_u8(&w, a->pin);
+        orb_writer_u16(&w, a->pin_generation);
         orb_writer_u32(&w, a->rail_mask);
         orb_writer_u64(&w, a->addr);
         orb_writer_u64(&w, a->length);
@@ -215,11 +215,12 @@ int orb_rdma_grant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_gr
         struct orb_rdma_grant_ask *a = &d.ask[i];
         a->request = orb_cursor_u64(&c);
         a->op = orb_cursor_u8(&c);
-        int bad = zero_bytes(&c, 3);
+        a->pin = orb_cursor_u8(&c);
+        a->pin_generation = orb_cursor_u16(&c);
         a->rail_mask = orb_cursor_u32(&c);
         a->addr = orb_cursor_u64(&c);
         a->length = orb_cursor_u64(&c);
-        if (bad != 0 || c.failed)
+        if (c.failed)
             return orb_fail(ORB_EPROTO, "rdma grant request: request %u is malformed", i);
         if (!ask_ok(a))
             return orb_fail(ORB_EPROTO, "rdma grant request: request %u: op %u, rails 0x%x, [0x%llx, +%llu)", i,
@@ -234,6 +235,18 @@ int orb_rdma_grant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_gr
 static int status_ok(int32_t status)
 {
     return status < 0 && status >= ORB_EAGAIN;
+}
+
+/* A refusal's staging slot: none, or a bounded power of two with ORB_ERESOURCE only. */
+static int slot_ok(uint32_t shift, int32_t status)
+{
+    return shift == 0 || (status == ORB_ERESOURCE && shift >= ORB_RDMA_SLOT_SHIFT_MIN && shift <= ORB_RDMA_SLOT_SHIFT_MAX);
+}
+
+/* A refusal's hint byte: a staging slot, or "private only" with ORB_EUNAVAILABLE only. */
+static int hint_ok(uint32_t hint, int32_t status)
+{
+    return slot_ok(hint, status) || (hint == ORB_RDMA_HINT_PRIVATE && status == ORB_EUNAVAILABLE);
 }
 
 static int why_ok(const char *why, size_t n)
@@ -259,15 +272,17 @@ int orb_rdma_grants_encode(const struct orb_rdma_grants *m, uint8_t *out, size_t
         orb_writer_u32(&w, (uint32_t)g->status);
         if (g->status != 0) {
             /* A refusal and its cause, cut to ORB_RDMA_WHY_MAX printable bytes. */
-            if (!status_ok(g->status) || g->lost_qps > 0xffffu || (g->lost_qps != 0 && g->status != ORB_EPEER))
-                return orb_fail(ORB_EINVAL, "rdma grant encode: entry %u: status %d, lost queue pairs 0x%x", i,
-                                g->status, g->lost_qps);
+            if (!status_ok(g->status) || g->lost_qps > 0xffffu || (g->lost_qps != 0 && g->status != ORB_EPEER) ||
+                !slot_ok(g->slot_shift, g->status) || (g->private_only && (g->slot_shift != 0 ||
+                                                                           g->status != ORB_EUNAVAILABLE)))
+                return orb_fail(ORB_EINVAL, "rdma grant encode: entry %u: status %d, lost queue pairs 0x%x, slot %u%s",
+                                i, g->status, g->lost_qps, g->slot_shift, g->private_only ? ", private" : "");
             char why[ORB_RDMA_WHY_MAX];
             size_t n = 0;
             for (; n < sizeof why && g->why[n] != '\0'; n++)
                 why[n] = g->why[n] >= 0x20 && g->why[n] <= 0x7e ? g->why[n] : '?';
             orb_writer_u8(&w, (uint8_t)n);
-            orb_writer_u8(&w, 0);
+            orb_writer_u8(&w, g->private_only ? (uint8_t)ORB_RDMA_HINT_PRIVATE : (uint8_t)g->slot_shift);
             orb_writer_u16(&w, (uint16_t)g->lost_qps);
             orb_writer_bytes(&w, why, n);
             continue;
@@ -303,18 +318,21 @@ int orb_rdma_grants_decode(const uint8_t *buf, size_t len, struct orb_rdma_grant
         memset(g, 0, sizeof *g);
         g->status = (int32_t)orb_cursor_u32(&c);
         uint32_t n = orb_cursor_u8(&c);
-        if (zero_bytes(&c, 1) != 0 || c.failed)
-            return orb_fail(ORB_EPROTO, "rdma grant: entry %u: malformed head", i);
+        uint32_t slot = orb_cursor_u8(&c);
         uint32_t lost = orb_cursor_u16(&c);
         if (c.failed || (lost != 0 && g->status != ORB_EPEER))
             return orb_fail(ORB_EPROTO, "rdma grant: entry %u: lost queue pairs 0x%x with status %d", i, lost,
                             g->status);
+        if (!hint_ok(slot, g->status))
+            return orb_fail(ORB_EPROTO, "rdma grant: entry %u: hint %u with status %d", i, slot, g->status);
         if (g->status != 0) {
             const uint8_t *why = orb_cursor_bytes(&c, n);
             if (!status_ok(g->status) || n > ORB_RDMA_WHY_MAX || why == NULL || !why_ok((const char *)why, n))
                 return orb_fail(ORB_EPROTO, "rdma grant: entry %u: a refusal with status %d and %u bytes of cause",
                                 i, g->status, n);
             g->lost_qps = lost;
+            g->private_only = slot == ORB_RDMA_HINT_PRIVATE;
+            g->slot_shift = g->private_only ? 0 : slot;
             memcpy(g->why, why, n);
             g->why[n] = '\0';
             continue;
@@ -382,6 +400,349 @@ int orb_rdma_ping_encode(uint64_t nonce, uint8_t *out, size_t cap, size_t *len_o
 int orb_rdma_ping_decode(const uint8_t *buf, size_t len, uint64_t *nonce)
 {
     return u64_body_decode(ORB_RDMA_PING, "PING", buf, len, nonce);
+}
+
+/* ---- PIN, PINNED, UNPIN and UNPINNED ---------------------------------------------------------- */
+
+static int range_ok(uint8_t op, uint64_t addr, uint64_t length)
+{
+    return (op == ORB_OP_READ || op == ORB_OP_WRITE) && length > 0 && addr + length >= addr;
+}
+
+int orb_rdma_pin_encode(const struct orb_rdma_pin_req *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || !range_ok(m->op, m->addr, m->length))
+        return orb_fail(ORB_EINVAL, "rdma pin encode: bad arguments");
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_RDMA_PIN);
+    orb_writer_u64(&w, m->incarnation);
+    orb_writer_u64(&w, m->request);
+    orb_writer_u8(&w, m->op);
+    orb_writer_u8(&w, 0);
+    orb_writer_u16(&w, 0);
+    orb_writer_u32(&w, 0);
+    orb_writer_u64(&w, m->addr);
+    orb_writer_u64(&w, m->length);
+    return finish_encode("pin", &w, len_out);
+}
+
+int orb_rdma_pin_decode(const uint8_t *buf, size_t len, struct orb_rdma_pin_req *m)
+{
+    struct orb_cursor c;
+    int rc = begin_decode("PIN", ORB_RDMA_PIN, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    struct orb_rdma_pin_req d;
+    d.incarnation = orb_cursor_u64(&c);
+    d.request = orb_cursor_u64(&c);
+    d.op = orb_cursor_u8(&c);
+    int bad = zero_bytes(&c, 7);
+    d.addr = orb_cursor_u64(&c);
+    d.length = orb_cursor_u64(&c);
+    if (m == NULL || bad != 0 || orb_cursor_finish(&c) != 0 || !range_ok(d.op, d.addr, d.length))
+        return orb_fail(ORB_EPROTO, "rdma pin: malformed (%zu bytes)", len);
+    *m = d;
+    return 0;
+}
+
+static int pinned_ok(const struct orb_rdma_pinned *m)
+{
+    if (m->status == 0)
+        return m->pin >= 1 && m->pin <= ORB_RDMA_MAX_PINS && m->generation != 0 && m->generation <= 0xffffu &&
+               (m->slot_shift == 0 || (m->slot_shift >= ORB_RDMA_SLOT_SHIFT_MIN && m->slot_shift <= ORB_RDMA_SLOT_SHIFT_MAX));
+    return status_ok(m->status) && m->pin == 0 && m->generation == 0 && m->slot_shift == 0;
+}
+
+int orb_rdma_pinned_encode(const struct orb_rdma_pinned *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || !pinned_ok(m))
+        return orb_fail(ORB_EINVAL, "rdma pinned encode: bad arguments");
+    char why[ORB_RDMA_WHY_MAX];
+    size_t n = 0;
+    for (; m->status != 0 && n < sizeof why && m->why[n] != '\0'; n++)
+        why[n] = m->why[n] >= 0x20 && m->why[n] <= 0x7e ? m->why[n] : '?';
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_RDMA_PINNED);
+    orb_writer_u32(&w, (uint32_t)m->status);
+    orb_writer_u8(&w, (uint8_t)m->pin);
+    orb_writer_u8(&w, (uint8_t)m->slot_shift);
+    orb_writer_u16(&w, (uint16_t)m->generation);
+    orb_writer_u8(&w, (uint8_t)n);
+    orb_writer_u8(&w, 0);
+    orb_writer_u16(&w, 0);
+    orb_writer_bytes(&w, why, n);
+    return finish_encode("pinned", &w, len_out);
+}
+
+int orb_rdma_pinned_decode(const uint8_t *buf, size_t len, struct orb_rdma_pinned *m)
+{
+    struct orb_cursor c;
+    int rc = begin_decode("PINNED", ORB_RDMA_PINNED, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    struct orb_rdma_pinned d;
+    memset(&d, 0, sizeof d);
+    d.status = (int32_t)orb_cursor_u32(&c);
+    d.pin = orb_cursor_u8(&c);
+    d.slot_shift = orb_cursor_u8(&c);
+    d.generation = orb_cursor_u16(&c);
+    uint32_t n = orb_cursor_u8(&c);
+    int bad = zero_bytes(&c, 3);
+    const uint8_t *why = c.failed || n > ORB_RDMA_WHY_MAX ? NULL : orb_cursor_bytes(&c, n);
+    if (m == NULL || bad != 0 || why == NULL || orb_cursor_finish(&c) != 0 || !pinned_ok(&d) ||
+        (d.status == 0 && n != 0) || !why_ok((const char *)why, n))
+        return orb_fail(ORB_EPROTO, "rdma pinned: malformed (%zu bytes)", len);
+    memcpy(d.why, why, n);
+    d.why[n] = '\0';
+    *m = d;
+    return 0;
+}
+
+int orb_rdma_unpin_encode(const struct orb_rdma_unpin *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || m->pin == 0 || m->pin > ORB_RDMA_MAX_PINS ||
+        m->generation == 0 || m->generation > 0xffffu)
+        return orb_fail(ORB_EINVAL, "rdma unpin encode: bad arguments");
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_RDMA_UNPIN);
+    orb_writer_u64(&w, m->incarnation);
+    orb_writer_u8(&w, (uint8_t)m->pin);
+    orb_writer_u8(&w, 0);
+    orb_writer_u16(&w, (uint16_t)m->generation);
+    orb_writer_u32(&w, 0);
+    return finish_encode("unpin", &w, len_out);
+}
+
+int orb_rdma_unpin_decode(const uint8_t *buf, size_t len, struct orb_rdma_unpin *m)
+{
+    struct orb_cursor c;
+    int rc = begin_decode("UNPIN", ORB_RDMA_UNPIN, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    struct orb_rdma_unpin d;
+    d.incarnation = orb_cursor_u64(&c);
+    d.pin = orb_cursor_u8(&c);
+    int bad = zero_bytes(&c, 1);
+    d.generation = orb_cursor_u16(&c);
+    bad |= zero_bytes(&c, 4);
+    if (m == NULL || bad != 0 || orb_cursor_finish(&c) != 0 || d.pin == 0 || d.pin > ORB_RDMA_MAX_PINS ||
+        d.generation == 0)
+        return orb_fail(ORB_EPROTO, "rdma unpin: malformed (%zu bytes)", len);
+    *m = d;
+    return 0;
+}
+
+int orb_rdma_unpinned_encode(int32_t status, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (out == NULL || len_out == NULL || (status != 0 && !status_ok(status)))
+        return orb_fail(ORB_EINVAL, "rdma unpinned encode: bad arguments");
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_RDMA_UNPINNED);
+    orb_writer_u32(&w, (uint32_t)status);
+    orb_writer_u32(&w, 0);
+    return finish_encode("unpinned", &w, len_out);
+}
+
+int orb_rdma_unpinned_decode(const uint8_t *buf, size_t len, int32_t *status)
+{
+    struct orb_cursor c;
+    int rc = begin_decode("UNPINNED", ORB_RDMA_UNPINNED, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    int32_t st = (int32_t)orb_cursor_u32(&c);
+    int bad = zero_bytes(&c, 4);
+    if (status == NULL || bad != 0 || orb_cursor_finish(&c) != 0 || (st != 0 && !status_ok(st)))
+        return orb_fail(ORB_EPROTO, "rdma unpinned: malformed (%zu bytes)", len);
+    *status = st;
+    return 0;
+}
+
+/* ---- PGRANT_REQ and PGRANT -------------------------------------------------------------------- */
+
+#define PGRANT_REQ_HEAD 48u
+#define PGRANT_HEAD 68u
+
+static void put_qp(struct orb_writer *w, const struct orb_rdma_qp_addr *a)
+{
+    orb_writer_u8(w, 0);
+    orb_writer_u8(w, a->mtu);
+    orb_writer_u16(w, a->lid);
+    orb_writer_u32(w, a->qpn);
+    orb_writer_u32(w, a->psn);
+    orb_writer_bytes(w, a->gid, sizeof a->gid);
+}
+
+static int get_qp(struct orb_cursor *c, struct orb_rdma_qp_addr *a)
+{
+    memset(a, 0, sizeof *a);
+    if (zero_bytes(c, 1) != 0)
+        return -1;
+    a->mtu = orb_cursor_u8(c);
+    a->lid = orb_cursor_u16(c);
+    a->qpn = orb_cursor_u32(c);
+    a->psn = orb_cursor_u32(c);
+    const uint8_t *gid = orb_cursor_bytes(c, sizeof a->gid);
+    if (gid == NULL || c->failed)
+        return -1;
+    memcpy(a->gid, gid, sizeof a->gid);
+    return qp_addr_ok(a) ? 0 : -1;
+}
+
+static int pgrant_req_ok(const struct orb_rdma_pgrant_req *m)
+{
+    return range_ok(m->op, m->addr, m->length) && rail_mask_ok(m->rail_mask) &&
+           m->nqps == (uint32_t)__builtin_popcount(m->rail_mask) && m->pin <= ORB_RDMA_MAX_PINS &&
+           (m->pin == 0) == (m->pin_generation == 0);
+}
+
+int orb_rdma_pgrant_req_encode(const struct orb_rdma_pgrant_req *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || !pgrant_req_ok(m))
+        return orb_fail(ORB_EINVAL, "rdma private grant request encode: bad arguments");
+    for (uint32_t i = 0; i < m->nqps; i++)
+        if (!qp_addr_ok(&m->qps[i]))
+            return orb_fail(ORB_EINVAL, "rdma private grant request encode: queue pair %u has a malformed address",
+                            i);
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_RDMA_PGRANT_REQ);
+    orb_writer_u64(&w, m->incarnation);
+    orb_writer_u64(&w, m->request);
+    orb_writer_u8(&w, m->op);
+    orb_writer_u8(&w, (uint8_t)m->nqps);
+    orb_writer_u8(&w, m->pin);
+    orb_writer_u8(&w, 0);
+    orb_writer_u16(&w, m->pin_generation);
+    orb_writer_u16(&w, 0);
+    orb_writer_u32(&w, m->rail_mask);
+    orb_writer_u64(&w, m->addr);
+    orb_writer_u64(&w, m->length);
+    for (uint32_t i = 0; i < m->nqps; i++)
+        put_qp(&w, &m->qps[i]);
+    return finish_encode("private grant request", &w, len_out);
+}
+
+int orb_rdma_pgrant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_pgrant_req *m)
+{
+    struct orb_cursor c;
+    int rc = begin_decode("PGRANT_REQ", ORB_RDMA_PGRANT_REQ, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    if (m == NULL)
+        return orb_fail(ORB_EPROTO, "rdma private grant request: NULL message");
+    struct orb_rdma_pgrant_req d;
+    memset(&d, 0, sizeof d);
+    d.incarnation = orb_cursor_u64(&c);
+    d.request = orb_cursor_u64(&c);
+    d.op = orb_cursor_u8(&c);
+    d.nqps = orb_cursor_u8(&c);
+    d.pin = orb_cursor_u8(&c);
+    if (zero_bytes(&c, 1) != 0)
+        return orb_fail(ORB_EPROTO, "rdma private grant request: malformed head");
+    d.pin_generation = orb_cursor_u16(&c);
+    if (zero_bytes(&c, 2) != 0)
+        return orb_fail(ORB_EPROTO, "rdma private grant request: malformed head");
+    d.rail_mask = orb_cursor_u32(&c);
+    d.addr = orb_cursor_u64(&c);
+    d.length = orb_cursor_u64(&c);
+    if (c.failed || !pgrant_req_ok(&d) || len != PGRANT_REQ_HEAD + (size_t)d.nqps * RAIL_LEN)
+        return orb_fail(ORB_EPROTO, "rdma private grant request: op %u, rails 0x%x, %u queue pairs, pin %u/%u, "
+                        "[0x%llx, +%llu) in %zu bytes", d.op, d.rail_mask, d.nqps, d.pin, d.pin_generation,
+                        (unsigned long long)d.addr, (unsigned long long)d.length, len);
+    for (uint32_t i = 0; i < d.nqps; i++)
+        if (get_qp(&c, &d.qps[i]) != 0)
+            return orb_fail(ORB_EPROTO, "rdma private grant request: queue pair %u is malformed", i);
+    if (orb_cursor_finish(&c) != 0)
+        return orb_fail(ORB_EPROTO, "rdma private grant request: trailing bytes");
+    *m = d;
+    return 0;
+}
+
+int orb_rdma_pgrant_encode(const struct orb_rdma_pgrant *m, uint8_t *out, size_t cap, size_t *len_out)
+{
+    if (m == NULL || out == NULL || len_out == NULL || (m->status != 0 && !status_ok(m->status)))
+        return orb_fail(ORB_EINVAL, "rdma private grant encode: bad arguments");
+    struct orb_writer w;
+    orb_writer_init(&w, out, cap);
+    put_prefix(&w, ORB_RDMA_PGRANT);
+    orb_writer_u32(&w, (uint32_t)m->status);
+    if (m->status != 0) {
+        char why[ORB_RDMA_WHY_MAX];
+        size_t n = 0;
+        for (; n < sizeof why && m->why[n] != '\0'; n++)
+            why[n] = m->why[n] >= 0x20 && m->why[n] <= 0x7e ? m->why[n] : '?';
+        orb_writer_u8(&w, (uint8_t)n);
+        orb_writer_u8(&w, 0);
+        orb_writer_u16(&w, 0);
+        orb_writer_bytes(&w, why, n);
+        return finish_encode("private grant", &w, len_out);
+    }
+    if (m->nqps == 0 || m->nqps > ORB_RDMA_MAX_RAILS)
+        return orb_fail(ORB_EINVAL, "rdma private grant encode: %u queue pairs", m->nqps);
+    for (uint32_t i = 0; i < m->nqps; i++)
+        if (m->rkeys[i] == 0 || !qp_addr_ok(&m->qps[i]))
+            return orb_fail(ORB_EINVAL, "rdma private grant encode: queue pair %u: key 0 or a malformed address", i);
+    orb_writer_u8(&w, (uint8_t)m->nqps);
+    orb_writer_u8(&w, 0);
+    orb_writer_u16(&w, 0);
+    orb_writer_u64(&w, m->grant);
+    orb_writer_u64(&w, m->generation);
+    orb_writer_bytes(&w, m->nonce, sizeof m->nonce);
+    orb_writer_u64(&w, m->target);
+    for (uint32_t i = 0; i < m->nqps; i++) {
+        orb_writer_u32(&w, m->rkeys[i]);
+        put_qp(&w, &m->qps[i]);
+    }
+    return finish_encode("private grant", &w, len_out);
+}
+
+int orb_rdma_pgrant_decode(const uint8_t *buf, size_t len, struct orb_rdma_pgrant *m)
+{
+    struct orb_cursor c;
+    int rc = begin_decode("PGRANT", ORB_RDMA_PGRANT, buf, len, &c);
+    if (rc != 0)
+        return rc;
+    if (m == NULL)
+        return orb_fail(ORB_EPROTO, "rdma private grant: NULL message");
+    struct orb_rdma_pgrant d;
+    memset(&d, 0, sizeof d);
+    d.status = (int32_t)orb_cursor_u32(&c);
+    uint32_t n = orb_cursor_u8(&c);
+    if (zero_bytes(&c, 3) != 0 || c.failed)
+        return orb_fail(ORB_EPROTO, "rdma private grant: malformed head");
+    if (d.status != 0) {
+        const uint8_t *why = orb_cursor_bytes(&c, n);
+        if (!status_ok(d.status) || n > ORB_RDMA_WHY_MAX || why == NULL || !why_ok((const char *)why, n) ||
+            orb_cursor_finish(&c) != 0)
+            return orb_fail(ORB_EPROTO, "rdma private grant: a refusal with status %d and %u bytes of cause in %zu",
+                            d.status, n, len);
+        memcpy(d.why, why, n);
+        d.why[n] = '\0';
+        *m = d;
+        return 0;
+    }
+    d.nqps = n;
+    d.grant = orb_cursor_u64(&c);
+    d.generation = orb_cursor_u64(&c);
+    const uint8_t *nonce = orb_cursor_bytes(&c, sizeof d.nonce);
+    d.target = orb_cursor_u64(&c);
+    if (nonce == NULL || c.failed || n == 0 || n > ORB_RDMA_MAX_RAILS ||
+        len != PGRANT_HEAD + (size_t)n * (RAIL_LEN + 4u))
+        return orb_fail(ORB_EPROTO, "rdma private grant: %u queue pairs in %zu bytes", n, len);
+    memcpy(d.nonce, nonce, sizeof d.nonce);
+    for (uint32_t i = 0; i < n; i++) {
+        d.rkeys[i] = orb_cursor_u32(&c);
+        if (c.failed || d.rkeys[i] == 0 || get_qp(&c, &d.qps[i]) != 0)
+            return orb_fail(ORB_EPROTO, "rdma private grant: queue pair %u: key 0 or a malformed address", i);
+    }
+    if (orb_cursor_finish(&c) != 0)
+        return orb_fail(ORB_EPROTO, "rdma private grant: trailing bytes");
+    *m = d;
+    return 0;
 }
 
 /* ---- BINDING and ACK ------------------------------------------------------------------------- */

@@ -199,6 +199,11 @@ struct rdma_link {
     struct rdma_ack_wait *acks_head, *acks_tail; /* source: ACKs waiting for send-queue room */
     struct rdma_bind_wait *binds_head, *binds_tail; /* source: window binds for the lane to post */
     struct rdma_link *all_next;    /* tp's list (tp->lock) */
+    /* A queue pair of one private grant: at the source, on that grant's protection domain (its
+     * owner the struct rdma_pgrant); at the requester, made for that grant's request (its owner
+     * the peer still) and freed once the request ended (tp->priv_reap, reap_next). */
+    bool private_grant;
+    struct rdma_link *reap_next;
 };
 
 /* A window bind a control handler queued for the lane (a grant's, for one rail). */
@@ -285,7 +290,18 @@ struct rdma_req {
     uint64_t incarnation;          /* the connection its GRANT_REQ went on */
     uint32_t lane;                 /* and the lane of it whose queue pairs carry it */
     bool staged;                   /* moves through stage: this engine stages */
-    struct rdma_stage stage;
+    struct rdma_stage stage;       /* the current slot's extent */
+    /* A request staged at either end moves one slot at a time, each its own grant: the current
+     * slot is [slot_off, +slot_len) of the request, at most slot_max bytes (0: no bound, the
+     * whole request in one). The bound is this engine's slot when it stages, lowered to the
+     * source's when a staging source names a smaller one. */
+    uint64_t slot_max, slot_off, slot_len;
+    bool slot_wrote;               /* a WRITE slot of it ended before: the peer's bytes changed */
+    /* A request of several slots holds its whole range at the source from PIN to UNPIN (pin 0:
+     * none); its slots' grants on the connection it was pinned on name the pin. */
+    bool pin_asked;
+    uint32_t pin, pin_generation;
+    uint64_t pin_incarnation;
     uint32_t npieces, arrived;
     struct orb_xfer *pieces[ORB_SLICE_MAX];
     /* Rails are chosen at dispatch, for the pieces still live then: the selector's lease holds
@@ -316,9 +332,6 @@ struct rdma_req {
     uint32_t outstanding;          /* WRs posted or queued and not completed */
     uint32_t sends_left;           /* SEND_WITH_INVs not completed */
     bool counted, granted, acked, ended; /* counted: in peer->inflight */
-    /* A payload WR of it may have reached the device (posted, or refused without proof that it
-     * was not taken): set by the lane that posts it, before its completion can be polled. */
-    atomic_bool payload_posted;
     bool expired;                  /* its ACK deadline passed (the scan failed it) */
     int status;                    /* the first failure */
     char why[320];                 /* its cause */
@@ -328,8 +341,28 @@ struct rdma_req {
     bool device_refused;
     struct rdma_ending *verdict;
     uint64_t deadline;             /* the ACK's */
+    /* A payload WR of it may have reached the device (posted, or refused without proof that it
+     * was not taken): set by the lane that posts it, before its completion can be polled. Not
+     * beside the flags above, which are read together under the peer's lock. */
+    atomic_bool payload_posted;
     struct rdma_wr_ctx send_ctx[ORB_RDMA_MAX_RAILS];
     struct rdma_wait waits[ORB_SLICE_MAX + ORB_RDMA_MAX_RAILS];
+    /* A private grant (the source's range is device memory it lends on queue pairs of the grant
+     * alone): the queue pair made for it per rail, which carries its pieces and fenced SEND
+     * instead of the connection's (NULL: the connection's). */
+    bool private_grant;
+    struct rdma_link *priv[ORB_RDMA_MAX_RAILS];
+};
+
+/* Source side: a whole request's range held from PIN to UNPIN (or the connection's end, or
+ * io_timeout_s and the grace without a grant under it); its slots' grants use this
+ * registration, admitted once, whatever happens to its lookup meanwhile. */
+struct rdma_src_pin {
+    struct orb_reg *reg;           /* NULL: the slot is free */
+    uint8_t op;
+    uint16_t generation;           /* of the slot's last pin; never 0 */
+    uint64_t request, addr, length;
+    uint64_t expires_ns;
 };
 
 /* Source side: one per requester peer (CONNECT). */
@@ -348,6 +381,9 @@ struct rdma_src_conn {
     struct rdma_grant *grants;
     uint32_t ngrants[ORB_RDMA_MAX_RAILS]; /* grants holding a receive of each queue pair */
     uint64_t next_grant;
+    struct rdma_src_pin pins[ORB_RDMA_MAX_PINS]; /* PIN's "pin" k names pins[k - 1] */
+    struct rdma_pgrant *pgrants;   /* private grants (conn lock) */
+    uint32_t pgrants_ending;       /* of them, waiting for their teardown on lane 0 (conn lock) */
     int failed;
     bool closing;                  /* on tp->reap_conns (tp->lock) */
     uint32_t users;                /* control handlers using it (tp->lock): not reaped meanwhile */
@@ -370,6 +406,11 @@ struct rdma_grant {
     char why[ORB_RDMA_WHY_MAX + 1];/* why bind_status (a failure before the binds were posted) */
     struct orb_rdma_window *win[ORB_RDMA_MAX_RAILS];
     uint32_t key[ORB_RDMA_MAX_RAILS];
+    /* gpu_source_reuse: the rails whose key is a DevX key (rdma/devx_key.h) instead of a window,
+     * its object, and whether a key's destruction failed (the pin is then kept for good). */
+    uint32_t devx_mask;
+    uint32_t devx_handle[ORB_RDMA_MAX_RAILS];
+    bool keep_pin;
     uint32_t binds_left;
     int bind_status;
     bool abandoned;                /* its GRANT call gave up: the lane frees it */
@@ -378,6 +419,35 @@ struct rdma_grant {
     struct rdma_wr_ctx bind_ctx[ORB_RDMA_MAX_RAILS];
     struct ibv_send_wr bind_wr[ORB_RDMA_MAX_RAILS];   /* built by the handler, posted by the lane */
     struct rdma_bind_wait bind_wait[ORB_RDMA_MAX_RAILS];
+};
+
+/* Source side: a private grant, for device memory under cuda_memory direct, where no window may
+ * be bound: for each rail of it a protection domain of its own, the memory region of exactly the
+ * range with the op's access only, and a queue pair on that domain, connected to one the
+ * requester made for the grant. It ends with the requester's fenced SEND of the BINDING on each
+ * rail; then lane 0 tears down the queue pairs, regions and domains (rdma_private.c), and only
+ * after that the ACK goes, on the connection's own queue pair. One that fails or expires is torn
+ * down the same way, without an ACK; its connection lives on. */
+enum rdma_pgrant_state { RDMA_PGRANT_ACTIVE = 1, RDMA_PGRANT_ENDING = 2 };
+
+struct rdma_pgrant {
+    struct rdma_pgrant *next;      /* conn->pgrants */
+    struct rdma_src_conn *conn;
+    uint64_t id, generation;
+    uint8_t nonce[ORB_RDMA_NONCE_LEN];
+    uint64_t request;
+    uint8_t op;
+    uint64_t addr, length;
+    uint32_t rail_mask, done_mask; /* queue pairs of the connection it runs beside */
+    struct orb_reg *pin;
+    struct ibv_pd *pd[ORB_RDMA_MAX_RAILS];
+    struct ibv_mr *mr[ORB_RDMA_MAX_RAILS];
+    struct rdma_link *link[ORB_RDMA_MAX_RAILS];
+    enum rdma_pgrant_state state;  /* conn lock */
+    int status;                    /* why it ends, when not by its bindings (0: by them) */
+    char why[160];
+    bool ack;                      /* every BINDING came: its end is acknowledged */
+    uint64_t expires_ns;
 };
 
 /* ---- rdma_link.c ------------------------------------------------------------------------------ */
@@ -403,6 +473,10 @@ void rdma_data_destroy(struct orb_rdma_tp *tp);
 #define RDMA_ANY_LANE UINT32_MAX /* and a context with only_lane set uses that one */
 int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, uint32_t first_lane,
                   void *owner, struct rdma_link **out);
+/* The same on protection domain `pd` of `c` (a private grant's at a source), the QP and its
+ * message buffers; `private_grant`: a queue pair of one private grant (either side). */
+int rdma_link_new_on(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_pd *pd, bool private_grant,
+                     enum rdma_role role, uint32_t rail, uint32_t first_lane, void *owner, struct rdma_link **out);
 /* Connect to `remote` and post every receive. */
 int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote);
 /* Post one send WR (wr->wr_id is set here from the tracker) with `cookie`; with `msg`, its
@@ -448,14 +522,28 @@ void rdma_link_fault(struct rdma_link *l, int status);
 /* The monitor fenced rail `rail` under live queue pairs of connection `p` (tp->lock held): one
  * failure of its pair there (rdma_requester.c), once per connection and fence. */
 void rdma_req_rail_fenced(struct rdma_peer *p, uint32_t rail);
-/* Unhook from the lane and destroy (the QP must hold no bound window). */
-void rdma_link_free(struct rdma_link *l);
+/* Unhook from the lane and destroy (the QP must hold no bound window). 0, or ORB_EBUSY when the
+ * device refused to destroy the QP or deregister its buffers: then they stay, for good (and a
+ * private grant's PD with them). NULL: 0. Never on a lane inside a completion of `l`. */
+int rdma_link_free(struct rdma_link *l);
+/* Have lane 0 run its reaping soon (a private grant waits for teardown). */
+void rdma_lane0_kick(struct orb_rdma_tp *tp);
 /* Fail and free links[from..to), skipping empty places; each place is NULL afterwards. */
 void rdma_links_drop(struct rdma_link **links, uint32_t from, uint32_t to);
 
 /* ---- rdma_staging.c --------------------------------------------------------------------------- */
 
 /* The staging arena's bookkeeping when host_memory is staged (none otherwise). 0 or ORB_ENOMEM. */
+/* gpu_source_reuse (rdma_reuse.c). rdma_reuse_site: where NIC `nic`'s DevX keys are made and
+ * checked (ORB_EUNAVAILABLE: it carries no rails, or was opened without the helper).
+ * rdma_reuse_probe: the NICs of `m` that made and verified a key over [base, +len) as a grant
+ * would (the others are logged and counted); *keep_out is set when a probe key could not be
+ * destroyed, so that the registration's bytes and MRs must stay for good. */
+struct orb_devx_key_site;
+int rdma_reuse_site(struct orb_rdma_tp *tp, uint32_t nic, struct orb_devx_key_site *out);
+uint64_t rdma_reuse_probe(struct orb_rdma_tp *tp, const struct orb_rdma_reg_mrs *m, uint64_t base, uint64_t len,
+                          bool *keep_out);
+
 int rdma_staging_start(struct orb_rdma_tp *tp);
 /* An extent of `len` bytes, waiting until `deadline` while staging is full (0: no wait, and
  * ORB_EAGAIN when full). Errors: ORB_EUNAVAILABLE (this engine does not stage), ORB_ERESOURCE
@@ -464,6 +552,9 @@ int rdma_staging_start(struct orb_rdma_tp *tp);
 int rdma_stage_take(struct orb_rdma_tp *tp, uint64_t len, uint64_t deadline, struct rdma_stage *out);
 /* Give an extent back (cpu NULL: nothing); wakes waiters. */
 void rdma_stage_put(struct orb_rdma_tp *tp, struct rdma_stage *s);
+/* The staging slot of this engine, as a shift (ORB_RDMA_SLOT_SHIFT_MIN..MAX): the most bytes
+ * one grant of staged memory moves, at either end; a longer request moves slot by slot. */
+uint32_t rdma_stage_slot_shift(const struct orb_rdma_tp *tp);
 /* The arena's MRs on NIC `nic` (a caller holding an extent), or NULL. */
 const struct orb_rdma_reg_mr *rdma_stage_mr(const struct orb_rdma_tp *tp, uint32_t nic);
 /* Bytes of staging in use now. */
@@ -516,5 +607,34 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
 void rdma_src_close_all(struct orb_rdma_tp *tp);
 /* Tear down connections marked for it once their work requests are in (`force`: now). */
 void rdma_src_reap(struct orb_rdma_tp *tp, bool force);
+
+/* A grant's admission on c: its queue pairs are c's and connected (ORB_EPROTO, ORB_EUNAVAILABLE),
+ * and one registration holds the whole range with the op's permission (ORB_ENOENT, ORB_EPERM), or,
+ * for a slot of a pinned request, the pin holds it (ORB_ENOENT); any GPU work recorded on it has
+ * ended. 0 with *out retained (the caller releases it). */
+int rdma_src_admit(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_ask *in,
+                   struct orb_reg **out);
+/* Whether BINDING `b` carries exactly a grant's terms on c: its generation, nonce, request, range,
+ * op and the rail's key, c's incarnation and both engines' epochs. */
+bool rdma_src_binding_matches(const struct orb_rdma_binding *b, const struct rdma_src_conn *c, uint64_t generation,
+                              const uint8_t nonce[ORB_RDMA_NONCE_LEN], uint64_t request, uint64_t addr,
+                              uint64_t length, uint8_t op, uint32_t rkey);
+/* Before a WRITE grant of Direct device memory (id `grant`) is acknowledged: what the NIC wrote
+ * is made visible to the device (cuFlushGPUDirectRDMAWrites where it does not order NIC writes).
+ * 0, or ORB_EUNAVAILABLE (logged) when the flush failed. Nothing to do for other grants. */
+int rdma_src_gdr_visible(const struct orb_reg *pin, uint8_t op, uint64_t grant);
+
+/* ---- rdma_private.c: private grants at the source -------------------------------------------- */
+
+/* PGRANT_REQ on connection `c` (held by the caller): answers PGRANT into resp. */
+int rdma_pgrant_serve(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_pgrant_req *in,
+                      struct orb_rdma_pgrant *out);
+/* A receive completion on a private grant's queue pair (msg NULL: it failed). */
+void rdma_pgrant_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg);
+/* Lane 0: tear down the ending private grants of `c` (all of them with `all`: c is destroyed),
+ * and ACK those whose bindings all came, unless `all`. */
+void rdma_pgrant_reap(struct orb_rdma_tp *tp, struct rdma_src_conn *c, bool all);
+/* The scan: private grants of `c` past their expiry end, without an ACK. */
+void rdma_pgrant_scan(struct orb_rdma_tp *tp, struct rdma_src_conn *c, uint64_t now);
 
 #endif

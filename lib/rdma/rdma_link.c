@@ -206,10 +206,16 @@ free_ctx:
 int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, uint32_t first_lane,
                   void *owner, struct rdma_link **out)
 {
+    return rdma_link_new_on(tp, c, c->pd, false, role, rail, first_lane, owner, out);
+}
+
+int rdma_link_new_on(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_pd *pd, bool private_grant,
+                     enum rdma_role role, uint32_t rail, uint32_t first_lane, void *owner, struct rdma_link **out)
+{
     /* A source's queue pair carries no payload: a window bind for each grant it may hold (one
      * per receive) and their ACKs, so it is sized for those rather than by max_send_wr, and
-     * never queues one behind the other. */
-    uint32_t sq = role == RDMA_ROLE_SOURCE ? 2 * RDMA_RQ_DEPTH : tp->cfg->max_send_wr;
+     * never queues one behind the other; a private grant's posts nothing at all. */
+    uint32_t sq = role == RDMA_ROLE_SOURCE ? (private_grant ? 2u : 2 * RDMA_RQ_DEPTH) : tp->cfg->max_send_wr;
     if (c->hca.max_qp_wr > 0 && sq > c->hca.max_qp_wr)
         sq = c->hca.max_qp_wr;
     uint32_t charge = sq + RDMA_RQ_DEPTH;
@@ -263,6 +269,7 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
     atomic_init(&l->down, false);
     atomic_init(&l->fault, false);
     l->owner = owner;
+    l->private_grant = private_grant;
     l->cqe_charge = charge;
     pthread_mutex_init(&l->lock, NULL);
     struct orb_qos_config qc;
@@ -277,7 +284,7 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
         .incarnation = orb_random_u64() & 0xffffffu,
     };
     pthread_mutex_unlock(&c->addr_lock);
-    rc = orb_rdma_qp_create(tp->v, c->pd, scq, rcq, &p, &c->hca, &l->qp);
+    rc = orb_rdma_qp_create(tp->v, pd, scq, rcq, &p, &c->hca, &l->qp);
     if (rc != 0)
         goto free_link;
     l->signal_every = role == RDMA_ROLE_REQUESTER ? orb_rdma_signal_every(tp->cfg->signal_interval, l->qp->sq_depth) : 1;
@@ -288,7 +295,7 @@ int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role rol
         goto free_qp;
     }
     memset(l->buf, 0, bytes);
-    l->buf_mr = tp->v->reg_mr_iova2(c->pd, l->buf, bytes, (uint64_t)(uintptr_t)l->buf, ORB_RDMA_LOCAL_ACCESS);
+    l->buf_mr = tp->v->reg_mr_iova2(pd, l->buf, bytes, (uint64_t)(uintptr_t)l->buf, ORB_RDMA_LOCAL_ACCESS);
     if (l->buf_mr == NULL) {
         rc = orb_fail(ORB_ERESOURCE, "rdma: cannot register a link's message buffers: %s", strerror(errno));
         goto free_buf;
@@ -535,6 +542,14 @@ static void lane_wake(struct rdma_lane *lane)
     }
 }
 
+void rdma_lane0_kick(struct orb_rdma_tp *tp)
+{
+    if (tp->lanes == NULL || tp->nlanes == 0)
+        return;
+    atomic_store(&tp->lanes[0].kick, 1);
+    lane_wake(&tp->lanes[0]);
+}
+
 void rdma_link_kick(struct rdma_link *l)
 {
     struct rdma_lane *lane = &l->tp->lanes[l->lane];
@@ -720,10 +735,10 @@ static void uncharge_pair_locked(struct rdma_link *l)
         }
 }
 
-void rdma_link_free(struct rdma_link *l)
+int rdma_link_free(struct rdma_link *l)
 {
     if (l == NULL)
-        return;
+        return 0;
     struct orb_rdma_tp *tp = l->tp;
     pthread_mutex_lock(&tp->lock);
     for (struct rdma_link **pp = &tp->links; *pp != NULL; pp = &(*pp)->all_next) {
@@ -741,7 +756,7 @@ void rdma_link_free(struct rdma_link *l)
          * its CQ entries) stay for good, and nothing tries again. */
         atomic_fetch_add(&tp->kept_qps, 1);
         ORB_LOGE("%s: the queue pair, its buffers and its charges are kept", orb_last_error());
-        return;
+        return ORB_EBUSY;
     }
     pthread_mutex_lock(&tp->lock);
     tp->endpoints--;
@@ -749,12 +764,13 @@ void rdma_link_free(struct rdma_link *l)
     pthread_mutex_unlock(&tp->lock);
     if (tp->v->dereg_mr(l->buf_mr) != 0) {
         ORB_LOGE("rdma: a link's message buffers could not be deregistered: kept");
-        return;
+        return ORB_EBUSY;
     }
     free(l->buf);
     free_acks_locked(l);
     pthread_mutex_destroy(&l->lock);
     free(l);
+    return 0;
 }
 
 void rdma_links_drop(struct rdma_link **links, uint32_t from, uint32_t to)
@@ -1539,6 +1555,7 @@ int rdma_data_start(struct orb_rdma_tp *tp)
 {
     pthread_mutex_init(&tp->lock, NULL);
     pthread_mutex_init(&tp->glock, NULL);
+    pthread_mutex_init(&tp->priv_lock, NULL);
     (void)orb_cond_init_monotonic(&tp->gcond);
     (void)orb_cond_init_monotonic(&tp->built);
     struct orb_qos_config qc;
@@ -1715,6 +1732,7 @@ int rdma_data_stop(struct orb_rdma_tp *tp, uint64_t deadline)
 
 void rdma_data_destroy(struct orb_rdma_tp *tp)
 {
+    rdma_req_reap(tp, true); /* private grants' queue pairs retired since the stop */
     if (tp->links != NULL) {
         ORB_LOGE("rdma: links are left at destroy: their contexts are kept");
         return;
@@ -1740,4 +1758,5 @@ void rdma_data_destroy(struct orb_rdma_tp *tp)
     pthread_cond_destroy(&tp->built);
     pthread_mutex_destroy(&tp->glock);
     pthread_mutex_destroy(&tp->lock);
+    pthread_mutex_destroy(&tp->priv_lock);
 }

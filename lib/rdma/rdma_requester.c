@@ -36,6 +36,28 @@ static uint64_t piece_offset(const struct rdma_req *r, const struct orb_xfer *x)
     return x->remote_addr - r->addr;
 }
 
+/* The part of live piece `x` inside r's current slot: its offset in the request and its length.
+ * false: the piece has no byte in the slot. */
+static bool piece_part(const struct rdma_req *r, const struct orb_xfer *x, uint64_t *off, uint64_t *len)
+{
+    if (x == NULL)
+        return false;
+    uint64_t lo = piece_offset(r, x), hi = lo + x->length;
+    uint64_t slo = r->slot_off, shi = r->slot_off + r->slot_len;
+    if (hi <= slo || lo >= shi)
+        return false;
+    *off = lo > slo ? lo : slo;
+    *len = (hi < shi ? hi : shi) - *off;
+    return true;
+}
+
+/* The length of r's slot starting at r->slot_off. */
+static uint64_t slot_length(const struct rdma_req *r)
+{
+    uint64_t left = r->length - r->slot_off;
+    return r->slot_max != 0 && r->slot_max < left ? r->slot_max : left;
+}
+
 /* ---- peers ------------------------------------------------------------------------------------- */
 
 /* Rail k of a connection to the health table: the pair of this engine's NIC and the source's
@@ -367,8 +389,44 @@ void rdma_peer_release(void *peer)
         rdma_req_reap(tp, true);
 }
 
+/* Free the retired queue pairs of private grants whose work requests are all in (`force`: all):
+ * one with some still outstanding is failed first, so that they flush. */
+static void reap_private_links(struct orb_rdma_tp *tp, bool force)
+{
+    pthread_mutex_lock(&tp->priv_lock);
+    struct rdma_link *list = tp->priv_reap, *keep = NULL;
+    tp->priv_reap = NULL;
+    pthread_mutex_unlock(&tp->priv_lock);
+    while (list != NULL) {
+        struct rdma_link *l = list;
+        list = l->reap_next;
+        pthread_mutex_lock(&l->lock);
+        uint32_t left = l->qp->track.count;
+        int failed = l->failed;
+        pthread_mutex_unlock(&l->lock);
+        if (left > 0 && !force) {
+            if (failed == 0)
+                rdma_link_fail(l, ORB_ECLOSED);
+            l->reap_next = keep;
+            keep = l;
+            continue;
+        }
+        (void)rdma_link_free(l); /* what the device keeps is counted there */
+    }
+    if (keep != NULL) {
+        pthread_mutex_lock(&tp->priv_lock);
+        struct rdma_link *tail = keep;
+        while (tail->reap_next != NULL)
+            tail = tail->reap_next;
+        tail->reap_next = tp->priv_reap;
+        tp->priv_reap = keep;
+        pthread_mutex_unlock(&tp->priv_lock);
+    }
+}
+
 void rdma_req_reap(struct orb_rdma_tp *tp, bool force)
 {
+    reap_private_links(tp, force);
     pthread_mutex_lock(&tp->lock);
     if (tp->reap_peers == NULL) {
         pthread_mutex_unlock(&tp->lock);
@@ -443,6 +501,9 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     r->op = in->op;
     r->addr = in->remote_addr;
     r->length = in->length;
+    r->slot_max = staged ? 1ull << rdma_stage_slot_shift(tp) : 0;
+    r->slot_off = 0;
+    r->slot_len = slot_length(r);
     r->npieces = count;
     for (uint32_t i = 0; i < count; i++) {
         pieces[i].offset = s[i].offset;
@@ -473,11 +534,9 @@ static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t all
     const struct orb_xfer *first = NULL;
     for (uint32_t i = 0; i < r->npieces; i++) {
         const struct orb_xfer *x = r->pieces[i];
-        if (x == NULL)
+        if (!piece_part(r, x, &s[n].offset, &s[n].length))
             continue;
         first = first != NULL ? first : x;
-        s[n].offset = piece_offset(r, x);
-        s[n].length = x->length;
         r->lease_slot[i] = (uint8_t)n++;
     }
     if (first == NULL)
@@ -490,13 +549,14 @@ static int choose_rails(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t all
     r->rail_mask = 0;
     for (uint32_t i = 0; i < r->npieces; i++) {
         struct orb_xfer *x = r->pieces[i];
-        if (x == NULL)
+        uint64_t off, len;
+        if (!piece_part(r, x, &off, &len))
             continue;
         x->rail = orb_lease_nic(&r->lease, r->lease_slot[i]);
         r->rail_mask |= 1u << x->rail;
         if (tp->cfg->log_slice_affinity)
-            ORB_LOGD("rdma: slice of %llu bytes at +%llu on rail %u (%s)", (unsigned long long)x->length,
-                     (unsigned long long)piece_offset(r, x), x->rail, tp->dev.nics[tp->rail_nic[x->rail]].name);
+            ORB_LOGD("rdma: slice of %llu bytes at +%llu on rail %u (%s)", (unsigned long long)len,
+                     (unsigned long long)off, x->rail, tp->dev.nics[tp->rail_nic[x->rail]].name);
     }
     return 0;
 }
@@ -579,6 +639,7 @@ struct rdma_ending {
     int status;
     enum orb_remote_effect effect;
     bool replay;                   /* not ended: asked for again (report_pieces queues it) */
+    bool advance;                  /* not ended: its slot did, the next one is asked for */
     char why[320];
 };
 
@@ -633,14 +694,33 @@ static void judge_rails(struct rdma_req *r, int status)
         }
 }
 
+/* The queue pairs of r's private grant go to lane 0, which frees them once nothing of theirs is
+ * outstanding (p->lock held; priv_lock is a leaf). */
+static void retire_private_locked(struct rdma_req *r)
+{
+    struct orb_rdma_tp *tp = r->peer->tp;
+    pthread_mutex_lock(&tp->priv_lock);
+    for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++) {
+        if (r->priv[k] == NULL)
+            continue;
+        r->priv[k]->reap_next = tp->priv_reap;
+        tp->priv_reap = r->priv[k];
+        r->priv[k] = NULL;
+    }
+    pthread_mutex_unlock(&tp->priv_lock);
+    r->private_grant = false;
+}
+
 /* `r` leaves its attempt (p->lock held): its rails judged, out of the connection's granted
  * requests and its count, the connection marked when the source still holds its grant. */
 static void leave_locked(struct rdma_req *r, int status)
 {
     struct rdma_peer *p = r->peer;
     judge_rails(r, status);
-    if (r->granted && status != 0 && !r->acked && r->incarnation == p->incarnation)
+    /* A private grant holds nothing on the connection's queue pairs: it expires alone there. */
+    if (r->granted && status != 0 && !r->acked && r->incarnation == p->incarnation && !r->private_grant)
         p->poisoned = true;
+    retire_private_locked(r);
     if (r->granted) {
         for (struct rdma_req **pp = &p->active; *pp != NULL; pp = &(*pp)->next) {
             if (*pp == r) {
@@ -680,7 +760,7 @@ static void end_locked(struct rdma_req *r, int status, struct rdma_ending *e)
     r->ended = true;
     leave_locked(r, status);
     e->r = r;
-    e->replay = false;
+    e->replay = e->advance = false;
     e->n = 0;
     for (uint32_t i = 0; i < r->npieces; i++)
         if (r->pieces[i] != NULL)
@@ -688,7 +768,11 @@ static void end_locked(struct rdma_req *r, int status, struct rdma_ending *e)
     e->status = status;
     snprintf(e->why, sizeof e->why, "%s", status != 0 ? r->why : "");
     e->effect = outcome_locked(r, status).effect;
+    /* A failure after a WRITE slot ended: that slot's bytes are the peer's already. */
+    if (status != 0 && r->slot_wrote)
+        e->effect = ORB_REMOTE_EFFECT_UNKNOWN;
 }
+
 
 /* `r` back to before its grant (p->lock held, its attempt left). */
 static void reset_attempt_locked(struct rdma_req *r)
@@ -708,6 +792,21 @@ static void reset_attempt_locked(struct rdma_req *r)
     memset(r->first_post_ns, 0, sizeof r->first_post_ns);
 }
 
+/* `r`'s slot ended well and another follows (p->lock held): its attempt is judged and left, and
+ * report_pieces() lands the slot (a staged READ's bytes) and queues the request for the next. */
+static void advance_locked(struct rdma_req *r, struct rdma_ending *e)
+{
+    leave_locked(r, 0);
+    e->r = r;
+    e->replay = false;
+    e->advance = true;
+    e->n = 0;
+    e->status = 0;
+    e->effect = ORB_REMOTE_EFFECT_NONE;
+    e->why[0] = '\0';
+    reset_attempt_locked(r);
+}
+
 /* Take failed `r` back to before its grant (p->lock held): its attempt is judged and left as an
  * ending one would be, and it starts over with the rails that failed it avoided; report_pieces()
  * queues it for its new grant. */
@@ -716,6 +815,7 @@ static void replay_locked(struct rdma_req *r, struct rdma_ending *e)
     leave_locked(r, r->status);
     e->r = r;
     e->replay = true;
+    e->advance = false;
     e->n = 0;
     e->status = r->status;
     e->effect = ORB_REMOTE_EFFECT_NONE;
@@ -761,17 +861,22 @@ static void ask_again(struct orb_rdma_tp *tp, struct rdma_req *r, const struct r
 static bool reroute(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t lost, uint64_t incarnation)
 {
     struct rdma_peer *p = r->peer;
-    uint32_t rails = 0;
+    uint32_t rails = 0, nfault = 0;
+    struct rdma_link *fault[ORB_RDMA_MAX_RAILS];
+    /* The links are failed after p->lock is let go (a lane posting on one takes p->lock under
+     * the link's lock), under tp->lock, which keeps a reconnect from freeing them meanwhile. */
+    pthread_mutex_lock(&tp->lock);
     pthread_mutex_lock(&p->lock);
     if (r->reroutes >= p->nrails * p->width) {
         pthread_mutex_unlock(&p->lock);
+        pthread_mutex_unlock(&tp->lock);
         return false;
     }
     r->reroutes++;
     for (uint32_t m = incarnation == p->incarnation ? lost : 0; m != 0; m &= m - 1) {
         struct rdma_link *l = p->links[__builtin_ctz(m)];
         if (l != NULL && !atomic_load(&l->down)) {
-            rdma_link_fault(l, ORB_EPEER);
+            fault[nfault++] = l;
             rails |= 1u << l->rail;
         }
     }
@@ -780,6 +885,9 @@ static bool reroute(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t lost, u
     reset_attempt_locked(r);
     r->avoid |= rails;
     pthread_mutex_unlock(&p->lock);
+    for (uint32_t i = 0; i < nfault; i++)
+        rdma_link_fault(fault[i], ORB_EPEER);
+    pthread_mutex_unlock(&tp->lock);
     if (r->leased) {
         (void)orb_lease_abandon(&r->lease); /* nothing of it was posted */
         r->leased = false;
@@ -791,27 +899,62 @@ static bool reroute(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t lost, u
     return true;
 }
 
-/* A staged piece's local bytes into its place in the extent (`in`, a WRITE's) or back out of it
- * (a READ's): memcpy where the memory has a CPU view, its kind's own copy (device memory) where
- * not. 0, or the copy's failure. */
-static int stage_copy(const struct orb_xfer *x, uint8_t *stage, bool in)
+/* A staging source refused `r`'s slot because it stages that range in slots of 2^shift bytes, and
+ * fewer than r asked for (remote staging): r goes back to the grant queue and moves slot by slot
+ * at that size. Nothing of it exists at the source. false, with nothing changed: the source named
+ * a slot no smaller than the one refused, and the caller ends r. */
+static bool resize_slot(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t shift)
 {
+    struct rdma_peer *p = r->peer;
+    uint64_t slot = 1ull << shift;
+    pthread_mutex_lock(&p->lock);
+    if (slot >= r->slot_len) {
+        pthread_mutex_unlock(&p->lock);
+        return false;
+    }
+    leave_locked(r, ORB_EAGAIN);
+    reset_attempt_locked(r);
+    r->slot_max = slot;
+    r->slot_len = slot_length(r);
+    pthread_mutex_unlock(&p->lock);
+    if (r->leased) {
+        (void)orb_lease_abandon(&r->lease); /* nothing of it was posted */
+        r->leased = false;
+    }
+    rdma_stage_put(tp, &r->stage); /* this side's extent, taken again for the shorter slot */
+    ORB_LOGD("rdma: %s stages the range in slots of %llu bytes: a request of %llu moves slot by slot", p->endpoint,
+             (unsigned long long)slot, (unsigned long long)r->length);
+    requeue(tp, r, ORB_ECLOSED, "rdma: the transport stopped before the request was granted");
+    return true;
+}
+
+/* The local bytes of piece `x`'s part in r's slot into their place in the slot's extent (`in`, a
+ * WRITE's) or back out of it (a READ's): memcpy where the memory has a CPU view, its kind's own
+ * copy (device memory) where not. 0 (also for a piece without a part in the slot), or the copy's
+ * failure. */
+static int stage_copy(const struct rdma_req *r, const struct orb_xfer *x, bool in)
+{
+    uint64_t off, len;
+    if (!piece_part(r, x, &off, &len))
+        return 0;
+    uint8_t *stage = r->stage.cpu + (off - r->slot_off);
+    uint64_t in_piece = off - piece_offset(r, x);
     uint8_t *cpu = orb_xfer_local_cpu(x);
     if (cpu != NULL) {
-        memcpy(in ? stage : cpu, in ? cpu : stage, x->length);
+        memcpy(in ? stage : cpu + in_piece, in ? cpu + in_piece : stage, len);
         return 0;
     }
     const struct orb_reg *reg = x->local_reg;
-    uint64_t addr = reg->base + x->local_offset;
-    int rc = in ? reg->kind->to_host(reg, addr, stage, (size_t)x->length)
-                : reg->kind->from_host(reg, addr, stage, (size_t)x->length);
+    uint64_t addr = reg->base + x->local_offset + in_piece;
+    int rc = in ? reg->kind->to_host(reg, addr, stage, (size_t)len) : reg->kind->from_host(reg, addr, stage, (size_t)len);
     return rc == 0 ? 0 : orb_fail_wrap(rc, "rdma: copying a staged piece %s %s memory", in ? "out of" : "into",
                                        reg->kind->name);
 }
 
-/* A device's refusal of a window the source granted (ORB_EPERM from a remote access error)
- * waits, kept in r->verdict, for a grant thread to ask the source whether it lives (see
- * settle_refusal). false: report it as it is (the transport stops, or no memory to keep it). */
+/* An ending that needs a word with the source first waits, kept in r->verdict, for a grant
+ * thread (see settle_ending): a device's refusal of a window the source granted (ORB_EPERM from a
+ * remote access error), to ask the source whether it lives; a pinned request's, to UNPIN it.
+ * false: report it as it is (the transport stops, or no memory to keep it). */
 static bool defer_refusal(struct orb_rdma_tp *tp, struct rdma_req *r, const struct rdma_ending *e)
 {
     struct rdma_ending *v = malloc(sizeof *v);
@@ -832,10 +975,38 @@ static bool defer_refusal(struct orb_rdma_tp *tp, struct rdma_req *r, const stru
     return !stopping;
 }
 
+/* After slot [slot_off, +slot_len) of `r` ended well (its attempt left, nothing of it at the
+ * source any more): a staged READ's slot lands in the application's bytes, its extent goes back,
+ * and the request is queued for its next slot's grant. A copy that fails ends the request with
+ * it. */
+static void next_slot(struct orb_rdma_tp *tp, struct rdma_req *r)
+{
+    int rc = 0;
+    if (r->stage.cpu != NULL) {
+        for (uint32_t i = 0; i < r->npieces && rc == 0 && r->op == ORB_XFER_READ; i++)
+            rc = stage_copy(r, r->pieces[i], false);
+        rdma_stage_put(tp, &r->stage);
+    }
+    if (rc != 0) {
+        char why[320];
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        end_now(tp, r, rc, why);
+        return;
+    }
+    pthread_mutex_lock(&r->peer->lock);
+    r->slot_wrote = r->slot_wrote || r->op == ORB_XFER_WRITE;
+    r->slot_off += r->slot_len;
+    r->slot_len = slot_length(r);
+    pthread_mutex_unlock(&r->peer->lock);
+    atomic_fetch_add(&tp->slots_moved, 1);
+    requeue(tp, r, ORB_ECLOSED, "rdma: the transport stopped between two slots of the request");
+}
+
 static void report_pieces(struct orb_rdma_tp *tp, const struct rdma_ending *e)
 {
     struct rdma_req *r = e->r;
-    if (!e->replay && e->status == ORB_EPERM && r->device_refused && defer_refusal(tp, r, e))
+    if (!e->replay && !e->advance && ((e->status == ORB_EPERM && r->device_refused) || r->pin != 0) &&
+        defer_refusal(tp, r, e))
         return;
     if (r->leased) {
         (void)orb_lease_abandon(&r->lease); /* the charges of pieces that never completed */
@@ -843,6 +1014,10 @@ static void report_pieces(struct orb_rdma_tp *tp, const struct rdma_ending *e)
     }
     if (e->replay) {
         ask_again(tp, r, e);
+        return;
+    }
+    if (e->advance) {
+        next_slot(tp, r);
         return;
     }
     int copied[ORB_SLICE_MAX] = {0};
@@ -853,7 +1028,7 @@ static void report_pieces(struct orb_rdma_tp *tp, const struct rdma_ending *e)
          * no remote effect. */
         if (e->status == 0 && r->op == ORB_XFER_READ)
             for (uint32_t i = 0; i < e->n; i++)
-                if ((copied[i] = stage_copy(e->pieces[i], r->stage.cpu + piece_offset(r, e->pieces[i]), false)) != 0 &&
+                if ((copied[i] = stage_copy(r, e->pieces[i], false)) != 0 &&
                     copy_why[0] == '\0')
                     snprintf(copy_why, sizeof copy_why, "%s", orb_last_error());
         rdma_stage_put(tp, &r->stage);
@@ -891,7 +1066,10 @@ static bool maybe_end(struct rdma_req *r, struct rdma_ending *e)
         return true;
     }
     if (r->status == 0 && r->outstanding == 0 && r->sends_left == 0 && r->acked) {
-        end_locked(r, r->status, e);
+        if (r->slot_off + r->slot_len < r->length)
+            advance_locked(r, e);
+        else
+            end_locked(r, r->status, e);
         return true;
     }
     return false;
@@ -911,25 +1089,30 @@ __attribute__((format(printf, 3, 4))) static void fail_locked(struct rdma_req *r
 
 /* ---- posting ------------------------------------------------------------------------------------- */
 
+/* The WR of piece `x`'s part in r's slot (one it has: start() posts no other). */
 static void build_piece(const struct rdma_req *r, const struct rdma_link *l, struct orb_xfer *x,
                         struct ibv_send_wr *wr, struct ibv_sge *sge)
 {
+    uint64_t off = 0, len = 0;
+    (void)piece_part(r, x, &off, &len);
     if (r->staged) {
-        sge->addr = (uint64_t)(uintptr_t)(r->stage.cpu + piece_offset(r, x));
+        sge->addr = (uint64_t)(uintptr_t)(r->stage.cpu + (off - r->slot_off));
         sge->lkey = rdma_stage_mr(l->tp, l->ctx->nic)->local->lkey;
     } else {
         const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(x->local_reg);
         const uint8_t *cpu = orb_xfer_local_cpu(x);
+        uint64_t in_piece = off - piece_offset(r, x);
         /* Device memory (GPUDirect) has no CPU view: its MRs map it at its device address. */
-        sge->addr = cpu != NULL ? (uint64_t)(uintptr_t)cpu : x->local_reg->base + x->local_offset;
+        sge->addr = cpu != NULL ? (uint64_t)(uintptr_t)(cpu + in_piece)
+                                : x->local_reg->base + x->local_offset + in_piece;
         sge->lkey = orb_rdma_reg_mrs_on(m, l->ctx->nic)->local->lkey;
     }
-    sge->length = (uint32_t)x->length;
+    sge->length = (uint32_t)len;
     memset(wr, 0, sizeof *wr);
     wr->opcode = x->op == ORB_XFER_READ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
     wr->sg_list = sge;
     wr->num_sge = 1;
-    wr->wr.rdma.remote_addr = r->remote_target + piece_offset(r, x);
+    wr->wr.rdma.remote_addr = r->remote_target + (off - r->slot_off);
     wr->wr.rdma.rkey = r->key_of_rail[x->rail];
 }
 
@@ -946,8 +1129,8 @@ static void build_sendinv(struct rdma_req *r, uint32_t rail, struct ibv_send_wr 
     b.grant = r->grant.grant;
     b.generation = r->grant.generation;
     memcpy(b.nonce, r->grant.nonce, sizeof b.nonce);
-    b.addr = r->addr;
-    b.length = r->length;
+    b.addr = r->addr + r->slot_off; /* the slot's grant */
+    b.length = r->slot_len;
     b.rkey = r->key_of_rail[rail];
     b.op = r->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE;
     b.rail_wrs = r->rail_wrs[rail];
@@ -955,6 +1138,17 @@ static void build_sendinv(struct rdma_req *r, uint32_t rail, struct ibv_send_wr 
     orb_rdma_binding_encode(&b, msg);
     *len = ORB_RDMA_BINDING_LEN;
     memset(wr, 0, sizeof *wr);
+    r->send_ctx[rail].kind = RDMA_WR_SENDINV;
+    r->send_ctx[rail].rail = (uint8_t)rail;
+    r->send_ctx[rail].owner = r;
+    if (r->private_grant) {
+        /* A private grant's region is no window: a plain SEND, fenced behind the rail's payload
+         * (alone on its queue pair, so behind nothing else), ends it; the source destroys the
+         * region with its queue pair. */
+        wr->opcode = IBV_WR_SEND;
+        wr->send_flags = IBV_SEND_FENCE;
+        return;
+    }
     wr->opcode = IBV_WR_SEND_WITH_INV;
     /* Posted only once every payload WR of the rail completed, which orders it after them more
      * strictly than IBV_SEND_FENCE would. A fence would also hold it behind other requests' READs
@@ -962,9 +1156,6 @@ static void build_sendinv(struct rdma_req *r, uint32_t rail, struct ibv_send_wr 
      * load (a lost wake-up of the fenced WR is the likely cause). */
     wr->send_flags = 0;
     wr->invalidate_rkey = r->key_of_rail[rail];
-    r->send_ctx[rail].kind = RDMA_WR_SENDINV;
-    r->send_ctx[rail].rail = (uint8_t)rail;
-    r->send_ctx[rail].owner = r;
 }
 
 void rdma_req_build(struct rdma_wait *w, const struct rdma_link *l, struct ibv_send_wr *wr, struct ibv_sge *sge,
@@ -990,7 +1181,9 @@ void rdma_req_posted(struct rdma_wait *w, const struct rdma_link *l)
     atomic_store(&r->payload_posted, true);
     if (r->first_post_ns[l->rail] == 0)
         r->first_post_ns[l->rail] = orb_now_ns();
-    (void)orb_selector_note_posted(l->tp->sel, l->rail, w->x->length);
+    uint64_t off = 0, len = 0;
+    (void)piece_part(r, w->x, &off, &len);
+    (void)orb_selector_note_posted(l->tp->sel, l->rail, len);
 }
 
 void rdma_req_wait_failed(struct rdma_wait *w, int status, bool path_failed)
@@ -1019,7 +1212,7 @@ void rdma_req_wait_failed(struct rdma_wait *w, int status, bool path_failed)
  * the lane posts what fits now and a grant thread kicks the lane. */
 static void submit_wait(struct rdma_req *r, struct rdma_wait *w)
 {
-    struct rdma_link *l = r->peer->links[r->lane * r->peer->nrails + w->rail];
+    struct rdma_link *l = r->priv[w->rail] != NULL ? r->priv[w->rail] : r->peer->links[r->lane * r->peer->nrails + w->rail];
     pthread_mutex_lock(&l->lock);
     rdma_link_enqueue(l, w);
     pthread_mutex_unlock(&l->lock);
@@ -1066,12 +1259,11 @@ static void end_now(struct orb_rdma_tp *tp, struct rdma_req *r, int status, cons
  * (ORB_EAGAIN); a WRITE's bytes copied in (only the pieces that will move). */
 static int stage_in(struct orb_rdma_tp *tp, struct rdma_req *r, bool wait)
 {
-    int rc = rdma_stage_take(tp, r->length, wait ? orb_deadline_after(tp->io_timeout_ns) : 0, &r->stage);
+    int rc = rdma_stage_take(tp, r->slot_len, wait ? orb_deadline_after(tp->io_timeout_ns) : 0, &r->stage);
     if (rc != 0 || r->op != ORB_XFER_WRITE)
         return rc;
     for (uint32_t i = 0; i < r->npieces; i++) {
-        const struct orb_xfer *x = r->pieces[i];
-        if (x != NULL && (rc = stage_copy(x, r->stage.cpu + piece_offset(r, x), true)) != 0) {
+        if ((rc = stage_copy(r, r->pieces[i], true)) != 0) {
             rdma_stage_put(tp, &r->stage); /* nothing of it was posted */
             return rc;
         }
@@ -1273,6 +1465,53 @@ static bool may_start_pieces(struct orb_rdma_tp *tp, struct rdma_req *r)
     return live > 0;
 }
 
+/* PIN `r` (a request of several slots, before its first): the source checks its authority over
+ * the whole range once and holds it, its staging slot (when it stages the range) bounding r's.
+ * false: r ended here (refused, or the control path failed), nothing of it having moved. A
+ * source whose pins are all in use ("not now") leaves r without one: each slot is then checked
+ * on its own. */
+static bool pin_request(struct orb_rdma_tp *tp, struct rdma_req *r)
+{
+    struct rdma_peer *p = r->peer;
+    r->pin_asked = true;
+    pthread_mutex_lock(&p->lock);
+    struct orb_rdma_pin_req q = {.incarnation = p->incarnation, .request = r->id,
+                                 .op = r->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE, .addr = r->addr,
+                                 .length = r->length};
+    pthread_mutex_unlock(&p->lock);
+    uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
+    size_t len = 0, rlen = 0;
+    struct orb_rdma_pinned a;
+    char why[320];
+    int rc = orb_rdma_pin_encode(&q, msg, sizeof msg, &len);
+    if (rc == 0)
+        rc = r->ctl->call(r->ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
+                          orb_deadline_after(tp->io_timeout_ns));
+    if (rc == 0 && orb_rdma_pinned_decode(resp, rlen, &a) != 0)
+        rc = orb_fail(ORB_EPROTO, "rdma: %s answered PIN with a malformed PINNED", p->endpoint);
+    if (rc != 0) {
+        snprintf(why, sizeof why, "rdma: PIN to %s: %s", p->endpoint, orb_last_error());
+        end_now(tp, r, rc, why);
+        return false;
+    }
+    if (a.status == ORB_EAGAIN)
+        return true;
+    if (a.status != 0) {
+        snprintf(why, sizeof why, "rdma: %s refused the request: %s", p->endpoint, a.why);
+        end_now(tp, r, a.status, why);
+        return false;
+    }
+    r->pin = a.pin;
+    r->pin_generation = a.generation;
+    r->pin_incarnation = q.incarnation;
+    uint64_t slot = a.slot_shift != 0 ? 1ull << a.slot_shift : 0;
+    if (slot != 0 && (r->slot_max == 0 || slot < r->slot_max)) {
+        r->slot_max = slot;
+        r->slot_len = slot_length(r);
+    }
+    return true;
+}
+
 /* Ready `r` for its grant: its pieces asked whether they may start (once: a replay's or a
  * rerouted request's stay), a new id, admission, and the live pieces' rails. false: it ended
  * here. */
@@ -1286,13 +1525,23 @@ static bool prepare(struct orb_rdma_tp *tp, struct rdma_req *r)
     pthread_mutex_lock(&p->lock);
     r->id = ++p->next_request;
     pthread_mutex_unlock(&p->lock);
+    if (!r->pin_asked && r->slot_off == 0 && r->slot_len < r->length && !pin_request(tp, r))
+        return false;
     const struct orb_xfer *first = NULL;
     uint64_t bytes = 0;
-    for (uint32_t i = 0; i < r->npieces; i++)
-        if (r->pieces[i] != NULL) {
-            first = first != NULL ? first : r->pieces[i];
-            bytes += r->pieces[i]->length;
+    for (;;) {
+        for (uint32_t i = 0; i < r->npieces; i++) {
+            uint64_t off, len;
+            if (piece_part(r, r->pieces[i], &off, &len)) {
+                first = first != NULL ? first : r->pieces[i];
+                bytes += len;
+            }
         }
+        if (first != NULL || r->slot_off + r->slot_len >= r->length)
+            break;
+        r->slot_off += r->slot_len; /* a slot of withdrawn pieces only: nothing to move there */
+        r->slot_len = slot_length(r);
+    }
     char why[256];
     if (!admitted(tp, r, first, bytes, why, sizeof why)) {
         atomic_fetch_add(&tp->deadline_drops, 1);
@@ -1332,9 +1581,11 @@ static void start(struct orb_rdma_tp *tp, struct rdma_req *r)
     r->deadline = orb_deadline_after(tp->io_timeout_ns);
     r->sends_left = popcount(r->rail_mask);
     r->outstanding = 1; /* this thread's hold while it posts: the request cannot end under it */
+    bool part[ORB_SLICE_MAX] = {false};
     for (uint32_t i = 0; i < r->npieces; i++) {
         const struct orb_xfer *x = r->pieces[i];
-        if (x == NULL)
+        uint64_t off, len;
+        if (!(part[i] = piece_part(r, x, &off, &len)))
             continue;
         r->rail_left[x->rail]++;
         r->outstanding++;
@@ -1346,7 +1597,7 @@ static void start(struct orb_rdma_tp *tp, struct rdma_req *r)
     }
     pthread_mutex_unlock(&p->lock);
     for (uint32_t i = 0; i < r->npieces; i++)
-        if (r->pieces[i] != NULL)
+        if (part[i])
             post_piece(r, i);
     /* A rail whose pieces were all withdrawn still ends its window. */
     for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
@@ -1363,7 +1614,7 @@ static void start(struct orb_rdma_tp *tp, struct rdma_req *r)
 /* Take the source's answer for `r`: its keys by rail. */
 static int accept_grant(struct rdma_req *r, const struct orb_rdma_grant *g)
 {
-    if (g->nkeys != popcount(r->rail_mask) || g->target > UINT64_MAX - r->length)
+    if (g->nkeys != popcount(r->rail_mask) || g->target > UINT64_MAX - r->slot_len)
         return orb_fail(ORB_EPROTO, "rdma: %s answered with a grant of %u keys for %u rails at 0x%llx",
                         r->peer->endpoint, g->nkeys, popcount(r->rail_mask), (unsigned long long)g->target);
     r->grant = *g;
@@ -1372,6 +1623,95 @@ static int accept_grant(struct rdma_req *r, const struct orb_rdma_grant *g)
     for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
         if (r->rail_mask & (1u << rail))
             r->key_of_rail[rail] = g->rkeys[k++];
+    return 0;
+}
+
+/* Ask for `r`'s private grant (its GRANT said the range is device memory the source lends only
+ * on queue pairs of the grant's own) on connection `incarnation`: a queue pair per rail made for
+ * it here, beside the connection's on the same NIC and lane, connected to the source's, which
+ * then carry the request. 0: started (or ended); ORB_EAGAIN: the source's budget is spent, ask
+ * again later (nothing was made). */
+static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struct orb_control_path *ctl,
+                         uint64_t incarnation)
+{
+    struct rdma_peer *p = r->peer;
+    struct rdma_link *priv[ORB_RDMA_MAX_RAILS] = {NULL};
+    struct orb_rdma_pgrant_req q = {.incarnation = incarnation, .request = r->id,
+                                    .op = r->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE,
+                                    .rail_mask = r->rail_mask << (r->lane * p->nrails), .addr = r->addr + r->slot_off,
+                                    .length = r->slot_len};
+    if (r->pin != 0 && r->pin_incarnation == incarnation) { /* a slot of a pinned request */
+        q.pin = (uint8_t)r->pin;
+        q.pin_generation = (uint16_t)r->pin_generation;
+    }
+    struct orb_rdma_pgrant *a = calloc(1, sizeof *a);
+    char why[320];
+    int rc = a == NULL ? orb_fail(ORB_ENOMEM, "rdma: out of memory for a private grant") : 0;
+    for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS && rc == 0; rail++) {
+        if (!(r->rail_mask & (1u << rail)))
+            continue;
+        pthread_mutex_lock(&p->lock);
+        struct rdma_link *cl = p->links[r->lane * p->nrails + rail];
+        pthread_mutex_unlock(&p->lock);
+        if ((rc = rdma_link_new_on(tp, cl->ctx, cl->ctx->pd, true, RDMA_ROLE_REQUESTER, rail, cl->lane, p,
+                                   &priv[rail])) != 0) {
+            /* Full for now (other private grants' queue pairs go as their requests end): asked
+             * again, backing off, until io_timeout_s. */
+            if (rc == ORB_ERESOURCE)
+                rc = ORB_EAGAIN;
+            break;
+        }
+        q.qps[q.nqps++] = priv[rail]->qp->local;
+    }
+    uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
+    size_t len = 0, rlen = 0;
+    if (rc == 0)
+        rc = orb_rdma_pgrant_req_encode(&q, msg, sizeof msg, &len);
+    if (rc == 0)
+        rc = ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
+                       orb_deadline_after(tp->io_timeout_ns));
+    if (rc == 0 && (orb_rdma_pgrant_decode(resp, rlen, a) != 0 || (a->status == 0 && a->nqps != q.nqps)))
+        rc = orb_fail(ORB_EPROTO, "rdma: %s answered PGRANT_REQ with a malformed PGRANT", p->endpoint);
+    if (rc != 0) {
+        snprintf(why, sizeof why, "rdma: a private grant from %s: %s", p->endpoint, orb_last_error());
+    } else if (a->status != 0) {
+        rc = a->status;
+        snprintf(why, sizeof why, "rdma: %s refused the private grant: %s", p->endpoint, a->why);
+    }
+    /* Connected to the source's queue pairs, in rail order. */
+    for (uint32_t rail = 0, i = 0; rail < ORB_RDMA_MAX_RAILS && rc == 0; rail++) {
+        if (priv[rail] == NULL)
+            continue;
+        if ((rc = rdma_link_connect(priv[rail], &a->qps[i++])) != 0)
+            snprintf(why, sizeof why, "rdma: connecting a private grant's queue pair to %s: %s", p->endpoint,
+                     orb_last_error());
+    }
+    if (rc != 0) {
+        /* Never posted on: freed here (the source's side of it expires there). */
+        for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
+            (void)rdma_link_free(priv[rail]);
+        free(a);
+        if (rc == ORB_EAGAIN)
+            return rc;
+        end_now(tp, r, rc, why);
+        return 0;
+    }
+    struct orb_rdma_grant g = {.grant = a->grant, .generation = a->generation, .target = a->target, .nkeys = a->nqps};
+    memcpy(g.nonce, a->nonce, sizeof g.nonce);
+    memcpy(g.rkeys, a->rkeys, sizeof g.rkeys);
+    free(a);
+    if ((rc = accept_grant(r, &g)) != 0) {
+        snprintf(why, sizeof why, "%s", orb_last_error());
+        for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
+            (void)rdma_link_free(priv[rail]);
+        end_now(tp, r, rc, why);
+        return 0;
+    }
+    pthread_mutex_lock(&p->lock);
+    r->private_grant = true;
+    memcpy(r->priv, priv, sizeof r->priv);
+    pthread_mutex_unlock(&p->lock);
+    start(tp, r);
     return 0;
 }
 
@@ -1506,8 +1846,13 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
         for (uint32_t i = 0; i < n; i++)
             q.ask[i] = (struct orb_rdma_grant_ask){
                 .request = rs[i]->id, .op = rs[i]->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE,
-                .rail_mask = rs[i]->rail_mask << (rs[i]->lane * p->nrails), .addr = rs[i]->addr,
-                .length = rs[i]->length};
+                .rail_mask = rs[i]->rail_mask << (rs[i]->lane * p->nrails), .addr = rs[i]->addr + rs[i]->slot_off,
+                .length = rs[i]->slot_len};
+        for (uint32_t i = 0; i < n; i++)
+            if (rs[i]->pin != 0 && rs[i]->pin_incarnation == q.incarnation) { /* else each slot on its own */
+                q.ask[i].pin = (uint8_t)rs[i]->pin;
+                q.ask[i].pin_generation = (uint16_t)rs[i]->pin_generation;
+            }
         uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
         size_t len = 0, rlen = 0;
         if (rc == 0)
@@ -1548,8 +1893,21 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
                 end_now(tp, r, ORB_EPEER, why);
                 continue;
             }
+            if (st == ORB_ERESOURCE && rc == 0 && ans->g[i].slot_shift != 0) {
+                if (resize_slot(tp, r, ans->g[i].slot_shift))
+                    continue;
+                snprintf(why, sizeof why, "rdma: %s refused a slot of %llu bytes for slots of %llu", p->endpoint,
+                         (unsigned long long)r->slot_len, 1ull << ans->g[i].slot_shift);
+                end_now(tp, r, ORB_EPROTO, why);
+                continue;
+            }
             if ((gone || st == ORB_EPEER) && !rebuilt) {
                 refused[lost++] = r;
+                continue;
+            }
+            if (st == ORB_EUNAVAILABLE && rc == 0 && ans->g[i].private_only) {
+                if (private_grant(tp, r, ctl, q.incarnation) == ORB_EAGAIN)
+                    rs[again++] = r;
                 continue;
             }
             if (st == 0 && (st = accept_grant(r, &ans->g[i])) == 0) {
@@ -1678,25 +2036,72 @@ static int source_answers(struct orb_rdma_tp *tp, const struct rdma_req *r, char
     return ORB_EPEER;
 }
 
-/* Settle a deferred refusal (grant thread), asking the source when `ask`. A live source never
- * takes back a window before its grant ends (an unregister waits for admitted work), so a device
- * that refused one while its process answers did refuse that key: ORB_EPERM stands. A source
- * that no longer answers lost its windows with its process or its transport: the peer failed
- * (ORB_EPEER), which is what the request's report says then. */
-static void settle_refusal(struct orb_rdma_tp *tp, struct rdma_req *r, bool ask)
+/* UNPIN r's pin (grant thread): 0 once the source let go of it, else why not in `why`. Without
+ * `ask` (the transport stops) nothing is sent. */
+static int unpin(struct orb_rdma_tp *tp, struct rdma_req *r, bool ask, char *why, size_t cap)
+{
+    const struct orb_control_path *ctl = r->ctl;
+    struct orb_rdma_unpin u = {.incarnation = r->pin_incarnation, .pin = r->pin, .generation = r->pin_generation};
+    uint8_t msg[ORB_CONTROL_MAX], resp[ORB_CONTROL_MAX];
+    size_t len = 0, rlen = 0;
+    int32_t status = 0;
+    int rc = ask ? orb_rdma_unpin_encode(&u, msg, sizeof msg, &len)
+                 : orb_fail(ORB_ECLOSED, "rdma: the transport stopped before the request's UNPIN");
+    if (rc == 0)
+        rc = ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
+                       orb_deadline_after(tp->io_timeout_ns));
+    if (rc == 0 && orb_rdma_unpinned_decode(resp, rlen, &status) != 0)
+        rc = orb_fail(ORB_EPROTO, "rdma: %s answered UNPIN with a malformed UNPINNED", r->peer->endpoint);
+    if (rc == 0 && status != 0)
+        rc = orb_fail(status, "rdma: %s no longer held the request's pin", r->peer->endpoint);
+    if (rc != 0)
+        snprintf(why, cap, "%s", orb_last_error());
+    return rc;
+}
+
+/* Settle a deferred ending (grant thread), asking the source when `ask`.
+ * A device's refusal: a live source never takes back a window before its grant ends (an
+ * unregister waits for admitted work), so a device that refused one while its process answers
+ * did refuse that key: ORB_EPERM stands. A source that no longer answers lost its windows with
+ * its process or its transport: the peer failed (ORB_EPEER), which is what the report says then.
+ * A pin: UNPIN goes whatever the ending; a request whose slots all moved but whose UNPIN is not
+ * answered fails (its bytes moved: a WRITE's remote effect is unknown). */
+static void settle_ending(struct orb_rdma_tp *tp, struct rdma_req *r, bool ask)
 {
     struct rdma_ending *v = r->verdict;
     r->verdict = NULL;
-    r->device_refused = false;
     char why[200];
-    if (ask && source_answers(tp, r, why, sizeof why) != 0) {
-        ORB_LOGI("rdma: %s: the source's device refused an access to a window it granted, and the source: %s; the "
-                 "request fails as the peer's",
-                 r->peer->endpoint, why);
-        v->status = ORB_EPEER;
-        char was[sizeof v->why];
-        snprintf(was, sizeof was, "%s", v->why);
-        snprintf(v->why, sizeof v->why, "rdma: the source is gone: %.150s (%.120s)", why, was);
+    if (r->device_refused) {
+        r->device_refused = false;
+        if (ask && source_answers(tp, r, why, sizeof why) != 0) {
+            ORB_LOGI("rdma: %s: the source's device refused an access to a window it granted, and the source: %s; the "
+                     "request fails as the peer's",
+                     r->peer->endpoint, why);
+            v->status = ORB_EPEER;
+            char was[sizeof v->why];
+            snprintf(was, sizeof was, "%s", v->why);
+            snprintf(v->why, sizeof v->why, "rdma: the source is gone: %.150s (%.120s)", why, was);
+        }
+    }
+    pthread_mutex_lock(&r->peer->lock);
+    bool same_connection = r->pin_incarnation == r->peer->incarnation;
+    pthread_mutex_unlock(&r->peer->lock);
+    if (r->pin != 0 && !same_connection) {
+        /* Pins live with their connection: the source let go of this one with it (the
+         * requester replaced a connection it lost, or one the source no longer had). */
+        ORB_LOGD("rdma: %s: a request's pin went with its connection", r->peer->endpoint);
+        r->pin = 0;
+    }
+    if (r->pin != 0) {
+        int rc = unpin(tp, r, ask, why, sizeof why);
+        r->pin = 0;
+        if (rc != 0 && v->status == 0) {
+            ORB_LOGI("rdma: %s: a request's UNPIN failed (%s): the request fails", r->peer->endpoint, why);
+            v->status = rc == ORB_ECLOSED ? ORB_ECLOSED : ORB_EPEER;
+            v->effect = r->op == ORB_XFER_WRITE ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE;
+            snprintf(v->why, sizeof v->why, "rdma: every slot moved, but the source did not confirm the request's "
+                     "end: %.200s", why);
+        }
     }
     report_pieces(tp, v); /* r may be gone after this */
     free(v);
@@ -1720,7 +2125,7 @@ void *rdma_grant_thread(void *arg)
         struct rdma_req *refused = take_refusal_locked(tp);
         if (refused != NULL) {
             pthread_mutex_unlock(&tp->glock);
-            settle_refusal(tp, refused, true);
+            settle_ending(tp, refused, true);
             pthread_mutex_lock(&tp->glock);
             continue;
         }
@@ -1751,7 +2156,7 @@ void *rdma_grant_thread(void *arg)
     /* and a refusal still to be settled is reported as the device gave it. */
     for (struct rdma_req *refused; (refused = take_refusal_locked(tp)) != NULL;) {
         pthread_mutex_unlock(&tp->glock);
-        settle_refusal(tp, refused, false);
+        settle_ending(tp, refused, false);
         pthread_mutex_lock(&tp->glock);
     }
     pthread_mutex_unlock(&tp->glock);
@@ -1784,18 +2189,26 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
     if (sendinv) {
         r->sends_left--;
     } else {
-        (void)orb_selector_note_post_ended(tp->sel, rail, x->length);
+        uint64_t off = 0, len = 0;
+        (void)piece_part(r, x, &off, &len); /* the WR's bytes: the piece's part in the slot */
+        (void)orb_selector_note_post_ended(tp->sel, rail, len);
         (void)orb_lease_consume(&r->lease, r->lease_slot[x->piece_index]);
         if (ok) {
             r->rail_wrs[rail]++;
-            r->rail_bytes[rail] += x->length;
+            r->rail_bytes[rail] += len;
             if (is_this) /* a physical completion; the WRs before it retire with it */
                 atomic_fetch_add(&tp->payload_send_cqes, 1);
             atomic_fetch_add(x->op == ORB_XFER_READ ? &tp->completed_reads : &tp->completed_writes, 1);
-            (void)orb_selector_note_completed(tp->sel, rail, x->length);
+            (void)orb_selector_note_completed(tp->sel, rail, len);
         }
     }
-    if (!ok) {
+    if (!ok && sendinv && r->private_grant) {
+        /* A private grant's end: the source destroys its queue pair once the binding is in, which
+         * may leave this SEND without its transport acknowledgement. The source's ACK says whether
+         * the grant ended (a SEND that never arrived leaves the request to its deadline). */
+        ORB_LOGD("rdma: %s: rail %u: a private grant's end completed with %s; its ACK decides", p->endpoint, rail,
+                 tp->v->wc_status_str(wc->status));
+    } else if (!ok) {
         ORB_LOGD("rdma: %s: rail %u: %s", p->endpoint, rail, tp->v->wc_status_str(wc->status));
         /* The path failed (not the peer's authority): rail health counts it -- unless the
          * request had already failed otherwise, of which this is a consequence (a source that
@@ -1861,6 +2274,8 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
         struct rdma_ending e[8];
         uint32_t ne = 0;
         uint32_t fail_mask = 0, fault_mask = 0;
+        struct rdma_link *priv_fail[ORB_RDMA_MAX_RAILS * 8];
+        uint32_t npriv = 0;
         pthread_mutex_lock(&p->lock);
         for (struct rdma_req *r = p->active, *next; r != NULL && ne < 8; r = next) {
             next = r->next;
@@ -1872,6 +2287,15 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
                      p->endpoint, (unsigned long long)r->id, r->outstanding, r->sends_left,
                      r->acked ? "in" : "missing", r->rail_mask);
             fail_locked(r, ORB_ETIMEDOUT, "rdma: no ACK from the source within io_timeout_s");
+            if (r->private_grant) {
+                /* Its own queue pairs only (lane 0 frees them, after this scan, which it runs). */
+                for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
+                    if (r->priv[k] != NULL && npriv < ORB_RDMA_MAX_RAILS * 8)
+                        priv_fail[npriv++] = r->priv[k];
+                if (maybe_end(r, &e[ne]))
+                    ne++;
+                continue;
+            }
             fail_mask |= r->rail_mask << (r->lane * p->nrails); /* its queue pairs */
             /* Rails with work still outstanding failed on the path; an ACK alone missing is the
              * source's silence, not a rail's. */
@@ -1885,10 +2309,12 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
         }
         /* Its links as they are now: a reconnect may replace them once p->lock is let go, and
          * frees the old ones only through tp->lock, held here. */
-        struct rdma_link *fail_links[ORB_RDMA_MAX_RAILS];
-        for (uint32_t q = 0; q < ORB_RDMA_MAX_RAILS; q++)
+        struct rdma_link *fail_links[ORB_RDMA_MAX_RAILS] = {NULL};
+        for (uint32_t q = 0; q < ORB_RDMA_MAX_RAILS && fail_mask != 0; q++) /* (a building peer has none) */
             fail_links[q] = p->links[q];
         pthread_mutex_unlock(&p->lock);
+        for (uint32_t i = 0; i < npriv; i++)
+            rdma_link_fault(priv_fail[i], ORB_ETIMEDOUT);
         /* Outstanding work of a timed-out request flushes once its rails are failed. */
         for (uint32_t q = 0; q < ORB_RDMA_MAX_RAILS; q++)
             if ((fail_mask & (1u << q)) && fail_links[q] != NULL) {

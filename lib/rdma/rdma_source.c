@@ -13,6 +13,8 @@
 #include "core/log.h"
 #include "core/random.h"
 #include "core/registry.h"
+#include "cuda/cuda_memory.h"
+#include "rdma/devx_key.h"
 #include "rdma/rdma_transport.h"
 
 /* ---- connections ------------------------------------------------------------------------------ */
@@ -50,10 +52,35 @@ static void conn_free_links(struct rdma_src_conn *c)
     rdma_links_drop(c->links, 0, c->nqps);
 }
 
-/* Undo a grant's windows and pin. Windows whose binding may still be in force are discarded
- * (freed: that revokes them), invalidated ones go back to their pool. */
+/* Destroy a grant's DevX keys (revoking those not invalidated yet). One the device refuses to
+ * destroy may still be in force: the grant's pin is then kept for good. Returns 0, or
+ * ORB_EUNQUIESCED when any was refused. */
+static int grant_destroy_keys(struct rdma_src_conn *c, struct rdma_grant *g)
+{
+    int rc = 0;
+    for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++) {
+        if (!(g->devx_mask & (1u << k)))
+            continue;
+        g->devx_mask &= ~(1u << k);
+        struct orb_devx_key_site site;
+        struct orb_devx_key key = {.handle = g->devx_handle[k], .key = g->key[k]};
+        if (rdma_reuse_site(c->tp, c->links[k]->ctx->nic, &site) == 0 && orb_devx_key_destroy(&site, &key) == 0)
+            continue;
+        ORB_LOGW("rdma: grant %llu: DevX key 0x%08x could not be destroyed (%s); the memory it reaches is kept",
+                 (unsigned long long)g->id, g->key[k], orb_last_error());
+        atomic_fetch_add(&c->tp->kept_keys, 1);
+        g->keep_pin = true;
+        rc = ORB_EUNQUIESCED;
+    }
+    return rc;
+}
+
+/* Undo a grant's windows, keys and pin. Windows whose binding may still be in force are
+ * discarded (freed: that revokes them), invalidated ones go back to their pool; DevX keys are
+ * destroyed. */
 static void grant_release(struct rdma_src_conn *c, struct rdma_grant *g, bool invalidated_only_put)
 {
+    (void)grant_destroy_keys(c, g);
     for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++) {
         if (g->win[k] == NULL)
             continue;
@@ -67,7 +94,12 @@ static void grant_release(struct rdma_src_conn *c, struct rdma_grant *g, bool in
         g->win[k] = NULL;
     }
     rdma_stage_put(c->tp, &g->stage); /* after the windows on it are gone */
-    if (g->pin != NULL) {
+    if (g->pin != NULL && g->keep_pin) {
+        /* A key over the range may be in force: the pin (and with it the bytes, and unregister's
+         * wait for them) is never given back. */
+        g->pin = NULL;
+        g->loan = NULL;
+    } else if (g->pin != NULL) {
         orb_reg_loan_end(g->pin, g->loan);
         g->loan = NULL;
         orb_registry_release(g->pin);
@@ -142,8 +174,18 @@ static uint32_t conn_outstanding(struct rdma_src_conn *c)
     return n;
 }
 
+/* Let go of pin `k` of c (conn lock held). */
+static void pin_drop_locked(struct rdma_src_conn *c, uint32_t k)
+{
+    orb_registry_release(c->pins[k].reg);
+    c->pins[k].reg = NULL;
+    c->pins[k].expires_ns = 0;
+}
+
 static void conn_destroy(struct rdma_src_conn *c)
 {
+    /* Its private grants go first (their queue pairs, regions and domains), without an ACK. */
+    rdma_pgrant_reap(c->tp, c, true);
     /* Every grant goes: windows discarded (their QPs are failed), pins dropped. */
     pthread_mutex_lock(&c->lock);
     while (c->grants != NULL) {
@@ -154,6 +196,9 @@ static void conn_destroy(struct rdma_src_conn *c)
         free(g);
         pthread_mutex_lock(&c->lock);
     }
+    for (uint32_t k = 0; k < ORB_RDMA_MAX_PINS; k++)
+        if (c->pins[k].reg != NULL)
+            pin_drop_locked(c, k);
     pthread_mutex_unlock(&c->lock);
     conn_free_links(c);
     pthread_cond_destroy(&c->cond);
@@ -161,8 +206,28 @@ static void conn_destroy(struct rdma_src_conn *c)
     free(c);
 }
 
+/* Lane 0: the private grants that ended are torn down and acknowledged. */
+static void reap_private(struct orb_rdma_tp *tp)
+{
+    if (atomic_load(&tp->pgrants_ending) == 0)
+        return;
+    struct rdma_src_conn *held[64];
+    uint32_t n = 0;
+    pthread_mutex_lock(&tp->lock);
+    for (struct rdma_src_conn *c = tp->conns; c != NULL && n < 64; c = c->next) {
+        c->users++;
+        held[n++] = c;
+    }
+    pthread_mutex_unlock(&tp->lock);
+    for (uint32_t i = 0; i < n; i++) {
+        rdma_pgrant_reap(tp, held[i], false);
+        conn_put(tp, held[i]);
+    }
+}
+
 void rdma_src_reap(struct orb_rdma_tp *tp, bool force)
 {
+    reap_private(tp);
     pthread_mutex_lock(&tp->lock);
     struct rdma_src_conn *list = tp->reap_conns, *keep = NULL;
     tp->reap_conns = NULL;
@@ -228,7 +293,17 @@ void rdma_src_scan(struct orb_rdma_tp *tp, uint64_t now)
                 expired = g->id;
                 request = g->request;
             }
+        /* A pin no grant used for io_timeout_s and the grace: its requester stopped asking. The
+         * grants under it hold the registration themselves. */
+        for (uint32_t k = 0; k < ORB_RDMA_MAX_PINS; k++)
+            if (c->pins[k].reg != NULL && now >= c->pins[k].expires_ns) {
+                ORB_LOGW("rdma: the pin of request %llu of a requester's connection %llx saw no grant within "
+                         "io_timeout_s and %llu s more: let go", (unsigned long long)c->pins[k].request,
+                         (unsigned long long)c->incarnation, (unsigned long long)(RDMA_GRANT_GRACE_NS / ORB_NS_PER_SEC));
+                pin_drop_locked(c, k);
+            }
         pthread_mutex_unlock(&c->lock);
+        rdma_pgrant_scan(tp, c, now);
         if (expired != 0) {
             ORB_LOGW("rdma: grant %llu (request %llu) of a requester's connection %llx did not end within "
                      "io_timeout_s and %llu s more: the connection is failed and let go",
@@ -385,6 +460,151 @@ static int src_ping(const uint8_t *req, size_t len, uint8_t *resp, size_t cap, s
     return orb_rdma_ping_encode(nonce, resp, cap, resp_len);
 }
 
+/* Whether memory of `pin` is staged here (the slot, as a shift) or not (0). */
+static uint32_t staged_slot_shift(const struct orb_rdma_tp *tp, const struct orb_reg *pin)
+{
+    bool device = pin->kind->kind != ORB_MEM_HOST;
+    bool staged = device ? tp->cfg->cuda_memory == ORB_RDMA_CUDA_STAGED : tp->host_staged;
+    return staged ? rdma_stage_slot_shift(tp) : 0;
+}
+
+/* PIN: hold a whole request's range for its slots, after the same authority checks a grant
+ * makes; refusals travel in PINNED. A connection holds at most ORB_RDMA_MAX_PINS at once
+ * (ORB_EAGAIN beyond: the requester goes on without one). */
+static int src_pin(struct orb_rdma_tp *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len,
+                   uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    struct orb_rdma_pin_req in;
+    int rc = orb_rdma_pin_decode(req, len, &in);
+    if (rc != 0)
+        return rc;
+    struct rdma_src_conn *c = conn_get(tp, sender, in.incarnation);
+    if (c == NULL)
+        return orb_fail(ORB_ENOENT, "rdma: no connection %llx of this requester", (unsigned long long)in.incarnation);
+    struct orb_rdma_pinned out;
+    memset(&out, 0, sizeof out);
+    struct orb_reg *reg = NULL;
+    rc = orb_registry_acquire(orb_engine_registry(tp->engine), in.addr, in.length,
+                              in.op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &reg);
+    if (rc == 0) {
+        pthread_mutex_lock(&c->lock);
+        uint32_t k = 0;
+        while (k < ORB_RDMA_MAX_PINS && c->pins[k].reg != NULL)
+            k++;
+        if (c->failed != 0) {
+            rc = orb_fail(ORB_EPEER, "rdma: the connection is failed");
+        } else if (k == ORB_RDMA_MAX_PINS) {
+            rc = orb_fail(ORB_EAGAIN, "rdma: the connection holds %u pins already", ORB_RDMA_MAX_PINS);
+        } else {
+            struct rdma_src_pin *p = &c->pins[k];
+            p->generation = (uint16_t)(p->generation == 0xffffu ? 1 : p->generation + 1);
+            p->reg = reg;
+            p->op = in.op;
+            p->request = in.request;
+            p->addr = in.addr;
+            p->length = in.length;
+            p->expires_ns = orb_now_ns() + tp->io_timeout_ns + RDMA_GRANT_GRACE_NS;
+            out.pin = k + 1;
+            out.generation = p->generation;
+            out.slot_shift = staged_slot_shift(tp, reg);
+            reg = NULL; /* the pin's now */
+        }
+        pthread_mutex_unlock(&c->lock);
+        orb_registry_release(reg);
+    }
+    if (rc != 0) {
+        out.status = rc;
+        snprintf(out.why, sizeof out.why, "%s", orb_last_error());
+    }
+    conn_put(tp, c);
+    return orb_rdma_pinned_encode(&out, resp, cap, resp_len);
+}
+
+/* UNPIN: let go of a pin of this connection; ORB_ENOENT in UNPINNED when it is not held (it
+ * expired, or never was). */
+static int src_unpin(struct orb_rdma_tp *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len,
+                     uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    struct orb_rdma_unpin in;
+    int rc = orb_rdma_unpin_decode(req, len, &in);
+    if (rc != 0)
+        return rc;
+    struct rdma_src_conn *c = conn_get(tp, sender, in.incarnation);
+    if (c == NULL)
+        return orb_fail(ORB_ENOENT, "rdma: no connection %llx of this requester", (unsigned long long)in.incarnation);
+    int32_t status = 0;
+    pthread_mutex_lock(&c->lock);
+    struct rdma_src_pin *p = &c->pins[in.pin - 1];
+    if (p->reg != NULL && p->generation == in.generation)
+        pin_drop_locked(c, in.pin - 1);
+    else
+        status = ORB_ENOENT;
+    pthread_mutex_unlock(&c->lock);
+    conn_put(tp, c);
+    return orb_rdma_unpinned_encode(status, resp, cap, resp_len);
+}
+
+/* The registration of `in`'s pin, pinned once more for its grant: the pin must be held by c
+ * for the same operation and contain the grant's range (conn lock taken). Its use keeps it. */
+static int pinned_reg(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_ask *in,
+                      struct orb_reg **out)
+{
+    pthread_mutex_lock(&c->lock);
+    struct rdma_src_pin *p = &c->pins[in->pin - 1];
+    bool ok = p->reg != NULL && p->generation == in->pin_generation && p->op == in->op && in->addr >= p->addr &&
+              in->addr - p->addr <= p->length && in->length <= p->length - (in->addr - p->addr);
+    if (ok) {
+        orb_registry_retain(p->reg);
+        *out = p->reg;
+        p->expires_ns = orb_now_ns() + tp->io_timeout_ns + RDMA_GRANT_GRACE_NS;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return ok ? 0 : orb_fail(ORB_ENOENT, "rdma: the grant's pin %u is not held for it (it expired, or names "
+                             "another range or operation)", in->pin);
+}
+
+int rdma_src_admit(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_ask *in,
+                   struct orb_reg **out)
+{
+    if ((in->rail_mask >> c->nqps) != 0)
+        return orb_fail(ORB_EPROTO, "rdma: queue pairs 0x%x asked for on a connection of %u", in->rail_mask, c->nqps);
+    if (in->rail_mask & c->unconnected)
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: queue pairs 0x%x asked for are not connected here",
+                        in->rail_mask & c->unconnected);
+    struct orb_reg *pin = NULL;
+    int rc;
+    if (in->pin != 0) /* a slot of a pinned request: its registration, admitted at PIN */
+        rc = pinned_reg(tp, c, in, &pin);
+    else
+        rc = orb_registry_acquire(orb_engine_registry(tp->engine), in->addr, in->length,
+                                  in->op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);
+    if (rc == 0 && (rc = orb_reg_ready(pin)) != 0) /* a producer's recorded GPU work ends first */
+        orb_registry_release(pin);
+    if (rc != 0)
+        return rc;
+    *out = pin;
+    return 0;
+}
+
+int rdma_src_gdr_visible(const struct orb_reg *pin, uint8_t op, uint64_t grant)
+{
+    const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(pin);
+    if (op != ORB_OP_WRITE || m == NULL || !m->gdr_flush || orb_cuda_memory_gdr_flush(pin->owner) == 0)
+        return 0;
+    ORB_LOGW("rdma: grant %llu: %s", (unsigned long long)grant, orb_last_error());
+    return ORB_EUNAVAILABLE;
+}
+
+bool rdma_src_binding_matches(const struct orb_rdma_binding *b, const struct rdma_src_conn *c, uint64_t generation,
+                              const uint8_t nonce[ORB_RDMA_NONCE_LEN], uint64_t request, uint64_t addr,
+                              uint64_t length, uint8_t op, uint32_t rkey)
+{
+    return b->generation == generation && memcmp(b->nonce, nonce, ORB_RDMA_NONCE_LEN) == 0 &&
+           b->request == request && b->addr == addr && b->length == length && b->op == op && b->rkey == rkey &&
+           b->incarnation == c->incarnation && memcmp(b->requester.bytes, c->sender.bytes, 16) == 0 &&
+           memcmp(b->source.bytes, orb_engine_epoch(c->tp->engine)->bytes, 16) == 0;
+}
+
 /* ---- grants ----------------------------------------------------------------------------------- */
 
 /* The queue pairs of `mask` that are dead on connection c. */
@@ -427,37 +647,93 @@ static int stage_out(const struct orb_reg *pin, uint64_t addr, const void *stage
     return rc;
 }
 
+/* gpu_source_reuse: whether DevX keys can serve this grant of Direct device memory: every rail
+ * it asks for is on a NIC that passed the registration's probe, and one key can span it. */
+static bool reuse_serves(const struct orb_rdma_tp *tp, const struct rdma_src_conn *c, const struct orb_rdma_reg_mrs *m,
+                         const struct orb_rdma_grant_ask *in)
+{
+    if (!tp->cfg->gpu_source_reuse || m == NULL || m->reuse_mask == 0 || in->length > ORB_DEVX_KEY_LEN_MAX)
+        return false;
+    for (uint32_t k = 0; k < c->nqps; k++) {
+        if (!(in->rail_mask & (1u << k)))
+            continue;
+        const struct rdma_link *l = c->links[k];
+        if (l == NULL || !(m->reuse_mask & (UINT64_C(1) << l->ctx->nic)))
+            return false;
+    }
+    return true;
+}
+
+/* A DevX key per rail of `g`, bound to that rail's queue pair of the connection, exactly the
+ * range, the op's right only, checked by the helper; no bind to wait for. */
+static int reuse_keys(struct orb_rdma_tp *tp, struct rdma_src_conn *c, struct rdma_grant *g,
+                      const struct orb_rdma_reg_mrs *m)
+{
+    for (uint32_t k = 0; k < c->nqps; k++) {
+        if (!(g->rail_mask & (1u << k)))
+            continue;
+        struct rdma_link *l = c->links[k];
+        const struct orb_rdma_reg_mr *mr = orb_rdma_reg_mrs_on(m, l->ctx->nic);
+        struct orb_devx_key_site site;
+        struct orb_devx_key key;
+        int rc = mr == NULL || mr->local == NULL
+                     ? orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no memory region on NIC %u", l->ctx->nic)
+                     : rdma_reuse_site(tp, l->ctx->nic, &site);
+        if (rc == 0) {
+            pthread_mutex_lock(&l->ctx->wlock);
+            rc = orb_devx_key_make(&site, l->qp->qp->qp_num, mr->local->lkey, g->addr, g->length, g->op, &key);
+            pthread_mutex_unlock(&l->ctx->wlock);
+        }
+        if (rc == ORB_EUNQUIESCED) {
+            atomic_fetch_add(&tp->kept_keys, 1);
+            g->keep_pin = true;
+        }
+        if (rc != 0) {
+            /* A refusal's ORB_EPEER or ORB_EAGAIN would mean the connection is lost, or to ask
+             * again: a key that could not be made is neither. */
+            return rc == ORB_EPEER || rc == ORB_EAGAIN ? orb_fail_wrap(ORB_EUNAVAILABLE, "rdma: a DevX grant key") : rc;
+        }
+        g->key[k] = key.key;
+        g->devx_handle[k] = key.handle;
+        g->devx_mask |= 1u << k;
+    }
+    return 0;
+}
+
 /* Prepare one request's grant: the registration pinned with the operation's permission, the
  * budgets reserved, a staging extent filled when this engine stages, and a window bind per rail
  * queued for the lane. On success *out is linked on the connection with its binds in flight;
  * grant_publish() answers it once they are done. ORB_EPEER with *lost (zero on entry) set: the
- * asked queue pairs that are dead here. */
+ * asked queue pairs that are dead here. ORB_ERESOURCE with *slot_shift (zero on entry) set: the
+ * range is staged here in slots of 2^*slot_shift bytes, fewer than were asked for. */
 static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_ask *in,
-                         struct rdma_grant **out, uint32_t *lost)
+                         struct rdma_grant **out, uint32_t *lost, uint32_t *slot_shift, bool *private_only)
 {
-    int rc;
-    if ((in->rail_mask >> c->nqps) != 0)
-        return orb_fail(ORB_EPROTO, "rdma: queue pairs 0x%x asked for on a connection of %u", in->rail_mask, c->nqps);
-    if (in->rail_mask & c->unconnected)
-        return orb_fail(ORB_EUNAVAILABLE, "rdma: queue pairs 0x%x asked for are not connected here",
-                        in->rail_mask & c->unconnected);
     struct orb_reg *pin = NULL;
-    rc = orb_registry_acquire(orb_engine_registry(tp->engine), in->addr, in->length,
-                              in->op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);
-    if (rc == 0 && (rc = orb_reg_ready(pin)) != 0) /* a producer's recorded GPU work ends first */
-        orb_registry_release(pin);
+    int rc = rdma_src_admit(tp, c, in, &pin);
     if (rc != 0)
         return rc;
     /* Direct: windows on the registration's own parent MRs. Staged: on an extent of the staging
      * arena, which holds a READ's bytes before the grant and a WRITE's until its end. */
     bool device = pin->kind->kind != ORB_MEM_HOST;
     bool staged = device ? tp->cfg->cuda_memory == ORB_RDMA_CUDA_STAGED : tp->host_staged;
-    if (device && !staged) {
-        /* A window is never bound on a device MR: a GPU source takes private grant connections,
-         * which this release does not make. */
+    bool reuse = device && !staged && reuse_serves(tp, c, orb_rdma_tp_reg_mrs(pin), in);
+    if (device && !staged && !reuse) {
+        /* A window is never bound on a device MR: the requester asks again for a private grant
+         * (rdma_private.c). */
         orb_registry_release(pin);
-        return orb_fail(ORB_EUNAVAILABLE, "rdma: device memory as a source under cuda_memory direct needs private "
-                        "grant connections, which this release does not make");
+        *private_only = true;
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: device memory under cuda_memory direct is granted only on private "
+                        "queue pairs");
+    }
+    /* Staged memory moves a slot per grant: a longer request is told the slot and comes back
+     * slot by slot (remote staging), so no request waits for more staging than a slot. */
+    uint32_t shift = staged ? rdma_stage_slot_shift(tp) : 0;
+    if (staged && in->length > (1ull << shift)) {
+        orb_registry_release(pin);
+        *slot_shift = shift;
+        return orb_fail(ORB_ERESOURCE, "rdma: the range is staged here in slots of %llu bytes; %llu were asked for "
+                        "in one grant", 1ull << shift, (unsigned long long)in->length);
     }
     const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(pin);
     if (m == NULL && !staged) {
@@ -531,9 +807,30 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     if (staged) {
         if ((rc = rdma_stage_take(tp, in->length, 0, &g->stage)) != 0)
             goto unlink;
-        if (in->op == ORB_OP_READ && (rc = stage_in(pin, in->addr, g->stage.cpu, in->length)) != 0)
+        if (in->op == ORB_OP_READ && (rc = stage_in(pin, in->addr, g->stage.cpu, in->length)) != 0) {
+            /* A refusal's ORB_EPEER or ORB_EAGAIN would tell the requester that the connection
+             * is lost, or to ask again: a copy that failed here is neither. */
+            if (rc == ORB_EPEER || rc == ORB_EAGAIN)
+                rc = orb_fail_wrap(ORB_EUNAVAILABLE, "rdma: staging the range at the source");
             goto unlink;
+        }
         g->target = (uint64_t)(uintptr_t)g->stage.cpu;
+    }
+
+    if (reuse) {
+        rc = reuse_keys(tp, c, g, m);
+        if (rc != 0 && rc != ORB_EUNQUIESCED && rc != ORB_ENOMEM) {
+            /* The NIC passed the probe but this key failed (the history full, say): the request
+             * is served privately instead, as where reuse is off. */
+            ORB_LOGW("rdma: a DevX key for grant %llu failed (%s); it is granted privately",
+                     (unsigned long long)g->id, orb_last_error());
+            *private_only = true;
+            rc = orb_fail(ORB_EUNAVAILABLE, "rdma: no DevX key for this range now; granted on private queue pairs");
+        }
+        if (rc != 0)
+            goto unlink;
+        *out = g;
+        return 0;
     }
 
     /* A window and its parent MR for every rail first: a rail that has none (the key history
@@ -692,7 +989,8 @@ static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, con
     struct rdma_grant *gs[ORB_RDMA_GRANT_BATCH] = {NULL};
     out->count = in.count;
     for (uint32_t i = 0; i < in.count; i++) {
-        int e = grant_prepare(tp, c, &in.ask[i], &gs[i], &out->g[i].lost_qps);
+        int e = grant_prepare(tp, c, &in.ask[i], &gs[i], &out->g[i].lost_qps, &out->g[i].slot_shift,
+                              &out->g[i].private_only);
         if (e == ORB_EPROTO) {
             /* A broken request is no refusal: the message is refused whole. */
             char why[256];
@@ -741,6 +1039,38 @@ static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, con
     return rc;
 }
 
+/* PGRANT_REQ: a private grant (rdma_private.c); a refusal is answered in PGRANT with its cause. */
+static int src_pgrant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len,
+                      uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    struct orb_rdma_pgrant_req in;
+    int rc = orb_rdma_pgrant_req_decode(req, len, &in);
+    if (rc != 0)
+        return rc;
+    struct rdma_src_conn *c = conn_get(tp, sender, in.incarnation);
+    if (c == NULL)
+        return orb_fail(ORB_ENOENT, "rdma: no connection %llx of this requester", (unsigned long long)in.incarnation);
+    struct orb_rdma_pgrant *out = calloc(1, sizeof *out);
+    if (out == NULL) {
+        conn_put(tp, c);
+        return orb_fail(ORB_ENOMEM, "rdma: out of memory for a PGRANT");
+    }
+    int e = rdma_pgrant_serve(tp, c, &in, out);
+    conn_put(tp, c);
+    if (e == ORB_EPROTO) {
+        free(out);
+        return e;
+    }
+    if (e != 0) {
+        memset(out, 0, sizeof *out);
+        out->status = e;
+        snprintf(out->why, sizeof out->why, "%s", orb_last_error());
+    }
+    rc = orb_rdma_pgrant_encode(out, resp, cap, resp_len);
+    free(out);
+    return rc;
+}
+
 int rdma_source_control(void *tp_, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
                         size_t cap, size_t *resp_len)
 {
@@ -758,6 +1088,9 @@ int rdma_source_control(void *tp_, const struct orb_epoch *sender, const uint8_t
     case ORB_RDMA_GRANT_REQ: return src_grant(tp, sender, req, len, resp, cap, resp_len);
     case ORB_RDMA_DISCONNECT: return src_disconnect(tp, sender, req, len, resp, cap, resp_len);
     case ORB_RDMA_PING: return src_ping(req, len, resp, cap, resp_len);
+    case ORB_RDMA_PIN: return src_pin(tp, sender, req, len, resp, cap, resp_len);
+    case ORB_RDMA_UNPIN: return src_unpin(tp, sender, req, len, resp, cap, resp_len);
+    case ORB_RDMA_PGRANT_REQ: return src_pgrant(tp, sender, req, len, resp, cap, resp_len);
     default: return orb_fail(ORB_EPROTO, "rdma: control message of kind %u is not a request", kind);
     }
 }
@@ -824,6 +1157,10 @@ void rdma_src_bind_failed(struct rdma_grant *g, uint32_t rail, int status)
 
 void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg)
 {
+    if (l->private_grant) {
+        rdma_pgrant_on_recv(l, wc, msg);
+        return;
+    }
     struct rdma_src_conn *c = l->owner;
     struct orb_rdma_tp *tp = l->tp;
     if (msg == NULL) {
@@ -851,11 +1188,8 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     else if (b.rail != l->rail || !(g->rail_mask & bit) || (g->done_mask & bit))
         snprintf(why, sizeof why, "grant %llu: a completion for rail %u, which it does not hold", (unsigned long long)b.grant,
                  b.rail);
-    else if (b.generation != g->generation || memcmp(b.nonce, g->nonce, sizeof g->nonce) != 0 ||
-             b.request != g->request || b.addr != g->addr || b.length != g->length || b.op != g->op ||
-             b.rkey != g->key[l->rail] || b.incarnation != c->incarnation ||
-             memcmp(b.requester.bytes, c->sender.bytes, 16) != 0 ||
-             memcmp(b.source.bytes, orb_engine_epoch(tp->engine)->bytes, 16) != 0)
+    else if (!rdma_src_binding_matches(&b, c, g->generation, g->nonce, g->request, g->addr, g->length, g->op,
+                                       g->key[l->rail]))
         snprintf(why, sizeof why, "grant %llu: the completion's binding is not the grant's", (unsigned long long)b.grant);
     else if (!orb_rdma_wc_invalidates(wc, g->key[l->rail]))
         snprintf(why, sizeof why, "grant %llu: the completion did not invalidate the rail's key",
@@ -865,12 +1199,14 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
         conn_fail(c, ORB_EPROTO, why);
         return;
     }
-    /* The window is dead now: it goes back to its pool. */
+    /* The window is dead now: it goes back to its pool (a DevX key is destroyed with the grant). */
     struct rdma_ctx *x = l->ctx;
-    pthread_mutex_lock(&x->wlock);
-    orb_rdma_window_put(&x->windows, g->win[l->rail]);
-    pthread_mutex_unlock(&x->wlock);
-    g->win[l->rail] = NULL;
+    if (g->win[l->rail] != NULL) {
+        pthread_mutex_lock(&x->wlock);
+        orb_rdma_window_put(&x->windows, g->win[l->rail]);
+        pthread_mutex_unlock(&x->wlock);
+        g->win[l->rail] = NULL;
+    }
     g->done_mask |= bit;
     bool done = g->done_mask == g->rail_mask;
     if (done)
@@ -881,10 +1217,22 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     int status = 0;
     if (g->stage.cpu != NULL && g->op == ORB_OP_WRITE) /* the pin still holds the range */
         status = stage_out(g->pin, g->addr, g->stage.cpu, g->length);
+    bool reused = g->devx_mask != 0;
+    if (reused) {
+        /* Every key is invalidated; destroyed before the ACK, and what the NIC wrote into the
+         * device made visible to it. A key that stays makes the end uncertain. */
+        if (rdma_src_gdr_visible(g->pin, g->op, g->id) != 0)
+            status = ORB_EUNAVAILABLE;
+        int kept = grant_destroy_keys(c, g);
+        if (kept != 0 && status == 0)
+            status = kept;
+    }
     uint64_t request = g->request, id = g->id;
     grant_release(c, g, true);
     free(g);
     atomic_fetch_add(&tp->grants_served, 1);
+    if (reused)
+        atomic_fetch_add(&tp->reuse_grants, 1);
     uint8_t ack[ORB_RDMA_ACK_LEN];
     struct orb_rdma_ack a = {.request = request, .grant = id, .status = status};
     orb_rdma_ack_encode(&a, ack);

@@ -132,6 +132,18 @@ void rdma_stage_put(struct orb_rdma_tp *tp, struct rdma_stage *st)
     st->cpu = NULL;
 }
 
+uint32_t rdma_stage_slot_shift(const struct orb_rdma_tp *tp)
+{
+    /* A quarter of the arena, so that several requests' slots are staged at once, as a power of
+     * two of at least a page (the whole arena when it is that small). */
+    uint64_t size = tp->staging != NULL ? tp->staging->ext.size : STAGE_GRANULE;
+    uint64_t want = size / 4 > STAGE_GRANULE ? size / 4 : STAGE_GRANULE;
+    uint32_t shift = ORB_RDMA_SLOT_SHIFT_MIN;
+    while (shift < ORB_RDMA_SLOT_SHIFT_MAX && (2ull << shift) <= want)
+        shift++;
+    return shift;
+}
+
 const struct orb_rdma_reg_mr *rdma_stage_mr(const struct orb_rdma_tp *tp, uint32_t nic)
 {
     /* Read without the lock: mrs is written once, before the first extent is handed out, and

@@ -276,6 +276,12 @@ int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, v
     const struct orb_rdma_config *cfg = orb_engine_rdma_config(engine);
     if (cfg == NULL)
         return not_here("rdma: the engine was created without RDMA settings");
+    if (cfg->cuda_memory == ORB_RDMA_CUDA_DIRECT && cfg->disable_gpu_direct_rdma)
+        return orb_fail(ORB_ECONFIG, "rdma keys 'cuda_memory' direct and 'disable_gpu_direct_rdma' true contradict "
+                        "each other: direct device memory is GPUDirect RDMA");
+    if (cfg->gpu_source_reuse && cfg->cuda_memory != ORB_RDMA_CUDA_DIRECT)
+        return orb_fail(ORB_ECONFIG, "rdma key 'gpu_source_reuse' true needs 'cuda_memory' direct: it is how a GPU "
+                        "source under direct grants its memory");
     /* mlx5 can scatter a small READ's result into the completion and copy it with the CPU, which
      * device memory cannot take: Direct device memory needs the provider told not to. */
     const char *scatter = getenv("MLX5_SCATTER_TO_CQE");
@@ -330,7 +336,7 @@ int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, v
         tp->ops_impl = &tp->verbs;
     }
     if (tp->env.mr_ops == NULL)
-        tp->env.mr_ops = &orb_rdma_verbs_mr_ops;
+        tp->env.mr_ops = orb_rdma_verbs_mr_ops_for(tp->v);
     rc = orb_rdma_devices_open(&open_ops, tp->ops_impl, &tp->disc.inv, allowed, mode, &tp->dev);
     if (rc != 0)
         goto free_tp;
@@ -411,8 +417,7 @@ static int gdr_attach(struct orb_rdma_tp *tp, const struct orb_reg *reg, void **
     if (reg->kind != &orb_memkind_cuda)
         return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be registered with the NICs", reg->kind->name);
     orb_cuda_memory *mem = reg->owner;
-    struct orb_gdr_facts f = {.verbs_dmabuf = tp->env.mr_ops->reg_dmabuf != NULL &&
-                                              (tp->env.mr_ops != &orb_rdma_verbs_mr_ops || tp->v->reg_dmabuf_mr != NULL)};
+    struct orb_gdr_facts f = {.verbs_dmabuf = tp->env.mr_ops->reg_dmabuf != NULL};
     int rc = orb_cuda_device_dmabuf(orb_cuda_memory_device(mem), &f.cuda_dmabuf);
     if (rc != 0)
         return rc;
@@ -465,6 +470,17 @@ static int gdr_attach(struct orb_rdma_tp *tp, const struct orb_reg *reg, void **
     }
     m->route = (uint8_t)route;
     m->gdr_flush = !ordered;
+    if (tp->cfg->gpu_source_reuse && reg->perm != ORB_PERM_LOCAL) {
+        bool keep = false;
+        m->reuse_mask = rdma_reuse_probe(tp, m, reg->base, reg->len, &keep);
+        if (keep) {
+            /* A probe key over these bytes may still be in force: they and their MRs stay. */
+            keep_forever(tp, m);
+            orb_reg_keep_owner(reg);
+            return orb_fail(ORB_EUNQUIESCED, "rdma: a gpu_source_reuse probe key over the registration could not be "
+                            "destroyed; its memory is kept for good");
+        }
+    }
     atomic_fetch_add(route == ORB_GDR_ROUTE_DMABUF ? &tp->dmabuf_registrations : &tp->peermem_registrations, 1);
     atomic_fetch_add(&tp->registrations, 1);
     atomic_fetch_add(&tp->mrs, m->count);
@@ -509,6 +525,16 @@ static int rdma_reg_attach(void *tp_, const struct orb_reg *reg, void **state_ou
     return 0;
 }
 
+static uint32_t rdma_reg_gpu_routes(void *tp_, const struct orb_reg *reg, const void *state)
+{
+    (void)tp_;
+    (void)reg;
+    const struct orb_rdma_reg_mrs *m = state;
+    return m->route == ORB_GDR_ROUTE_DMABUF ? ORB_GPU_ROUTE_DMABUF
+           : m->route == ORB_GDR_ROUTE_PEERMEM ? ORB_GPU_ROUTE_PEERMEM
+                                                : 0;
+}
+
 static int rdma_reg_retire(void *tp_, const struct orb_reg *reg, void *state)
 {
     struct orb_rdma_tp *tp = tp_;
@@ -551,6 +577,11 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.kept_memory_regions = atomic_load(&tp->kept_mrs);
     st.dmabuf_registrations = atomic_load(&tp->dmabuf_registrations);
     st.peermem_registrations = atomic_load(&tp->peermem_registrations);
+    st.staged_slots = atomic_load(&tp->slots_moved);
+    st.private_grants = atomic_load(&tp->private_grants);
+    st.reuse_grants = atomic_load(&tp->reuse_grants);
+    st.reuse_probe_failures = atomic_load(&tp->reuse_probe_failures);
+    st.kept_keys = atomic_load(&tp->kept_keys);
     st.requests_in_flight = atomic_load(&tp->inflight_reqs);
     st.grants_active = atomic_load(&tp->active_grants);
     st.grants_served = atomic_load(&tp->grants_served);
@@ -668,6 +699,7 @@ const struct orb_transport_ops orb_rdma_transport = {
     .inflight = rdma_inflight,
     .reg_attach = rdma_reg_attach,
     .reg_retire = rdma_reg_retire,
+    .reg_gpu_routes = rdma_reg_gpu_routes,
     .peer_open = rdma_peer_open,
     .peer_describe = NULL,
     .peer_plan = rdma_peer_plan,

@@ -48,6 +48,9 @@ struct orb_rdma_discovery {
     struct orb_helper *helper;     /* the open session, or NULL; the transport owns it */
 };
 
+struct orb_devx_key_ops;
+struct orb_hp_devx_verify;
+
 /* Where the transport's native calls go. orb_rdma_transport uses libibverbs, the helper and
  * /sys; tests pass scripted ones to orb_rdma_tp_start_with(). */
 struct orb_rdma_env {
@@ -62,6 +65,10 @@ struct orb_rdma_env {
     int (*query_device)(void *impl, struct ibv_context *ctx, struct ibv_device_attr *out);
     /* ibv_query_port; 0 or an errno value. NULL: no data path (registrations only). */
     int (*query_port)(void *impl, struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *out);
+    /* DevX keys (gpu_source_reuse), with `impl`, and their check; NULL: the kernel's, checked
+     * by the helper session. */
+    const struct orb_devx_key_ops *devx_ops;
+    int (*devx_verify)(void *impl, const struct orb_hp_devx_verify *v);
 };
 
 /* The device limits a NIC reported when it was opened. */
@@ -97,6 +104,10 @@ struct orb_rdma_tp {
     struct orb_rdma_nic_caps caps[ORB_TOPO_MAX_NICS];
     atomic_uint_fast64_t registrations, mrs, registered_bytes, kept_mrs; /* orb_engine_rdma_stats */
     atomic_uint_fast64_t dmabuf_registrations, peermem_registrations;
+    atomic_uint_fast64_t slots_moved; /* staged_slots */
+    atomic_uint_fast64_t private_grants; /* private_grants */
+    atomic_uint_fast64_t reuse_grants, reuse_probe_failures, kept_keys;
+    atomic_uint_fast64_t pgrants_ending; /* private grants waiting for their teardown on lane 0 */
 
     /* The data path (rdma_data.h); data is false where it does not run. */
     bool data;
@@ -111,6 +122,8 @@ struct orb_rdma_tp {
     struct rdma_src_conn *conns;
     struct rdma_peer *reap_peers;               /* released, freed by the lane */
     struct rdma_src_conn *reap_conns;           /* closing, freed by the lane */
+    pthread_mutex_t priv_lock;                  /* priv_reap (a leaf lock) */
+    struct rdma_link *priv_reap;                /* requester queue pairs of ended private grants */
     uint32_t src_scan_turn;                     /* where the grant-expiry scan goes on (tp->lock) */
     uint64_t drain_deadline;
     uint32_t endpoints;                         /* QPs, against max_endpoints */

@@ -23,24 +23,31 @@ static int verbs_dereg_mr(void *impl, struct ibv_mr *mr)
     return vi->v->dereg_mr(mr);
 }
 
+/* Only in the table of a libibverbs that has it (orb_rdma_verbs_mr_ops_for). */
 static struct ibv_mr *verbs_reg_dmabuf(void *impl, struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
                                        int fd, unsigned access)
 {
     const struct orb_rdma_verbs_impl *vi = impl;
-    if (vi->v->reg_dmabuf_mr == NULL) {
-        errno = ENOSYS;
-        return NULL;
-    }
     return vi->v->reg_dmabuf_mr(pd, offset, len, iova, fd, (int)access);
 }
 
-const struct orb_rdma_mr_ops orb_rdma_verbs_mr_ops = {
+static const struct orb_rdma_mr_ops verbs_mr_ops = {
     .reg_mr = verbs_reg_mr,
     .dereg_mr = verbs_dereg_mr,
     .reg_dmabuf = verbs_reg_dmabuf,
 };
 
-static int status_of_errno(int err)
+static const struct orb_rdma_mr_ops verbs_mr_ops_without_dmabuf = {
+    .reg_mr = verbs_reg_mr,
+    .dereg_mr = verbs_dereg_mr,
+};
+
+const struct orb_rdma_mr_ops *orb_rdma_verbs_mr_ops_for(const struct orb_verbs *v)
+{
+    return v != NULL && v->reg_dmabuf_mr != NULL ? &verbs_mr_ops : &verbs_mr_ops_without_dmabuf;
+}
+
+int orb_rdma_mr_status(int err)
 {
     switch (err) {
     case ENOMEM:
@@ -113,8 +120,10 @@ int orb_rdma_reg_mrs_create_dmabuf(const struct orb_rdma_mr_ops *ops, void *impl
         return orb_fail(ORB_EUNAVAILABLE, "rdma: libibverbs lacks ibv_reg_dmabuf_mr");
     struct mr_source src = {.fd = fd, .offset = offset};
     int rc = create(ops, impl, dev, &src, iova, len, false, out);
-    if (rc == 0 || *out != NULL)
+    if (rc == 0 || *out != NULL) {
         (*out)->dmabuf_fd = fd; /* registered, or kept by a failed undo: the MRs may map it */
+        (*out)->dmabuf_offset = offset;
+    }
     return rc;
 }
 
@@ -148,7 +157,7 @@ static int create(const struct orb_rdma_mr_ops *ops, void *impl, const struct or
                 int err = errno != 0 ? errno : EIO;
                 /* ENOMEM is nearly always the locked-memory limit: every MR pins its pages once
                  * more, against RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK. */
-                int rc = orb_fail(err == EOPNOTSUPP || err == ENOSYS ? ORB_EUNAVAILABLE : status_of_errno(err),
+                int rc = orb_fail(err == EOPNOTSUPP || err == ENOSYS ? ORB_EUNAVAILABLE : orb_rdma_mr_status(err),
                                   "rdma: %s: cannot register %llu bytes%s as its %s MR: %s%s", n->name,
                                   (unsigned long long)len, src->fd >= 0 ? " of a dma-buf" : "",
                                   k == 0 ? "local-only" : "MW_BIND parent", strerror(err),

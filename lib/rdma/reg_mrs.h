@@ -33,8 +33,9 @@ struct orb_rdma_mr_ops {
                                  unsigned access);
 };
 
-/* The real table over the libibverbs in `impl` (a struct orb_rdma_verbs_impl). */
-extern const struct orb_rdma_mr_ops orb_rdma_verbs_mr_ops;
+/* The real table over the libibverbs `v` (its impl a struct orb_rdma_verbs_impl over `v`):
+ * reg_dmabuf NULL where `v` lacks ibv_reg_dmabuf_mr. */
+const struct orb_rdma_mr_ops *orb_rdma_verbs_mr_ops_for(const struct orb_verbs *v);
 
 struct orb_rdma_reg_mr {
     struct ibv_mr *local;   /* LOCAL_WRITE */
@@ -51,8 +52,10 @@ struct orb_rdma_reg_mrs {
     /* Device memory registered by dma-buf: the descriptor, retained until every MR is gone and
      * then closed exactly once (-1: none, or closed). */
     int dmabuf_fd;
+    uint64_t dmabuf_offset; /* where the registration's first byte lies in that export */
     uint8_t route;          /* 0 host memory, else the enum orb_gdr_route that made the MRs */
     bool gdr_flush;         /* its device does not order NIC writes: flush after each READ into it */
+    uint64_t reuse_mask;    /* NIC ids whose grants of it may use DevX keys (gpu_source_reuse probe passed) */
     struct orb_rdma_reg_mr mr[]; /* by NIC id */
 };
 
@@ -81,6 +84,11 @@ int orb_rdma_reg_mrs_create_dmabuf(const struct orb_rdma_mr_ops *ops, void *impl
  * failed: those MRs stay in `m` (count says how many), which the caller must keep, with the
  * bytes under it, for the process's lifetime. NULL: 0. */
 int orb_rdma_reg_mrs_destroy(const struct orb_rdma_mr_ops *ops, void *impl, struct orb_rdma_reg_mrs *m);
+
+/* What a failed MR registration's errno means: ORB_ERESOURCE (ENOMEM, ENOSPC, EAGAIN: the
+ * device's MR limit or the memory lock limit), ORB_EPERM (EPERM, EACCES), ORB_EINVAL (EFAULT,
+ * EINVAL), ORB_EUNAVAILABLE (anything else, EOPNOTSUPP included). */
+int orb_rdma_mr_status(int err);
 
 /* The MRs of NIC `nic`, or NULL when it holds none. */
 static inline const struct orb_rdma_reg_mr *orb_rdma_reg_mrs_on(const struct orb_rdma_reg_mrs *m, uint32_t nic)

@@ -132,6 +132,36 @@ static int next_free_key(const struct orb_rdma_key_history *h, uint32_t from)
     return -1;
 }
 
+bool orb_rdma_key_history_used(const struct orb_rdma_window_pool *p, uint32_t key)
+{
+    if (key == 0)
+        return true;
+    const struct orb_rdma_key_history *h = hist_find(p, key >> 8);
+    return h != NULL && key_used(h, key & 0xffu);
+}
+
+int orb_rdma_key_history_next(const struct orb_rdma_window_pool *p, uint32_t key, uint32_t from)
+{
+    const struct orb_rdma_key_history *h = hist_find(p, key >> 8);
+    if (h == NULL) {
+        uint32_t k = (from + 1) & 0xffu;
+        return ((key >> 8) == 0 && k == 0) ? 1 : (int)k;
+    }
+    return next_free_key(h, from);
+}
+
+int orb_rdma_key_history_claim(struct orb_rdma_window_pool *p, uint32_t key)
+{
+    if (orb_rdma_key_history_used(p, key))
+        return orb_fail(ORB_EINVAL, "rdma: key 0x%08x was handed out on this PD before", key);
+    bool known = hist_find(p, key >> 8) != NULL;
+    struct orb_rdma_key_history *h = hist_get(p, key >> 8);
+    if (h == NULL) /* hist_get named the cause */
+        return !known && p->hist_count >= p->max_indices ? ORB_ERESOURCE : ORB_ENOMEM;
+    mark_used(h, key & 0xffu);
+    return 0;
+}
+
 uint32_t orb_rdma_window_keys_left(const struct orb_rdma_window_pool *p, const struct orb_rdma_window *w)
 {
     const struct orb_rdma_key_history *h = hist_find(p, w->rkey >> 8);

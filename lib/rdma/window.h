@@ -69,6 +69,7 @@ struct orb_rdma_window_pool {
     /* Open addressing by index; `hist_cap` a power of two, at most half full. */
     struct orb_rdma_key_history *hist;
     uint32_t hist_cap, hist_count;
+    uint8_t next_variant;         /* the low byte the next device-made key asks for first */
 };
 
 void orb_rdma_window_pool_init(struct orb_rdma_window_pool *p, const struct orb_rdma_mw_ops *ops, void *impl,
@@ -108,6 +109,19 @@ void orb_rdma_window_put(struct orb_rdma_window_pool *p, struct orb_rdma_window 
  * invalidation arrived, or a bind's outcome is unknown): freed, which revokes any binding; its
  * keys stay in the history. A window the device refuses to free is parked instead (kept). */
 void orb_rdma_window_discard(struct orb_rdma_window_pool *p, struct orb_rdma_window *w);
+
+/* Keys the device makes itself (mlx5 DevX indirect keys, rdma/devx_key.h) share the PD's key
+ * space with windows, so they share the history and its max_window_key_indices bound: the
+ * device picks the index, the caller the low byte.
+ *
+ * orb_rdma_key_history_used: whether `key` was ever handed out on this PD (a window's or a
+ * device key's), or is 0. orb_rdma_key_history_next: the next low byte after `from` that the
+ * index of `key` never carried (-1: none left). orb_rdma_key_history_claim: record `key` as
+ * spent; ORB_ERESOURCE when its index would exceed max_window_key_indices, ORB_EINVAL when
+ * it is spent already (never handed out twice), ORB_ENOMEM. */
+bool orb_rdma_key_history_used(const struct orb_rdma_window_pool *p, uint32_t key);
+int orb_rdma_key_history_next(const struct orb_rdma_window_pool *p, uint32_t key, uint32_t from);
+int orb_rdma_key_history_claim(struct orb_rdma_window_pool *p, uint32_t key);
 
 /* Keys the index of `w` has left (0: it is spent). */
 uint32_t orb_rdma_window_keys_left(const struct orb_rdma_window_pool *p, const struct orb_rdma_window *w);

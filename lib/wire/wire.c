@@ -540,11 +540,15 @@ size_t orb_wire_describe_resp_size(size_t count)
 }
 
 static int region_ok(int status, const char *what, size_t index, uint64_t addr, uint64_t length,
-                     uint32_t perm, uint32_t kind)
+                     uint32_t perm, uint32_t kind, uint32_t routes)
 {
     if (kind != ORB_MEMORY_HOST && kind != ORB_MEMORY_CUDA)
         return orb_fail(status, "%s: region %zu has memory kind %u (must be HOST or CUDA)", what, index,
                         (unsigned)kind);
+    if ((routes & ~(uint32_t)(ORB_GPU_ROUTE_DMABUF | ORB_GPU_ROUTE_PEERMEM)) != 0 ||
+        (routes != 0 && kind != ORB_MEMORY_CUDA))
+        return orb_fail(status, "%s: region %zu has GPUDirect routes 0x%x (memory kind %u)", what, index,
+                        (unsigned)routes, (unsigned)kind);
     if (perm != ORB_PERM_REMOTE_READ && perm != ORB_PERM_REMOTE_WRITE)
         return orb_fail(status, "%s: region %zu has perm %u (must be REMOTE_READ or REMOTE_WRITE)", what,
                         index, (unsigned)perm);
@@ -566,7 +570,7 @@ int orb_wire_describe_resp_encode(uint64_t tag, const struct orb_region_desc *re
         return orb_fail(ORB_EINVAL, "DESCRIBE_RESP encode: NULL regions");
     for (size_t i = 0; i < count; i++) {
         int rc = region_ok(ORB_EINVAL, "DESCRIBE_RESP encode", i, regions[i].addr, regions[i].length,
-                           (uint32_t)regions[i].perm, regions[i].memory_kind);
+                           (uint32_t)regions[i].perm, regions[i].memory_kind, regions[i].gpu_direct_routes);
         if (rc != 0)
             return rc;
     }
@@ -581,7 +585,9 @@ int orb_wire_describe_resp_encode(uint64_t tag, const struct orb_region_desc *re
         orb_writer_u64(&w, regions[i].addr);
         orb_writer_u64(&w, regions[i].length);
         orb_writer_u32(&w, (uint32_t)regions[i].perm);
-        orb_writer_u32(&w, regions[i].memory_kind);
+        orb_writer_u8(&w, (uint8_t)regions[i].memory_kind);
+        orb_writer_u8(&w, (uint8_t)regions[i].gpu_direct_routes);
+        orb_writer_u16(&w, 0);
     }
     return encode_end("DESCRIBE_RESP", &w, len_out);
 }
@@ -620,14 +626,18 @@ int orb_wire_describe_resp_decode(const uint8_t *body, size_t len, struct orb_re
         uint64_t addr = orb_cursor_u64(&c);
         uint64_t length = orb_cursor_u64(&c);
         uint32_t perm = orb_cursor_u32(&c);
-        uint32_t kind = orb_cursor_u32(&c);
-        rc = region_ok(ORB_EPROTO, "DESCRIBE_RESP", i, addr, length, perm, kind);
+        uint32_t kind = orb_cursor_u8(&c);
+        uint32_t routes = orb_cursor_u8(&c);
+        uint32_t zero = orb_cursor_u16(&c);
+        rc = zero != 0 ? orb_fail(ORB_EPROTO, "DESCRIBE_RESP: region %u has reserved bytes set", (unsigned)i)
+                       : region_ok(ORB_EPROTO, "DESCRIBE_RESP", i, addr, length, perm, kind, routes);
         if (rc != 0)
             goto free_regions;
         regions[i].addr = addr;
         regions[i].length = length;
         regions[i].perm = (enum orb_perm)perm;
         regions[i].memory_kind = kind;
+        regions[i].gpu_direct_routes = routes;
     }
     if (orb_cursor_finish(&c) != 0) {
         rc = orb_fail(ORB_EPROTO, "DESCRIBE_RESP: malformed body");

@@ -12,7 +12,7 @@
 #include <orbite/orbite.h>
 
 #define ORB_WIRE_MAGIC 0x5442524Fu /* "ORBT" as little-endian bytes 'O' 'R' 'B' 'T' */
-#define ORB_WIRE_VERSION 4u
+#define ORB_WIRE_VERSION 5u
 #define ORB_WIRE_HEADER_LEN 24u
 #define ORB_WIRE_MAX_PAYLOAD (64u << 20)    /* payload bytes after one frame */
 #define ORB_WIRE_MAX_REGIONS 65536u         /* entries in one DESCRIBE_RESP */

@@ -1,8 +1,9 @@
 /* Hardware check (exits 77 where it cannot run): on the first mlx5 device of this host,
  *  1. orbite-helper-test (real sysfs, real /dev/infiniband, the kernel device context) answers
  *     OPEN_DEVICE with a descriptor that libibverbs adopts with ibv_import_device();
- *  2. a DevX indirect KLM key created by this process in that adopted context, bound to one QP,
- *     granting READ over an exact range, passes DEVX_VERIFY;
+ *  2. a DevX indirect KLM key created by this process in that adopted context with the library's
+ *     own command and call (a grant's key: bound to one QP, READ over an exact range, remotely
+ *     invalidatable), passes DEVX_VERIFY;
  *  3. the same key fails DEVX_VERIFY for another direction, length, QP, object handle or variant,
  *     and a key any QP may use (the wildcard QPN) fails it too.
  * libibverbs and libmlx5 are loaded at run time (the library links neither); the key is created
@@ -31,8 +32,9 @@
 
 #include "common/helper_proto.h"
 #include "helper/devx.h"
-#include "helper/uverbs.h"
+#include "common/uverbs.h"
 #include "helper_test_util.h"
+#include "rdma/devx_key.h"
 
 #define SKIP 77
 #define WAIT_MS 10000
@@ -147,59 +149,31 @@ static bool find_mlx5(char nic[65], char node[300])
 
 /* ---- DevX objects through the uverbs ioctl ------------------------------------------------------ */
 
-static void put_be32(uint8_t *p, uint32_t v)
+/* An indirect KLM key over [addr, addr + len) of `lkey`, READ only, bound to `qpn`, in protection
+ * domain `pdn`: the command the library builds for a grant (rdma/devx_key.h), created with the
+ * library's own call. `any_qp` rewrites the binding to the wildcard QPN, which the library never
+ * asks for, to see the helper refuse such a key. */
+static int create_klm_key(struct ibv_context *ctx, uint32_t pdn, uint32_t qpn, uint32_t lkey, uint64_t addr,
+                          uint64_t len, bool any_qp, uint32_t *handle, uint32_t *key)
 {
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static void put_be64(uint8_t *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
-}
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* CREATE_MKEY (mlx5 PRM): an indirect KLM key over [addr, addr + len) of `lkey`, READ only,
- * bound to `qpn`, in protection domain `pdn`. */
-#define CREATE_MKEY_IN_LEN (272u + 16u)
-static int create_klm_key(int fd, uint32_t pdn, uint32_t qpn, uint32_t lkey, uint64_t addr, uint64_t len,
-                          uint32_t *handle, uint32_t *key)
-{
-    uint8_t in[CREATE_MKEY_IN_LEN], out[16];
-    memset(in, 0, sizeof in);
-    memset(out, 0, sizeof out);
-    in[0] = 0x02; /* opcode 0x200 */
-    uint8_t *mkc = in + 16;
-    mkc[2] = 0x10 | 0x04 | 0x02; /* rr, lr, access_mode_1_0 = KLMs */
-    put_be32(mkc + 4, qpn << 8 | VARIANT);
-    put_be32(mkc + 12, pdn & 0xFFFFFFu);
-    put_be64(mkc + 16, addr);
-    put_be64(mkc + 24, len);
-    put_be32(mkc + 52, 1); /* translations_octword_size: one KLM entry */
-    put_be32(in + 96, 1);  /* translations_octword_actual_size */
-    put_be32(in + 272, (uint32_t)len);
-    put_be32(in + 276, lkey);
-    put_be64(in + 280, addr);
-    struct orb_uverbs_attr a[3] = {
-        {MLX5_IB_ATTR_DEVX_OBJ_CREATE_HANDLE, 0, 0},
-        {MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_IN, sizeof in, orb_uverbs_ptr(in)},
-        {MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_OUT, sizeof out, orb_uverbs_ptr(out)},
-    };
-    int err = orb_uverbs_call(fd, RDMA_DRIVER_MLX5, MLX5_IB_OBJECT_DEVX_OBJ, MLX5_IB_METHOD_DEVX_OBJ_CREATE, a, 3);
-    if (err != 0) {
-        fprintf(stderr, "CREATE_MKEY: %s (status 0x%02x, syndrome 0x%08x)\n", strerror(err), out[0],
-                get_be32(out + 4));
-        return err;
+    uint8_t in[ORB_DEVX_CREATE_IN_MAX], out[ORB_DEVX_CREATE_OUT_LEN];
+    size_t in_len = 0;
+    struct orb_devx_key_spec s = {.pdn = pdn, .qpn = qpn, .parent_lkey = lkey, .variant = VARIANT, .addr = addr,
+                                  .len = len, .op = ORB_OP_READ};
+    if (orb_devx_key_encode(&s, in, &in_len) != 0) {
+        fprintf(stderr, "the key's command: %s\n", orb_last_error());
+        return EINVAL;
     }
-    *handle = (uint32_t)a[0].data;
-    *key = (get_be32(out + 8) & 0xFFFFFFu) << 8 | VARIANT;
+    if (any_qp)
+        orb_be32_put(in + ORB_DEVX_CREATE_MKC_OFFSET + ORB_MKC_QPN, ORB_MKC_QPN_WILDCARD << 8 | VARIANT);
+    memset(out, 0, sizeof out);
+    uint32_t index = 0;
+    if (orb_devx_key_kernel_ops.create(NULL, ctx, in, in_len, out, sizeof out, handle) != 0 ||
+        orb_devx_key_decode_created(out, &index) != 0) {
+        fprintf(stderr, "CREATE_MKEY: %s\n", orb_last_error());
+        return EIO;
+    }
+    *key = index << 8 | VARIANT;
     return 0;
 }
 
@@ -344,7 +318,7 @@ int main(void)
         if (mr && qp) {
             uint64_t addr = (uint64_t)(uintptr_t)buf + PAGE, len = 2 * PAGE;
             uint32_t handle = 0, key = 0;
-            int err = create_klm_key(ctx->cmd_fd, dvpd.pdn, qp->qp_num, mr->lkey, addr, len, &handle, &key);
+            int err = create_klm_key(ctx, dvpd.pdn, qp->qp_num, mr->lkey, addr, len, false, &handle, &key);
             CHECK(err == 0, "a DevX KLM key bound to QP 0x%x (firmware that needs the wildcard QPN fails here)",
                   qp->qp_num);
             if (err == 0) {
@@ -354,7 +328,7 @@ int main(void)
             }
             /* A key any QP may use: the helper must refuse it whatever QP the request names. */
             uint32_t any_handle = 0, any_key = 0;
-            err = create_klm_key(ctx->cmd_fd, dvpd.pdn, 0xFFFFFFu, mr->lkey, addr, len, &any_handle, &any_key);
+            err = create_klm_key(ctx, dvpd.pdn, qp->qp_num, mr->lkey, addr, len, true, &any_handle, &any_key);
             CHECK(err == 0, "a DevX KLM key for any QP");
             if (err == 0) {
                 struct orb_hp_devx_verify w = {.obj_handle = any_handle, .key = any_key, .qpn = qp->qp_num,

@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 #include "helper/uctx.h"
-#include "helper/uverbs.h"
+#include "common/uverbs.h"
 
 /* A table that answers from a script, one errno per call, and records what it was asked. */
 struct script {

@@ -34,6 +34,7 @@ orb_unit_test(test_helper_caps SOURCES ${ORB_HELPER_TEST_DIR}/test_helper_caps.c
 # Hardware check: the real device context and DevX key verification on an mlx5 NIC (exits 77
 # without one). libibverbs and libmlx5 are loaded at run time; the library links neither.
 orb_unit_test(hw_helper_mlx5_import SOURCES ${ORB_HELPER_TEST_DIR}/hw_mlx5_import.c ${ORB_HELPER_TEST_UTIL}
+              ${PROJECT_SOURCE_DIR}/lib/rdma/devx_key.c ${PROJECT_SOURCE_DIR}/lib/rdma/window.c
               OBJECTS ${ORB_HELPER_TEST_OBJECTS} LIBS ${ORB_HELPER_TEST_LIBS} ${CMAKE_DL_LIBS})
 add_dependencies(hw_helper_mlx5_import orbite-helper-test)
 set_tests_properties(hw_helper_mlx5_import PROPERTIES SKIP_RETURN_CODE 77)

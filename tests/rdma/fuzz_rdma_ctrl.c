@@ -90,6 +90,65 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(orb_rdma_ping_encode(nonce, out, sizeof out, &len) == 0, "ping re-encode");
         same(out, len, data, size, "ping bytes");
     }
+    static struct orb_rdma_pgrant_req pgq;
+    rc = orb_rdma_pgrant_req_decode(data, size, &pgq);
+    check_rc(rc, "private grant request decode");
+    if (rc == 0) {
+        check(pgq.nqps >= 1 && pgq.nqps <= ORB_RDMA_MAX_RAILS &&
+                  pgq.nqps == (uint32_t)__builtin_popcount(pgq.rail_mask) && pgq.length > 0 &&
+                  pgq.addr + pgq.length >= pgq.addr,
+              "private grant request fields");
+        check(orb_rdma_pgrant_req_encode(&pgq, out, sizeof out, &len) == 0, "private grant request re-encode");
+        same(out, len, data, size, "private grant request bytes");
+    }
+    static struct orb_rdma_pgrant pg;
+    rc = orb_rdma_pgrant_decode(data, size, &pg);
+    check_rc(rc, "private grant decode");
+    if (rc == 0) {
+        if (pg.status == 0) {
+            check(pg.nqps >= 1 && pg.nqps <= ORB_RDMA_MAX_RAILS, "private grant queue pairs");
+            for (uint32_t i = 0; i < pg.nqps; i++)
+                check(pg.rkeys[i] != 0 && pg.qps[i].qpn != 0, "private grant key and queue pair");
+        } else {
+            check(pg.status < 0 && strlen(pg.why) <= ORB_RDMA_WHY_MAX, "private grant refusal");
+        }
+        check(orb_rdma_pgrant_encode(&pg, out, sizeof out, &len) == 0, "private grant re-encode");
+        same(out, len, data, size, "private grant bytes");
+    }
+    struct orb_rdma_pin_req pq;
+    rc = orb_rdma_pin_decode(data, size, &pq);
+    check_rc(rc, "pin decode");
+    if (rc == 0) {
+        check(pq.length > 0 && pq.addr + pq.length >= pq.addr && pq.op <= ORB_OP_WRITE, "pin range");
+        check(orb_rdma_pin_encode(&pq, out, sizeof out, &len) == 0, "pin re-encode");
+        same(out, len, data, size, "pin bytes");
+    }
+    struct orb_rdma_pinned pd;
+    rc = orb_rdma_pinned_decode(data, size, &pd);
+    check_rc(rc, "pinned decode");
+    if (rc == 0) {
+        check(pd.status == 0 ? pd.pin >= 1 && pd.pin <= ORB_RDMA_MAX_PINS && pd.generation != 0
+                             : pd.pin == 0 && pd.status >= ORB_EAGAIN, "pinned fields");
+        check(strlen(pd.why) <= ORB_RDMA_WHY_MAX, "pinned cause");
+        check(orb_rdma_pinned_encode(&pd, out, sizeof out, &len) == 0, "pinned re-encode");
+        same(out, len, data, size, "pinned bytes");
+    }
+    struct orb_rdma_unpin uq;
+    rc = orb_rdma_unpin_decode(data, size, &uq);
+    check_rc(rc, "unpin decode");
+    if (rc == 0) {
+        check(uq.pin >= 1 && uq.pin <= ORB_RDMA_MAX_PINS && uq.generation != 0, "unpin fields");
+        check(orb_rdma_unpin_encode(&uq, out, sizeof out, &len) == 0, "unpin re-encode");
+        same(out, len, data, size, "unpin bytes");
+    }
+    int32_t ust;
+    rc = orb_rdma_unpinned_decode(data, size, &ust);
+    check_rc(rc, "unpinned decode");
+    if (rc == 0) {
+        check(ust <= 0 && ust >= ORB_EAGAIN, "unpinned status");
+        check(orb_rdma_unpinned_encode(ust, out, sizeof out, &len) == 0, "unpinned re-encode");
+        same(out, len, data, size, "unpinned bytes");
+    }
     struct orb_rdma_binding b;
     rc = orb_rdma_binding_decode(data, size, &b);
     check_rc(rc, "binding decode");

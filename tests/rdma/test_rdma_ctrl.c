@@ -8,7 +8,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <orbite/orbite.h>
@@ -202,6 +204,35 @@ static void test_grant_round_trip(void **state)
     g.g[0].lost_qps = 1;
     g.g[0].status = ORB_EAGAIN;
     assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
+
+    /* A staging slot travels with an ORB_ERESOURCE refusal only, 2^12..2^40 bytes. */
+    memset(&g, 0, sizeof g);
+    g.count = 1;
+    g.g[0].status = ORB_ERESOURCE;
+    g.g[0].slot_shift = 24;
+    snprintf(g.g[0].why, sizeof g.g[0].why, "staged in slots");
+    assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), 0);
+    assert_int_equal(buf[13], 24); /* after the prefix, count, 3 pad, i32 status, cause length */
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gd), 0);
+    assert_int_equal(gd.g[0].status, ORB_ERESOURCE);
+    assert_int_equal(gd.g[0].slot_shift, 24);
+    assert_int_equal(gd.g[0].lost_qps, 0);
+    assert_string_equal(gd.g[0].why, "staged in slots");
+    buf[8] = (uint8_t)ORB_EAGAIN; /* the same slot with another status */
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gd), ORB_EPROTO);
+    buf[8] = (uint8_t)ORB_ERESOURCE;
+    buf[13] = 11;
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gd), ORB_EPROTO);
+    buf[13] = 41;
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gd), ORB_EPROTO);
+    buf[13] = 40;
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gd), 0);
+    assert_int_equal(gd.g[0].slot_shift, 40);
+    g.g[0].slot_shift = 11;
+    assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
+    g.g[0].slot_shift = 24;
+    g.g[0].status = ORB_EAGAIN;
+    assert_int_equal(orb_rdma_grants_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
 }
 
 static void test_binding_and_ack(void **state)
@@ -280,6 +311,215 @@ static void test_disconnect_and_ping(void **state)
     assert_int_equal(orb_rdma_disconnect_decode(buf, len, &v), ORB_EPROTO);
 }
 
+/* Whether any decoder takes `buf`. */
+static bool some_decoder_takes(const uint8_t *buf, size_t len)
+{
+    static struct orb_rdma_grants g;
+    struct orb_rdma_connect c;
+    struct orb_rdma_grant_req q;
+    struct orb_rdma_pin_req p;
+    struct orb_rdma_pinned pd;
+    struct orb_rdma_unpin u;
+    struct orb_rdma_binding b;
+    struct orb_rdma_ack a;
+    static struct orb_rdma_pgrant_req pq;
+    static struct orb_rdma_pgrant pg;
+    uint64_t v;
+    int32_t st;
+    return orb_rdma_pgrant_req_decode(buf, len, &pq) == 0 || orb_rdma_pgrant_decode(buf, len, &pg) == 0 ||
+           orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &c) == 0 ||
+           orb_rdma_connect_decode(ORB_RDMA_CONNECT_OK, buf, len, &c) == 0 ||
+           orb_rdma_grant_req_decode(buf, len, &q) == 0 || orb_rdma_grants_decode(buf, len, &g) == 0 ||
+           orb_rdma_disconnect_decode(buf, len, &v) == 0 || orb_rdma_ping_decode(buf, len, &v) == 0 ||
+           orb_rdma_pin_decode(buf, len, &p) == 0 || orb_rdma_pinned_decode(buf, len, &pd) == 0 ||
+           orb_rdma_unpin_decode(buf, len, &u) == 0 || orb_rdma_unpinned_decode(buf, len, &st) == 0 ||
+           orb_rdma_binding_decode(buf, len, &b) == 0 || orb_rdma_ack_decode(buf, len, &a) == 0;
+}
+
+/* The corpus says what it holds: every valid-* file is some message, no bad-* file is any. */
+static void test_corpus_names_hold(void **state)
+{
+    (void)state;
+    DIR *d = opendir(CTRL_CORPUS_DIR);
+    assert_non_null(d);
+    unsigned valid = 0, bad = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        bool is_valid = strncmp(e->d_name, "valid-", 6) == 0;
+        if (!is_valid && strncmp(e->d_name, "bad-", 4) != 0)
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", CTRL_CORPUS_DIR, e->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        static uint8_t buf[8192];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        if (some_decoder_takes(buf, n) != is_valid)
+            fail_msg("%s is %s", e->d_name, is_valid ? "no message" : "taken as a message");
+        is_valid ? valid++ : bad++;
+    }
+    closedir(d);
+    assert_true(valid >= 20 && bad >= 40);
+}
+
+/* PIN, PINNED, UNPIN and UNPINNED round-trip, and their rules hold both ways. */
+static void test_pins(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t len = 0;
+    struct orb_rdma_pin_req p = {.incarnation = 5, .request = 6, .op = ORB_OP_WRITE, .addr = 0x1000, .length = 3};
+    struct orb_rdma_pin_req pd;
+    assert_int_equal(orb_rdma_pin_encode(&p, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 44);
+    assert_int_equal(orb_rdma_pin_decode(buf, len, &pd), 0);
+    assert_int_equal(pd.incarnation, 5);
+    assert_int_equal(pd.request, 6);
+    assert_int_equal(pd.op, ORB_OP_WRITE);
+    assert_int_equal(pd.addr, 0x1000);
+    assert_int_equal(pd.length, 3);
+    assert_int_equal(orb_rdma_pin_decode(buf, len - 1, &pd), ORB_EPROTO);
+    p.length = 0;
+    assert_int_equal(orb_rdma_pin_encode(&p, buf, sizeof buf, &len), ORB_EINVAL);
+
+    struct orb_rdma_pinned k = {.status = 0, .pin = 16, .slot_shift = 24, .generation = 0xffff};
+    struct orb_rdma_pinned kd;
+    assert_int_equal(orb_rdma_pinned_encode(&k, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 16);
+    assert_int_equal(orb_rdma_pinned_decode(buf, len, &kd), 0);
+    assert_int_equal(kd.pin, 16);
+    assert_int_equal(kd.slot_shift, 24);
+    assert_int_equal(kd.generation, 0xffff);
+    k.pin = 17;
+    assert_int_equal(orb_rdma_pinned_encode(&k, buf, sizeof buf, &len), ORB_EINVAL);
+    k = (struct orb_rdma_pinned){.status = ORB_ENOENT};
+    snprintf(k.why, sizeof k.why, "no such\nrange");
+    assert_int_equal(orb_rdma_pinned_encode(&k, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_rdma_pinned_decode(buf, len, &kd), 0);
+    assert_int_equal(kd.status, ORB_ENOENT);
+    assert_string_equal(kd.why, "no such?range");
+    k.pin = 1; /* a refusal names no pin */
+    assert_int_equal(orb_rdma_pinned_encode(&k, buf, sizeof buf, &len), ORB_EINVAL);
+
+    struct orb_rdma_unpin u = {.incarnation = 9, .pin = 1, .generation = 2}, ud;
+    assert_int_equal(orb_rdma_unpin_encode(&u, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 20);
+    assert_int_equal(orb_rdma_unpin_decode(buf, len, &ud), 0);
+    assert_int_equal(ud.incarnation, 9);
+    assert_int_equal(ud.pin, 1);
+    assert_int_equal(ud.generation, 2);
+    u.generation = 0;
+    assert_int_equal(orb_rdma_unpin_encode(&u, buf, sizeof buf, &len), ORB_EINVAL);
+    int32_t st = 1;
+    assert_int_equal(orb_rdma_unpinned_encode(ORB_ENOENT, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 12);
+    assert_int_equal(orb_rdma_unpinned_decode(buf, len, &st), 0);
+    assert_int_equal(st, ORB_ENOENT);
+    assert_int_equal(orb_rdma_unpinned_encode(3, buf, sizeof buf, &len), ORB_EINVAL);
+    /* A message of one kind is none of the others. */
+    assert_int_equal(orb_rdma_pin_decode(buf, len, &pd), ORB_EPROTO);
+
+    /* A grant request names a pin with its generation, or neither. */
+    struct orb_rdma_grant_req q;
+    memset(&q, 0, sizeof q);
+    q.count = 1;
+    q.ask[0] = (struct orb_rdma_grant_ask){.request = 1, .op = ORB_OP_READ, .pin = 4, .pin_generation = 9,
+                                           .rail_mask = 1, .addr = 64, .length = 64};
+    struct orb_rdma_grant_req qd;
+    assert_int_equal(orb_rdma_grant_req_encode(&q, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_rdma_grant_req_decode(buf, len, &qd), 0);
+    assert_int_equal(qd.ask[0].pin, 4);
+    assert_int_equal(qd.ask[0].pin_generation, 9);
+    q.ask[0].pin_generation = 0;
+    assert_int_equal(orb_rdma_grant_req_encode(&q, buf, sizeof buf, &len), ORB_EINVAL);
+}
+
+/* PGRANT_REQ and PGRANT: the requester's queue pairs in, the source's keys and queue pairs out;
+ * a GRANT refusal saying "private only" with ORB_EUNAVAILABLE alone. */
+static void test_private_grants(void **state)
+{
+    (void)state;
+    static uint8_t buf[1024];
+    size_t len = 0;
+    struct orb_rdma_pgrant_req q = {.incarnation = 7, .request = 8, .op = ORB_OP_READ, .rail_mask = 0x5,
+                                    .addr = 0xd000000000001000ull, .length = 4097, .nqps = 2};
+    for (uint32_t i = 0; i < 2; i++)
+        q.qps[i] = (struct orb_rdma_qp_addr){.qpn = 100 + i, .psn = 7, .mtu = IBV_MTU_1024, .lid = 3};
+    q.qps[1].gid[15] = 9;
+    struct orb_rdma_pgrant_req qd;
+    assert_int_equal(orb_rdma_pgrant_req_encode(&q, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 48 + 2 * 28);
+    assert_int_equal(orb_rdma_pgrant_req_decode(buf, len, &qd), 0);
+    assert_int_equal(qd.incarnation, 7);
+    assert_int_equal(qd.request, 8);
+    assert_int_equal(qd.rail_mask, 0x5);
+    assert_int_equal(qd.addr, 0xd000000000001000ull);
+    assert_int_equal(qd.length, 4097);
+    assert_int_equal(qd.nqps, 2);
+    assert_int_equal(qd.qps[1].qpn, 101);
+    assert_int_equal(qd.qps[1].gid[15], 9);
+    assert_int_equal(qd.qps[0].mtu, IBV_MTU_1024);
+    assert_int_equal(qd.pin, 0);
+    assert_int_equal(orb_rdma_pgrant_req_decode(buf, len - 1, &qd), ORB_EPROTO);
+    q.pin = 2;
+    q.pin_generation = 0x1234;
+    assert_int_equal(orb_rdma_pgrant_req_encode(&q, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_rdma_pgrant_req_decode(buf, len, &qd), 0);
+    assert_int_equal(qd.pin, 2);
+    assert_int_equal(qd.pin_generation, 0x1234);
+    q.pin_generation = 0; /* a pin names its generation */
+    assert_int_equal(orb_rdma_pgrant_req_encode(&q, buf, sizeof buf, &len), ORB_EINVAL);
+    q.pin = 0;
+    q.nqps = 1; /* not the rails' count */
+    assert_int_equal(orb_rdma_pgrant_req_encode(&q, buf, sizeof buf, &len), ORB_EINVAL);
+    q.nqps = 2;
+    q.qps[0].qpn = 0;
+    assert_int_equal(orb_rdma_pgrant_req_encode(&q, buf, sizeof buf, &len), ORB_EINVAL);
+
+    struct orb_rdma_pgrant g = {.status = 0, .grant = 11, .generation = 1, .target = 0xd000000000001000ull,
+                                .nqps = 2, .rkeys = {0x99, 0x77}};
+    memset(g.nonce, 0xab, sizeof g.nonce);
+    g.qps[0] = (struct orb_rdma_qp_addr){.qpn = 5, .mtu = IBV_MTU_4096};
+    g.qps[1] = (struct orb_rdma_qp_addr){.qpn = 6, .mtu = IBV_MTU_256, .psn = 0xffffff};
+    static struct orb_rdma_pgrant gd;
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, 68 + 2 * 32);
+    assert_int_equal(orb_rdma_pgrant_decode(buf, len, &gd), 0);
+    assert_int_equal(gd.grant, 11);
+    assert_int_equal(gd.nqps, 2);
+    assert_int_equal(gd.rkeys[1], 0x77);
+    assert_int_equal(gd.qps[1].psn, 0xffffff);
+    assert_int_equal(gd.target, 0xd000000000001000ull);
+    assert_memory_equal(gd.nonce, g.nonce, sizeof g.nonce);
+    g.rkeys[1] = 0;
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
+    g = (struct orb_rdma_pgrant){.status = ORB_EAGAIN};
+    snprintf(g.why, sizeof g.why, "max_grants\tspent");
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_rdma_pgrant_decode(buf, len, &gd), 0);
+    assert_int_equal(gd.status, ORB_EAGAIN);
+    assert_string_equal(gd.why, "max_grants?spent");
+    g.status = 4;
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
+    /* A message of one kind is none of the others. */
+    assert_int_equal(orb_rdma_pgrant_req_decode(buf, len, &qd), ORB_EPROTO);
+
+    /* The GRANT refusal that sends a request to PGRANT_REQ. */
+    static struct orb_rdma_grants gs, gsd;
+    gs.count = 1;
+    gs.g[0] = (struct orb_rdma_grant){.status = ORB_EUNAVAILABLE, .private_only = true};
+    assert_int_equal(orb_rdma_grants_encode(&gs, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gsd), 0);
+    assert_true(gsd.g[0].private_only);
+    assert_int_equal(gsd.g[0].slot_shift, 0);
+    gs.g[0].status = ORB_ERESOURCE;
+    assert_int_equal(orb_rdma_grants_encode(&gs, buf, sizeof buf, &len), ORB_EINVAL);
+    gs.g[0] = (struct orb_rdma_grant){.status = ORB_EUNAVAILABLE};
+    assert_int_equal(orb_rdma_grants_encode(&gs, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_rdma_grants_decode(buf, len, &gsd), 0);
+    assert_false(gsd.g[0].private_only);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -287,6 +527,9 @@ int main(void)
         cmocka_unit_test(test_grant_round_trip),
         cmocka_unit_test(test_binding_and_ack),
         cmocka_unit_test(test_disconnect_and_ping),
+        cmocka_unit_test(test_pins),
+        cmocka_unit_test(test_private_grants),
+        cmocka_unit_test(test_corpus_names_hold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,9 @@
  *    a device that does not order NIC writes gets one flush per READ into it, the allocation's
  *    SYNC_MEMOPS is set, the stats count the registration, and unregistering closes the
  *    descriptor;
- *  - a source under Direct refuses grants on device memory (no window is bound on a device MR).
+ *  - a source under Direct lends device memory on private grants (a protection domain, exact
+ *    region and queue pair per rail for each request, torn down before its ACK; no window is
+ *    ever bound on a device MR), refusing what lies outside the registration or its permission.
  * Needs the rails topology's devices; elsewhere it exits 77. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -249,51 +251,332 @@ static void test_a_direct_requester_moves_device_bytes(void **state)
     free(got);
 }
 
-static void test_a_direct_source_refuses_device_grants(void **state)
+/* READ `n` bytes of the source's device range at `off` into lbuf + loff, or WRITE them from
+ * there; 0 or the failure (its report in *rep). */
+static int move(orb_engine *e, orb_segment *seg, uint8_t op, uint64_t remote, const uint8_t *lbuf, size_t loff,
+                size_t n, struct orb_batch_report *rep)
+{
+    struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = op, .local_addr = (uint64_t)(uintptr_t)(lbuf + loff),
+                            .remote_addr = remote, .length = n};
+    return orb_submit_and_wait(e, seg, &r, 1, NULL, TIMEOUT_NS, rep);
+}
+
+/* A Direct GPU source engine with a device allocation (device_alloc's, filled with a pattern that
+ * `want` mirrors) and a host-memory requester connected to it; the registrations are the cells'. */
+struct gpu_source {
+    orb_engine *s, *e;
+    orb_cuda_memory *m;
+    uint64_t dev;            /* the allocation's device address */
+    uint8_t *want, *got;     /* GPU_ALLOC bytes: what the device must hold, and a copy to compare */
+    orb_host_memory *lm;
+    uint8_t *lbuf;           /* the requester's GPU_ALLOC bytes, registered local-only */
+    orb_reg_id lid;
+    orb_segment *seg;
+};
+
+#define GPU_ALLOC (2 * LEN + 8192)
+
+static void gpu_source_open(struct gpu_source *g, const char *const *source_kv, unsigned mul, unsigned add)
+{
+    memset(g, 0, sizeof *g);
+    if (rdma_test_engine(source_kv, 1, ORB_HELPER_OFF, &g->s) != 0)
+        fail_msg("a Direct source: %s", orb_last_error());
+    g->m = device_alloc();
+    g->dev = orb_cuda_memory_ptr(g->m);
+    g->want = malloc(GPU_ALLOC);
+    g->got = malloc(GPU_ALLOC);
+    assert_non_null(g->want);
+    assert_non_null(g->got);
+    for (size_t i = 0; i < GPU_ALLOC; i++)
+        g->want[i] = (uint8_t)(i * mul + add);
+    assert_int_equal(orb_cuda_memory_copy_in(g->m, 0, g->want, GPU_ALLOC), 0);
+    const char *rk[] = {"rdma_whitelist", RDMA_TEST_REQUESTER_NICS, NULL};
+    assert_int_equal(rdma_test_engine(rk, 0, ORB_HELPER_OFF, &g->e), 0);
+    assert_int_equal(orb_host_memory_alloc(GPU_ALLOC, 4096, &g->lm), 0);
+    g->lbuf = orb_host_memory_data(g->lm);
+    assert_int_equal(orb_register_host_memory(g->e, g->lm, 0, GPU_ALLOC, ORB_PERM_LOCAL, &g->lid), 0);
+    char ep[ORB_ENDPOINT_MAX];
+    struct orb_epoch epoch;
+    assert_int_equal(orb_engine_endpoint(g->s, ep, sizeof ep), 0);
+    assert_int_equal(orb_engine_source_epoch(g->s, &epoch), 0);
+    assert_int_equal(orb_open_segment(g->e, ep, &epoch, TIMEOUT_NS, &g->seg), 0);
+}
+
+/* The source's device memory equals `want`, every byte. */
+static void gpu_source_check(struct gpu_source *g)
+{
+    assert_int_equal(orb_cuda_memory_copy_out(g->m, 0, g->got, GPU_ALLOC), 0);
+    assert_memory_equal(g->got, g->want, GPU_ALLOC);
+}
+
+/* Close everything gpu_source_open made (the cells' registrations on the source go first). */
+static void gpu_source_close(struct gpu_source *g)
+{
+    orb_segment_close(g->seg);
+    assert_int_equal(orb_unregister_memory(g->e, g->lid), 0);
+    orb_host_memory_unref(g->lm);
+    assert_int_equal(orb_engine_close(g->e, TIMEOUT_NS), 0);
+    orb_engine_free(g->e);
+    orb_cuda_memory_unref(g->m);
+    assert_int_equal(orb_engine_close(g->s, TIMEOUT_NS), 0);
+    orb_engine_free(g->s);
+    free(g->want);
+    free(g->got);
+}
+
+/* A Direct source lends its device memory on private grants: each request gets, per rail, a
+ * protection domain, a memory region of exactly its range with its op's access only (dma-buf:
+ * offset from the export's base, iova the range's address), and a queue pair, all torn down
+ * before the ACK; READs and WRITEs of every shape land every byte and nothing around them; a
+ * request past the registration, or a WRITE of a read-only one, is refused before any byte
+ * moves; nothing of the grants is left afterwards. */
+static void test_a_direct_source_grants_device_memory_privately(void **state)
 {
     (void)state;
     itp_dmabuf_as_host(1);
     const char *kv[] = {"rdma_whitelist", RDMA_TEST_SOURCE_NICS, "cuda_memory", "direct", NULL};
-    orb_engine *s = NULL;
-    if (rdma_test_engine(kv, 1, ORB_HELPER_OFF, &s) != 0)
-        fail_msg("a Direct source: %s", orb_last_error());
-    orb_cuda_memory *m = device_alloc();
+    struct gpu_source g;
+    gpu_source_open(&g, kv, 7, 3);
+    orb_engine *s = g.s, *e = g.e;
+    orb_cuda_memory *m = g.m;
+    uint8_t *want = g.want, *lbuf = g.lbuf;
+    orb_segment *seg = g.seg;
+    const size_t dlen = GPU_ALLOC, reg_off = 4096 + 512, reg_len = 2 * LEN;
+    uint64_t base = g.dev + reg_off;
     orb_reg_id id = 0;
-    assert_int_equal(orb_register_cuda_memory(s, m, 0, LEN, ORB_PERM_REMOTE_WRITE, &id), 0);
-    const char *rk[] = {"rdma_whitelist", RDMA_TEST_REQUESTER_NICS, NULL};
-    orb_engine *e = NULL;
-    assert_int_equal(rdma_test_engine(rk, 0, ORB_HELPER_OFF, &e), 0);
-    orb_host_memory *lm = NULL;
-    orb_reg_id lid = 0;
-    assert_int_equal(orb_host_memory_alloc(LEN, 4096, &lm), 0);
-    memset(orb_host_memory_data(lm), 0x11, LEN);
-    assert_int_equal(orb_register_host_memory(e, lm, 0, LEN, ORB_PERM_LOCAL, &lid), 0);
+    if (orb_register_cuda_memory(s, m, reg_off, reg_len, ORB_PERM_REMOTE_WRITE, &id) != 0)
+        fail_msg("the source's Direct registration: %s", orb_last_error());
+    /* The source's Describe says how it published the region: by dma-buf. */
+    struct orb_region_desc *regs = NULL;
+    size_t nregs = 0;
+    assert_int_equal(orb_segment_describe(seg, TIMEOUT_NS, &regs, &nregs), 0);
+    assert_int_equal(nregs, 1);
+    assert_int_equal(regs[0].addr, base);
+    assert_int_equal(regs[0].memory_kind, ORB_MEMORY_CUDA);
+    assert_int_equal(regs[0].gpu_direct_routes, ORB_GPU_ROUTE_DMABUF);
+    orb_region_descs_free(regs);
+
+    struct orb_rdma_stats s0 = stats_of(s);
+    uint64_t regs0 = itp_calls(ITP_REG_DMABUF_MR), pds0 = itp_calls(ITP_DEALLOC_PD);
+    struct orb_batch_report rep;
+    /* READs: one page at the base, an odd span in the middle, the whole range. */
+    static const struct { size_t off, n; } reads[] = {{0, 4096}, {7, LEN + 1001}, {0, 2 * LEN}};
+    uint64_t served = 0;
+    for (size_t k = 0; k < sizeof reads / sizeof reads[0]; k++) {
+        memset(lbuf, 0x11, dlen);
+        if (move(e, seg, ORB_OP_READ, base + reads[k].off, lbuf, 5, reads[k].n, &rep) != 0)
+            fail_msg("a READ of %zu bytes of a Direct source's device memory: %s", reads[k].n, orb_last_error());
+        served++;
+        assert_memory_equal(lbuf + 5, want + reg_off + reads[k].off, reads[k].n);
+        assert_int_equal(lbuf[4], 0x11);
+        assert_int_equal(lbuf[5 + reads[k].n], 0x11);
+        /* The region was exactly the request's range, for READ only. */
+        struct itp_dmabuf_call d = itp_last_dmabuf();
+        assert_int_equal(d.offset, reg_off + reads[k].off);
+        assert_int_equal(d.length, reads[k].n);
+        assert_int_equal(d.iova, base + reads[k].off);
+        assert_int_equal(d.access, IBV_ACCESS_REMOTE_READ);
+    }
+    /* WRITEs: an odd span, then the last page. */
+    static const struct { size_t off, n; } writes[] = {{3, LEN + 77}, {2 * LEN - 4096, 4096}};
+    for (size_t k = 0; k < sizeof writes / sizeof writes[0]; k++) {
+        for (size_t i = 0; i < writes[k].n; i++)
+            lbuf[i] = (uint8_t)(i * 31 + k);
+        if (move(e, seg, ORB_OP_WRITE, base + writes[k].off, lbuf, 0, writes[k].n, &rep) != 0)
+            fail_msg("a WRITE of %zu bytes into a Direct source's device memory: %s", writes[k].n, orb_last_error());
+        served++;
+        memcpy(want + reg_off + writes[k].off, lbuf, writes[k].n);
+        gpu_source_check(&g); /* those bytes, and nothing around them */
+        struct itp_dmabuf_call d = itp_last_dmabuf();
+        assert_int_equal(d.length, writes[k].n);
+        assert_int_equal(d.access, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE);
+    }
+    /* Refused before any byte moves: a READ and a WRITE one byte past the registration. */
+    memset(lbuf, 0x22, dlen);
+    assert_int_equal(move(e, seg, ORB_OP_READ, base + reg_len - 100, lbuf, 0, 101, &rep), ORB_ENOENT);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+    for (size_t i = 0; i < 101; i++)
+        assert_int_equal(lbuf[i], 0x22);
+    assert_int_equal(move(e, seg, ORB_OP_WRITE, base + reg_len - 100, lbuf, 0, 101, &rep), ORB_ENOENT);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+    gpu_source_check(&g);
+
+    /* Every grant served privately and acknowledged, and torn down: a domain freed for each
+     * region made, no grant left active. */
+    struct orb_rdma_stats s1 = stats_of(s);
+    assert_int_equal(s1.private_grants - s0.private_grants, served);
+    uint64_t made = itp_calls(ITP_REG_DMABUF_MR) - regs0;
+    print_message("%llu private grants: %llu regions\n", (unsigned long long)served, (unsigned long long)made);
+    assert_true(made >= served);
+    assert_int_equal(itp_calls(ITP_DEALLOC_PD) - pds0, made);
+    assert_int_equal(s1.grants_active, 0);
+    assert_int_equal(s1.staged_transfers, s0.staged_transfers);
+
+    /* What a private grant costs next to a window grant: 4 KiB READs one at a time from this
+     * GPU source and from the suite's host source (printed; soft-RoCE under emulation measures
+     * the emulator, so only the ratio means anything). */
+    orb_segment *hseg = segment_to_source(e);
+    uint64_t t0 = now_ns();
+    for (int k = 0; k < 16; k++)
+        assert_int_equal(move(e, seg, ORB_OP_READ, base + 4096u * (unsigned)k, lbuf, 0, 4096, &rep), 0);
+    uint64_t t1 = now_ns();
+    for (int k = 0; k < 16; k++)
+        assert_int_equal(move(e, hseg, ORB_OP_READ, (uint64_t)(uintptr_t)sbytes + 4096u * (unsigned)k, lbuf, 0,
+                              4096, &rep), 0);
+    uint64_t t2 = now_ns();
+    print_message("4 KiB READ, one at a time: %llu us from the GPU source (private grants), %llu us from a host "
+                  "source (windows)\n", (unsigned long long)((t1 - t0) / 16000), (unsigned long long)((t2 - t1) / 16000));
+    orb_segment_close(hseg);
+
+    /* A read-only registration: a WRITE is refused (permission), a READ served. */
+    assert_int_equal(orb_unregister_memory(s, id), 0);
+    if (orb_register_cuda_memory(s, m, reg_off, reg_len, ORB_PERM_REMOTE_READ, &id) != 0)
+        fail_msg("the source's read-only Direct registration: %s", orb_last_error());
+    int rc = move(e, seg, ORB_OP_WRITE, base, lbuf, 0, 4096, &rep);
+    assert_int_equal(rc, ORB_EPERM);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+    gpu_source_check(&g);
+    assert_int_equal(move(e, seg, ORB_OP_READ, base, lbuf, 0, 4096, &rep), 0);
+    assert_memory_equal(lbuf, want + reg_off, 4096);
+
+    assert_int_equal(orb_unregister_memory(s, id), 0);
+    gpu_source_close(&g);
+    itp_dmabuf_as_host(0);
+}
+
+/* A private grant whose end never comes (the requester's fenced SEND is refused at its device) is
+ * torn down alone at the source once io_timeout_s and the grace passed: its domain freed, its
+ * charge back, while the connection goes on serving (the READ itself is asked again and lands).
+ * A requester that stages moves device memory from a Direct source slot by slot, each slot a
+ * private grant of its own. */
+static void test_a_private_grant_that_never_ends_goes_alone(void **state)
+{
+    (void)state;
+    itp_dmabuf_as_host(1);
+    const char *kv[] = {"rdma_whitelist", RDMA_TEST_SOURCE_NICS, "cuda_memory", "direct", "io_timeout_s", "2", NULL};
+    struct gpu_source g;
+    gpu_source_open(&g, kv, 11, 1);
+    orb_engine *s = g.s, *e = g.e;
+    uint8_t *want = g.want, *lbuf = g.lbuf;
+    orb_segment *seg = g.seg;
+    const size_t dlen = GPU_ALLOC;
+    uint64_t dev = g.dev;
+    orb_reg_id id = 0;
+    assert_int_equal(orb_register_cuda_memory(s, g.m, 0, dlen, ORB_PERM_REMOTE_WRITE, &id), 0);
+    const char *staged[] = {"rdma_whitelist", RDMA_TEST_REQUESTER_NICS, "host_memory", "staged",
+                            "max_staging_bytes", "1048576", NULL};
+    orb_engine *st = NULL;
+    assert_int_equal(rdma_test_engine(staged, 0, ORB_HELPER_OFF, &st), 0);
+    orb_reg_id sid = 0;
+    assert_int_equal(orb_register_host_memory(st, g.lm, 0, dlen, ORB_PERM_LOCAL, &sid), 0);
     char ep[ORB_ENDPOINT_MAX];
     struct orb_epoch epoch;
     assert_int_equal(orb_engine_endpoint(s, ep, sizeof ep), 0);
     assert_int_equal(orb_engine_source_epoch(s, &epoch), 0);
-    orb_segment *seg = NULL;
-    assert_int_equal(orb_open_segment(e, ep, &epoch, TIMEOUT_NS, &seg), 0);
-    struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ,
-                            .local_addr = (uint64_t)(uintptr_t)orb_host_memory_data(lm),
-                            .remote_addr = orb_cuda_memory_ptr(m), .length = 4096};
+    orb_segment *sseg = NULL;
+    assert_int_equal(orb_open_segment(st, ep, &epoch, TIMEOUT_NS, &sseg), 0);
     struct orb_batch_report rep;
-    int rc = orb_submit_and_wait(e, seg, &r, 1, NULL, TIMEOUT_NS, &rep);
-    print_message("a READ of a Direct source's device memory: %s (%s)\n", orb_strerror(rc), orb_last_error());
-    assert_int_equal(rc, ORB_EUNAVAILABLE);
-    assert_non_null(strstr(orb_last_error(), "private grant"));
-    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
-    for (size_t i = 0; i < 4096; i++)
-        assert_int_equal(((uint8_t *)orb_host_memory_data(lm))[i], 0x11);
-    orb_segment_close(seg);
-    assert_int_equal(orb_unregister_memory(e, lid), 0);
-    orb_host_memory_unref(lm);
-    assert_int_equal(orb_engine_close(e, TIMEOUT_NS), 0);
-    orb_engine_free(e);
+    /* One served grant first: the connection and its lanes are up. */
+    assert_int_equal(move(e, seg, ORB_OP_READ, dev, lbuf, 0, 4096, &rep), 0);
+    struct orb_rdma_stats s0 = stats_of(s), r0 = stats_of(e);
+    uint64_t regs0 = itp_calls(ITP_REG_DMABUF_MR), pds0 = itp_calls(ITP_DEALLOC_PD);
+    /* The next SEND posted is that READ's fenced end on its private queue pair: refused. */
+    itp_arm(ITP_POST_SEND, 1, EIO, IBV_WR_SEND, ITP_REFUSED_NAMED);
+    memset(lbuf, 0, dlen);
+    if (move(e, seg, ORB_OP_READ, dev + 100, lbuf, 0, 8192, &rep) != 0)
+        fail_msg("a READ whose first private grant lost its end: %s", orb_last_error());
+    itp_disarm(ITP_POST_SEND);
+    assert_true(itp_failures(ITP_POST_SEND) >= 1);
+    assert_memory_equal(lbuf, want + 100, 8192);
+    struct orb_rdma_stats r1 = stats_of(e);
+    assert_int_equal(r1.read_replays - r0.read_replays, 1);
+    /* The first grant is still held at the source, then torn down alone by its expiry. */
+    assert_int_equal(stats_of(s).grants_active, 1);
+    for (int i = 0; i < 100 && stats_of(s).grants_active != 0; i++)
+        sleep_ms(100);
+    struct orb_rdma_stats s1 = stats_of(s);
+    assert_int_equal(s1.grants_active, 0);
+    assert_int_equal(s1.private_grants - s0.private_grants, 1); /* the replay's, acknowledged */
+    assert_int_equal(itp_calls(ITP_DEALLOC_PD) - pds0, itp_calls(ITP_REG_DMABUF_MR) - regs0);
+    /* The connection lived on: the next request needs no rebuilt connection. */
+    assert_int_equal(move(e, seg, ORB_OP_WRITE, dev + 3 * 4096, lbuf, 0, 4096, &rep), 0);
+    memcpy(want + 3 * 4096, lbuf, 4096);
+    assert_int_equal(stats_of(e).reconnects, r0.reconnects);
+    assert_int_equal(s1.source_connections, s0.source_connections);
+
+    /* A staging requester (slots of 256 KiB) against the Direct source: each slot a private
+     * grant. */
+    uint64_t served = stats_of(s).private_grants;
+    const size_t n = LEN + 5;
+    memset(lbuf, 0x33, dlen);
+    if (move(st, sseg, ORB_OP_READ, dev + 9, lbuf, 1, n, &rep) != 0)
+        fail_msg("a staged READ from a Direct source: %s", orb_last_error());
+    assert_memory_equal(lbuf + 1, want + 9, n);
+    assert_int_equal(lbuf[0], 0x33);
+    assert_int_equal(lbuf[1 + n], 0x33);
+    assert_int_equal(stats_of(s).private_grants - served, (n + (256u << 10) - 1) / (256u << 10));
+    for (size_t i = 0; i < n; i++)
+        lbuf[i] = (uint8_t)(i ^ 0x5a);
+    if (move(st, sseg, ORB_OP_WRITE, dev + LEN / 2, lbuf, 0, n, &rep) != 0)
+        fail_msg("a staged WRITE into a Direct source: %s", orb_last_error());
+    memcpy(want + LEN / 2, lbuf, n);
+    gpu_source_check(&g);
+    assert_int_equal(stats_of(s).grants_active, 0);
+
+    orb_segment_close(sseg);
+    assert_int_equal(orb_unregister_memory(st, sid), 0);
+    assert_int_equal(orb_engine_close(st, TIMEOUT_NS), 0);
+    orb_engine_free(st);
     assert_int_equal(orb_unregister_memory(s, id), 0);
-    orb_cuda_memory_unref(m);
-    assert_int_equal(orb_engine_close(s, TIMEOUT_NS), 0);
-    orb_engine_free(s);
+    gpu_source_close(&g);
+    itp_dmabuf_as_host(0);
+}
+
+/* gpu_source_reuse where no NIC can make DevX keys (soft-RoCE, opened without the helper): the
+ * registration's probe fails on each NIC and says so (counted once per registration), and the
+ * grants stay private, every byte landing as without the option; no key is ever made. */
+static void test_gpu_source_reuse_stays_private_where_keys_cannot_be_made(void **state)
+{
+    (void)state;
+    itp_dmabuf_as_host(1);
+    const char *kv[] = {"rdma_whitelist", RDMA_TEST_SOURCE_NICS, "cuda_memory", "direct", "gpu_source_reuse", "true",
+                        NULL};
+    struct gpu_source g;
+    gpu_source_open(&g, kv, 11, 1);
+    const size_t reg_off = 4096 + 512, reg_len = 2 * LEN;
+    uint64_t base = g.dev + reg_off;
+    struct orb_rdma_stats s0 = stats_of(g.s);
+    orb_reg_id id = 0;
+    if (orb_register_cuda_memory(g.s, g.m, reg_off, reg_len, ORB_PERM_REMOTE_WRITE, &id) != 0)
+        fail_msg("the source's Direct registration: %s", orb_last_error());
+    assert_int_equal(stats_of(g.s).reuse_probe_failures - s0.reuse_probe_failures, 1);
+    /* A local-only registration is never probed: no peer can be granted it. */
+    orb_reg_id local_id = 0;
+    assert_int_equal(orb_register_cuda_memory(g.s, g.m, 0, 4096, ORB_PERM_LOCAL, &local_id), 0);
+    assert_int_equal(stats_of(g.s).reuse_probe_failures - s0.reuse_probe_failures, 1);
+    assert_int_equal(orb_unregister_memory(g.s, local_id), 0);
+
+    struct orb_batch_report rep;
+    memset(g.lbuf, 0x11, GPU_ALLOC);
+    if (move(g.e, g.seg, ORB_OP_READ, base + 9, g.lbuf, 3, LEN + 5, &rep) != 0)
+        fail_msg("a READ with gpu_source_reuse: %s", orb_last_error());
+    assert_memory_equal(g.lbuf + 3, g.want + reg_off + 9, LEN + 5);
+    assert_int_equal(g.lbuf[2], 0x11);
+    assert_int_equal(g.lbuf[3 + LEN + 5], 0x11);
+    for (size_t i = 0; i < 8192; i++)
+        g.lbuf[i] = (uint8_t)(i * 3 + 7);
+    if (move(g.e, g.seg, ORB_OP_WRITE, base + 100, g.lbuf, 0, 8192, &rep) != 0)
+        fail_msg("a WRITE with gpu_source_reuse: %s", orb_last_error());
+    memcpy(g.want + reg_off + 100, g.lbuf, 8192);
+    gpu_source_check(&g);
+    struct orb_rdma_stats s1 = stats_of(g.s);
+    assert_int_equal(s1.private_grants - s0.private_grants, 2);
+    assert_int_equal(s1.reuse_grants, s0.reuse_grants);
+    assert_int_equal(s1.kept_keys, 0);
+    assert_int_equal(s1.grants_active, 0);
+
+    assert_int_equal(orb_unregister_memory(g.s, id), 0);
+    gpu_source_close(&g);
     itp_dmabuf_as_host(0);
 }
 
@@ -304,7 +587,9 @@ int main(void)
         cmocka_unit_test(test_a_refused_dmabuf_registration_is_the_registrations),
         cmocka_unit_test(test_no_route_names_what_is_missing),
         cmocka_unit_test(test_a_direct_requester_moves_device_bytes),
-        cmocka_unit_test(test_a_direct_source_refuses_device_grants),
+        cmocka_unit_test(test_a_direct_source_grants_device_memory_privately),
+        cmocka_unit_test(test_a_private_grant_that_never_ends_goes_alone),
+        cmocka_unit_test(test_gpu_source_reuse_stays_private_where_keys_cannot_be_made),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

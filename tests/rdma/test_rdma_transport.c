@@ -378,6 +378,33 @@ static void test_filters_and_policy(void **state)
     const char *const nothing[] = {"rdma_whitelist", "nic0", "rdma_blacklist", "nic1", "device_mask", "0x6", NULL};
     assert_int_equal(make_engine(nothing, ORB_HELPER_OFF, &e), ORB_ECONFIG);
     assert_int_equal(sc.opened[0] + sc.opened[1] + sc.opened[2], 0);
+
+    /* GPUDirect switched off while device memory is asked to be direct: a configuration error
+     * naming both keys, before any device is opened; staged device memory goes with it. */
+    reset();
+    const char *const contradiction[] = {"cuda_memory", "direct", "disable_gpu_direct_rdma", "true", NULL};
+    assert_int_equal(make_engine(contradiction, ORB_HELPER_OFF, &e), ORB_ECONFIG);
+    assert_non_null(strstr(orb_last_error(), "cuda_memory"));
+    assert_non_null(strstr(orb_last_error(), "disable_gpu_direct_rdma"));
+    assert_int_equal(sc.opened[0] + sc.opened[1] + sc.opened[2], 0);
+    reset();
+    const char *const staged[] = {"cuda_memory", "staged", "disable_gpu_direct_rdma", "true", NULL};
+    assert_int_equal(make_engine(staged, ORB_HELPER_OFF, &e), 0);
+    assert_non_null(e->tp[ORB_TRANSPORT_RDMA].ops);
+    orb_engine_free(e);
+
+    /* gpu_source_reuse is how a GPU source under direct grants: without direct it is a
+     * configuration error naming both keys, before any device is opened. */
+    reset();
+    const char *const reuse_staged[] = {"cuda_memory", "staged", "gpu_source_reuse", "true", NULL};
+    assert_int_equal(make_engine(reuse_staged, ORB_HELPER_OFF, &e), ORB_ECONFIG);
+    assert_non_null(strstr(orb_last_error(), "gpu_source_reuse"));
+    assert_non_null(strstr(orb_last_error(), "cuda_memory"));
+    assert_int_equal(sc.opened[0] + sc.opened[1] + sc.opened[2], 0);
+    reset();
+    const char *const reuse_off[] = {"cuda_memory", "staged", "gpu_source_reuse", "false", NULL};
+    assert_int_equal(make_engine(reuse_off, ORB_HELPER_OFF, &e), 0);
+    orb_engine_free(e);
 }
 
 /* With the helper required, a provider that cannot import a context fails the engine and names

@@ -15,8 +15,8 @@
  * last of each run), so that fewer completions than WRs arrive. `--policy P` picks the host memory policy of each side: direct (both, the default), staged
  * (both), requester-staged or source-staged (that side stages, the other registers directly). The
  * staged runs also check that staging is private (no MR of the application's memory), that
- * requests larger than the free staging wait for it, and that one larger than max_staging_bytes
- * fails with ORB_ERESOURCE.
+ * requests larger than the free staging wait for it, and that one larger than a staging slot
+ * (a quarter of max_staging_bytes) moves slot by slot.
  *
  * A hardware check: it exits 77 without the rails topology's devices; inside the test VM it runs
  * for real. */
@@ -28,6 +28,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,11 +41,13 @@
 #include "core/clock.h"
 #include "core/engine_internal.h"
 #include "cuda/cuda.h"
+#include "rdma/ctrl.h"
 #include "rdma/rdma_data.h"
 #include "rdma/rdma_transport.h"
 #include "device_util.h"
 #include "rdma/verbs.h"
 #include "topo/inventory.h"
+#include "fakecuda.h"
 
 #define BIG (64u << 20)
 #define TIMEOUT_NS (120ull * 1000000000ull)
@@ -57,6 +60,7 @@ static struct orb_epoch epoch;
 static orb_segment *seg;
 static uint8_t *sbytes, *rbytes;
 
+static struct fakecuda_controls fake; /* the CUDA stand-in's fault controls */
 static const char *policy = "direct";
 static const char *progress = "polling";
 static const char *signal_interval = "1";
@@ -113,6 +117,12 @@ static void fill(uint8_t *p, uint64_t n, uint32_t seed)
 {
     for (uint64_t i = 0; i < n; i++)
         p[i] = pattern(i, seed);
+}
+
+/* Slots of `slot` bytes a request of `len` bytes takes after its first. */
+static uint64_t later_slots(uint64_t len, uint64_t slot)
+{
+    return (len + slot - 1) / slot - 1;
 }
 
 /* The NICs of each side: the rails topology's by default; the hardware runner (hardware/run.sh)
@@ -963,34 +973,34 @@ static void test_lanes_widen_the_connection(void **state)
     assert_true(counted >= 2); /* both lanes of a rail at least */
 }
 
-/* Two 40 MiB READs at once: a staging side (64 MiB of staging) holds one at a time, so the
- * requester waits for its own extent, or the source answers "not now" and the requester asks
- * again. Both complete with every byte right. */
+/* Six 16 MiB READs at once: a staging side (64 MiB of staging, slots of 16 MiB) holds four at a
+ * time, so the requester waits for its own extents, or the source answers "not now" and the
+ * requester asks again. All complete with every byte right, and staging is all back. */
 static void test_staging_waits_for_room(void **state)
 {
     (void)state;
-    enum { LEN = 40u << 20 };
+    enum { LEN = 16u << 20, N = 6 };
     orb_host_memory *extra;
     orb_reg_id extra_id;
-    assert_int_equal(orb_host_memory_alloc(LEN, 0, &extra), 0);
+    assert_int_equal(orb_host_memory_alloc(2 * LEN, 0, &extra), 0);
     uint8_t *xbytes = orb_host_memory_data(extra);
-    assert_int_equal(orb_register_host_memory(req, extra, 0, LEN, ORB_PERM_LOCAL, &extra_id), 0);
-    memset(rbytes, 0, LEN);
-    memset(xbytes, 0, LEN);
-    struct orb_request r[2];
+    assert_int_equal(orb_register_host_memory(req, extra, 0, 2 * LEN, ORB_PERM_LOCAL, &extra_id), 0);
+    memset(rbytes, 0, 4 * LEN);
+    memset(xbytes, 0, 2 * LEN);
+    struct orb_request r[N];
     memset(r, 0, sizeof r);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N; i++) {
         r[i].transport = ORB_TRANSPORT_RDMA;
         r[i].op = ORB_OP_READ;
         r[i].length = LEN;
-        r[i].local_addr = (uint64_t)(uintptr_t)(i == 0 ? rbytes : xbytes);
+        r[i].local_addr = (uint64_t)(uintptr_t)(i < 4 ? rbytes + (uint64_t)i * LEN : xbytes + (uint64_t)(i - 4) * LEN);
         r[i].remote_addr = (uint64_t)(uintptr_t)sbytes + 4096u * (uint64_t)i;
     }
     struct orb_batch_report rep;
-    if (orb_submit_and_wait(req, seg, r, 2, NULL, TIMEOUT_NS, &rep) != 0)
-        fail_msg("two 40 MiB READs: %s", orb_last_error());
-    assert_memory_equal(rbytes, sbytes, LEN);
-    assert_memory_equal(xbytes, sbytes + 4096, LEN);
+    if (orb_submit_and_wait(req, seg, r, N, NULL, TIMEOUT_NS, &rep) != 0)
+        fail_msg("six 16 MiB READs: %s", orb_last_error());
+    for (int i = 0; i < N; i++)
+        assert_memory_equal((const uint8_t *)(uintptr_t)r[i].local_addr, sbytes + 4096u * (uint64_t)i, LEN);
     struct orb_rdma_stats rs, ss;
     assert_int_equal(orb_engine_rdma_stats(req, &rs), 0);
     assert_int_equal(orb_engine_rdma_stats(src, &ss), 0);
@@ -1000,9 +1010,10 @@ static void test_staging_waits_for_room(void **state)
     orb_host_memory_unref(extra);
 }
 
-/* A request larger than a staging side's max_staging_bytes fails with ORB_ERESOURCE (it could
- * never fit) and changes nothing; one that fits goes through. */
-static void test_staging_budget(void **state)
+/* A request larger than a staging side's staging (max_staging_bytes 1 MiB: slots of 256 KiB)
+ * moves slot by slot: a READ and a WRITE of 2 MiB + 1 land every byte and nothing past them, the
+ * requester counts the slots, and staging is all back afterwards. */
+static void test_staging_moves_in_slots(void **state)
 {
     (void)state;
     if (!stages(0) && !stages(1))
@@ -1016,25 +1027,29 @@ static void test_staging_budget(void **state)
     if (s2 != src)
         assert_int_equal(orb_register_host_memory(s2, src_mem, 0, BIG, ORB_PERM_REMOTE_WRITE, &sid), 0);
     orb_segment *sg = segment_between(r2, s2);
-    struct orb_request r;
-    memset(&r, 0, sizeof r);
-    r.transport = ORB_TRANSPORT_RDMA;
-    r.op = ORB_OP_READ;
-    r.local_addr = (uint64_t)(uintptr_t)rbytes;
-    r.remote_addr = (uint64_t)(uintptr_t)sbytes;
-    r.length = (1u << 20) + 1;
-    memset(rbytes, 0, 2u << 20);
+    const uint64_t n = (2u << 20) + 1;
+    uint64_t slots = stats_of(r2).staged_slots;
+    struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ,
+                            .local_addr = (uint64_t)(uintptr_t)rbytes, .remote_addr = (uint64_t)(uintptr_t)sbytes,
+                            .length = n};
+    memset(rbytes, 0, 4u << 20);
     struct orb_batch_report rep;
-    assert_int_equal(orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep), ORB_ERESOURCE);
-    if (strstr(orb_last_error(), "max_staging_bytes") == NULL)
-        fail_msg("the refusal does not name the budget: %s", orb_last_error());
-    print_message("refused: %s\n", orb_last_error());
-    for (uint32_t i = 0; i < (2u << 20); i++)
-        if (rbytes[i] != 0)
-            fail_msg("a refused READ changed byte %u", i);
-    r.length = 1u << 20;
-    assert_int_equal(orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep), 0);
-    assert_memory_equal(rbytes, sbytes, 1u << 20);
+    if (orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+        fail_msg("a READ of 2 MiB + 1 through 1 MiB of staging: %s", orb_last_error());
+    assert_memory_equal(rbytes, sbytes, n);
+    assert_int_equal(rbytes[n], 0);
+    /* WRITE it back one byte further on: the byte before it and the one after stay. */
+    uint8_t before = sbytes[(8u << 20) - 1], after = sbytes[(8u << 20) + n];
+    r.op = ORB_OP_WRITE;
+    r.remote_addr = (uint64_t)(uintptr_t)sbytes + (8u << 20);
+    if (orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+        fail_msg("a WRITE of 2 MiB + 1 through 1 MiB of staging: %s", orb_last_error());
+    assert_memory_equal(sbytes + (8u << 20), rbytes, n);
+    assert_int_equal(sbytes[(8u << 20) - 1], before);
+    assert_int_equal(sbytes[(8u << 20) + n], after);
+    assert_int_equal(stats_of(r2).staged_slots - slots, 2 * later_slots(n, 256u << 10));
+    assert_int_equal(stats_of(r2).staging_bytes, 0);
+    assert_int_equal(stats_of(s2).staging_bytes, 0);
     orb_segment_close(sg);
     if (r2 != req) {
         assert_int_equal(orb_unregister_memory(r2, rid), 0);
@@ -1304,6 +1319,387 @@ static void test_requester_device_memory(void **state)
     free(got);
 }
 
+/* Device memory at both ends (the CUDA stand-in), staged in slots smaller than the requests:
+ * remote staging. The requester's slot is 256 KiB and the source's 128 KiB (max_staging_bytes
+ * 1 MiB and 512 KiB, a quarter each), so the source names its slot and each request moves slot by
+ * slot at that size; then the other way round, where the requester's own slot is the smaller.
+ * READs and WRITEs whose ends fall mid-slot and mid-page land every byte and nothing around
+ * them, a mixed batch of multi-slot requests too, each side's staging is all back afterwards,
+ * and the requester counts exactly the slots. */
+static void test_device_memory_in_slots(void **state)
+{
+    (void)state;
+    const size_t len = 4u << 20;
+    static const uint64_t sizes[] = {4096, (128u << 10) + 1, (1u << 20) + 333, (3u << 20) + 4097};
+    const uint64_t slot = 128u << 10;
+    uint8_t *want_r = malloc(len), *want_s = malloc(len), *got = malloc(len);
+    assert_non_null(want_r);
+    assert_non_null(want_s);
+    assert_non_null(got);
+    for (int way = 0; way < 2; way++) {
+        orb_engine *r2 = engine_with(REQUESTER_NICS, 0, way == 0 ? "1048576" : "524288");
+        orb_engine *s2 = engine_with(SOURCE_NICS, 1, way == 0 ? "524288" : "1048576");
+        orb_cuda_memory *rdev = NULL, *sdev = NULL;
+        assert_int_equal(orb_cuda_memory_alloc(0, len, &rdev), 0);
+        assert_int_equal(orb_cuda_memory_alloc(0, len, &sdev), 0);
+        fill(want_r, len, 3u + (uint32_t)way);
+        fill(want_s, len, 5u + (uint32_t)way);
+        assert_int_equal(orb_cuda_memory_copy_in(rdev, 0, want_r, len), 0);
+        assert_int_equal(orb_cuda_memory_copy_in(sdev, 0, want_s, len), 0);
+        orb_reg_id rid, sid;
+        assert_int_equal(orb_register_cuda_memory(r2, rdev, 0, len, ORB_PERM_LOCAL, &rid), 0);
+        assert_int_equal(orb_register_cuda_memory(s2, sdev, 0, len, ORB_PERM_REMOTE_WRITE, &sid), 0);
+        uint64_t rptr = orb_cuda_memory_ptr(rdev), sptr = orb_cuda_memory_ptr(sdev);
+        orb_segment *sg = segment_between(r2, s2);
+        /* A device region the source stages is published with no GPUDirect route. */
+        struct orb_region_desc *regs = NULL;
+        size_t nregs = 0;
+        assert_int_equal(orb_segment_describe(sg, TIMEOUT_NS, &regs, &nregs), 0);
+        assert_int_equal(nregs, 1);
+        assert_int_equal(regs[0].memory_kind, ORB_MEMORY_CUDA);
+        assert_int_equal(regs[0].gpu_direct_routes, 0);
+        orb_region_descs_free(regs);
+        uint64_t slots = stats_of(r2).staged_slots, expect = 0;
+        struct orb_batch_report rep;
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            uint64_t n = sizes[i];
+            struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ, .local_addr = rptr + 4097,
+                                    .remote_addr = sptr + 11, .length = n};
+            if (orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+                fail_msg("READ of %llu bytes in slots: %s", (unsigned long long)n, orb_last_error());
+            memcpy(want_r + 4097, want_s + 11, n);
+            assert_int_equal(orb_cuda_memory_copy_out(rdev, 0, got, len), 0);
+            assert_memory_equal(got, want_r, len);
+            r.op = ORB_OP_WRITE;
+            r.local_addr = rptr + 3;
+            r.remote_addr = sptr + 8191;
+            if (orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+                fail_msg("WRITE of %llu bytes in slots: %s", (unsigned long long)n, orb_last_error());
+            memcpy(want_s + 8191, want_r + 3, n);
+            assert_int_equal(orb_cuda_memory_copy_out(sdev, 0, got, len), 0);
+            assert_memory_equal(got, want_s, len);
+            expect += 2 * later_slots(n, slot);
+        }
+        /* A batch of multi-slot requests, both directions, each on its own part of both. */
+        struct orb_request b[4];
+        for (int i = 0; i < 4; i++) {
+            uint64_t off = (uint64_t)i * (1u << 20);
+            b[i] = (struct orb_request){.transport = ORB_TRANSPORT_RDMA, .op = i % 2 ? ORB_OP_WRITE : ORB_OP_READ,
+                                        .local_addr = rptr + off + 17, .remote_addr = sptr + off + 29,
+                                        .length = (512u << 10) + (uint64_t)i * 40001};
+            expect += later_slots(b[i].length, slot);
+        }
+        if (orb_submit_and_wait(r2, sg, b, 4, NULL, TIMEOUT_NS, &rep) != 0)
+            fail_msg("a batch of requests in slots: %s", orb_last_error());
+        assert_int_equal(rep.completed_requests, 4);
+        for (int i = 0; i < 4; i++) {
+            uint64_t off = (uint64_t)i * (1u << 20);
+            if (i % 2)
+                memcpy(want_s + off + 29, want_r + off + 17, b[i].length);
+            else
+                memcpy(want_r + off + 17, want_s + off + 29, b[i].length);
+        }
+        assert_int_equal(orb_cuda_memory_copy_out(rdev, 0, got, len), 0);
+        assert_memory_equal(got, want_r, len);
+        assert_int_equal(orb_cuda_memory_copy_out(sdev, 0, got, len), 0);
+        assert_memory_equal(got, want_s, len);
+        print_message("way %d: %llu slots after the requests' first\n", way,
+                      (unsigned long long)(stats_of(r2).staged_slots - slots));
+        assert_int_equal(stats_of(r2).staged_slots - slots, expect);
+        assert_int_equal(stats_of(r2).staging_bytes, 0);
+        assert_int_equal(stats_of(s2).staging_bytes, 0);
+        orb_segment_close(sg);
+        assert_int_equal(orb_unregister_memory(r2, rid), 0);
+        assert_int_equal(orb_unregister_memory(s2, sid), 0);
+        orb_cuda_memory_unref(rdev);
+        orb_cuda_memory_unref(sdev);
+        orb_engine_free(r2);
+        orb_engine_free(s2);
+    }
+    free(want_r);
+    free(want_s);
+    free(got);
+}
+
+/* Device memory at both ends (the CUDA stand-in), staging of 512 KiB (slots of 128 KiB): a
+ * requester and a source engine, `len` bytes of device memory each, the requester's registered
+ * whole and local-only, the source's first `source_len` bytes for READ and WRITE, and host
+ * copies to compare with. `hook` (may be NULL) runs on the source engine before anything is
+ * registered or connected. */
+struct device_ends {
+    orb_engine *r2, *s2;
+    orb_cuda_memory *rdev, *sdev;
+    uint64_t rptr, sptr;
+    uint8_t *want_r, *want_s, *got;
+    orb_reg_id rid, sid;
+    orb_segment *sg;
+};
+
+static void device_ends_open(struct device_ends *d, size_t len, size_t source_len, void (*hook)(orb_engine *s2))
+{
+    memset(d, 0, sizeof *d);
+    d->r2 = engine_with(REQUESTER_NICS, 0, "524288");
+    d->s2 = engine_with(SOURCE_NICS, 1, "524288");
+    if (hook != NULL)
+        hook(d->s2);
+    assert_int_equal(orb_cuda_memory_alloc(0, len, &d->rdev), 0);
+    assert_int_equal(orb_cuda_memory_alloc(0, len, &d->sdev), 0);
+    d->want_r = malloc(len);
+    d->want_s = malloc(len);
+    d->got = malloc(len);
+    assert_non_null(d->want_r);
+    assert_non_null(d->want_s);
+    assert_non_null(d->got);
+    assert_int_equal(orb_register_cuda_memory(d->r2, d->rdev, 0, len, ORB_PERM_LOCAL, &d->rid), 0);
+    assert_int_equal(orb_register_cuda_memory(d->s2, d->sdev, 0, source_len, ORB_PERM_REMOTE_WRITE, &d->sid), 0);
+    d->rptr = orb_cuda_memory_ptr(d->rdev);
+    d->sptr = orb_cuda_memory_ptr(d->sdev);
+    d->sg = segment_between(d->r2, d->s2);
+}
+
+/* Fill both ends with their patterns (and the host copies with them). */
+static void device_ends_fill(struct device_ends *d, size_t len, uint32_t seed_r, uint32_t seed_s)
+{
+    fill(d->want_r, len, seed_r);
+    fill(d->want_s, len, seed_s);
+    assert_int_equal(orb_cuda_memory_copy_in(d->rdev, 0, d->want_r, len), 0);
+    assert_int_equal(orb_cuda_memory_copy_in(d->sdev, 0, d->want_s, len), 0);
+}
+
+/* Both ends hold exactly their host copies, and neither holds staging any more. */
+static void device_ends_check(struct device_ends *d, size_t len)
+{
+    assert_int_equal(orb_cuda_memory_copy_out(d->rdev, 0, d->got, len), 0);
+    assert_memory_equal(d->got, d->want_r, len);
+    assert_int_equal(orb_cuda_memory_copy_out(d->sdev, 0, d->got, len), 0);
+    assert_memory_equal(d->got, d->want_s, len);
+    assert_int_equal(stats_of(d->r2).staging_bytes, 0);
+    assert_int_equal(stats_of(d->s2).staging_bytes, 0);
+}
+
+/* `unregistered`: the cell let go of the source's registration itself. */
+static void device_ends_close(struct device_ends *d, bool unregistered)
+{
+    orb_segment_close(d->sg);
+    assert_int_equal(orb_unregister_memory(d->r2, d->rid), 0);
+    if (!unregistered)
+        assert_int_equal(orb_unregister_memory(d->s2, d->sid), 0);
+    orb_cuda_memory_unref(d->rdev);
+    orb_cuda_memory_unref(d->sdev);
+    orb_engine_free(d->r2);
+    orb_engine_free(d->s2);
+    free(d->want_r);
+    free(d->want_s);
+    free(d->got);
+}
+
+/* A request of several slots is pinned whole before its first slot moves: one whose tail lies
+ * past the source's registration is refused (ORB_ENOENT) with no byte moved at either end, in
+ * both directions; and once pinned, it keeps the registration it was admitted on: unregistering
+ * that range at the source while the request moves does not stop it, while a new request there
+ * is refused. Device memory at both ends (the CUDA stand-in), slots of 128 KiB. */
+static void test_a_pinned_request_holds_its_range(void **state)
+{
+    (void)state;
+    const size_t len = 32u << 20, reg_len = 8u << 20;
+    struct device_ends d;
+    /* The source registers only the first 8 MiB. */
+    device_ends_open(&d, len, reg_len, NULL);
+    device_ends_fill(&d, len, 21, 22);
+    orb_engine *r2 = d.r2, *s2 = d.s2;
+    uint8_t *want_r = d.want_r, *want_s = d.want_s, *got = d.got;
+    uint64_t rptr = d.rptr, sptr = d.sptr;
+    orb_segment *sg = d.sg;
+    orb_reg_id sid = d.sid;
+    struct orb_batch_report rep;
+    for (int op = 0; op < 2; op++) {
+        struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = op ? ORB_OP_WRITE : ORB_OP_READ,
+                                .local_addr = rptr, .remote_addr = sptr + reg_len - (1u << 20), .length = 2u << 20};
+        int rc = orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep);
+        if (rc != ORB_ENOENT)
+            fail_msg("a %s past the registration's end: %d (%s)", op ? "WRITE" : "READ", rc, orb_last_error());
+        assert_int_equal(rep.completed_requests, 0);
+        assert_int_equal(orb_cuda_memory_copy_out(d.rdev, 0, got, len), 0);
+        assert_memory_equal(got, want_r, len);
+        assert_int_equal(orb_cuda_memory_copy_out(d.sdev, 0, got, len), 0);
+        assert_memory_equal(got, want_s, len);
+    }
+    assert_int_equal(stats_of(s2).grants_served, 0); /* no slot was even granted */
+    /* A READ of all 8 MiB (64 slots); the range is unregistered at the source under it. */
+    struct one_read t = {.e = r2, .seg = sg,
+                         .r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ, .local_addr = rptr + 1,
+                               .remote_addr = sptr, .length = reg_len}};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_one_read, &t), 0);
+    uint64_t give_up = orb_now_ns() + 60ull * 1000000000ull;
+    while (stats_of(s2).grants_served < 2 && orb_now_ns() < give_up) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    uint64_t served = stats_of(s2).grants_served;
+    assert_int_equal(orb_unregister_memory(s2, sid), 0);
+    print_message("unregistered after %llu of 64 slots\n", (unsigned long long)served);
+    if (served >= 64)
+        fail_msg("the READ ended before the range was unregistered: nothing was shown");
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (t.rc != 0)
+        fail_msg("the pinned READ under an unregister: %s", orb_last_error());
+    memcpy(want_r + 1, want_s, reg_len);
+    assert_int_equal(orb_cuda_memory_copy_out(d.rdev, 0, got, len), 0);
+    assert_memory_equal(got, want_r, len);
+    struct orb_request again = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ, .local_addr = rptr,
+                                .remote_addr = sptr, .length = 4096};
+    assert_int_equal(orb_submit_and_wait(r2, sg, &again, 1, NULL, TIMEOUT_NS, &rep), ORB_ENOENT);
+    assert_int_equal(stats_of(r2).staging_bytes, 0);
+    assert_int_equal(stats_of(s2).staging_bytes, 0);
+    device_ends_close(&d, true);
+}
+
+/* A staging copy that fails in a later slot fails the whole request, counted as nothing, while
+ * the slots before it have moved their bytes: a READ whose third slot the source cannot copy out
+ * of its device memory leaves the first two slots in the requester's memory and nothing after
+ * them; a WRITE whose requester cannot copy its third staged piece out of its own memory leaves
+ * the whole slots before it at the source, reported with the remote effect unknown. Slots of 128 KiB on the CUDA stand-in,
+ * its third device-to-host copy failing. */
+static void test_a_failed_slot_copy_fails_the_whole_request(void **state)
+{
+    (void)state;
+    const size_t len = 2u << 20, slot = 128u << 10, n = (1u << 20) + 5;
+    struct device_ends d;
+    device_ends_open(&d, len, len, NULL);
+    orb_engine *r2 = d.r2;
+    uint8_t *want_r = d.want_r, *want_s = d.want_s, *got = d.got;
+    uint64_t rptr = d.rptr, sptr = d.sptr;
+    orb_segment *sg = d.sg;
+    for (int op = 0; op < 2; op++) {
+        device_ends_fill(&d, len, 31u + (uint32_t)op, 41u + (uint32_t)op);
+        struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = op ? ORB_OP_WRITE : ORB_OP_READ,
+                                .local_addr = rptr, .remote_addr = sptr, .length = n};
+        struct orb_batch_report rep;
+        fake.fail_nth("cuMemcpyDtoHAsync_v2", 3, 999 /* CUDA_ERROR_UNKNOWN */);
+        int rc = orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep);
+        fake.fail_nth("cuMemcpyDtoHAsync_v2", 0, 0);
+        print_message("%s with its third slot's copy failing: %d (%s)\n", op ? "WRITE" : "READ", rc,
+                      orb_last_error());
+        if (rc == 0)
+            fail_msg("a %s whose third slot's copy failed succeeded", op ? "WRITE" : "READ");
+        assert_int_equal(rep.completed_requests, 0);
+        assert_int_equal(rep.completed_bytes, 0);
+        assert_true(rep.has_failure);
+        assert_int_equal(rep.failure.remote_effect, op ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE);
+        /* Whole slots moved, then nothing: the READ's first two (the source copies a slot at
+         * once), the WRITE's first one or two (the requester copies a slot piece by piece, so
+         * its third copy may fall in the second slot). */
+        uint8_t *to = op ? want_s : want_r;
+        const uint8_t *from = op ? want_r : want_s;
+        assert_int_equal(orb_cuda_memory_copy_out(op ? d.sdev : d.rdev, 0, got, len), 0);
+        size_t k = 0;
+        while (k < 8 && memcmp(got + k * slot, from + k * slot, slot) == 0)
+            k++;
+        print_message("%zu slot(s) moved before the failure\n", k);
+        if (op ? k < 1 || k > 2 : k != 2)
+            fail_msg("%zu slots of the %s moved", k, op ? "WRITE" : "READ");
+        memcpy(to, from, k * slot);
+        device_ends_check(&d, len);
+        /* And the next request goes through whole. */
+        if (orb_submit_and_wait(r2, sg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+            fail_msg("the %s after: %s", op ? "WRITE" : "READ", orb_last_error());
+    }
+    device_ends_close(&d, false);
+}
+
+/* The source's RDMA control table with UNPIN lost: while `unpins_to_lose` is positive, an UNPIN
+ * is answered by a failure, as a control connection that dropped it would be. */
+static const struct orb_transport_ops *rdma_ops_of_source;
+static struct orb_transport_ops unpin_losing_ops;
+static atomic_int unpins_to_lose, unpins_lost;
+
+static int unpin_losing_control(void *tp, const struct orb_epoch *sender, const uint8_t *msg, size_t len,
+                                uint8_t *resp, size_t cap, size_t *resp_len)
+{
+    uint8_t kind = 0;
+    if (orb_rdma_ctrl_kind(msg, len, &kind) == 0 && kind == ORB_RDMA_UNPIN && atomic_load(&unpins_to_lose) > 0) {
+        atomic_fetch_sub(&unpins_to_lose, 1);
+        atomic_fetch_add(&unpins_lost, 1);
+        return orb_fail(ORB_ETIMEDOUT, "test: the UNPIN was lost on its way");
+    }
+    return rdma_ops_of_source->control(tp, sender, msg, len, resp, cap, resp_len);
+}
+
+/* A request whose slots all moved but whose UNPIN the source never confirms fails and counts
+ * nothing, while what it changed stays visible: a READ's slots landed in the requester's memory
+ * (no remote effect; its last slot, still in the requester's staging when the request failed,
+ * is not copied in), a WRITE's at the source (remote effect unknown); nothing else changes. In a
+ * batch, the requests before it still count. The connection goes on: the next request moves
+ * whole. Device memory at both ends (the CUDA stand-in), slots of 128 KiB, requests of 9 slots. */
+static void lose_unpins_at(orb_engine *s2)
+{
+    rdma_ops_of_source = s2->tp[ORB_TRANSPORT_RDMA].ops;
+    assert_non_null(rdma_ops_of_source);
+    unpin_losing_ops = *rdma_ops_of_source;
+    unpin_losing_ops.control = unpin_losing_control;
+    s2->tp[ORB_TRANSPORT_RDMA].ops = &unpin_losing_ops; /* before any control message */
+}
+
+static void test_a_lost_unpin_fails_the_request_counting_nothing(void **state)
+{
+    (void)state;
+    const size_t len = 4u << 20, n = (1u << 20) + 5, small = 4096;
+    struct device_ends d;
+    device_ends_open(&d, len, len, lose_unpins_at);
+    orb_engine *r2 = d.r2;
+    uint8_t *got = d.got;
+    uint64_t rptr = d.rptr, sptr = d.sptr;
+    orb_segment *sg = d.sg;
+    for (int op = 0; op < 2; op++) {
+        device_ends_fill(&d, len, 51u + (uint32_t)op, 61u + (uint32_t)op);
+        /* A one-slot request (never pinned) first, then the pinned one. */
+        const enum orb_op o = op ? ORB_OP_WRITE : ORB_OP_READ;
+        struct orb_request r[2] = {
+            {.transport = ORB_TRANSPORT_RDMA, .op = o, .local_addr = rptr + 3u * (1u << 20),
+             .remote_addr = sptr + 3u * (1u << 20), .length = small},
+            {.transport = ORB_TRANSPORT_RDMA, .op = o, .local_addr = rptr + 7, .remote_addr = sptr + 11, .length = n},
+        };
+        struct orb_batch_report rep;
+        atomic_store(&unpins_lost, 0);
+        atomic_store(&unpins_to_lose, 1);
+        int rc = orb_submit_and_wait(r2, sg, r, 2, NULL, TIMEOUT_NS, &rep);
+        atomic_store(&unpins_to_lose, 0);
+        print_message("%s whose UNPIN was lost: %d (%s)\n", op ? "WRITE" : "READ", rc, orb_last_error());
+        assert_int_equal(atomic_load(&unpins_lost), 1);
+        assert_int_equal(rc, ORB_EPEER);
+        assert_int_equal(rep.completed_requests, 1);
+        assert_int_equal(rep.completed_bytes, small);
+        assert_true(rep.has_failure);
+        assert_int_equal(rep.failure.request_index, 1);
+        assert_int_equal(rep.failure.affected_requests, 1);
+        assert_int_equal(rep.failure.status, ORB_EPEER);
+        assert_int_equal(rep.failure.remote_effect, op ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE);
+        /* The first request's bytes all moved; the failed one's moved as far as they got, whole
+         * slots from its start, and stay (changed bytes visible): nothing else changed. */
+        uint8_t *to = op ? d.want_s : d.want_r;
+        const uint8_t *from = op ? d.want_r : d.want_s;
+        const size_t to_off = op ? 11 : 7, from_off = op ? 7 : 11;
+        memcpy(to + 3u * (1u << 20), from + 3u * (1u << 20), small);
+        assert_int_equal(orb_cuda_memory_copy_out(op ? d.sdev : d.rdev, 0, got, len), 0);
+        size_t k = 0;
+        while (k < n && got[to_off + k] == from[from_off + k])
+            k++;
+        print_message("%zu of the failed request's %zu bytes moved\n", k, n);
+        assert_true(k > 0);
+        assert_true(k == n || k % (128u << 10) == 0 || got[to_off + k] == to[to_off + k]);
+        memcpy(to + to_off, from + from_off, k);
+        device_ends_check(&d, len);
+        /* The next pinned request goes through whole, its UNPIN answered. */
+        if (orb_submit_and_wait(r2, sg, &r[1], 1, NULL, TIMEOUT_NS, &rep) != 0)
+            fail_msg("the %s after: %s", op ? "WRITE" : "READ", orb_last_error());
+        assert_int_equal(rep.completed_requests, 1);
+        assert_int_equal(rep.completed_bytes, n);
+    }
+    d.s2->tp[ORB_TRANSPORT_RDMA].ops = rdma_ops_of_source;
+    device_ends_close(&d, false);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++)
@@ -1320,7 +1716,7 @@ int main(int argc, char **argv)
     if (argc >= 4 && strcmp(argv[1], "--source") == 0)
         child_main(atoi(argv[2]), atoi(argv[3]));
     /* The CUDA stand-in is this process's driver (test_source_device_memory). */
-    if (orb_cuda_use_library(FAKECUDA_FULL) != 0) {
+    if (orb_cuda_use_library(FAKECUDA_FULL) != 0 || fakecuda_controls_load(FAKECUDA_FULL, &fake) != 0) {
         fprintf(stderr, "cannot choose the CUDA stand-in: %s\n", orb_last_error());
         return 1;
     }
@@ -1332,6 +1728,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_source_authority),
         cmocka_unit_test(test_source_device_memory),
         cmocka_unit_test(test_requester_device_memory),
+        cmocka_unit_test(test_device_memory_in_slots),
+        cmocka_unit_test(test_a_pinned_request_holds_its_range),
+        cmocka_unit_test(test_a_failed_slot_copy_fails_the_whole_request),
+        cmocka_unit_test(test_a_lost_unpin_fails_the_request_counting_nothing),
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_segments_share_a_connection),
         cmocka_unit_test(test_lanes_widen_the_connection),
@@ -1341,12 +1741,28 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_a_lost_connection_is_rebuilt),
         cmocka_unit_test(test_a_silent_requester_loses_its_grants),
         cmocka_unit_test(test_staging_waits_for_room),
-        cmocka_unit_test(test_staging_budget),
+        cmocka_unit_test(test_staging_moves_in_slots),
         cmocka_unit_test(test_notification_follows_the_data),
         cmocka_unit_test(test_two_processes),
     };
+    /* Cells with device memory at both ends move no host memory, so the host memory policy does
+     * not reach them: the staged runs leave them to the direct one (the progress and signalling
+     * runs keep them). */
+    static const char *const both_ends_device[] = {"test_device_memory_in_slots",
+                                                   "test_a_pinned_request_holds_its_range",
+                                                   "test_a_failed_slot_copy_fails_the_whole_request",
+                                                   "test_a_lost_unpin_fails_the_request_counting_nothing"};
+    struct CMUnitTest run[sizeof tests / sizeof tests[0]];
+    size_t nrun = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        bool skip = false;
+        for (size_t k = 0; k < sizeof both_ends_device / sizeof both_ends_device[0]; k++)
+            skip |= strcmp(policy, "direct") != 0 && strcmp(tests[i].name, both_ends_device[k]) == 0;
+        if (!skip)
+            run[nrun++] = tests[i];
+    }
     /* ORBITE_TEST_FILTER: run only the cells it matches (a cmocka test filter, '*' globbing). */
     if (getenv("ORBITE_TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("ORBITE_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return _cmocka_run_group_tests("test_rdma_xfer_device", run, nrun, setup, teardown);
 }

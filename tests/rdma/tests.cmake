@@ -69,6 +69,10 @@ orb_unit_test(test_rdma_outcome SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_outcome.c
 orb_unit_test(test_rdma_window SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_window.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
 
+# DevX grant keys (gpu_source_reuse) against a device model and the helper's own key check.
+orb_unit_test(test_devx_key SOURCES ${ORB_RDMA_TEST_DIR}/test_devx_key.c ${PROJECT_SOURCE_DIR}/helper/devx.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+
 # The grant's verbs steps on real devices (the VM's rails topology; 77 elsewhere).
 orb_unit_test(test_rdma_grant_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_grant_device.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
@@ -78,6 +82,7 @@ set_tests_properties(test_rdma_grant_device PROPERTIES SKIP_RETURN_CODE 77 LABEL
 # ./fuzz_rdma_ctrl tests/rdma/ctrl_corpus
 orb_unit_test(test_rdma_ctrl SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_ctrl.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+target_compile_definitions(test_rdma_ctrl PRIVATE CTRL_CORPUS_DIR="${ORB_RDMA_TEST_DIR}/ctrl_corpus")
 orb_fuzz_target(fuzz_rdma_ctrl HARNESS ${ORB_RDMA_TEST_DIR}/fuzz_rdma_ctrl.c
                 CORPUS ${ORB_RDMA_TEST_DIR}/ctrl_corpus
                 OBJECTS orb_base orb_wire orb_rdma orb_helperlib orb_hproto LIBS ${CMAKE_DL_LIBS}
@@ -96,7 +101,8 @@ target_include_directories(test_rdma_xfer_device PRIVATE ${PROJECT_SOURCE_DIR}/t
 target_compile_definitions(test_rdma_xfer_device PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
 # The same with both sides staging, and with only the source staging (the requester's own
 # staging is the "staged" run's; the source-staged run also covers a direct requester against a
-# source that answers "not now").
+# source that answers "not now"). The cells with device memory at both ends run in the direct
+# run only: no host memory policy reaches them.
 foreach(p staged source-staged)
   add_test(NAME test_rdma_xfer_${p}_device COMMAND test_rdma_xfer_device --policy ${p})
   set_tests_properties(test_rdma_xfer_${p}_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 600)
@@ -147,3 +153,18 @@ add_dependencies(test_rdma_gdr_device orb_fakecuda_full)
 target_include_directories(test_rdma_gdr_device PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda)
 target_compile_definitions(test_rdma_gdr_device PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
 set_tests_properties(test_rdma_gdr_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)
+
+# The GPUDirect gate (hardware/gdr-gate.sh runs it on a GPU and real NICs): both directions, 4096
+# bytes and the two-rail folded tail, both progress modes, guards on both peers, every payload
+# WR inside the device range and the MR's arguments those of the allocation (77 elsewhere).
+orb_unit_test(test_rdma_gdr_gate SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_gdr_gate.c
+                                         ${ORB_RDMA_TEST_DIR}/verbs_interposer.c
+              OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+              LIBS ${CMAKE_DL_LIBS})
+add_dependencies(test_rdma_gdr_gate orb_fakecuda_full)
+target_include_directories(test_rdma_gdr_gate PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda)
+target_compile_definitions(test_rdma_gdr_gate PRIVATE FAKECUDA_FULL="$<TARGET_FILE:orb_fakecuda_full>")
+set_tests_properties(test_rdma_gdr_gate PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)
+add_test(NAME test_rdma_gdr_gate_events COMMAND test_rdma_gdr_gate --progress event_driven)
+set_tests_properties(test_rdma_gdr_gate_events PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)

@@ -62,9 +62,56 @@ void itp_on_armed_post(void (*fn)(void *), void *arg)
     pthread_mutex_unlock(&lock);
 }
 
+/* Payload WRs watched against one range (itp_watch_payload). */
+static struct {
+    bool on;
+    uint64_t lo, hi;
+    struct itp_payload_watch seen;
+} watch;
+
+static void watch_wrs(const struct ibv_send_wr *wr)
+{
+    pthread_mutex_lock(&lock);
+    for (; watch.on && wr != NULL; wr = wr->next) {
+        if (wr->opcode != IBV_WR_RDMA_READ && wr->opcode != IBV_WR_RDMA_WRITE &&
+            wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
+            continue;
+        for (int i = 0; i < wr->num_sge; i++) {
+            const struct ibv_sge *g = &wr->sg_list[i];
+            bool in = g->addr >= watch.lo && g->length <= watch.hi - watch.lo && g->addr - watch.lo <= watch.hi - watch.lo - g->length;
+            if (in) {
+                watch.seen.inside++;
+                watch.seen.bytes_inside += g->length;
+            } else {
+                watch.seen.outside++;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void itp_watch_payload(uint64_t lo, uint64_t hi)
+{
+    pthread_mutex_lock(&lock);
+    watch.on = hi > lo;
+    watch.lo = lo;
+    watch.hi = hi;
+    memset(&watch.seen, 0, sizeof watch.seen);
+    pthread_mutex_unlock(&lock);
+}
+
+struct itp_payload_watch itp_payload_seen(void)
+{
+    pthread_mutex_lock(&lock);
+    struct itp_payload_watch w = watch.seen;
+    pthread_mutex_unlock(&lock);
+    return w;
+}
+
 static int w_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
     int err = 0;
+    watch_wrs(wr);
     enum itp_post_failure how = ITP_REFUSED_NAMED;
     if (!fails_now(ITP_POST_SEND, wr != NULL ? (int)wr->opcode : -1, &err, &how))
         return real.post_send(qp, wr, bad_wr);
@@ -130,9 +177,23 @@ void itp_dmabuf_as_host(int on)
     pthread_mutex_unlock(&lock);
 }
 
+static struct itp_reg_mr_call last_reg_mr;
+
+struct itp_reg_mr_call itp_last_reg_mr(void)
+{
+    pthread_mutex_lock(&lock);
+    struct itp_reg_mr_call c = last_reg_mr;
+    pthread_mutex_unlock(&lock);
+    return c;
+}
+
 static struct ibv_mr *w_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
 {
     int err = 0;
+    pthread_mutex_lock(&lock);
+    last_reg_mr = (struct itp_reg_mr_call){.addr = (uint64_t)(uintptr_t)addr, .length = length, .iova = iova,
+                                           .access = (int)access};
+    pthread_mutex_unlock(&lock);
     if (fails_now(ITP_REG_MR, -1, &err, NULL)) {
         errno = err;
         return NULL;

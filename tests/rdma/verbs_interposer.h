@@ -56,6 +56,19 @@ struct itp_dmabuf_call {
     int fd_was_open;
 };
 struct itp_dmabuf_call itp_last_dmabuf(void);
+/* The arguments of the last ibv_reg_mr_iova2 call (ibv_reg_mr comes through it too). */
+struct itp_reg_mr_call {
+    uint64_t addr, length, iova;
+    int access;
+};
+struct itp_reg_mr_call itp_last_reg_mr(void);
+/* From now on, each scatter entry of the RDMA READ and WRITE work requests posted is counted as
+ * inside [lo, hi) or not (hi <= lo: watch nothing); the counts start again at 0. */
+struct itp_payload_watch {
+    uint64_t inside, outside, bytes_inside;
+};
+void itp_watch_payload(uint64_t lo, uint64_t hi);
+struct itp_payload_watch itp_payload_seen(void);
 /* With `on`, ibv_reg_dmabuf_mr is served by mapping the descriptor (a memfd of the CUDA stand-in)
  * and registering those host pages at the same iova with ibv_reg_mr_iova2: a device that takes
  * dma-buf, for the data path's sake. Off (the default): the real call, which soft-RoCE refuses. */

@@ -15,7 +15,7 @@
 
 #include "core/error.h"
 #include "helper/uctx.h"
-#include "helper/uverbs.h"
+#include "common/uverbs.h"
 
 static int failures;
 

@@ -11,7 +11,7 @@ import sys
 import struct
 
 MAGIC = b"ORBT"
-VERSION = 4
+VERSION = 5
 HELLO, HELLO_OK, ERROR, DESCRIBE_REQ, DESCRIBE_RESP = 1, 2, 3, 4, 5
 READ_REQ, READ_RESP, WRITE_REQ, WRITE_RESP, NOTIFY, NOTIFY_RESP = 6, 7, 8, 9, 10, 11
 CONTROL_REQ, CONTROL_RESP = 12, 13
@@ -47,7 +47,9 @@ def regions(items, count=None, reserved=0):
     for item in items:
         addr, length, perm = item[:3]
         kind = item[3] if len(item) > 3 else 0
-        body += struct.pack("<QQII", addr, length, perm, kind)
+        routes = item[4] if len(item) > 4 else 0
+        zero = item[5] if len(item) > 5 else 0
+        body += struct.pack("<QQIBBH", addr, length, perm, kind, routes, zero)
     return body
 
 
@@ -134,6 +136,11 @@ def corpus():
         "bad-describe-reserved": frame(DESCRIBE_RESP, regions(two_regions, reserved=1), 1),
         "bad-describe-perm": frame(DESCRIBE_RESP, regions([(0x1000, 1, 0)]), 1),
         "bad-describe-kind": frame(DESCRIBE_RESP, regions([(0x1000, 1, PERM_READ, 2)]), 1),
+        "valid-describe-gpu-routes": frame(DESCRIBE_RESP, regions([(0x1000, 4096, PERM_READ, 1, 1),
+                                                                   (0x3000, 4096, PERM_READ, 1, 2)]), 1),
+        "bad-describe-routes-host": frame(DESCRIBE_RESP, regions([(0x1000, 1, PERM_READ, 0, 1)]), 1),
+        "bad-describe-routes-unknown": frame(DESCRIBE_RESP, regions([(0x1000, 1, PERM_READ, 1, 4)]), 1),
+        "bad-describe-region-reserved": frame(DESCRIBE_RESP, regions([(0x1000, 1, PERM_READ, 1, 0, 1)]), 1),
         "valid-describe-resp-cuda": frame(DESCRIBE_RESP, regions([(0xd000000000000000, 4096, PERM_READ, 1)]), 3),
         "bad-describe-overflow": frame(DESCRIBE_RESP, regions([(2**64 - 1, 1, PERM_READ)]), 1),
         "bad-xfer-length-0": frame(WRITE_REQ, xreq(0x1000, 0, 0x1000, 1), 7),

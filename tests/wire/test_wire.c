@@ -16,7 +16,7 @@
 /* ---- golden frames: written out by hand from the layout in docs/wire-protocol.md ------------ */
 
 #define HDR(type, len0, len1, tag0, tag1, tag2, tag3, tag4, tag5, tag6, tag7)                       \
-    0x4f, 0x52, 0x42, 0x54, 0x04, (type), 0x00, 0x00, (len0), (len1), 0x00, 0x00, 0x00, 0x00, 0x00,  \
+    0x4f, 0x52, 0x42, 0x54, 0x05, (type), 0x00, 0x00, (len0), (len1), 0x00, 0x00, 0x00, 0x00, 0x00,  \
         0x00, (tag0), (tag1), (tag2), (tag3), (tag4), (tag5), (tag6), (tag7)
 
 static const uint8_t golden_hello[] = {
@@ -54,11 +54,11 @@ static const uint8_t golden_describe_resp[] = {
     0x00, 0x10, 0x00, 0x00, 0x00, 0x7f, 0x00, 0x00, /* addr 0x7f0000001000 */
     0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* length 0x2000 */
     0x01, 0x00, 0x00, 0x00,                         /* REMOTE_READ */
-    0x00, 0x00, 0x00, 0x00,                         /* HOST */
+    0x00, 0x00, 0x00, 0x00,                         /* HOST, no routes, reserved */
     0xff, 0xef, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* addr 0xffffffffffffefff: ends at UINT64_MAX */
     0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* length 0x1000 */
     0x03, 0x00, 0x00, 0x00,                         /* REMOTE_WRITE */
-    0x01, 0x00, 0x00, 0x00,                         /* CUDA */
+    0x01, 0x02, 0x00, 0x00,                         /* CUDA, registered by peer memory, reserved */
 };
 
 static const uint8_t golden_read_req[] = {
@@ -130,7 +130,7 @@ static const struct orb_wire_xfer write_xfer = {.addr = 0x1000, .length = ORB_WI
 static const struct orb_region_desc golden_regions[2] = {
     {.addr = 0x7f0000001000ull, .length = 0x2000, .perm = ORB_PERM_REMOTE_READ},
     {.addr = 0xffffffffffffefffull, .length = 0x1000, .perm = ORB_PERM_REMOTE_WRITE,
-     .memory_kind = ORB_MEMORY_CUDA},
+     .memory_kind = ORB_MEMORY_CUDA, .gpu_direct_routes = ORB_GPU_ROUTE_PEERMEM},
 };
 static const uint8_t notify_text[3] = {'h', 'i', '!'};
 
@@ -389,7 +389,7 @@ static void test_header_bad_magic(void **state)
 static void test_header_bad_version(void **state)
 {
     (void)state;
-    const uint8_t versions[] = {0, 1, 2, 3, 5, 0x81, 0xff};
+    const uint8_t versions[] = {0, 1, 2, 3, 4, 6, 0x81, 0xff};
     for (size_t i = 0; i < sizeof versions; i++) {
         load(ORB_WIRE_READ_REQ);
         frame[4] = versions[i];
@@ -399,7 +399,7 @@ static void test_header_bad_version(void **state)
 
 /* CONTROL_REQ carrying 3 RDMA bytes, tag 0x21, by hand. */
 static const uint8_t golden_control[] = {
-    0x4f, 0x52, 0x42, 0x54, 0x04, 0x0c, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x4f, 0x52, 0x42, 0x54, 0x05, 0x0c, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
     0x21, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* header: CONTROL_REQ, body_len 7, tag 0x21 */
     0x02, 0x00, 0x00, 0x00,                         /* transport RDMA, reserved */
     0xaa, 0xbb, 0xcc,                               /* the transport's bytes */
@@ -801,7 +801,8 @@ static void test_describe_resp_bad_regions(void **state)
     struct orb_region_desc *regions = NULL;
     size_t count = 0;
     uint8_t *body = frame + ORB_WIRE_HEADER_LEN;
-    /* Second region at body + 32: addr, length at +8, perm at +16, memory kind at +20. */
+    /* Second region at body + 32: addr, length at +8, perm at +16, memory kind at +20, its
+     * routes at +21, reserved at +22. */
     const uint32_t perms[] = {ORB_PERM_LOCAL, 2, 4, 0xffffffffu};
     for (size_t i = 0; i < sizeof perms / sizeof perms[0]; i++) {
         load(ORB_WIRE_DESCRIBE_RESP);
@@ -809,12 +810,30 @@ static void test_describe_resp_bad_regions(void **state)
         assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
         assert_error_mentions("perm");
     }
-    const uint32_t kinds[] = {2, 3, 0x80000000u, 0xffffffffu};
+    const uint32_t kinds[] = {2, 3, 0x80u, 0xffu};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         load(ORB_WIRE_DESCRIBE_RESP);
         put_u32(body + 8 + 20, kinds[i]);
         assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
         assert_error_mentions("memory kind");
+    }
+    /* Routes: only the two bits, and only on device memory. */
+    const uint8_t routes[] = {4, 0x80, 0xff};
+    for (size_t i = 0; i < sizeof routes; i++) {
+        load(ORB_WIRE_DESCRIBE_RESP);
+        body[32 + 21] = routes[i];
+        assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
+        assert_error_mentions("routes");
+    }
+    load(ORB_WIRE_DESCRIBE_RESP);
+    body[8 + 21] = 1; /* the first region is host memory */
+    assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
+    assert_error_mentions("routes");
+    for (size_t off = 22; off < 24; off++) {
+        load(ORB_WIRE_DESCRIBE_RESP);
+        body[32 + off] = 1;
+        assert_int_equal(orb_wire_describe_resp_decode(body, 56, &regions, &count), ORB_EPROTO);
+        assert_error_mentions("reserved");
     }
     load(ORB_WIRE_DESCRIBE_RESP);
     put_u64(body + 8 + 8, 0); /* first region length 0 */
@@ -1234,6 +1253,7 @@ static void test_golden_body_decode(void **state)
         assert_true(regions[i].length == golden_regions[i].length);
         assert_int_equal(regions[i].perm, golden_regions[i].perm);
         assert_int_equal(regions[i].memory_kind, golden_regions[i].memory_kind);
+        assert_int_equal(regions[i].gpu_direct_routes, golden_regions[i].gpu_direct_routes);
     }
     free(regions);
 

@@ -1,5 +1,5 @@
 /* One uverbs method call (see uverbs.h). */
-#include "helper/uverbs.h"
+#include "common/uverbs.h"
 
 #include <errno.h>
 #include <string.h>

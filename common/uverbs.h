@@ -1,8 +1,9 @@
 /* One uverbs method call: the RDMA_VERBS_IOCTL request (the only ioctl number the seccomp
  * filter admits) with its header and attribute array, as rdma-core's ioctl path builds it. Used
- * by device context creation (uctx.c) and DevX key queries (devx.c). */
-#ifndef ORB_HELPER_UVERBS_H
-#define ORB_HELPER_UVERBS_H
+ * by the helper's device context creation (uctx.c) and DevX key queries (devx.c), and by the
+ * library's DevX key creation (lib/rdma/devx_key.c). */
+#ifndef ORB_COMMON_UVERBS_H
+#define ORB_COMMON_UVERBS_H
 
 #include <stddef.h>
 #include <stdint.h>
