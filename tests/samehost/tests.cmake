@@ -1,4 +1,4 @@
-# Same-host proof (lib/samehost/): unit tests, and the HELLO decoder's fuzz target and corpus.
+# Same-host proof and ring (lib/samehost/): unit tests, and the HELLO decoder's fuzz target and corpus.
 set(ORB_SAMEHOST_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 orb_unit_test(test_samehost_proof SOURCES ${ORB_SAMEHOST_TEST_DIR}/test_samehost_proof.c
               OBJECTS orb_base orb_samehost)
@@ -7,3 +7,7 @@ orb_unit_test(test_samehost_proof SOURCES ${ORB_SAMEHOST_TEST_DIR}/test_samehost
 orb_fuzz_target(fuzz_samehost_hello HARNESS ${ORB_SAMEHOST_TEST_DIR}/fuzz_samehost_hello.c
                 CORPUS ${ORB_SAMEHOST_TEST_DIR}/corpus OBJECTS orb_base orb_samehost
                 FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/samehost/proof.c FUZZ_OBJECTS orb_base)
+# The shared-memory ring (lib/samehost/ring.c): order, wrap-around, hostile indices, waiting,
+# two processes.
+orb_unit_test(test_samehost_ring SOURCES ${ORB_SAMEHOST_TEST_DIR}/test_samehost_ring.c
+              OBJECTS orb_base orb_samehost)
