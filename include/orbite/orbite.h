@@ -473,6 +473,26 @@ typedef void (*orb_release_fn)(void *ptr, size_t len, void *ctx);
 int orb_host_memory_alloc(size_t len, size_t align, orb_host_memory **out);
 
 /**
+ * Allocate `len` (> 0) zeroed bytes aligned to `align` (0 means the page size;
+ * otherwise a power of two) that a same-host peer engine can be handed: the
+ * same-host transport maps this memory at the source, so a transfer of it is
+ * one copy. Memory from orb_host_memory_alloc() or orb_host_memory_wrap()
+ * cannot be handed over. The bytes are a memory file (memfd) of `len` rounded
+ * up to the page size, sealed against shrinking, growth and further sealing,
+ * mapped shared read/write; offset 0 of the file is orb_host_memory_data().
+ * Each allocation holds one file descriptor (close-on-exec) until the last
+ * reference drops, which unmaps the bytes and closes it. A child forked
+ * meanwhile shares these pages rather than copying them. There is no fallback
+ * to the heap. The caller owns one reference.
+ * Errors: ORB_EINVAL (`out` NULL, `len` 0 or too large to round up to the
+ * page and `align`, `align` not a power of two), ORB_ERESOURCE (no memory file
+ * could be made or sealed, e.g. the descriptor limit was reached; the detail
+ * message names the errno), ORB_ENOMEM (no memory or address space for the
+ * file, its mapping or the owner).
+ */
+int orb_host_memory_alloc_shared(size_t len, size_t align, orb_host_memory **out);
+
+/**
  * Adopt `len` (> 0) bytes at `ptr`. `release` (may be NULL) runs once when the
  * last reference drops. The caller owns one reference; on failure nothing is
  * adopted and `release` is not called. Errors: ORB_EINVAL, ORB_ENOMEM.

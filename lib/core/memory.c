@@ -1,9 +1,12 @@
 /* Reference-counted host memory owners and the host memory kind. */
 #include "memory.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "error.h"
@@ -54,9 +57,103 @@ ORB_EXPORT int orb_host_memory_alloc(size_t len, size_t align, orb_host_memory *
     mem->len = len;
     mem->release = NULL;
     mem->release_ctx = NULL;
-    mem->owns_allocation = 1;
+    mem->owns_allocation = HOST_HEAP;
+    mem->shared_fd = -1;
     *out = mem;
     return 0;
+}
+
+ORB_EXPORT int orb_host_memory_alloc_shared(size_t len, size_t align, orb_host_memory **out)
+{
+    if (out == NULL)
+        return orb_fail(ORB_EINVAL, "shared host memory alloc: out is NULL");
+    if (len == 0)
+        return orb_fail(ORB_EINVAL, "shared host memory alloc: length is zero");
+    size_t page = page_size();
+    if (align == 0)
+        align = page;
+    if (!is_power_of_two(align))
+        return orb_fail(ORB_EINVAL, "shared host memory alloc: alignment %zu is not a power of two",
+                        align);
+    /* The file is mapped whole, so the length is rounded up to pages; an alignment above a page
+     * needs that much more address space reserved to find the aligned place in. */
+    size_t slack = align > page ? align : 0;
+    if (len > SIZE_MAX - (page - 1) - slack || len > (size_t)INT64_MAX - (page - 1) - slack)
+        return orb_fail(ORB_EINVAL, "shared host memory alloc: length %zu too large", len);
+    size_t map_len = (len + page - 1) / page * page;
+
+    orb_host_memory *mem = calloc(1, sizeof *mem);
+    if (mem == NULL)
+        return orb_fail(ORB_ENOMEM, "shared host memory alloc: no memory for the owner");
+    int rc;
+    int fd = memfd_create("orbite-host", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        int e = errno;
+        rc = e == ENOMEM ? orb_fail(ORB_ENOMEM, "shared host memory alloc: memfd_create: %s", strerror(e))
+                         : orb_fail(ORB_ERESOURCE, "shared host memory alloc: memfd_create: %s",
+                                    strerror(e));
+        goto free_owner;
+    }
+    if (ftruncate(fd, (off_t)map_len) != 0) {
+        rc = orb_fail(ORB_ENOMEM, "shared host memory alloc: cannot size the memory file to %zu bytes: %s",
+                      map_len, strerror(errno));
+        goto close_fd;
+    }
+    /* Whoever is handed the descriptor later must not shrink the file under this mapping (the
+     * next touch past its end would be SIGBUS here), grow it, or change the seals. */
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        rc = orb_fail(ORB_ERESOURCE, "shared host memory alloc: cannot seal the memory file: %s",
+                      strerror(errno));
+        goto close_fd;
+    }
+    /* Reserve the length plus the alignment, inaccessible, map the file at the aligned place inside
+     * (MAP_FIXED replaces that part of the reservation) and give back the rest. */
+    uint8_t *reserve = mmap(NULL, map_len + slack, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                            -1, 0);
+    if (reserve == MAP_FAILED) {
+        rc = orb_fail(ORB_ENOMEM, "shared host memory alloc: cannot reserve %zu bytes: %s",
+                      map_len + slack, strerror(errno));
+        goto close_fd;
+    }
+    uintptr_t a = (uintptr_t)reserve;
+    if (slack != 0)
+        a = (a + align - 1) & ~(uintptr_t)(align - 1);
+    uint8_t *at = (uint8_t *)a;
+    if (mmap(at, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        rc = orb_fail(ORB_ENOMEM, "shared host memory alloc: cannot map %zu bytes: %s", map_len,
+                      strerror(errno));
+        (void)munmap(reserve, map_len + slack);
+        goto close_fd;
+    }
+    if (at > reserve)
+        (void)munmap(reserve, (size_t)(at - reserve));
+    uint8_t *reserve_end = reserve + map_len + slack;
+    if (reserve_end > at + map_len)
+        (void)munmap(at + map_len, (size_t)(reserve_end - (at + map_len)));
+
+    /* The kernel fills the file's pages with zeros on first touch: no memset. */
+    atomic_init(&mem->refs, 1);
+    mem->ptr = at;
+    mem->len = len;
+    mem->release = NULL;
+    mem->release_ctx = NULL;
+    mem->owns_allocation = HOST_SHARED;
+    mem->shared_fd = fd;
+    mem->map_base = at;
+    mem->map_len = map_len;
+    *out = mem;
+    return 0;
+
+close_fd:
+    close(fd);
+free_owner:
+    free(mem);
+    return rc;
+}
+
+int orb_host_memory_shared_fd(const orb_host_memory *mem)
+{
+    return mem != NULL && mem->owns_allocation == HOST_SHARED ? mem->shared_fd : -1;
 }
 
 ORB_EXPORT int orb_host_memory_wrap(void *ptr, size_t len, orb_release_fn release, void *ctx,
@@ -80,7 +177,8 @@ ORB_EXPORT int orb_host_memory_wrap(void *ptr, size_t len, orb_release_fn releas
     mem->len = len;
     mem->release = release;
     mem->release_ctx = ctx;
-    mem->owns_allocation = 0;
+    mem->owns_allocation = HOST_WRAPPED;
+    mem->shared_fd = -1;
     *out = mem;
     return 0;
 }
@@ -111,7 +209,10 @@ ORB_EXPORT void orb_host_memory_unref(orb_host_memory *mem)
     uint_fast64_t before = atomic_fetch_sub_explicit(&mem->refs, 1, memory_order_acq_rel);
     if (before != 1)
         return;
-    if (mem->owns_allocation)
+    if (mem->owns_allocation == HOST_SHARED) {
+        (void)munmap(mem->map_base, mem->map_len);
+        (void)close(mem->shared_fd);
+    } else if (mem->owns_allocation == HOST_HEAP)
         free(mem->ptr);
     else if (mem->release != NULL)
         mem->release(mem->ptr, mem->len, mem->release_ctx);
