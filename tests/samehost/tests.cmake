@@ -11,3 +11,14 @@ orb_fuzz_target(fuzz_samehost_hello HARNESS ${ORB_SAMEHOST_TEST_DIR}/fuzz_sameho
 # two processes.
 orb_unit_test(test_samehost_ring SOURCES ${ORB_SAMEHOST_TEST_DIR}/test_samehost_ring.c
               OBJECTS orb_base orb_samehost)
+# The same-host transport's messages (lib/samehost/shm_msg.c): literal vectors, round trips, every
+# decoder's refusals.
+orb_unit_test(test_samehost_msg SOURCES ${ORB_SAMEHOST_TEST_DIR}/test_samehost_msg.c
+              OBJECTS orb_base orb_samehost)
+# Corpus replay in ctest (python3 tests/samehost/gen_shm_corpus.py writes it); libFuzzer target:
+# ./fuzz_shm_msg -max_len=128 tests/samehost/shm_corpus
+orb_fuzz_target(fuzz_shm_msg HARNESS ${ORB_SAMEHOST_TEST_DIR}/fuzz_shm_msg.c
+                CORPUS ${ORB_SAMEHOST_TEST_DIR}/shm_corpus OBJECTS orb_base orb_samehost
+                FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/samehost/shm_msg.c ${PROJECT_SOURCE_DIR}/lib/samehost/proof.c
+                             ${PROJECT_SOURCE_DIR}/lib/samehost/ring.c
+                FUZZ_OBJECTS orb_base)
