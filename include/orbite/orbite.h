@@ -186,14 +186,15 @@ struct orb_engine_config {
      *  them is dropped to admit a new one. */
     uint32_t max_unauthenticated;
     /*
-     * helper_mode, hello_timeout_ms, max_unauthenticated and reserved32 took the place of the
+     * helper_mode, hello_timeout_ms, max_unauthenticated and enable_shm took the place of the
      * first two of eight reserved words, so the structure keeps its size on every ABI
-     * (reserved32 is explicit so that no ABI, not even one that aligns uint64_t to 4 bytes,
-     * has a padding hole here). A non-zero field given to an older library is refused as a
-     * non-zero reserved word rather than silently ignored.
+     * (enable_shm, once reserved32, is a 32-bit word so that no ABI, not even one that aligns
+     * uint64_t to 4 bytes, has a padding hole here). A non-zero field given to an older library
+     * is refused as a non-zero reserved word rather than silently ignored.
      */
-    /** Reserved for future fields; must stay zero. */
-    uint32_t reserved32;
+    /** The same-host transport, ORB_TRANSPORT_SHM (default 1). 0 forbids it both ways: this
+     *  engine's source serves no same-host peer and its requests never use it. */
+    uint32_t enable_shm;
     /** Reserved for future fields; must stay zero. */
     uint64_t reserved[6];
 };
@@ -860,10 +861,14 @@ void orb_segment_close(orb_segment *segment);
 
 enum orb_transport {
     ORB_TRANSPORT_UNSPEC = 0, /* the best transport with a path to the peer: NVLink for device
-                               * memory the source shares on one host, else RDMA, else TCP */
+                               * memory the source shares on one host, then the same-host
+                               * transport for shareable host memory, else RDMA, else TCP */
     ORB_TRANSPORT_TCP = 1,
     ORB_TRANSPORT_RDMA = 2,
-    ORB_TRANSPORT_NVLINK = 3  /* CUDA IPC between device memory of processes on one host */
+    ORB_TRANSPORT_NVLINK = 3, /* CUDA IPC between device memory of processes on one host */
+    ORB_TRANSPORT_SHM = 4     /* host memory of processes on one host, one copy by the source
+                               * between its registration and the requester's buffer, which
+                               * must come from orb_host_memory_alloc_shared() */
 };
 
 enum orb_op {

@@ -34,6 +34,7 @@ struct config_field {
 static const struct config_field config_fields[] = {
     FIELD(endpoint, FIELD_ENDPOINT, 0, 0),
     FIELD(enable_source, FIELD_SWITCH, 0, 1),
+    FIELD(enable_shm, FIELD_SWITCH, 0, 1),
     FIELD(tcp_stripes, FIELD_U32, 1, 16),
     FIELD(tcp_workers, FIELD_U32, 1, 16),
     FIELD(tcp_stripe_threshold, FIELD_U64, 4096, UINT64_MAX),
@@ -111,6 +112,7 @@ ORB_EXPORT int orb_engine_config_init(struct orb_engine_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->endpoint, sizeof cfg->endpoint, "%s", "127.0.0.1:0");
     cfg->enable_source = 1;
+    cfg->enable_shm = 1;
     cfg->tcp_stripes = 2;
     cfg->tcp_workers = 2;
     cfg->tcp_stripe_threshold = 1u << 20;
@@ -302,9 +304,9 @@ int orb_engine_config_validate(const struct orb_engine_config *cfg)
                 return orb_fail(ORB_ECONFIG, "config field 'endpoint': not NUL-terminated");
             rc = check_endpoint_field(cfg->endpoint, "field");
         } else if (f->type == FIELD_SWITCH) {
-            if (cfg->enable_source != 0 && cfg->enable_source != 1)
-                return orb_fail(ORB_ECONFIG, "config field 'enable_source': %d is not 0 or 1",
-                                cfg->enable_source);
+            int64_t v = (int64_t)field_get(cfg, f);
+            if (v != 0 && v != 1)
+                return orb_fail(ORB_ECONFIG, "config field '%s': %lld is not 0 or 1", f->name, (long long)v);
             rc = 0;
         } else if (f->type == FIELD_HELPER_MODE) {
             if (cfg->helper_mode >= HELPER_MODE_COUNT)
@@ -318,8 +320,6 @@ int orb_engine_config_validate(const struct orb_engine_config *cfg)
         if (rc != 0)
             return rc;
     }
-    if (cfg->reserved32 != 0)
-        return orb_fail(ORB_ECONFIG, "config field 'reserved32': must be zero");
     for (size_t i = 0; i < sizeof cfg->reserved / sizeof cfg->reserved[0]; i++)
         if (cfg->reserved[i] != 0)
             return orb_fail(ORB_ECONFIG, "config field 'reserved[%zu]': must be zero", i);

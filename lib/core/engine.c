@@ -35,7 +35,8 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
 /* The transports of this release. */
 static const struct orb_transport_ops *const builtin_transports[] = { &orb_tcp_transport,
                                                                      &orb_rdma_transport,
-                                                                     &orb_nvlink_transport };
+                                                                     &orb_nvlink_transport,
+                                                                     &orb_shm_transport };
 #define BUILTIN_COUNT (sizeof builtin_transports / sizeof builtin_transports[0])
 
 ORB_EXPORT int orb_engine_create(const struct orb_engine_config *cfg, orb_engine **out)

@@ -14,7 +14,7 @@
 #include "reaper.h"
 
 /* Transports are held in arrays indexed by their public id (enum orb_transport). */
-#define ORB_TRANSPORT_SLOTS 4
+#define ORB_TRANSPORT_SLOTS 5
 
 /* Memory kinds: each is a small operation table, chosen per registration. */
 struct orb_reg;

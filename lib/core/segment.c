@@ -9,8 +9,8 @@
 #include "log.h"
 
 /* The order in which ORB_TRANSPORT_UNSPEC tries transports: the fastest path first. */
-static const enum orb_transport unspec_preference[] = { ORB_TRANSPORT_NVLINK, ORB_TRANSPORT_RDMA,
-                                                        ORB_TRANSPORT_TCP };
+static const enum orb_transport unspec_preference[] = { ORB_TRANSPORT_NVLINK, ORB_TRANSPORT_SHM,
+                                                        ORB_TRANSPORT_RDMA, ORB_TRANSPORT_TCP };
 
 static const char *transport_name(enum orb_transport t)
 {
@@ -18,6 +18,7 @@ static const char *transport_name(enum orb_transport t)
     case ORB_TRANSPORT_TCP: return "TCP";
     case ORB_TRANSPORT_RDMA: return "RDMA";
     case ORB_TRANSPORT_NVLINK: return "NVLink";
+    case ORB_TRANSPORT_SHM: return "same-host";
     default: return "unspecified";
     }
 }
@@ -111,7 +112,7 @@ int orb_segment_pick(const struct orb_segment *segment, enum orb_transport reque
         return orb_fail(ORB_EUNAVAILABLE, "no transport has a path to %s", segment->endpoint);
     }
     if (requested != ORB_TRANSPORT_TCP && requested != ORB_TRANSPORT_RDMA &&
-        requested != ORB_TRANSPORT_NVLINK)
+        requested != ORB_TRANSPORT_NVLINK && requested != ORB_TRANSPORT_SHM)
         return orb_fail(ORB_EINVAL, "unknown transport %d", (int)requested);
     unsigned i = (unsigned)requested;
     if (segment->peer[i] != NULL) {

@@ -278,5 +278,6 @@ struct orb_transport_ops {
 extern const struct orb_transport_ops orb_tcp_transport;
 extern const struct orb_transport_ops orb_rdma_transport;
 extern const struct orb_transport_ops orb_nvlink_transport;
+extern const struct orb_transport_ops orb_shm_transport;
 
 #endif

@@ -105,6 +105,12 @@ int orb_sh_ring_push(struct orb_sh_ring *r, const void *entry)
     return 0;
 }
 
+void orb_sh_ring_wake(struct orb_sh_ring *r)
+{
+    if (r != NULL && r->shared != NULL)
+        futex_wake(word(r, TAIL_AT));
+}
+
 int orb_sh_ring_pop(struct orb_sh_ring *r, void *entry)
 {
     if (r == NULL || r->role != ORB_SH_RING_CONSUMER || entry == NULL)
@@ -167,7 +173,9 @@ int orb_sh_ring_wait(struct orb_sh_ring *r, uint64_t poll_ns, uint64_t deadline)
          * and stopped) delays this side by that much, not until the deadline. */
         uint64_t left = deadline - now < ORB_NS_PER_SEC ? deadline - now : ORB_NS_PER_SEC;
         struct timespec ts = {.tv_sec = (time_t)(left / ORB_NS_PER_SEC), .tv_nsec = (long)(left % ORB_NS_PER_SEC)};
-        (void)syscall(SYS_futex, (uint32_t *)(void *)tail, FUTEX_WAIT, seen, &ts, NULL, 0);
+        long woke = syscall(SYS_futex, (uint32_t *)(void *)tail, FUTEX_WAIT, seen, &ts, NULL, 0);
+        if (woke == 0)
+            break; /* an entry, or orb_sh_ring_wake(): the caller looks */
     }
     atomic_store_explicit(asleep, 0, memory_order_relaxed);
     return 0;

@@ -59,8 +59,13 @@ int orb_sh_ring_push(struct orb_sh_ring *r, const void *entry);
 int orb_sh_ring_pop(struct orb_sh_ring *r, void *entry);
 
 /* Consumer: wait until an entry can be taken, polling for up to `poll_ns` first, then sleeping
- * on the futex until `deadline` (CLOCK_MONOTONIC ns; UINT64_MAX: none). 0 when one is there (or
- * the ring broke: the next pop says so); ORB_ETIMEDOUT; ORB_EINVAL (not the consumer). */
+ * on the futex until `deadline` (CLOCK_MONOTONIC ns; UINT64_MAX: none). 0 when one is there, the
+ * ring broke or someone called orb_sh_ring_wake() (the next pop says which); ORB_ETIMEDOUT;
+ * ORB_EINVAL (not the consumer). */
 int orb_sh_ring_wait(struct orb_sh_ring *r, uint64_t poll_ns, uint64_t deadline);
+
+/* Wake the consumer if it sleeps in orb_sh_ring_wait(), without adding an entry: for a thread of
+ * the consumer's own process that has news for it (the connection ended). Any role; never fails. */
+void orb_sh_ring_wake(struct orb_sh_ring *r);
 
 #endif

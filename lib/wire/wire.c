@@ -817,7 +817,7 @@ int orb_wire_notify_decode(const uint8_t *body, size_t len, struct orb_wire_noti
 
 static int control_transport_ok(uint8_t transport)
 {
-    return transport == ORB_TRANSPORT_RDMA || transport == ORB_TRANSPORT_NVLINK;
+    return transport == ORB_TRANSPORT_RDMA || transport == ORB_TRANSPORT_NVLINK || transport == ORB_TRANSPORT_SHM;
 }
 
 int orb_wire_control_encode(uint8_t type, uint64_t tag, const struct orb_wire_control *m, uint8_t *out,

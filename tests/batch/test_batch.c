@@ -192,6 +192,11 @@ const struct orb_transport_ops orb_nvlink_transport = {
     .name = "absent",
     .start = absent_start,
 };
+const struct orb_transport_ops orb_shm_transport = {
+    .id = ORB_TRANSPORT_SHM,
+    .name = "absent",
+    .start = absent_start,
+};
 
 /* ---- fixture ----------------------------------------------------------------------------- */
 

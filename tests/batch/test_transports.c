@@ -236,6 +236,10 @@ static int nvlink_start(orb_engine *engine, void **tp)
 const struct orb_transport_ops orb_nvlink_transport = {
     .id = ORB_TRANSPORT_NVLINK, .name = "absent", .start = nvlink_start,
 };
+/* Nor a same-host one. */
+const struct orb_transport_ops orb_shm_transport = {
+    .id = ORB_TRANSPORT_SHM, .name = "absent", .start = nvlink_start,
+};
 
 /* ---- fixture ----------------------------------------------------------------------------- */
 

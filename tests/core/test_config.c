@@ -11,7 +11,7 @@
 
 #include "core/config.h"
 
-/* helper_mode, hello_timeout_ms, max_unauthenticated and reserved32 replaced the first two of
+/* helper_mode, hello_timeout_ms, max_unauthenticated and enable_shm replaced the first two of
  * eight reserved u64 words: same size, and the remaining reserved words where they were (ABI of
  * 0.1.0). */
 _Static_assert(sizeof(struct orb_engine_config) == 248, "the configuration keeps its size");
@@ -149,7 +149,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.helper_mode, ORB_HELPER_AUTO);
     assert_int_equal(cfg.hello_timeout_ms, 5000);
     assert_int_equal(cfg.max_unauthenticated, 32);
-    assert_int_equal(cfg.reserved32, 0);
+    assert_int_equal(cfg.enable_shm, 1);
     assert_int_equal(RESERVED_WORDS, 6);
     for (size_t i = 0; i < RESERVED_WORDS; i++)
         assert_int_equal(cfg.reserved[i], 0);
@@ -227,6 +227,11 @@ static void test_every_key_applies(void **state)
     /* Keys not mentioned keep their values; true switches back on. */
     expect_loaded(&cfg, "{\"enable_source\": true}");
     assert_int_equal(cfg.enable_source, 1);
+    expect_loaded(&cfg, "{\"enable_shm\": false}");
+    assert_int_equal(cfg.enable_shm, 0);
+    assert_int_equal(cfg.enable_source, 1);
+    expect_loaded(&cfg, "{\"enable_shm\": true}");
+    assert_int_equal(cfg.enable_shm, 1);
     assert_int_equal(cfg.tcp_stripes, 16);
     assert_string_equal(cfg.endpoint, "[::1]:7000");
 
@@ -446,9 +451,11 @@ static void test_validate_names_the_field(void **state)
     assert_int_equal(orb_engine_config_validate(&cfg), 0);
 
     cfg = defaults();
-    cfg.reserved32 = 1;
+    cfg.enable_shm = 2;
     assert_int_equal(orb_engine_config_validate(&cfg), ORB_ECONFIG);
-    assert_non_null(strstr(orb_last_error(), "'reserved32'"));
+    assert_non_null(strstr(orb_last_error(), "'enable_shm'"));
+    cfg.enable_shm = 0;
+    assert_int_equal(orb_engine_config_validate(&cfg), 0);
     for (size_t i = 0; i < RESERVED_WORDS; i++) {
         cfg = defaults();
         cfg.reserved[i] = 1;

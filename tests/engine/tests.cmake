@@ -13,3 +13,9 @@ orb_engine_test(test_authority)
 orb_engine_test(test_reports)
 orb_engine_test(test_contracts)
 orb_engine_test(test_admission)
+
+# The suites that apply to every transport, again on the same-host transport.
+foreach(t test_authority test_reports test_contracts)
+  add_test(NAME ${t}_shm COMMAND ${t})
+  set_tests_properties(${t}_shm PROPERTIES TIMEOUT 300 ENVIRONMENT ORB_TEST_TRANSPORT=shm)
+endforeach()

@@ -10,6 +10,15 @@
 
 #include <cmocka.h>
 
+/* ORB_TEST_TRANSPORT=shm runs a suite on the same-host transport: every region is shareable
+ * memory and every request names ORB_TRANSPORT_SHM, so that a request it cannot carry fails
+ * rather than quietly going by TCP. */
+static int use_shm(void)
+{
+    const char *t = getenv("ORB_TEST_TRANSPORT");
+    return t != NULL && strcmp(t, "shm") == 0;
+}
+
 orb_engine *eu_engine(const struct orb_engine_config *cfg)
 {
     struct orb_engine_config def;
@@ -80,7 +89,10 @@ void eu_region_new(orb_engine *e, size_t len, enum orb_perm perm, uint8_t seed,
 {
     memset(out, 0, sizeof *out);
     out->alloc_len = len + 2 * (size_t)EU_GUARD;
-    assert_int_equal(orb_host_memory_alloc(out->alloc_len, 0, &out->owner), 0);
+    if (use_shm())
+        assert_int_equal(orb_host_memory_alloc_shared(out->alloc_len, 0, &out->owner), 0);
+    else
+        assert_int_equal(orb_host_memory_alloc(out->alloc_len, 0, &out->owner), 0);
     out->alloc = orb_host_memory_data(out->owner);
     eu_fill(out->alloc, out->alloc_len, seed);
     out->base = out->alloc + EU_GUARD;
@@ -100,6 +112,7 @@ struct orb_request eu_req_at(enum orb_op op, uint64_t local, uint64_t remote, ui
 {
     struct orb_request r;
     memset(&r, 0, sizeof r);
+    r.transport = use_shm() ? ORB_TRANSPORT_SHM : ORB_TRANSPORT_UNSPEC;
     r.op = op;
     r.local_addr = local;
     r.remote_addr = remote;

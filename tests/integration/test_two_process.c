@@ -1,5 +1,7 @@
-/* Two processes over loopback TCP, through the public API only: the requester here, the source
- * in a separate process (source_proc.c). Every transfer is verified byte for byte. */
+/* Two processes on one host, through the public API only: the requester here, the source in a
+ * separate process (source_proc.c). Every transfer is verified byte for byte. Requests name
+ * ORB_TRANSPORT_TCP, or with `--transport shm` the same-host transport (the requester's buffer
+ * then comes from orb_host_memory_alloc_shared()). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +20,9 @@
 #define SEC 1000000000ull
 #define HALF_LEN ((64u << 20) + 8192u)
 #define LOCAL_LEN (2u * HALF_LEN)
+
+/* The transport every request names. */
+static enum orb_transport g_transport = ORB_TRANSPORT_TCP;
 
 struct fixture {
     struct src_proc src;
@@ -55,7 +60,10 @@ static int setup(void **state)
     f->src.cmd_fd = -1;
     assert_int_equal(src_start(&f->src, 0), 0);
     f->engine = new_requester();
-    assert_int_equal(orb_host_memory_alloc(LOCAL_LEN, 0, &f->local), 0);
+    if (g_transport == ORB_TRANSPORT_SHM)
+        assert_int_equal(orb_host_memory_alloc_shared(LOCAL_LEN, 0, &f->local), 0);
+    else
+        assert_int_equal(orb_host_memory_alloc(LOCAL_LEN, 0, &f->local), 0);
     f->lp = orb_host_memory_data(f->local);
     f->laddr = (uint64_t)(uintptr_t)f->lp;
     assert_int_equal(orb_register_host_memory(f->engine, f->local, 0, LOCAL_LEN, ORB_PERM_LOCAL, &f->lid), 0);
@@ -83,7 +91,7 @@ static struct orb_request req(enum orb_op op, uint64_t local, uint64_t remote, u
 {
     struct orb_request r;
     memset(&r, 0, sizeof r);
-    r.transport = ORB_TRANSPORT_TCP;
+    r.transport = g_transport;
     r.op = op;
     r.local_addr = local;
     r.remote_addr = remote;
@@ -394,7 +402,14 @@ static void test_close_with_work_in_flight(void **state)
     assert_int_equal(orb_batch_open(f->engine, f->segment, &b), 0);
     assert_int_equal(orb_batch_submit(b, reqs, N), 0);
     assert_int_equal(orb_batch_seal(b, NULL), 0);
-    assert_int_equal(orb_engine_close(f->engine, 0), 0);
+    int closed = orb_engine_close(f->engine, 0);
+    if (g_transport == ORB_TRANSPORT_SHM && closed == ORB_EUNQUIESCED) {
+        /* The same-host source writes this process's buffers itself: while its copies are in
+         * flight, no zero-time close can prove they ended. Asked again, close waits for them. */
+        assert_non_null(strstr(orb_last_error(), "in flight"));
+        closed = orb_engine_close(f->engine, 5 * SEC);
+    }
+    assert_int_equal(closed, 0);
     struct orb_batch_report rep;
     int rc = orb_batch_wait(b, 10 * SEC, &rep);
     assert_true(rep.done);
@@ -530,6 +545,12 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--source") == 0)
         return src_main(atoi(argv[2]), (uint16_t)atoi(argv[3]));
+    if (argc == 3 && strcmp(argv[1], "--transport") == 0 && strcmp(argv[2], "shm") == 0)
+        g_transport = ORB_TRANSPORT_SHM;
+    else if (argc != 1) {
+        fprintf(stderr, "usage: %s [--transport shm]\n", argv[0]);
+        return 2;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_wrong_epoch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_describe, setup, teardown),
@@ -549,5 +570,6 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_peer_killed_mid_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_with_work_in_flight, setup, teardown),
     };
-    return cmocka_run_group_tests_name("two_process", tests, NULL, NULL);
+    return cmocka_run_group_tests_name(g_transport == ORB_TRANSPORT_SHM ? "two_process_shm" : "two_process", tests,
+                                       NULL, NULL);
 }

@@ -8,3 +8,6 @@ if(ORBITE_SANITIZE STREQUAL "thread")
 endif()
 add_test(NAME test_two_process COMMAND test_two_process)
 set_tests_properties(test_two_process PROPERTIES TIMEOUT 600)
+# The same suite on the same-host transport.
+add_test(NAME test_two_process_shm COMMAND test_two_process --transport shm)
+set_tests_properties(test_two_process_shm PROPERTIES TIMEOUT 600)

@@ -39,13 +39,13 @@ set_tests_properties(test_rdma_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma
 # The transport's start-up and registrations in a real engine, on a scripted environment.
 orb_unit_test(test_rdma_transport SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_transport.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
-                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})
 
 # The same on real verbs devices (skipped with 77 without one; runs in the soft-RoCE VM).
 orb_unit_test(test_rdma_engine_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_engine_device.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
-                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_engine_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
 
@@ -92,7 +92,7 @@ orb_fuzz_target(fuzz_rdma_ctrl HARNESS ${ORB_RDMA_TEST_DIR}/fuzz_rdma_ctrl.c
 # Requests over RDMA between two engines across the rails topology (77 without it).
 orb_unit_test(test_rdma_xfer_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_xfer_device.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
-                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_xfer_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device)
 # Its device-memory cell runs on the CUDA stand-in.
@@ -118,7 +118,7 @@ set_tests_properties(test_rdma_xfer_signal_device PROPERTIES SKIP_RETURN_CODE 77
 # without root): the policy's one device and budget, AUTO against REQUIRED.
 orb_unit_test(test_rdma_helper_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_helper_device.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
-                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})
 target_compile_definitions(test_rdma_helper_device PRIVATE ORB_HELPER_TEST_EXE="$<TARGET_FILE:orbite-helper-test>")
 add_dependencies(test_rdma_helper_device orbite-helper-test)
@@ -128,7 +128,7 @@ set_tests_properties(test_rdma_helper_device PROPERTIES SKIP_RETURN_CODE 77 LABE
 # waits that end, and service again once they free.
 orb_unit_test(test_rdma_budgets_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_budgets_device.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
-                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_budgets_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)
 
@@ -138,7 +138,7 @@ set_tests_properties(test_rdma_budgets_device PROPERTIES SKIP_RETURN_CODE 77 LAB
 orb_unit_test(test_rdma_faults_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_faults_device.c
                                               ${ORB_RDMA_TEST_DIR}/verbs_interposer.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
-                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})
 set_tests_properties(test_rdma_faults_device PROPERTIES SKIP_RETURN_CODE 77 LABELS rdma-device TIMEOUT 300)
 
@@ -147,7 +147,7 @@ set_tests_properties(test_rdma_faults_device PROPERTIES SKIP_RETURN_CODE 77 LABE
 orb_unit_test(test_rdma_gdr_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_gdr_device.c
                                            ${ORB_RDMA_TEST_DIR}/verbs_interposer.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
-                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})
 add_dependencies(test_rdma_gdr_device orb_fakecuda_full)
 target_include_directories(test_rdma_gdr_device PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda)
@@ -160,7 +160,7 @@ set_tests_properties(test_rdma_gdr_device PROPERTIES SKIP_RETURN_CODE 77 LABELS 
 orb_unit_test(test_rdma_gdr_gate SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_gdr_gate.c
                                          ${ORB_RDMA_TEST_DIR}/verbs_interposer.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
-                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})
 add_dependencies(test_rdma_gdr_gate orb_fakecuda_full)
 target_include_directories(test_rdma_gdr_gate PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda)

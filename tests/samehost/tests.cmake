@@ -22,3 +22,9 @@ orb_fuzz_target(fuzz_shm_msg HARNESS ${ORB_SAMEHOST_TEST_DIR}/fuzz_shm_msg.c
                 FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/samehost/shm_msg.c ${PROJECT_SOURCE_DIR}/lib/samehost/proof.c
                              ${PROJECT_SOURCE_DIR}/lib/samehost/ring.c
                 FUZZ_OBJECTS orb_base)
+# The source against a hostile requester speaking the socket and ring protocol by hand.
+orb_unit_test(test_shm_hostile SOURCES ${ORB_SAMEHOST_TEST_DIR}/test_shm_hostile.c
+              OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_samehost orb_shm
+              LIBS ${CMAKE_DL_LIBS})

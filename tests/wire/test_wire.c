@@ -427,8 +427,11 @@ static void test_control_golden_and_rules(void **state)
      * payload, or one past the maximum, is refused both ways. */
     uint8_t body[8] = {0x01, 0, 0, 0, 1};
     assert_int_equal(orb_wire_control_decode(body, 5, &d), ORB_EPROTO);
-    body[0] = 4;
+    body[0] = 5;
     assert_int_equal(orb_wire_control_decode(body, 5, &d), ORB_EPROTO);
+    body[0] = 4; /* the same-host transport's */
+    assert_int_equal(orb_wire_control_decode(body, 5, &d), 0);
+    assert_int_equal(d.transport, ORB_TRANSPORT_SHM);
     body[0] = 2;
     body[1] = 1;
     assert_int_equal(orb_wire_control_decode(body, 5, &d), ORB_EPROTO);
