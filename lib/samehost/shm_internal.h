@@ -79,6 +79,27 @@ struct shm_tp {
     atomic_uint_fast64_t next_serial;
 };
 
+/* The rings order a source's copies with its requester's use of the buffers, through memory the
+ * two map at different addresses, which ThreadSanitizer cannot follow when both engines share
+ * one process (the tests): these tell it about that order (no code otherwise). */
+#if defined(__SANITIZE_THREAD__)
+#define SHM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SHM_TSAN 1
+#endif
+#endif
+#ifdef SHM_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+extern char shm_tsan_order;
+#define SHM_ORDER_RELEASE() __tsan_release(&shm_tsan_order)
+#define SHM_ORDER_ACQUIRE() __tsan_acquire(&shm_tsan_order)
+#else
+#define SHM_ORDER_RELEASE() ((void)0)
+#define SHM_ORDER_ACQUIRE() ((void)0)
+#endif
+
 /* Source (shm_source.c). */
 int shm_source_start(struct shm_tp *tp);
 void shm_source_fence(struct shm_tp *tp);

@@ -446,6 +446,7 @@ static void pump_locked(struct shm_peer *p)
                                      .request_length = x->request_length};
         uint8_t entry[ORB_SH_RING_ENTRY];
         int rc = orb_shm_request_encode(&rq, entry);
+        SHM_ORDER_RELEASE();
         if (rc == 0)
             rc = orb_sh_ring_push(&p->req, entry);
         if (rc != 0) {
@@ -589,6 +590,7 @@ static void take_completions(struct shm_peer *p)
         int rc = orb_sh_ring_pop(&p->cpl, entry);
         if (rc == ORB_EAGAIN)
             return;
+        SHM_ORDER_ACQUIRE();
         struct orb_shm_completion cp;
         if (rc == 0)
             rc = orb_shm_completion_decode(entry, &cp);

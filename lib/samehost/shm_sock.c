@@ -17,6 +17,10 @@
 
 #define TMPFS_MAGIC_VALUE 0x01021994L
 
+#ifdef SHM_TSAN
+char shm_tsan_order;
+#endif
+
 size_t shm_sock_name(const uint8_t id[ORB_SHM_ID_LEN], char *out, size_t cap)
 {
     static const char prefix[] = "orbite-shm-";

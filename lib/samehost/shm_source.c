@@ -231,6 +231,7 @@ static void *ring_main(void *arg)
             (void)orb_sh_ring_wait(&c->req, c->tp->poll_ns, orb_deadline_after(SHM_SLEEP_SLICE_NS));
             continue;
         }
+        SHM_ORDER_ACQUIRE();
         struct orb_shm_request rq;
         if (rc == 0)
             rc = orb_shm_request_decode(entry, &rq);
@@ -241,6 +242,7 @@ static void *ring_main(void *arg)
         }
         struct orb_shm_completion cp;
         serve(c, &rq, &cp);
+        SHM_ORDER_RELEASE();
         if (answer(c, &cp) != 0)
             break;
     }

@@ -211,6 +211,7 @@ static int raw_request(struct raw *r, uint8_t op, uint32_t map_id, uint64_t map_
                                  .request_addr = (uint64_t)(uintptr_t)request, .request_length = request_len};
     uint8_t entry[ORB_SH_RING_ENTRY];
     assert_int_equal(orb_shm_request_encode(&rq, entry), 0);
+    SHM_ORDER_RELEASE(); /* as the library's requester does: for ThreadSanitizer only */
     assert_int_equal(orb_sh_ring_push(&r->req, entry), 0);
     uint64_t deadline = orb_deadline_after(5 * SEC);
     int rc;
@@ -219,6 +220,7 @@ static int raw_request(struct raw *r, uint8_t op, uint32_t map_id, uint64_t map_
         (void)orb_sh_ring_wait(&r->cpl, 0, orb_deadline_after(SEC / 10));
     }
     assert_int_equal(rc, 0);
+    SHM_ORDER_ACQUIRE();
     struct orb_shm_completion cp;
     assert_int_equal(orb_shm_completion_decode(entry, &cp), 0);
     assert_int_equal(cp.tag, tag);
