@@ -919,8 +919,52 @@ static int batch_settled(const struct orb_batch *b)
  * engine may spin (its threads fit the CPUs), the caller first spins on the live counter for up
  * to busy_poll_us, without the lock and without yielding, so that a completion arriving within
  * that time costs no wake-up; then it sleeps on the condition variable. */
+/* Poll the completions of the batch's peers that let a caller take them (peer_poll) while the
+ * batch is live, for at most busy_poll_us (and not past `deadline`), then hand back to their
+ * threads. Each completion that lands meanwhile extends the window: a caller that keeps
+ * getting answers keeps polling. */
+static void poll_peers(struct orb_batch *b, uint64_t deadline)
+{
+    struct orb_segment *seg = b->segment;
+    const struct orb_engine *e = b->engine;
+    if (seg == NULL || !e->poll_allowed)
+        return;
+    unsigned ids[ORB_TRANSPORT_SLOTS], n = 0;
+    for (unsigned i = 0; i < ORB_TRANSPORT_SLOTS; i++)
+        if (seg->peer[i] != NULL && e->tp[i].ops != NULL && e->tp[i].ops->peer_poll != NULL)
+            ids[n++] = i;
+    if (n == 0)
+        return;
+    uint64_t window = (uint64_t)e->cfg.busy_poll_us * 1000u;
+    for (unsigned k = 0; k < n; k++)
+        e->tp[ids[k]].ops->peer_poll(seg->peer[ids[k]], ORB_POLL_BEGIN);
+    uint64_t live = atomic_load_explicit(&b->live, memory_order_acquire);
+    uint64_t end = orb_now_ns() + window;
+    for (unsigned spins = 1; live > 0; spins++) {
+        int busy = 0;
+        for (unsigned k = 0; k < n; k++)
+            busy |= e->tp[ids[k]].ops->peer_poll(seg->peer[ids[k]], ORB_POLL_STEP);
+        uint64_t now_live = atomic_load_explicit(&b->live, memory_order_acquire);
+        if (!busy || now_live == 0)
+            break;
+        if (now_live != live) { /* progress: keep going */
+            live = now_live;
+            end = orb_now_ns() + window;
+        }
+        orb_cpu_relax();
+        if ((spins & 63) == 0) {
+            uint64_t now = orb_now_ns();
+            if (now >= end || now >= deadline)
+                break;
+        }
+    }
+    for (unsigned k = 0; k < n; k++)
+        e->tp[ids[k]].ops->peer_poll(seg->peer[ids[k]], ORB_POLL_END);
+}
+
 static int wait_settled(struct orb_batch *b, uint64_t deadline)
 {
+    poll_peers(b, deadline);
     uint64_t spin_ns = b->engine->spin_allowed ? (uint64_t)b->engine->cfg.busy_poll_us * 1000u : 0;
     uint64_t spin_end = spin_ns ? orb_now_ns() + spin_ns : 0;
     if (spin_end > deadline)

@@ -209,6 +209,7 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
     atomic_init(&engine->requester_open, 1);
     atomic_init(&engine->live_batches, 0);
     engine->spin_allowed = cfg->busy_poll_us > 0 && cfg->tcp_workers + 1 <= usable_cpus();
+    engine->poll_allowed = cfg->busy_poll_us > 0 && usable_cpus() >= 2;
     if (pthread_mutex_init(&engine->lock, NULL) != 0) {
         rc = orb_fail(ORB_ENOMEM, "cannot initialise the engine lock");
         goto free_engine;

@@ -45,6 +45,9 @@ struct orb_engine {
      * CPUs this process may run on: a spinning caller must never take the CPU from the worker
      * whose completion it waits for. */
     int spin_allowed;
+    /* Whether a waiting caller may poll a transport's completions itself (peer_poll): with
+     * busy_poll_us and at least two CPUs, one for the caller and one for the peer it waits on. */
+    int poll_allowed;
 
     pthread_mutex_t lock;     /* guards the fields below */
     int stopped;              /* the transport was stopped: no more I/O */

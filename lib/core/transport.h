@@ -273,7 +273,16 @@ struct orb_transport_ops {
     int (*peer_submit)(void *peer, struct orb_xfer *const *xfers, size_t n);
     /* Drop the core's reference: connections close once their queues are empty. */
     void (*peer_release)(void *peer);
+    /* Optional: a waiting caller's share of the work, for transports whose completions the
+     * caller can take itself (shared-memory rings). BEGIN: a caller starts polling this peer
+     * (the transport's own thread may stand back meanwhile); STEP: take what completed, report
+     * it through orb_xfer_done() from the calling thread, never block; END: the caller stops
+     * (the transport's thread takes over). Returns, for STEP, 1 while this peer has requests
+     * in flight, else 0; 0 for BEGIN and END. NULL: nothing to poll. */
+    int (*peer_poll)(void *peer, int step);
 };
+
+enum orb_poll_step { ORB_POLL_BEGIN = 0, ORB_POLL_STEP = 1, ORB_POLL_END = 2 };
 
 extern const struct orb_transport_ops orb_tcp_transport;
 extern const struct orb_transport_ops orb_rdma_transport;

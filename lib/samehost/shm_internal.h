@@ -114,6 +114,7 @@ int shm_peer_open(void *tp, const char *endpoint, const struct orb_epoch *expect
 int shm_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan *plan);
 int shm_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n);
 void shm_peer_release(void *peer);
+int shm_peer_poll(void *peer, int step);
 int shm_peer_accepts(void *peer, uint8_t op, const struct orb_reg *local, uint64_t remote_addr, uint64_t length,
                      uint64_t deadline);
 /* A registration retires: every peer that mapped it tells its source to unmap it. */

@@ -49,7 +49,10 @@ struct shm_peer {
     pthread_cond_t changed;
     pthread_mutex_t sock_lock;  /* one MAP round trip at a time */
     struct orb_sh_ring req;     /* producer, under lock */
-    struct orb_sh_ring cpl;     /* consumer, the thread's */
+    struct orb_sh_ring cpl;     /* consumer, under consume_lock: the thread's or a polling caller's */
+    pthread_mutex_t consume_lock;
+    atomic_uint pollers;        /* callers polling completions now (shm_peer_poll) */
+    atomic_uint inflight_now;   /* nflight, readable without the lock */
     struct shm_slot slots[SHM_RING_CAPACITY];
     uint32_t nflight;
     struct orb_xfer *backlog, *backlog_tail;
@@ -72,6 +75,7 @@ static void peer_free(struct shm_peer *p)
     if (p->sock >= 0)
         close(p->sock);
     free(p->maps);
+    pthread_mutex_destroy(&p->consume_lock);
     pthread_mutex_destroy(&p->sock_lock);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->changed);
@@ -120,6 +124,7 @@ static void kill_locked(struct shm_peer *p, int status, const char *why)
         p->slots[i].x = NULL;
         p->slots[i].gen++;
         p->nflight--;
+        atomic_store(&p->inflight_now, p->nflight);
         xfer_end(p->tp, x, p->dead,
                  x->op == ORB_XFER_WRITE ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE, p->dead_why);
     }
@@ -244,7 +249,11 @@ int shm_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expec
     snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint);
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->sock_lock, NULL);
+    pthread_mutex_init(&p->consume_lock, NULL);
+    atomic_init(&p->pollers, 0);
+    atomic_init(&p->inflight_now, 0);
     if (orb_cond_init_monotonic(&p->changed) != 0) {
+        pthread_mutex_destroy(&p->consume_lock);
         pthread_mutex_destroy(&p->sock_lock);
         pthread_mutex_destroy(&p->lock);
         free(p);
@@ -460,6 +469,7 @@ static void pump_locked(struct shm_peer *p)
         s->x = x;
         if (p->nflight++ == 0)
             p->last_progress = orb_now_ns();
+        atomic_store(&p->inflight_now, p->nflight);
     }
 }
 
@@ -582,7 +592,33 @@ int shm_peer_accepts(void *peer, uint8_t op, const struct orb_reg *local, uint64
 
 /* ---- completions ------------------------------------------------------------------------------- */
 
-/* Take every completion on the ring (p->lock not held). */
+static void take_completions(struct shm_peer *p);
+
+int shm_peer_poll(void *peer, int step)
+{
+    struct shm_peer *p = peer;
+    if (step == ORB_POLL_BEGIN) {
+        atomic_fetch_add(&p->pollers, 1);
+        return 0;
+    }
+    if (step == ORB_POLL_END) {
+        if (atomic_fetch_sub(&p->pollers, 1) == 1) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_broadcast(&p->changed); /* the thread takes over */
+            pthread_mutex_unlock(&p->lock);
+        }
+        return 0;
+    }
+    if (atomic_load(&p->inflight_now) == 0)
+        return 0;
+    if (pthread_mutex_trylock(&p->consume_lock) == 0) {
+        take_completions(p);
+        pthread_mutex_unlock(&p->consume_lock);
+    }
+    return atomic_load(&p->inflight_now) > 0;
+}
+
+/* Take every completion on the ring (consume_lock held, p->lock not). */
 static void take_completions(struct shm_peer *p)
 {
     uint8_t entry[ORB_SH_RING_ENTRY];
@@ -610,6 +646,7 @@ static void take_completions(struct shm_peer *p)
         p->slots[i].x = NULL;
         p->slots[i].gen++;
         p->nflight--;
+        atomic_store(&p->inflight_now, p->nflight);
         p->last_progress = orb_now_ns();
         char why[ORB_SHM_WHY_MAX + 40];
         if (cp.status != 0)
@@ -636,16 +673,27 @@ static void *peer_main(void *arg)
                 kill_locked(p, ORB_EPEER, "the same-host source closed the connection");
             continue;
         }
-        pthread_mutex_unlock(&p->lock);
-        (void)orb_sh_ring_wait(&p->cpl, tp->poll_ns, orb_deadline_after(SHM_SLEEP_SLICE_NS));
-        take_completions(p);
-        pthread_mutex_lock(&p->lock);
+        if (atomic_load(&p->pollers) > 0) {
+            /* A waiting caller takes the completions now: stand back, and look at the socket
+             * and the clock now and then. */
+            struct timespec ts = orb_deadline_timespec(orb_deadline_after(SHM_SLEEP_SLICE_NS / 4));
+            pthread_cond_timedwait(&p->changed, &p->lock, &ts);
+        } else {
+            pthread_mutex_unlock(&p->lock);
+            (void)orb_sh_ring_wait(&p->cpl, tp->poll_ns, orb_deadline_after(SHM_SLEEP_SLICE_NS));
+            pthread_mutex_lock(&p->consume_lock);
+            take_completions(p);
+            pthread_mutex_unlock(&p->consume_lock);
+            pthread_mutex_lock(&p->lock);
+        }
         if (p->nflight == 0 || p->dead != 0)
             continue;
         if (shm_sock_closed(p->sock)) {
             /* Its last completions may have come just before it went. */
             pthread_mutex_unlock(&p->lock);
+            pthread_mutex_lock(&p->consume_lock);
             take_completions(p);
+            pthread_mutex_unlock(&p->consume_lock);
             pthread_mutex_lock(&p->lock);
             kill_locked(p, ORB_EPEER, "the same-host source closed the connection (it may have been restarted)");
         } else if (orb_now_ns() - p->last_progress > tp->io_timeout_ns) {

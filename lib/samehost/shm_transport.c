@@ -31,9 +31,8 @@ static int shm_start(orb_engine *engine, void **tp_out)
     tp->pid = (uint32_t)getpid();
     tp->io_timeout_ns = (uint64_t)(cfg->io_timeout_s > 0 ? cfg->io_timeout_s : 30) * ORB_NS_PER_SEC;
     tp->hello_timeout_ns = (uint64_t)cfg->hello_timeout_ms * 1000000ull;
-    /* Polling takes a CPU: only where the engine lets its waiters spin (busy_poll_us and enough
-     * CPUs for them and the workers). */
-    tp->poll_ns = engine->spin_allowed ? (uint64_t)cfg->busy_poll_us * 1000u : 0;
+    /* Polling takes a CPU: only with busy_poll_us and two CPUs at least, one for each side. */
+    tp->poll_ns = engine->poll_allowed ? (uint64_t)cfg->busy_poll_us * 1000u : 0;
     atomic_init(&tp->stopping, false);
     atomic_init(&tp->accept_quit, false);
     atomic_init(&tp->source_busy, 0);
@@ -151,5 +150,6 @@ const struct orb_transport_ops orb_shm_transport = {
     .peer_submit = shm_peer_submit,
     .peer_release = shm_peer_release,
     .peer_accepts = shm_peer_accepts,
+    .peer_poll = shm_peer_poll,
     .control = shm_source_control,
 };
