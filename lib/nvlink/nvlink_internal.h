@@ -27,7 +27,6 @@
 #define NVL_GROUPS_MAX 1024u       /* groups a source holds at once, for every requester */
 #define NVL_GROUPS_PER_SENDER 256u /* and for one requester engine */
 #define NVL_IMPORTS_MAX 64u        /* imports one peer keeps; the least recently used goes */
-#define NVL_KNOWN_MAX 128u         /* a peer's remembered answers to QUERY */
 #define NVL_REFUSAL_TTL_NS (1000ull * 1000 * 1000) /* how long a refused range is remembered */
 #define NVL_HELLO_RETRY_NS (5000ull * 1000 * 1000) /* how long a failed HELLO is remembered */
 #define NVL_PROBE_NS (1000ull * 1000 * 1000)       /* the longest a transport choice waits */

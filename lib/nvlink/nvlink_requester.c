@@ -9,6 +9,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/range_memo.h"
 #include "cuda/cuda_kind.h"
 #include "cuda/cuda_memory.h"
 #include "nvlink/nvlink_internal.h"
@@ -28,14 +29,6 @@ struct nvl_import {
     uint64_t used;                 /* the group that last used it */
 };
 
-/* A remembered QUERY answer: a range that may travel here (an allocation's extent), or one that
- * may not, until `expires`. */
-struct nvl_known {
-    uint64_t addr, length;
-    bool ok;
-    uint64_t expires;
-};
-
 struct nvl_peer {
     struct nvl_peer *next;         /* tp->peers */
     struct nvl_tp *tp;
@@ -50,9 +43,8 @@ struct nvl_peer {
     enum hello_state hello;
     uint64_t hello_retry;          /* when a failed HELLO may be tried again */
     char hello_why[WHY_LEN];
-    struct nvl_known known[NVL_KNOWN_MAX];
+    struct orb_range_memo known;   /* QUERY answers: allocations' extents, refusals for a while */
     uint64_t query_pause;          /* until then, unknown ranges are not asked about (no answer came) */
-    uint32_t nknown, next_known;
     /* The peer's thread only: */
     struct nvl_import imports[NVL_IMPORTS_MAX];
     uint32_t nimports;
@@ -176,9 +168,7 @@ static enum hello_state peer_hello(struct nvl_peer *p, uint64_t deadline, char *
 static void remember(struct nvl_peer *p, uint64_t addr, uint64_t length, bool ok)
 {
     pthread_mutex_lock(&p->lock);
-    uint32_t i = p->nknown < NVL_KNOWN_MAX ? p->nknown++ : p->next_known++ % NVL_KNOWN_MAX;
-    p->known[i] = (struct nvl_known){.addr = addr, .length = length, .ok = ok,
-                                     .expires = ok ? ORB_DEADLINE_NONE : orb_deadline_after(NVL_REFUSAL_TTL_NS)};
+    orb_range_memo_remember(&p->known, addr, length, ok, orb_deadline_after(NVL_REFUSAL_TTL_NS));
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -186,11 +176,7 @@ static void remember(struct nvl_peer *p, uint64_t addr, uint64_t length, bool ok
 static void forget(struct nvl_peer *p, uint64_t addr, uint64_t length)
 {
     pthread_mutex_lock(&p->lock);
-    for (uint32_t i = 0; i < p->nknown; i++) {
-        struct nvl_known *k = &p->known[i];
-        if (k->addr < addr + length && addr < k->addr + k->length)
-            k->expires = 0;
-    }
+    orb_range_memo_forget(&p->known, addr, length);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -209,16 +195,9 @@ int nvl_peer_accepts(void *peer, uint8_t op, const struct orb_reg *local, uint64
         return 0;
     uint64_t now = orb_now_ns();
     pthread_mutex_lock(&p->lock);
-    int verdict = now < p->query_pause ? 0 : -1;
-    for (uint32_t i = 0; i < p->nknown && verdict < 0; i++) {
-        const struct nvl_known *k = &p->known[i];
-        if (k->expires <= now)
-            continue;
-        if (k->ok && remote_addr >= k->addr && length <= k->length && remote_addr - k->addr <= k->length - length)
-            verdict = 1;
-        else if (!k->ok && k->addr == remote_addr && k->length == length)
-            verdict = 0;
-    }
+    int verdict = orb_range_memo_lookup(&p->known, remote_addr, length, now);
+    if (verdict < 0 && now < p->query_pause)
+        verdict = 0;
     pthread_mutex_unlock(&p->lock);
     if (verdict >= 0)
         return verdict;

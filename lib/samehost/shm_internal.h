@@ -31,7 +31,6 @@
 
 #define SHM_RING_CAPACITY 256u                  /* entries of each ring; also a peer's in-flight bound */
 #define SHM_SLEEP_SLICE_NS (20ull * 1000 * 1000) /* longest futex sleep before a thread looks around */
-#define SHM_KNOWN_MAX 128u                       /* a peer's remembered QUERY answers */
 #define SHM_REFUSAL_TTL_NS (1000ull * 1000 * 1000)
 #define SHM_PROBE_NS (1000ull * 1000 * 1000)     /* the longest a transport choice waits */
 #define SHM_CONN_MAP_BYTES_MAX (1ull << 40)      /* bytes one connection may have mapped at the source */

@@ -13,6 +13,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/range_memo.h"
 #include "samehost/shm_internal.h"
 
 #define WHY_LEN 256
@@ -28,13 +29,6 @@ struct shm_pmap {
 struct shm_slot {
     struct orb_xfer *x;         /* NULL: free */
     uint32_t gen;
-};
-
-/* A remembered QUERY answer: a host registration's extent at the source, or a refused range. */
-struct shm_known {
-    uint64_t addr, length;
-    bool ok;
-    uint64_t expires;
 };
 
 struct shm_peer {
@@ -59,8 +53,7 @@ struct shm_peer {
     struct shm_pmap *maps;
     uint32_t nmaps, maps_cap;
     uint64_t ids_used[ORB_SHM_MAPS_MAX / 64];
-    struct shm_known known[SHM_KNOWN_MAX];
-    uint32_t nknown, next_known;
+    struct orb_range_memo known; /* QUERY answers: host registrations' extents, refusals for a while */
     uint64_t last_progress;
     int dead;                   /* 0, or the status every later xfer fails with */
     char dead_why[WHY_LEN];
@@ -540,9 +533,7 @@ void shm_peer_release(void *peer)
 static void remember(struct shm_peer *p, uint64_t addr, uint64_t length, bool ok)
 {
     pthread_mutex_lock(&p->lock);
-    uint32_t i = p->nknown < SHM_KNOWN_MAX ? p->nknown++ : p->next_known++ % SHM_KNOWN_MAX;
-    p->known[i] = (struct shm_known){.addr = addr, .length = length, .ok = ok,
-                                     .expires = ok ? ORB_DEADLINE_NONE : orb_deadline_after(SHM_REFUSAL_TTL_NS)};
+    orb_range_memo_remember(&p->known, addr, length, ok, orb_deadline_after(SHM_REFUSAL_TTL_NS));
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -554,16 +545,7 @@ int shm_peer_accepts(void *peer, uint8_t op, const struct orb_reg *local, uint64
         return 0;
     uint64_t now = orb_now_ns();
     pthread_mutex_lock(&p->lock);
-    int verdict = p->dead != 0 || p->stopping ? 0 : -1;
-    for (uint32_t i = 0; i < p->nknown && verdict < 0; i++) {
-        const struct shm_known *k = &p->known[i];
-        if (k->expires <= now)
-            continue;
-        if (k->ok && remote_addr >= k->addr && length <= k->length && remote_addr - k->addr <= k->length - length)
-            verdict = 1;
-        else if (!k->ok && k->addr == remote_addr && k->length == length)
-            verdict = 0;
-    }
+    int verdict = p->dead != 0 || p->stopping ? 0 : orb_range_memo_lookup(&p->known, remote_addr, length, now);
     pthread_mutex_unlock(&p->lock);
     if (verdict >= 0)
         return verdict;
@@ -651,6 +633,9 @@ static void take_completions(struct shm_peer *p)
         char why[ORB_SHM_WHY_MAX + 40];
         if (cp.status != 0)
             snprintf(why, sizeof why, "the source answered: %s", cp.why);
+        /* The source no longer serves that range as remembered: UNSPEC asks again next time. */
+        if (cp.status == ORB_ENOENT || cp.status == ORB_EUNAVAILABLE)
+            orb_range_memo_forget(&p->known, x->request_remote_addr, x->request_length);
         xfer_end(p->tp, x, cp.status, (enum orb_remote_effect)cp.effect, cp.status != 0 ? why : NULL);
         pump_locked(p);
         pthread_mutex_unlock(&p->lock);

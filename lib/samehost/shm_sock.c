@@ -45,16 +45,27 @@ static int sock_addr(const uint8_t id[ORB_SHM_ID_LEN], struct sockaddr_un *sa, s
     return 0;
 }
 
-int shm_sock_listen(const uint8_t id[ORB_SHM_ID_LEN], int *fd_out)
+/* A non-blocking SEQPACKET socket and the address of the socket with `id`. */
+static int new_socket(const uint8_t id[ORB_SHM_ID_LEN], struct sockaddr_un *sa, socklen_t *sl, int *fd_out)
 {
-    struct sockaddr_un sa;
-    socklen_t sl;
-    int rc = sock_addr(id, &sa, &sl);
+    int rc = sock_addr(id, sa, sl);
     if (rc != 0)
         return rc;
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return orb_fail(ORB_EUNAVAILABLE, "shm: cannot make a Unix socket: %s", strerror(errno));
+    *fd_out = fd;
+    return 0;
+}
+
+int shm_sock_listen(const uint8_t id[ORB_SHM_ID_LEN], int *fd_out)
+{
+    struct sockaddr_un sa;
+    socklen_t sl;
+    int fd = -1;
+    int rc = new_socket(id, &sa, &sl, &fd);
+    if (rc != 0)
+        return rc;
     if (bind(fd, (struct sockaddr *)&sa, sl) != 0 || listen(fd, 64) != 0) {
         int e = errno;
         close(fd);
@@ -84,12 +95,10 @@ int shm_sock_connect(const uint8_t id[ORB_SHM_ID_LEN], uint64_t deadline, int *f
 {
     struct sockaddr_un sa;
     socklen_t sl;
-    int rc = sock_addr(id, &sa, &sl);
+    int fd = -1;
+    int rc = new_socket(id, &sa, &sl, &fd);
     if (rc != 0)
         return rc;
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return orb_fail(ORB_EUNAVAILABLE, "shm: cannot make a Unix socket: %s", strerror(errno));
     for (;;) {
         if (connect(fd, (struct sockaddr *)&sa, sl) == 0)
             break;

@@ -1,5 +1,8 @@
 orb_unit_test(test_memory SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_memory.c OBJECTS orb_base orb_mem)
 orb_unit_test(test_registry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_registry.c OBJECTS orb_base orb_mem)
+# What transports remember of a peer's answers about remote ranges.
+orb_unit_test(test_range_memo SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_range_memo.c
+              ${PROJECT_SOURCE_DIR}/lib/core/range_memo.c OBJECTS orb_base)
 orb_unit_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config.c OBJECTS orb_base orb_config)
 orb_unit_test(test_error SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_error.c OBJECTS orb_base)
 # Public API only, against the shared library (its export list included).
