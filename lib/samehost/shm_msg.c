@@ -258,7 +258,7 @@ int orb_shm_info_encode(uint8_t *buf, size_t cap, size_t *len_out)
 
 int orb_shm_info_decode(const uint8_t *buf, size_t len)
 {
-    struct shm_reader r;
+    struct shm_reader r = {0};
     int rc = open_msg(&r, "INFO", ORB_SHM_INFO, ORB_SHM_INFO_LEN, buf, len);
     if (rc != 0)
         return rc;
@@ -290,7 +290,7 @@ int orb_shm_info_ok_decode(const uint8_t *buf, size_t len, struct orb_shm_info *
 {
     if (out == NULL)
         return orb_fail(ORB_EINVAL, "shm: INFO_OK: NULL output");
-    struct shm_reader r;
+    struct shm_reader r = {0};
     int rc = open_msg(&r, "INFO_OK", ORB_SHM_INFO_OK, ORB_SHM_INFO_OK_LEN, buf, len);
     if (rc != 0)
         return rc;
@@ -338,7 +338,7 @@ int orb_shm_query_decode(const uint8_t *buf, size_t len, struct orb_shm_query *o
 {
     if (out == NULL)
         return orb_fail(ORB_EINVAL, "shm: QUERY: NULL output");
-    struct shm_reader r;
+    struct shm_reader r = {0};
     int rc = open_msg(&r, "QUERY", ORB_SHM_QUERY, ORB_SHM_QUERY_LEN, buf, len);
     if (rc != 0)
         return rc;
@@ -395,7 +395,7 @@ int orb_shm_query_ok_decode(const uint8_t *buf, size_t len, struct orb_shm_query
 {
     if (out == NULL)
         return orb_fail(ORB_EINVAL, "shm: QUERY_OK: NULL output");
-    struct shm_reader r;
+    struct shm_reader r = {0};
     int rc = open_msg(&r, "QUERY_OK", ORB_SHM_QUERY_OK, ORB_SHM_QUERY_OK_LEN, buf, len);
     if (rc != 0)
         return rc;
@@ -441,7 +441,7 @@ int orb_shm_setup_decode(const uint8_t *buf, size_t len, struct orb_shm_setup *o
 {
     if (out == NULL)
         return orb_fail(ORB_EINVAL, "shm: SETUP: NULL output");
-    struct shm_reader r;
+    struct shm_reader r = {0};
     int rc = open_msg(&r, "SETUP", ORB_SHM_SETUP, ORB_SHM_SETUP_LEN, buf, len);
     if (rc != 0)
         return rc;
@@ -511,7 +511,7 @@ int orb_shm_map_decode(const uint8_t *buf, size_t len, struct orb_shm_map *out)
 {
     if (out == NULL)
         return orb_fail(ORB_EINVAL, "shm: MAP: NULL output");
-    struct shm_reader r;
+    struct shm_reader r = {0};
     int rc = open_msg(&r, "MAP", ORB_SHM_MAP, ORB_SHM_MAP_LEN, buf, len);
     if (rc != 0)
         return rc;
@@ -575,7 +575,7 @@ int orb_shm_status_decode(uint8_t kind, const uint8_t *buf, size_t len, struct o
     if (out == NULL)
         return orb_fail(ORB_EINVAL, "shm: %s: NULL output", name);
     size_t want = kind == ORB_SHM_SETUP_OK ? ORB_SHM_SETUP_OK_LEN : ORB_SHM_MAP_OK_LEN;
-    struct shm_reader r;
+    struct shm_reader r = {0};
     int rc = open_msg(&r, name, kind, want, buf, len);
     if (rc != 0)
         return rc;
@@ -615,7 +615,7 @@ int orb_shm_unmap_decode(const uint8_t *buf, size_t len, uint32_t *map_id_out)
 {
     if (map_id_out == NULL)
         return orb_fail(ORB_EINVAL, "shm: UNMAP: NULL output");
-    struct shm_reader r;
+    struct shm_reader r = {0};
     int rc = open_msg(&r, "UNMAP", ORB_SHM_UNMAP, ORB_SHM_UNMAP_LEN, buf, len);
     if (rc != 0)
         return rc;
@@ -677,7 +677,7 @@ int orb_shm_request_decode(const uint8_t entry[64], struct orb_shm_request *out)
 {
     if (entry == NULL || out == NULL)
         return orb_fail(ORB_EINVAL, "shm: REQUEST: NULL argument");
-    struct shm_reader r;
+    struct shm_reader r = {0};
     reader_init(&r, entry, ORB_SH_RING_ENTRY);
     struct orb_shm_request m;
     m.tag = get_u64(&r);
@@ -731,7 +731,7 @@ int orb_shm_completion_decode(const uint8_t entry[64], struct orb_shm_completion
 {
     if (entry == NULL || out == NULL)
         return orb_fail(ORB_EINVAL, "shm: COMPLETION: NULL argument");
-    struct shm_reader r;
+    struct shm_reader r = {0};
     reader_init(&r, entry, ORB_SH_RING_ENTRY);
     struct orb_shm_completion m;
     m.tag = get_u64(&r);
