@@ -83,7 +83,12 @@ static void futex_wake(_Atomic uint32_t *w)
     (void)syscall(SYS_futex, (uint32_t *)(void *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-int orb_sh_ring_push(struct orb_sh_ring *r, const void *entry)
+static int has_entry(const struct orb_sh_ring *r)
+{
+    return atomic_load_explicit(word(r, TAIL_AT), memory_order_acquire) != r->index;
+}
+
+int orb_sh_ring_stage(struct orb_sh_ring *r, const void *entry)
 {
     if (r == NULL || r->role != ORB_SH_RING_PRODUCER || entry == NULL)
         return orb_fail(ORB_EINVAL, "shared ring: push needs the producer's side and an entry");
@@ -97,12 +102,31 @@ int orb_sh_ring_push(struct orb_sh_ring *r, const void *entry)
         return ORB_EAGAIN;
     memcpy(slot(r, r->index), entry, ORB_SH_RING_ENTRY);
     r->index++;
+    return 0;
+}
+
+void orb_sh_ring_publish(struct orb_sh_ring *r)
+{
+    if (r == NULL || r->role != ORB_SH_RING_PRODUCER || r->broken)
+        return;
     /* Sequentially consistent with the consumer's "asleep, then look at the tail": either it sees
      * this tail, or this side sees it asleep and wakes it. */
     atomic_store_explicit(word(r, TAIL_AT), r->index, memory_order_seq_cst);
     if (atomic_load_explicit(word(r, ASLEEP_AT), memory_order_seq_cst) != 0)
         futex_wake(word(r, TAIL_AT));
-    return 0;
+}
+
+int orb_sh_ring_push(struct orb_sh_ring *r, const void *entry)
+{
+    int rc = orb_sh_ring_stage(r, entry);
+    if (rc == 0)
+        orb_sh_ring_publish(r);
+    return rc;
+}
+
+int orb_sh_ring_pending(const struct orb_sh_ring *r)
+{
+    return r != NULL && r->role == ORB_SH_RING_CONSUMER && !r->broken && has_entry(r);
 }
 
 void orb_sh_ring_wake(struct orb_sh_ring *r)
@@ -129,10 +153,6 @@ int orb_sh_ring_pop(struct orb_sh_ring *r, void *entry)
     return 0;
 }
 
-static int has_entry(const struct orb_sh_ring *r)
-{
-    return atomic_load_explicit(word(r, TAIL_AT), memory_order_acquire) != r->index;
-}
 
 static void cpu_relax(void)
 {

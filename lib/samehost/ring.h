@@ -53,6 +53,15 @@ int orb_sh_ring_open(struct orb_sh_ring *r, void *mem, size_t len, uint32_t capa
  * head is impossible (the ring is broken from then on); ORB_EINVAL (not the producer). */
 int orb_sh_ring_push(struct orb_sh_ring *r, const void *entry);
 
+/* Producer, in two steps, for several entries at once: stage one entry (checked and copied as by
+ * orb_sh_ring_push, not yet visible to the consumer; the same errors), then publish every staged
+ * entry with one store and, if the consumer sleeps, one wake-up. */
+int orb_sh_ring_stage(struct orb_sh_ring *r, const void *entry);
+void orb_sh_ring_publish(struct orb_sh_ring *r);
+
+/* Consumer: 1 when an entry is published and not yet taken (a peek: the next pop checks it). */
+int orb_sh_ring_pending(const struct orb_sh_ring *r);
+
 /* Consumer: take the oldest entry into `entry` (ORB_SH_RING_ENTRY bytes). 0; ORB_EAGAIN when the
  * ring is empty; ORB_EPROTO when the producer's published tail is impossible (broken from then
  * on); ORB_EINVAL (not the consumer). */

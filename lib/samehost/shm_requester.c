@@ -450,8 +450,9 @@ static void pump_locked(struct shm_peer *p)
         int rc = orb_shm_request_encode(&rq, entry);
         SHM_ORDER_RELEASE();
         if (rc == 0)
-            rc = orb_sh_ring_push(&p->req, entry);
+            rc = orb_sh_ring_stage(&p->req, entry);
         if (rc != 0) {
+            orb_sh_ring_publish(&p->req);
             /* The ring has room for every slot: anything else is the source breaking it. */
             char why[WHY_LEN];
             snprintf(why, sizeof why, "the request ring: %s", orb_last_error());
@@ -464,6 +465,7 @@ static void pump_locked(struct shm_peer *p)
             p->last_progress = orb_now_ns();
         atomic_store(&p->inflight_now, p->nflight);
     }
+    orb_sh_ring_publish(&p->req); /* what this call staged, with one store */
 }
 
 int shm_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
@@ -584,7 +586,7 @@ int shm_peer_poll(void *peer, int step)
         return 0;
     }
     if (step == ORB_POLL_END) {
-        if (atomic_fetch_sub(&p->pollers, 1) == 1) {
+        if (atomic_fetch_sub(&p->pollers, 1) == 1 && atomic_load(&p->inflight_now) > 0) {
             pthread_mutex_lock(&p->lock);
             pthread_cond_broadcast(&p->changed); /* the thread takes over */
             pthread_mutex_unlock(&p->lock);
@@ -603,42 +605,58 @@ int shm_peer_poll(void *peer, int step)
 /* Take every completion on the ring (consume_lock held, p->lock not). */
 static void take_completions(struct shm_peer *p)
 {
-    uint8_t entry[ORB_SH_RING_ENTRY];
+    enum { GROUP = 32 };
+    uint8_t entries[GROUP][ORB_SH_RING_ENTRY];
     for (;;) {
-        int rc = orb_sh_ring_pop(&p->cpl, entry);
-        if (rc == ORB_EAGAIN)
+        /* Take what is there (up to a group) off the ring, then settle it under one lock. */
+        unsigned n = 0;
+        int ring_rc = 0, rc = 0;
+        while (n < GROUP && (ring_rc = orb_sh_ring_pop(&p->cpl, entries[n])) == 0)
+            n++;
+        if (n == 0 && ring_rc == ORB_EAGAIN)
             return;
         SHM_ORDER_ACQUIRE();
-        struct orb_shm_completion cp;
-        if (rc == 0)
-            rc = orb_shm_completion_decode(entry, &cp);
         pthread_mutex_lock(&p->lock);
-        uint32_t i = (uint32_t)cp.tag;
-        if (rc == 0 && (i >= SHM_RING_CAPACITY || p->slots[i].x == NULL || p->slots[i].gen != (uint32_t)(cp.tag >> 32)))
-            rc = orb_fail(ORB_EPROTO, "shm: the source completed request tag 0x%llx, which is not in flight",
-                          (unsigned long long)cp.tag);
+        for (unsigned k = 0; k < n; k++) {
+            struct orb_shm_completion cp;
+            int bad = orb_shm_completion_decode(entries[k], &cp);
+            uint32_t i = (uint32_t)cp.tag;
+            if (bad == 0 &&
+                (i >= SHM_RING_CAPACITY || p->slots[i].x == NULL || p->slots[i].gen != (uint32_t)(cp.tag >> 32)))
+                bad = orb_fail(ORB_EPROTO, "shm: the source completed request tag 0x%llx, which is not in flight",
+                               (unsigned long long)cp.tag);
+            if (bad != 0) {
+                rc = ORB_EPROTO;
+                break;
+            }
+            struct orb_xfer *x = p->slots[i].x;
+            p->slots[i].x = NULL;
+            p->slots[i].gen++;
+            p->nflight--;
+            char why[ORB_SHM_WHY_MAX + 40];
+            if (cp.status != 0)
+                snprintf(why, sizeof why, "the source answered: %s", cp.why);
+            /* The source no longer serves that range as remembered: UNSPEC asks again next time. */
+            if (cp.status == ORB_ENOENT || cp.status == ORB_EUNAVAILABLE)
+                orb_range_memo_forget(&p->known, x->request_remote_addr, x->request_length);
+            xfer_end(p->tp, x, cp.status, (enum orb_remote_effect)cp.effect, cp.status != 0 ? why : NULL);
+        }
+        if (rc == 0 && ring_rc != 0 && ring_rc != ORB_EAGAIN)
+            rc = ring_rc; /* an impossible index: the message says which */
         if (rc != 0) {
             char why[WHY_LEN];
             snprintf(why, sizeof why, "the source broke the protocol: %s", orb_last_error());
             kill_locked(p, ORB_EPROTO, why);
+            atomic_store(&p->inflight_now, p->nflight);
             pthread_mutex_unlock(&p->lock);
             return;
         }
-        struct orb_xfer *x = p->slots[i].x;
-        p->slots[i].x = NULL;
-        p->slots[i].gen++;
-        p->nflight--;
         atomic_store(&p->inflight_now, p->nflight);
         p->last_progress = orb_now_ns();
-        char why[ORB_SHM_WHY_MAX + 40];
-        if (cp.status != 0)
-            snprintf(why, sizeof why, "the source answered: %s", cp.why);
-        /* The source no longer serves that range as remembered: UNSPEC asks again next time. */
-        if (cp.status == ORB_ENOENT || cp.status == ORB_EUNAVAILABLE)
-            orb_range_memo_forget(&p->known, x->request_remote_addr, x->request_length);
-        xfer_end(p->tp, x, cp.status, (enum orb_remote_effect)cp.effect, cp.status != 0 ? why : NULL);
         pump_locked(p);
         pthread_mutex_unlock(&p->lock);
+        if (ring_rc == ORB_EAGAIN)
+            return;
     }
 }
 
@@ -664,8 +682,10 @@ static void *peer_main(void *arg)
             struct timespec ts = orb_deadline_timespec(orb_deadline_after(SHM_SLEEP_SLICE_NS / 4));
             pthread_cond_timedwait(&p->changed, &p->lock, &ts);
         } else {
+            /* No polling here: a caller that waits polls itself (shm_peer_poll), and this
+             * thread spinning beside it would take the CPU one of the two sides needs. */
             pthread_mutex_unlock(&p->lock);
-            (void)orb_sh_ring_wait(&p->cpl, tp->poll_ns, orb_deadline_after(SHM_SLEEP_SLICE_NS));
+            (void)orb_sh_ring_wait(&p->cpl, 0, orb_deadline_after(SHM_SLEEP_SLICE_NS));
             pthread_mutex_lock(&p->consume_lock);
             take_completions(p);
             pthread_mutex_unlock(&p->consume_lock);

@@ -199,8 +199,9 @@ answer:
         snprintf(out->why, sizeof out->why, "%s", orb_last_error());
 }
 
-/* Push a completion, waiting while the ring is full (a requester keeps no more requests in
- * flight than the ring holds, so only a stalled one makes this wait). 0, or -1 to end. */
+/* Stage a completion, waiting while the ring is full (a requester keeps no more requests in
+ * flight than the ring holds, so only a stalled one makes this wait); what is staged is
+ * published then. 0, or -1 to end. */
 static int answer(struct shm_conn *c, const struct orb_shm_completion *cp)
 {
     uint8_t entry[ORB_SH_RING_ENTRY];
@@ -208,9 +209,10 @@ static int answer(struct shm_conn *c, const struct orb_shm_completion *cp)
         return -1;
     uint64_t deadline = orb_deadline_after(c->tp->io_timeout_ns);
     for (;;) {
-        int rc = orb_sh_ring_push(&c->cpl, entry);
+        int rc = orb_sh_ring_stage(&c->cpl, entry);
         if (rc == 0)
             return 0;
+        orb_sh_ring_publish(&c->cpl);
         if (rc != ORB_EAGAIN || atomic_load(&c->quit) || orb_now_ns() >= deadline) {
             ORB_LOGW("shm: requester %u: %s; the connection ends", c->peer_pid,
                      rc == ORB_EAGAIN ? "it stopped taking completions" : orb_last_error());
@@ -221,10 +223,16 @@ static int answer(struct shm_conn *c, const struct orb_shm_completion *cp)
     }
 }
 
+/* Completions staged before one publication: while more requests wait, a few answers go out
+ * together (one store the requester's poller sees, not one per entry), but never so many that
+ * the requester waits long for the first. */
+#define PUBLISH_EVERY 8u
+
 static void *ring_main(void *arg)
 {
     struct shm_conn *c = arg;
     uint8_t entry[ORB_SH_RING_ENTRY];
+    unsigned staged = 0;
     while (!atomic_load(&c->quit)) {
         int rc = orb_sh_ring_pop(&c->req, entry);
         if (rc == ORB_EAGAIN) {
@@ -245,7 +253,12 @@ static void *ring_main(void *arg)
         SHM_ORDER_RELEASE();
         if (answer(c, &cp) != 0)
             break;
+        if (++staged >= PUBLISH_EVERY || !orb_sh_ring_pending(&c->req)) {
+            orb_sh_ring_publish(&c->cpl);
+            staged = 0;
+        }
     }
+    orb_sh_ring_publish(&c->cpl);
     atomic_store(&c->quit, true);
     shutdown(c->sock, SHUT_RDWR); /* the socket thread ends too */
     return NULL;

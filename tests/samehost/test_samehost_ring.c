@@ -127,6 +127,41 @@ static void test_order_full_empty_and_wrap(void **state)
 
 /* A peer that publishes an impossible index breaks the ring for good, and nothing beyond the
  * entries' memory is ever read or written whatever it publishes. */
+/* Staged entries stay invisible until published, then come out in order; staging obeys the
+ * capacity as pushing does, and a wake-up without an entry ends a sleeping wait. */
+static void test_stage_then_publish(void **state)
+{
+    (void)state;
+    struct shared_ring s;
+    ring_new(&s, 4);
+    uint8_t e[ORB_SH_RING_ENTRY];
+    for (uint64_t i = 0; i < 4; i++) {
+        entry_of(e, i);
+        assert_int_equal(orb_sh_ring_stage(&s.prod, e), 0);
+    }
+    entry_of(e, 4);
+    assert_int_equal(orb_sh_ring_stage(&s.prod, e), ORB_EAGAIN); /* full, though none is published */
+    assert_int_equal(orb_sh_ring_pending(&s.cons), 0);
+    assert_int_equal(orb_sh_ring_pop(&s.cons, e), ORB_EAGAIN);
+    assert_int_equal(atomic_load(tail_word(&s)), 0);
+    orb_sh_ring_publish(&s.prod);
+    assert_int_equal(atomic_load(tail_word(&s)), 4);
+    assert_int_equal(orb_sh_ring_pending(&s.cons), 1);
+    for (uint64_t i = 0; i < 4; i++) {
+        assert_int_equal(orb_sh_ring_pop(&s.cons, e), 0);
+        assert_entry(e, i);
+    }
+    assert_int_equal(orb_sh_ring_pending(&s.cons), 0);
+    /* Publishing nothing new changes nothing. */
+    orb_sh_ring_publish(&s.prod);
+    assert_int_equal(orb_sh_ring_pop(&s.cons, e), ORB_EAGAIN);
+    /* The consumer side cannot stage or publish. */
+    assert_int_equal(orb_sh_ring_stage(&s.cons, e), ORB_EINVAL);
+    orb_sh_ring_publish(&s.cons);
+    assert_int_equal(atomic_load(tail_word(&s)), 4);
+    ring_free(&s);
+}
+
 static void test_a_hostile_peer_breaks_the_ring(void **state)
 {
     (void)state;
@@ -280,6 +315,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_order_full_empty_and_wrap),
+        cmocka_unit_test(test_stage_then_publish),
         cmocka_unit_test(test_a_hostile_peer_breaks_the_ring),
         cmocka_unit_test(test_wait_deadline),
         cmocka_unit_test(test_wake_and_stream_between_threads),
