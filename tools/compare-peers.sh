@@ -6,7 +6,8 @@
 #
 # Each round measures every figure once, peers and OrbiTE alternating, so that a change in the
 # host's load touches both sides; the table shows the median over the rounds (ROUNDS, default 5)
-# and the targets are checked on the medians. All traffic is on 127.0.0.1.
+# and the targets are checked on the medians. All traffic is on 127.0.0.1, or in memory shared
+# by two processes of this host (the same-host transport).
 #
 # Figures of one round:
 #   iperf3 4K     one TCP stream, 4 KiB writes                                  -> GB/s
@@ -17,6 +18,13 @@
 #   orbite 4K     READ and WRITE of 4 KiB blocks, batch 16, depth 2             -> GB/s
 #   orbite 1M     READ and WRITE of 1 MiB blocks, batch 16, depth 2             -> GB/s, CPU s/GB
 #   orbite lat    READ of 4 KiB, batch 1, depth 1                               -> p50 us
+#   memcpy 1M     samehost_bench: memcpy of a 256 MiB buffer in 1 MiB blocks, one thread and
+#                 two threads (best of 3 passes)                              -> GB/s
+#   orbite shm 4K READ and WRITE of 4 KiB blocks, batch 16, depth 2, --transport shm -> GB/s
+#   orbite shm 1M READ and WRITE of 1 MiB blocks, batch 16, depth 2, --transport shm -> GB/s
+#   orbite shm lat READ of 4 KiB, batch 1, depth 1, --transport shm             -> p50 us
+# The orbite rows without "shm" use loopback TCP (orbite-bench's default); the shm rows use the
+# same-host transport, the requester's buffers allocated with orb_host_memory_alloc_shared.
 # CPU s/GB is the CPU time (user + system) of both processes of the pair (iperf3 client and
 # server; orbite-bench's requester and forked source) over the measured time, per 1e9 bytes.
 #
@@ -26,6 +34,9 @@
 #   orbite READ/WRITE 1 MiB CPU s/GB <= 1.1 x iperf3 1M CPU s/GB
 #   orbite READ/WRITE 1 MiB GB/s  >= 3 x ucp_put_bw GB/s
 #   orbite READ 4 KiB p50 latency <= 2 x ping-pong p50 round trip (blocking)
+#   orbite shm READ/WRITE 1 MiB GB/s  >= 0.8 x memcpy 1M GB/s (one thread)
+#   orbite shm READ/WRITE 4 KiB GB/s  >= 5 x orbite (TCP) READ/WRITE 4 KiB GB/s of the same run
+#   orbite shm READ 4 KiB batch-1 p50 latency <= 5 us
 #
 # Environment: ROUNDS (default 5), ORBITE_DURATION (s per orbite cell, default 5), IPERF_TIME
 # (s per iperf3 run, default 5), UCX_ITERS (default 2000), COMPARE_KEEP_DIR (keep raw outputs
@@ -93,19 +104,22 @@ install_missing
 
 find_tool() {
     local name=$1 candidate
-    for candidate in "$BUILD_DIR/tools/$name" "$BUILD_DIR/bin/$name" "$BUILD_DIR/$name"; do
+    for candidate in "$BUILD_DIR/tools/$name" "$BUILD_DIR/bin/$name" "$BUILD_DIR/$name" \
+        "$BUILD_DIR/tests/$name"; do
         [[ -x "$candidate" ]] && { echo "$candidate"; return 0; }
     done
     return 1
 }
-if ! find_tool orbite-bench >/dev/null || ! find_tool orbite-pingpong >/dev/null; then
+if ! find_tool orbite-bench >/dev/null || ! find_tool orbite-pingpong >/dev/null ||
+    ! find_tool samehost_bench >/dev/null; then
     [[ -f "$BUILD_DIR/CMakeCache.txt" ]] ||
         die "$BUILD_DIR is not a configured build directory (cmake -S . -B $BUILD_DIR)"
-    cmake --build "$BUILD_DIR" --target orbite-bench orbite-pingpong -j2 >&2 ||
-        die "building orbite-bench and orbite-pingpong failed"
+    cmake --build "$BUILD_DIR" --target orbite-bench orbite-pingpong samehost_bench -j2 >&2 ||
+        die "building orbite-bench, orbite-pingpong and samehost_bench failed"
 fi
 BENCH=$(find_tool orbite-bench) || die "orbite-bench not found in $BUILD_DIR"
 PINGPONG=$(find_tool orbite-pingpong) || die "orbite-pingpong not found in $BUILD_DIR"
+SAMEHOST=$(find_tool samehost_bench) || die "samehost_bench not found in $BUILD_DIR (tests disabled?)"
 
 # A free loopback port (the kernel picks it; a short race with other programs is possible).
 free_port() {
@@ -178,6 +192,14 @@ run_pingpong() {
         >"$WORK_DIR/pingpong-spin-$round.json" || die "orbite-pingpong --spin failed"
 }
 
+# samehost_bench ROUND: memcpy of a 256 MiB buffer (orbite-bench's working set) in 1 MiB blocks,
+# one thread and two; the run also measures the other same-host mechanisms (not used here).
+run_memcpy() {
+    local round=$1
+    timeout 300 "$SAMEHOST" --size 268435456 --rounds 3 --json >"$WORK_DIR/samehost-$round.json" ||
+        die "samehost_bench failed (see $WORK_DIR/samehost-$round.json)"
+}
+
 bench_limit=$(python3 -c "print(int(4 * ($ORBITE_DURATION + 1) + 120))")
 run_orbite() {
     local round=$1 name=$2
@@ -191,10 +213,14 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "compare-peers: round $round of $ROUNDS" >&2
     run_iperf "$round" 4K
     run_orbite "$round" 4k --op both --block-size 4K
+    run_orbite "$round" shm-4k --transport shm --op both --block-size 4K
     run_iperf "$round" 1M
     run_orbite "$round" 1m --op both --block-size 1M
+    run_memcpy "$round"
+    run_orbite "$round" shm-1m --transport shm --op both --block-size 1M
     run_pingpong "$round"
     run_orbite "$round" lat --op read --block-size 4K --batch 1 --depth 1
+    run_orbite "$round" shm-lat --transport shm --op read --block-size 4K --batch 1 --depth 1
     run_ucx "$round"
 done
 
@@ -229,6 +255,15 @@ def orbite(name, r, op):
             return c
     sys.exit("compare-peers: no %s cell in orbite-%s-%d.json" % (op, name, r))
 
+def memcpy(r, mechanism):
+    d = load("samehost", r)
+    if not d.get("ok"):
+        sys.exit("compare-peers: samehost_bench reported a failure in round %d" % r)
+    for m in d["results"]:
+        if m["mechanism"] == mechanism:
+            return m["gbps_1m"]
+    sys.exit("compare-peers: no %s result in samehost-%d.json" % (mechanism, r))
+
 def ucx(r):
     bw = None
     with open(os.path.join(work, "ucx-%d.csv" % r)) as f:
@@ -259,6 +294,12 @@ for r in range(1, rounds + 1):
         add("orbite %s 1M GB/s" % op, c1["gbps"])
         add("orbite %s 1M CPU s/GB" % op, c1["cpu_s_per_gb"])
     add("orbite read 4K batch-1 p50 us", orbite("lat", r, "read")["latency_p50_us"])
+    add("memcpy 1M GB/s", memcpy(r, "memcpy"))
+    add("memcpy 1M 2 threads GB/s", memcpy(r, "memcpy x2"))
+    for op in ("read", "write"):
+        add("orbite shm %s 4K GB/s" % op, orbite("shm-4k", r, op)["gbps"])
+        add("orbite shm %s 1M GB/s" % op, orbite("shm-1m", r, op)["gbps"])
+    add("orbite shm read 4K batch-1 p50 us", orbite("shm-lat", r, "read")["latency_p50_us"])
 
 med = {k: statistics.median(v) for k, v in series.items()}
 print("%-32s %10s   %s" % ("figure", "median", "rounds"))
@@ -276,6 +317,11 @@ rows = [
     ("READ 1 MiB GB/s >= 3 x ucp_put_bw", med["orbite read 1M GB/s"], 3 * med["ucp_put_bw 1M GB/s"], True),
     ("WRITE 1 MiB GB/s >= 3 x ucp_put_bw", med["orbite write 1M GB/s"], 3 * med["ucp_put_bw 1M GB/s"], True),
     ("READ 4 KiB batch-1 p50 us <= 2 x ping-pong", med["orbite read 4K batch-1 p50 us"], 2 * med["ping-pong p50 us"], False),
+    ("shm READ 1 MiB GB/s >= 0.8 x memcpy 1M", med["orbite shm read 1M GB/s"], 0.8 * med["memcpy 1M GB/s"], True),
+    ("shm WRITE 1 MiB GB/s >= 0.8 x memcpy 1M", med["orbite shm write 1M GB/s"], 0.8 * med["memcpy 1M GB/s"], True),
+    ("shm READ 4 KiB GB/s >= 5 x orbite 4K", med["orbite shm read 4K GB/s"], 5 * med["orbite read 4K GB/s"], True),
+    ("shm WRITE 4 KiB GB/s >= 5 x orbite 4K", med["orbite shm write 4K GB/s"], 5 * med["orbite write 4K GB/s"], True),
+    ("shm READ 4 KiB batch-1 p50 us <= 5 us", med["orbite shm read 4K batch-1 p50 us"], 5.0, False),
 ]
 print("%-42s %10s %10s %7s  %s" % ("target (medians)", "orbite", "bound", "ratio", "result"))
 failed = 0

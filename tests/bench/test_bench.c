@@ -100,6 +100,30 @@ static void test_options_reject_bad_values(void **state)
     const char *bad_epoch[] = {"orbite-bench", "--mode", "requester", "--endpoint", "h:1",
                                "--epoch", "00112233", NULL};
     assert_int_equal(parse(&opt, 7, bad_epoch), -1);
+    /* The same-host transport moves host memory only. */
+    const char *shm_cuda[] = {"orbite-bench", "--transport", "shm", "--memory", "cuda", NULL};
+    assert_int_equal(parse(&opt, 5, shm_cuda), -1);
+    const char *shm_cuda_requester[] = {"orbite-bench", "--requester-memory", "cuda:1", "--transport",
+                                        "shm", NULL};
+    assert_int_equal(parse(&opt, 5, shm_cuda_requester), -1);
+}
+
+static void test_options_transports(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        enum orb_transport transport;
+    } cases[] = {
+        {"tcp", ORB_TRANSPORT_TCP},       {"rdma", ORB_TRANSPORT_RDMA}, {"nvlink", ORB_TRANSPORT_NVLINK},
+        {"shm", ORB_TRANSPORT_SHM},       {"unspec", ORB_TRANSPORT_UNSPEC},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[] = {"orbite-bench", "--transport", cases[i].name, NULL};
+        struct bench_options opt;
+        assert_int_equal(parse(&opt, 3, argv), 0);
+        assert_int_equal(opt.transport, cases[i].transport);
+    }
 }
 
 static void test_options_defaults(void **state)
@@ -251,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_parse_size_list),
         cmocka_unit_test(test_options_reject_bad_values),
         cmocka_unit_test(test_options_defaults),
+        cmocka_unit_test(test_options_transports),
         cmocka_unit_test(test_options_requester),
         cmocka_unit_test(test_buffer_grows_for_blocks_in_flight),
         cmocka_unit_test(test_pattern_offsets_agree),

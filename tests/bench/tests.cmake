@@ -1,5 +1,5 @@
 # orbite-bench: unit tests of its parsing and verification helpers, and end-to-end runs of the
-# tool (a forked source over loopback TCP) when it is built.
+# tool (a forked source over loopback TCP, and over the same-host transport) when it is built.
 set(ORB_BENCH_SRC ${PROJECT_SOURCE_DIR}/tools/orbite-bench)
 orb_unit_test(test_bench
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bench.c ${ORB_BENCH_SRC}/options.c
@@ -27,6 +27,18 @@ if(TARGET orbite-bench)
   set_tests_properties(bench_window_shorter_than_a_batch bench_window_shorter_than_a_batch_pipelined
                        PROPERTIES TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\"ok\":false|\"batches\":0"
                        PASS_REGULAR_EXPRESSION "\"ran\":true,\"verified\":true")
+  # The same-host transport (the requester's buffers from orb_host_memory_alloc_shared, the
+  # forked source copying): READ and WRITE, small blocks in batches and 1 MiB blocks, every cell
+  # verified byte for byte.
+  add_test(NAME bench_shm_4k
+           COMMAND orbite-bench --transport shm --op both --duration 0.3 --warmup 0.1 --block-size 4K
+                   --batch 16 --depth 2 --buffer-size 32M --json --quiet)
+  add_test(NAME bench_shm_1m
+           COMMAND orbite-bench --transport shm --op both --duration 0.3 --warmup 0.1 --block-size 1M
+                   --batch 16 --depth 2 --buffer-size 32M --json --quiet)
+  set_tests_properties(bench_shm_4k bench_shm_1m PROPERTIES TIMEOUT 120
+                       FAIL_REGULAR_EXPRESSION "\"ok\":false|\"verified\":(false|null)"
+                       PASS_REGULAR_EXPRESSION "\"transport\":\"shm\".*\"ok\":true")
   # Usage errors exit 2; an unreachable source exits 1 promptly instead of hanging.
   add_test(NAME bench_usage_error
            COMMAND sh -c "\"$0\" --batch 0 2>/dev/null; test $? -eq 2" $<TARGET_FILE:orbite-bench>)

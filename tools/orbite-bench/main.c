@@ -387,10 +387,16 @@ static void add_error(struct run_summary *s, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The transport the requests name (with unspec, not the one the library then picks). */
 static const char *transport_name(enum orb_transport t)
 {
-    return t == ORB_TRANSPORT_TCP ? "tcp" : t == ORB_TRANSPORT_RDMA ? "rdma" : t == ORB_TRANSPORT_NVLINK ? "nvlink"
-                                                                                                : "unspec";
+    switch (t) {
+    case ORB_TRANSPORT_TCP: return "tcp";
+    case ORB_TRANSPORT_RDMA: return "rdma";
+    case ORB_TRANSPORT_NVLINK: return "nvlink";
+    case ORB_TRANSPORT_SHM: return "shm";
+    default: return "unspec";
+    }
 }
 
 static const char *mode_name(enum bench_mode m)

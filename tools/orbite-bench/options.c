@@ -28,9 +28,12 @@ static const char usage_text[] =
     "                           thread measures at least one batch\n"
     "  --warmup SECONDS         unmeasured time before each cell (default 0.5)\n"
     "  --timeout SECONDS        bound of every single wait (default 10)\n"
-    "  --transport tcp|rdma|nvlink|unspec\n"
+    "  --transport tcp|rdma|nvlink|shm|unspec\n"
     "                           transport of the requests (default tcp); rdma and unspec give\n"
-    "                           both engines RDMA settings; nvlink (CUDA IPC) needs --memory cuda\n"
+    "                           both engines RDMA settings; nvlink (CUDA IPC) needs --memory cuda;\n"
+    "                           shm (same host, one copy by the source) needs host memory on\n"
+    "                           both sides; with shm and unspec the requester's buffers come\n"
+    "                           from orb_host_memory_alloc_shared, so unspec picks shm on one host\n"
     "  --rdma JSON              RDMA settings of both engines, e.g. '{\"rdma_whitelist\":[\"mlx5_0\"]}'\n"
     "  --rdma-source JSON, --rdma-requester JSON\n"
     "                           the same for one engine (both on one host: different NICs)\n"
@@ -350,10 +353,12 @@ int bench_parse_options(int argc, char **argv, struct bench_options *opt)
                 opt->transport = ORB_TRANSPORT_RDMA;
             else if (strcmp(optarg, "nvlink") == 0)
                 opt->transport = ORB_TRANSPORT_NVLINK;
+            else if (strcmp(optarg, "shm") == 0)
+                opt->transport = ORB_TRANSPORT_SHM;
             else if (strcmp(optarg, "unspec") == 0)
                 opt->transport = ORB_TRANSPORT_UNSPEC;
             else
-                return usage_error(prog, "--transport (tcp, rdma, nvlink or unspec)", optarg);
+                return usage_error(prog, "--transport (tcp, rdma, nvlink, shm or unspec)", optarg);
             break;
         case OPT_MODE:
             if (strcmp(optarg, "both") == 0)
@@ -444,6 +449,10 @@ int bench_parse_options(int argc, char **argv, struct bench_options *opt)
         return usage_error(prog, "--mode requester needs --endpoint and --epoch", NULL);
     if (opt->mode != BENCH_MODE_REQUESTER && epoch != NULL)
         return usage_error(prog, "--epoch is only meaningful with --mode requester", NULL);
+    /* The same-host transport moves host memory only: the requester's buffer must be shareable
+     * host memory, and the source copies from or into its host registration. */
+    if (opt->transport == ORB_TRANSPORT_SHM && (opt->source_device >= 0 || opt->requester_device >= 0))
+        return usage_error(prog, "--transport shm needs host memory on both sides", NULL);
     if (opt->mode == BENCH_MODE_BOTH && bench_source_buffer_size(opt) == 0)
         return usage_error(prog, "threads * depth * batch * block size is too large", NULL);
     if (opt->quiet && opt->progress == -1)

@@ -205,10 +205,16 @@ int bench_requester_open(const struct bench_options *opt, const char *endpoint,
             goto fail_unref_memory;
         rc = orb_register_cuda_memory(req->engine, req->device, 0, total, ORB_PERM_LOCAL, &reg);
     } else {
-        rc = orb_host_memory_alloc(total, 0, &req->memory);
+        /* The same-host transport copies into and out of the requester's buffer only when the
+         * source can map it: shareable memory for shm, and for unspec, which then picks the
+         * same-host transport when the source runs on this host (and TCP or RDMA otherwise). */
+        int shared = opt->transport == ORB_TRANSPORT_SHM || opt->transport == ORB_TRANSPORT_UNSPEC;
+        rc = shared ? orb_host_memory_alloc_shared(total, 0, &req->memory)
+                    : orb_host_memory_alloc(total, 0, &req->memory);
         if (rc != 0) {
-            errf(err, errlen, "orb_host_memory_alloc(%zu): %s (%s)", total, orb_strerror(rc),
-                 orb_last_error());
+            errf(err, errlen, "%s(%zu): %s (%s)",
+                 shared ? "orb_host_memory_alloc_shared" : "orb_host_memory_alloc", total,
+                 orb_strerror(rc), orb_last_error());
             goto fail_close_segment;
         }
         req->mirror = orb_host_memory_data(req->memory);

@@ -46,7 +46,8 @@ int bench_engine_create(const struct bench_options *opt, int source, const struc
 {
     const char *json = source ? opt->rdma_source_json : opt->rdma_requester_json;
     const char *role = source ? "source" : "requester";
-    if (json == NULL && (opt->transport == ORB_TRANSPORT_TCP || opt->transport == ORB_TRANSPORT_NVLINK)) {
+    if (json == NULL && (opt->transport == ORB_TRANSPORT_TCP || opt->transport == ORB_TRANSPORT_NVLINK ||
+                         opt->transport == ORB_TRANSPORT_SHM)) {
         int rc = orb_engine_create(cfg, out);
         if (rc != 0)
             snprintf(err, errlen, "orb_engine_create (%s): %s (%s)", role, orb_strerror(rc), orb_last_error());
