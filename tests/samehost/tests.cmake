@@ -28,3 +28,9 @@ orb_unit_test(test_shm_hostile SOURCES ${ORB_SAMEHOST_TEST_DIR}/test_shm_hostile
                       orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
                       orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})
+# The requester against a hostile source (a real source's socket taken over by the test).
+orb_unit_test(test_shm_hostile_source SOURCES ${ORB_SAMEHOST_TEST_DIR}/test_shm_hostile_source.c
+              OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
+                      orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg
+                      orb_samehost orb_shm
+              LIBS ${CMAKE_DL_LIBS})
