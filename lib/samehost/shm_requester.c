@@ -31,6 +31,7 @@ struct shm_slot {
     uint32_t gen;
 };
 
+/* Locks, outermost first: sock_lock, consume_lock, the transport's lock, lock. */
 struct shm_peer {
     struct shm_peer *next;      /* tp->peers */
     struct shm_tp *tp;
@@ -596,7 +597,8 @@ int shm_peer_poll(void *peer, int step)
     if (atomic_load(&p->inflight_now) == 0)
         return 0;
     if (pthread_mutex_trylock(&p->consume_lock) == 0) {
-        take_completions(p);
+        if (p->rings != NULL) /* still there: the thread unmaps them only under this lock */
+            take_completions(p);
         pthread_mutex_unlock(&p->consume_lock);
     }
     return atomic_load(&p->inflight_now) > 0;
@@ -715,12 +717,27 @@ static void *peer_main(void *arg)
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
+    /* The connection's descriptor and rings go now, not when the peer is freed (the next open or
+     * the transport's stop): nothing uses them once the thread ends. sock_lock first: a MAP
+     * round trip of a submission still under way ends before the descriptor does. */
+    pthread_mutex_lock(&p->sock_lock);
+    pthread_mutex_lock(&p->consume_lock); /* and a caller still taking completions */
     pthread_mutex_lock(&tp->lock);
     pthread_mutex_lock(&p->lock);
+    if (p->dead == 0) {
+        p->dead = ORB_ECLOSED;
+        snprintf(p->dead_why, sizeof p->dead_why, "the same-host connection was closed");
+    }
+    close(p->sock);
+    p->sock = -1;
+    munmap(p->rings, p->rings_len);
+    p->rings = NULL;
     p->finished = true;
     pthread_mutex_unlock(&p->lock);
     pthread_cond_broadcast(&tp->changed);
     pthread_mutex_unlock(&tp->lock);
+    pthread_mutex_unlock(&p->consume_lock);
+    pthread_mutex_unlock(&p->sock_lock);
     return NULL;
 }
 
