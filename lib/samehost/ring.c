@@ -163,16 +163,15 @@ static void cpu_relax(void)
 #endif
 }
 
-int orb_sh_ring_wait(struct orb_sh_ring *r, uint64_t poll_ns, uint64_t deadline)
+/* Wait until the producer's tail differs from `index` (reads nothing of `r` but its memory). */
+static int wait_past(struct orb_sh_ring *r, uint32_t index, uint64_t poll_ns, uint64_t deadline)
 {
-    if (r == NULL || r->role != ORB_SH_RING_CONSUMER)
-        return orb_fail(ORB_EINVAL, "shared ring: wait needs the consumer's side");
-    if (r->broken || has_entry(r))
+    if (atomic_load_explicit(word(r, TAIL_AT), memory_order_acquire) != index)
         return 0;
     uint64_t now = orb_now_ns();
     uint64_t poll_end = poll_ns < deadline - now && now < deadline ? now + poll_ns : deadline;
     for (uint32_t spins = 0; now < poll_end; spins++) {
-        if (has_entry(r))
+        if (atomic_load_explicit(word(r, TAIL_AT), memory_order_acquire) != index)
             return 0;
         cpu_relax();
         if ((spins & 63u) == 63u)
@@ -182,7 +181,7 @@ int orb_sh_ring_wait(struct orb_sh_ring *r, uint64_t poll_ns, uint64_t deadline)
     for (;;) {
         atomic_store_explicit(asleep, 1, memory_order_seq_cst);
         uint32_t seen = atomic_load_explicit(tail, memory_order_seq_cst);
-        if (seen != r->index)
+        if (seen != index)
             break;
         now = orb_now_ns();
         if (now >= deadline) {
@@ -199,4 +198,20 @@ int orb_sh_ring_wait(struct orb_sh_ring *r, uint64_t poll_ns, uint64_t deadline)
     }
     atomic_store_explicit(asleep, 0, memory_order_relaxed);
     return 0;
+}
+
+int orb_sh_ring_wait(struct orb_sh_ring *r, uint64_t poll_ns, uint64_t deadline)
+{
+    if (r == NULL || r->role != ORB_SH_RING_CONSUMER)
+        return orb_fail(ORB_EINVAL, "shared ring: wait needs the consumer's side");
+    if (r->broken)
+        return 0;
+    return wait_past(r, r->index, poll_ns, deadline);
+}
+
+int orb_sh_ring_wait_at(struct orb_sh_ring *r, uint32_t index, uint64_t poll_ns, uint64_t deadline)
+{
+    if (r == NULL || r->role != ORB_SH_RING_CONSUMER)
+        return orb_fail(ORB_EINVAL, "shared ring: wait needs the consumer's side");
+    return wait_past(r, index, poll_ns, deadline);
 }

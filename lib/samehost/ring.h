@@ -73,6 +73,11 @@ int orb_sh_ring_pop(struct orb_sh_ring *r, void *entry);
  * ORB_EINVAL (not the consumer). */
 int orb_sh_ring_wait(struct orb_sh_ring *r, uint64_t poll_ns, uint64_t deadline);
 
+/* The same for a consumer whose pops other threads may make meanwhile (under their own lock):
+ * wait until the producer publishes past `index`, the consumer's index that the caller read
+ * under that lock, touching nothing of `r` but the shared memory. */
+int orb_sh_ring_wait_at(struct orb_sh_ring *r, uint32_t index, uint64_t poll_ns, uint64_t deadline);
+
 /* Wake the consumer if it sleeps in orb_sh_ring_wait(), without adding an entry: for a thread of
  * the consumer's own process that has news for it (the connection ended). Any role; never fails. */
 void orb_sh_ring_wake(struct orb_sh_ring *r);

@@ -687,7 +687,11 @@ static void *peer_main(void *arg)
             /* No polling here: a caller that waits polls itself (shm_peer_poll), and this
              * thread spinning beside it would take the CPU one of the two sides needs. */
             pthread_mutex_unlock(&p->lock);
-            (void)orb_sh_ring_wait(&p->cpl, 0, orb_deadline_after(SHM_SLEEP_SLICE_NS));
+            /* A polling caller may pop meanwhile: wait past the index read under its lock. */
+            pthread_mutex_lock(&p->consume_lock);
+            uint32_t at = p->cpl.index;
+            pthread_mutex_unlock(&p->consume_lock);
+            (void)orb_sh_ring_wait_at(&p->cpl, at, 0, orb_deadline_after(SHM_SLEEP_SLICE_NS));
             pthread_mutex_lock(&p->consume_lock);
             take_completions(p);
             pthread_mutex_unlock(&p->consume_lock);

@@ -152,6 +152,11 @@ static void test_stage_then_publish(void **state)
         assert_entry(e, i);
     }
     assert_int_equal(orb_sh_ring_pending(&s.cons), 0);
+    /* Waiting past an index reads only the shared tail: past 0 at once, past 4 not before the
+     * deadline. */
+    assert_int_equal(orb_sh_ring_wait_at(&s.cons, 0, 0, orb_deadline_after(MSEC)), 0);
+    assert_int_equal(orb_sh_ring_wait_at(&s.cons, 4, 0, orb_deadline_after(5 * MSEC)), ORB_ETIMEDOUT);
+    assert_int_equal(orb_sh_ring_wait_at(&s.prod, 4, 0, orb_deadline_after(MSEC)), ORB_EINVAL);
     /* Publishing nothing new changes nothing. */
     orb_sh_ring_publish(&s.prod);
     assert_int_equal(orb_sh_ring_pop(&s.cons, e), ORB_EAGAIN);

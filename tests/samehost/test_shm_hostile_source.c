@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,8 +45,8 @@ struct fake {
     uint8_t *rings;
     uint64_t rings_len;
     struct orb_sh_ring req, cpl;
-    int requests_seen;
-    volatile int quit;
+    atomic_int requests_seen;
+    atomic_int quit;
 };
 
 /* cmocka's assertions belong to the main thread: the fake source's own checks abort. */
@@ -99,7 +100,7 @@ static void *fake_main(void *arg)
     if (orb_shm_status_encode(ORB_SHM_SETUP_OK, &ok, buf, sizeof buf, &len) != 0 ||
         shm_sock_send(f->conn, buf, len, -1, deadline) != 0)
         return NULL;
-    while (!f->quit) {
+    while (!atomic_load(&f->quit)) {
         /* Buffers handed over: accepted (and dropped). */
         int mfd = -1;
         if (shm_sock_recv(f->conn, buf, sizeof buf, &n, &mfd, orb_deadline_after(SEC / 100)) == 0) {
@@ -116,7 +117,7 @@ static void *fake_main(void *arg)
         while (orb_sh_ring_pop(&f->req, entry) == 0) {
             struct orb_shm_request rq;
             FAKE_CHECK(orb_shm_request_decode(entry, &rq) == 0);
-            f->requests_seen++;
+            atomic_fetch_add(&f->requests_seen, 1);
             struct orb_shm_completion cp = {.tag = rq.tag, .status = 0};
             if (f->script == FORGE_TAG)
                 cp.tag = rq.tag ^ (1ull << 40);
@@ -175,7 +176,7 @@ static void fx_open(struct fx *x, enum script script)
 
 static void fx_close(struct fx *x)
 {
-    x->fake.quit = 1;
+    atomic_store(&x->fake.quit, 1);
     pthread_join(x->fake.thread, NULL);
     if (x->fake.conn >= 0)
         close(x->fake.conn);
@@ -263,7 +264,7 @@ static void test_a_silent_source_times_out(void **state)
     int rc = one_request(&x, seg, ORB_OP_WRITE, &rep); /* io_timeout_s is 1 */
     assert_failed(&rep, rc, ORB_EPEER, ORB_OP_WRITE);
     assert_non_null(strstr(orb_last_error(), "io_timeout_s"));
-    assert_int_equal(x.fake.requests_seen, 1);
+    assert_int_equal(atomic_load(&x.fake.requests_seen), 1);
     orb_segment_close(seg);
     fx_close(&x);
 }
