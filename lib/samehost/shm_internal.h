@@ -101,7 +101,6 @@ extern char shm_tsan_order;
 
 /* Source (shm_source.c). */
 int shm_source_start(struct shm_tp *tp);
-void shm_source_fence(struct shm_tp *tp);
 int shm_source_stop(struct shm_tp *tp, uint64_t deadline);
 void shm_source_free(struct shm_tp *tp);
 int shm_source_control(void *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,

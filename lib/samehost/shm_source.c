@@ -38,7 +38,6 @@ struct shm_conn {
     bool ring_started;
     atomic_bool quit;           /* both threads end */
     atomic_bool finished;       /* the socket thread ended: join and free */
-    struct orb_epoch sender;    /* the requester's source epoch is not known: zero */
     uint32_t peer_pid;
     /* The rings, once SETUP mapped them. */
     uint8_t *rings;
@@ -504,11 +503,6 @@ int shm_source_start(struct shm_tp *tp)
     }
     tp->accept_started = true;
     return 0;
-}
-
-void shm_source_fence(struct shm_tp *tp)
-{
-    (void)tp; /* new requests see the engine's source fence (orb_engine_source_open) */
 }
 
 int shm_source_control(void *tp_, const struct orb_epoch *sender, const uint8_t *req, size_t len, uint8_t *resp,
