@@ -67,6 +67,7 @@ int orb_sh_ring_open(struct orb_sh_ring *r, void *mem, size_t len, uint32_t capa
             return orb_fail(ORB_EPROTO, "shared ring: indices %u and %u are %u entries apart, capacity %u",
                             mine, theirs, used, capacity);
         r->index = mine;
+        r->peer = theirs;
     }
     return 0;
 }
@@ -85,8 +86,11 @@ static void futex_wake(_Atomic uint32_t *w)
 
 static int has_entry(const struct orb_sh_ring *r)
 {
-    return atomic_load_explicit(word(r, TAIL_AT), memory_order_acquire) != r->index;
+    return r->peer != r->index || atomic_load_explicit(word(r, TAIL_AT), memory_order_acquire) != r->index;
 }
+
+/* Entries the consumer may read ahead: their lines come over while it copies the first. */
+#define PREFETCH_MAX 16u
 
 int orb_sh_ring_stage(struct orb_sh_ring *r, const void *entry)
 {
@@ -94,12 +98,16 @@ int orb_sh_ring_stage(struct orb_sh_ring *r, const void *entry)
         return orb_fail(ORB_EINVAL, "shared ring: push needs the producer's side and an entry");
     if (r->broken)
         return orb_fail(r->broken, "shared ring: broken by an impossible index earlier");
-    uint32_t head = atomic_load_explicit(word(r, HEAD_AT), memory_order_acquire);
-    uint32_t used = r->index - head;
-    if (used > r->capacity)
-        return broken(r, "consumer", head, used);
-    if (used == r->capacity)
-        return ORB_EAGAIN;
+    if (r->index - r->peer >= r->capacity) {
+        /* Full as far as this side knows: see how far the consumer has come. */
+        uint32_t head = atomic_load_explicit(word(r, HEAD_AT), memory_order_acquire);
+        uint32_t used = r->index - head;
+        if (used > r->capacity)
+            return broken(r, "consumer", head, used);
+        r->peer = head;
+        if (used == r->capacity)
+            return ORB_EAGAIN;
+    }
     memcpy(slot(r, r->index), entry, ORB_SH_RING_ENTRY);
     r->index++;
     return 0;
@@ -141,12 +149,18 @@ int orb_sh_ring_pop(struct orb_sh_ring *r, void *entry)
         return orb_fail(ORB_EINVAL, "shared ring: pop needs the consumer's side and room for an entry");
     if (r->broken)
         return orb_fail(r->broken, "shared ring: broken by an impossible index earlier");
-    uint32_t tail = atomic_load_explicit(word(r, TAIL_AT), memory_order_acquire);
-    uint32_t avail = tail - r->index;
-    if (avail > r->capacity)
-        return broken(r, "producer", tail, avail);
-    if (avail == 0)
-        return ORB_EAGAIN;
+    if (r->peer == r->index) {
+        /* Empty as far as this side knows: see what the producer has published. */
+        uint32_t tail = atomic_load_explicit(word(r, TAIL_AT), memory_order_acquire);
+        uint32_t avail = tail - r->index;
+        if (avail > r->capacity)
+            return broken(r, "producer", tail, avail);
+        if (avail == 0)
+            return ORB_EAGAIN;
+        r->peer = tail;
+        for (uint32_t k = 1; k < avail && k <= PREFETCH_MAX; k++)
+            __builtin_prefetch(slot(r, r->index + k), 0);
+    }
     memcpy(entry, slot(r, r->index), ORB_SH_RING_ENTRY);
     r->index++;
     atomic_store_explicit(word(r, HEAD_AT), r->index, memory_order_release);
@@ -198,6 +212,31 @@ static int wait_past(struct orb_sh_ring *r, uint32_t index, uint64_t poll_ns, ui
     }
     atomic_store_explicit(asleep, 0, memory_order_relaxed);
     return 0;
+}
+
+void orb_sh_ring_want_wake(struct orb_sh_ring *r, int on)
+{
+    if (r != NULL && r->role == ORB_SH_RING_CONSUMER && r->shared != NULL)
+        atomic_store_explicit(word(r, ASLEEP_AT), on ? 1u : 0u, memory_order_seq_cst);
+}
+
+int orb_sh_ring_doze(struct orb_sh_ring *r, uint64_t deadline)
+{
+    if (r == NULL || r->role != ORB_SH_RING_CONSUMER)
+        return orb_fail(ORB_EINVAL, "shared ring: doze needs the consumer's side");
+    _Atomic uint32_t *tail = word(r, TAIL_AT);
+    for (;;) {
+        uint64_t now = orb_now_ns();
+        if (now >= deadline)
+            return ORB_ETIMEDOUT;
+        uint64_t left = deadline - now;
+        struct timespec ts = {.tv_sec = (time_t)(left / ORB_NS_PER_SEC), .tv_nsec = (long)(left % ORB_NS_PER_SEC)};
+        uint32_t seen = atomic_load_explicit(tail, memory_order_relaxed);
+        if (syscall(SYS_futex, (uint32_t *)(void *)tail, FUTEX_WAIT, seen, &ts, NULL, 0) == 0)
+            return 0;
+        /* EAGAIN: the tail moved before the call (entries for someone else); EINTR; ETIMEDOUT:
+         * the loop's clock says which. */
+    }
 }
 
 int orb_sh_ring_wait(struct orb_sh_ring *r, uint64_t poll_ns, uint64_t deadline)

@@ -5,7 +5,9 @@
  *  - each side keeps its own index and the capacity in private memory and only publishes them;
  *    the other's published index is checked on every read (a consumer's head can never pass the
  *    producer's tail, and the producer's tail never runs more than a capacity ahead), and the
- *    first impossible value breaks the ring for good (ORB_EPROTO);
+ *    first impossible value breaks the ring for good (ORB_EPROTO); it is read only when what was
+ *    read last says the ring is full (producer) or empty (consumer), so that neither side pulls
+ *    the other's index line over for every entry;
  *  - an entry is copied out before anyone looks at it, so a peer rewriting it meanwhile changes
  *    only the copy's bytes, never what was checked after the copy.
  *
@@ -34,6 +36,8 @@ struct orb_sh_ring {
     uint8_t *shared;   /* the ring's memory (borrowed) */
     uint32_t capacity; /* agreed out of band, never read from the shared memory */
     uint32_t index;    /* this side's own index: the producer's tail or the consumer's head */
+    uint32_t peer;     /* the other side's index as last read (and checked): read again only
+                        * when the ring looks full (producer) or empty (consumer) from it */
     int role;          /* enum orb_sh_ring_role */
     int broken;        /* 0, or ORB_EPROTO once the peer published an impossible index */
 };
@@ -77,6 +81,18 @@ int orb_sh_ring_wait(struct orb_sh_ring *r, uint64_t poll_ns, uint64_t deadline)
  * wait until the producer publishes past `index`, the consumer's index that the caller read
  * under that lock, touching nothing of `r` but the shared memory. */
 int orb_sh_ring_wait_at(struct orb_sh_ring *r, uint32_t index, uint64_t poll_ns, uint64_t deadline);
+
+/* Consumer, for a process whose threads share the consuming (a background thread that dozes
+ * while callers poll): `on` 1 asks the producer to wake a sleeper at its next publication, 0 asks
+ * it not to (a caller polls, so a wake-up would only cost both sides). Sequentially consistent
+ * with the producer's publication: a tail published after this store sees it. */
+void orb_sh_ring_want_wake(struct orb_sh_ring *r, int on);
+
+/* Consumer: sleep on the futex until `deadline` or a wake-up (orb_sh_ring_wake(), or a
+ * publication while orb_sh_ring_want_wake() asked for one), whatever the tail does meanwhile:
+ * for a thread that stands back while others take the entries. 0 when woken; ORB_ETIMEDOUT;
+ * ORB_EINVAL (not the consumer). */
+int orb_sh_ring_doze(struct orb_sh_ring *r, uint64_t deadline);
 
 /* Wake the consumer if it sleeps in orb_sh_ring_wait(), without adding an entry: for a thread of
  * the consumer's own process that has news for it (the connection ended). Any role; never fails. */

@@ -186,14 +186,31 @@ static void test_a_hostile_peer_breaks_the_ring(void **state)
         assert_int_equal(orb_sh_ring_wait(&s.cons, 0, orb_now_ns() + 10 * MSEC), 0);
         ring_free(&s);
     }
-    /* A consumer's head past the producer's tail (0 here). */
-    const uint32_t heads[] = { 1, 5, 0x80000000u, 0xfffffff0u };
+    /* A consumer's head past the producer's tail. The producer reads the head only when the
+     * head it read last says the ring is full: the lie is found then, before any slot the
+     * consumer may still be reading is written. */
+    const uint32_t heads[] = { 5, 9, 0x80000000u, 0xfffffff0u };
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
         struct shared_ring s;
         ring_new(&s, 4);
         atomic_store(head_word(&s), heads[i]);
+        for (unsigned k = 0; k < 4; k++)
+            assert_int_equal(orb_sh_ring_push(&s.prod, e), 0); /* room, as far as it knows */
         assert_int_equal(orb_sh_ring_push(&s.prod, e), ORB_EPROTO);
-        atomic_store(head_word(&s), 0);
+        atomic_store(head_word(&s), 4);
+        assert_int_equal(orb_sh_ring_push(&s.prod, e), ORB_EPROTO); /* stays broken */
+        ring_free(&s);
+    }
+    /* A head that was honest when read and later passes the tail: found at the next read. */
+    {
+        struct shared_ring s;
+        ring_new(&s, 4);
+        for (unsigned k = 0; k < 4; k++)
+            assert_int_equal(orb_sh_ring_push(&s.prod, e), 0);
+        atomic_store(head_word(&s), 2);
+        assert_int_equal(orb_sh_ring_push(&s.prod, e), 0);
+        assert_int_equal(orb_sh_ring_push(&s.prod, e), 0);
+        atomic_store(head_word(&s), 7); /* the tail is 6 */
         assert_int_equal(orb_sh_ring_push(&s.prod, e), ORB_EPROTO);
         ring_free(&s);
     }
