@@ -39,6 +39,7 @@ struct orb_registry {
     size_t id_holes;
     uint64_t max_len;         /* >= the length of every published registration */
     orb_reg_id next_id;       /* never 0, never reused */
+    atomic_uint_fast64_t unpublished; /* registrations taken out of the table so far */
     uint32_t max_registrations;
     struct orb_reaper *reaper;
     const struct orb_reg_hooks *hooks; /* NULL: no transport keeps registration state */
@@ -198,6 +199,7 @@ int orb_registry_new(uint32_t max_registrations, struct orb_reaper *reaper,
     struct orb_registry *reg = calloc(1, sizeof *reg);
     if (reg == NULL)
         return orb_fail(ORB_ENOMEM, "registry: no memory for the table");
+    atomic_init(&reg->unpublished, 0);
 
     pthread_rwlockattr_t attr;
     if (pthread_rwlockattr_init(&attr) != 0) {
@@ -241,6 +243,7 @@ void orb_registry_retire_all(struct orb_registry *reg)
         reg->by_id[i].reg = NULL;
     reg->id_len = 0;
     reg->id_holes = 0;
+    atomic_fetch_add_explicit(&reg->unpublished, n, memory_order_release);
     pthread_rwlock_unlock(&reg->lock);
     pthread_mutex_unlock(&reg->writer);
     /* Outside the lock: the releases may call back into the (now empty) table. */
@@ -707,6 +710,7 @@ int orb_registry_remove(struct orb_registry *reg, orb_reg_id id)
         reg->id_holes++;
         if (reg->id_holes > 16 && reg->id_holes > reg->id_len / 2)
             compact_ids(reg);
+        atomic_fetch_add_explicit(&reg->unpublished, 1, memory_order_release);
         retired = r;
     }
     pthread_rwlock_unlock(&reg->lock);
@@ -781,6 +785,20 @@ int orb_registry_acquire(struct orb_registry *reg, uint64_t addr, uint64_t len, 
     return orb_fail(ORB_ENOENT, "acquire: no registration %scontains 0x%llx + %llu",
                     need == ORB_PERM_LOCAL ? "" : "open to peers ",
                     (unsigned long long)addr, (unsigned long long)len);
+}
+
+int orb_reg_admits(const struct orb_reg *r, uint64_t addr, uint64_t len, enum orb_perm need)
+{
+    if (r == NULL || len == 0 || len > UINT64_MAX - addr || !perm_valid(need))
+        return 0;
+    if (need != ORB_PERM_LOCAL && r->perm == ORB_PERM_LOCAL)
+        return 0;
+    return addr >= r->base && addr + len <= r->base + r->len && perm_allows(r->perm, need);
+}
+
+uint64_t orb_registry_unpublished(const struct orb_registry *reg)
+{
+    return atomic_load_explicit(&((struct orb_registry *)reg)->unpublished, memory_order_acquire);
 }
 
 void orb_registry_release(struct orb_reg *r)

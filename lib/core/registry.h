@@ -169,6 +169,18 @@ int orb_registry_resolve(struct orb_registry *reg, uint64_t addr, uint64_t len,
 int orb_registry_acquire(struct orb_registry *reg, uint64_t addr, uint64_t len, enum orb_perm need,
                          struct orb_reg **out);
 
+/* How many registrations have left the table so far (unregistered or retired). A holder of a pin
+ * that read this count before orb_registry_acquire() knows, while the count is unchanged, that
+ * the registration it pinned is still published and admits what it admitted then: a source
+ * serving a run of requests admits each without the table's lock (orb_reg_admits()). */
+uint64_t orb_registry_unpublished(const struct orb_registry *reg);
+
+/* 1 if `r` contains [addr, addr+len) and its permission includes `need`, by the rules of
+ * orb_registry_acquire() (local-only registrations never admit a peer's need); 0 otherwise,
+ * for bad arguments too. Looks at `r` only: whether it is still published is the caller's
+ * question (orb_registry_unpublished()). */
+int orb_reg_admits(const struct orb_reg *r, uint64_t addr, uint64_t len, enum orb_perm need);
+
 /* Unpin. The last pin of an unpublished registration releases its owner, on the reaper's thread
  * when the owner has a release callback. Takes no lock but the reaper's queue lock, so it may be
  * called with any other lock held. NULL is a no-op. */

@@ -497,6 +497,64 @@ static void test_unregister_while_pinned(void **state)
     orb_registry_free(reg);
 }
 
+/* A pinned registration answers for further ranges by orb_reg_admits(), with the rules of an
+ * acquisition; the unpublish count moves with every registration that leaves the table (and
+ * only then), so that a holder knows when to ask the table again. */
+static void test_admits_and_the_unpublish_count(void **state)
+{
+    (void)state;
+    struct orb_registry *reg = new_registry(16);
+    orb_host_memory *mem = plain_owner(4 * 4096);
+    orb_reg_id local, read, write, again;
+    uint64_t u0 = orb_registry_unpublished(reg);
+    assert_int_equal(u0, 0);
+    assert_int_equal(orb_registry_add(reg, mem, 0, 4096, ORB_PERM_LOCAL, &local), 0);
+    assert_int_equal(orb_registry_add(reg, mem, 4096, 4096, ORB_PERM_REMOTE_READ, &read), 0);
+    assert_int_equal(orb_registry_add(reg, mem, 8192, 8192, ORB_PERM_REMOTE_WRITE, &write), 0);
+    assert_int_equal(orb_registry_unpublished(reg), 0); /* adding takes nothing out */
+
+    struct orb_reg *w = NULL, *r = NULL, *l = NULL;
+    uint64_t wb = addr_of(mem, 8192), rb = addr_of(mem, 4096), lb = addr_of(mem, 0);
+    assert_int_equal(orb_registry_acquire(reg, wb, 1, ORB_PERM_REMOTE_WRITE, &w), 0);
+    assert_int_equal(orb_registry_acquire(reg, rb, 1, ORB_PERM_REMOTE_READ, &r), 0);
+    assert_int_equal(orb_registry_acquire(reg, lb, 1, ORB_PERM_LOCAL, &l), 0);
+    /* Containment, to the byte at both ends. */
+    assert_true(orb_reg_admits(w, wb, 8192, ORB_PERM_REMOTE_WRITE));
+    assert_true(orb_reg_admits(w, wb + 8191, 1, ORB_PERM_REMOTE_READ));
+    assert_false(orb_reg_admits(w, wb, 8193, ORB_PERM_REMOTE_WRITE));
+    assert_false(orb_reg_admits(w, wb - 1, 2, ORB_PERM_REMOTE_WRITE));
+    assert_false(orb_reg_admits(w, wb + 8192, 1, ORB_PERM_REMOTE_READ));
+    /* Permission: a READ-only registration admits no WRITE, a local-only one no peer at all. */
+    assert_true(orb_reg_admits(r, rb, 4096, ORB_PERM_REMOTE_READ));
+    assert_false(orb_reg_admits(r, rb, 4096, ORB_PERM_REMOTE_WRITE));
+    assert_true(orb_reg_admits(l, lb, 4096, ORB_PERM_LOCAL));
+    assert_false(orb_reg_admits(l, lb, 1, ORB_PERM_REMOTE_READ));
+    assert_false(orb_reg_admits(l, lb, 1, ORB_PERM_REMOTE_WRITE));
+    /* Bad arguments admit nothing. */
+    assert_false(orb_reg_admits(NULL, wb, 1, ORB_PERM_REMOTE_READ));
+    assert_false(orb_reg_admits(w, wb, 0, ORB_PERM_REMOTE_READ));
+    assert_false(orb_reg_admits(w, UINT64_MAX, 2, ORB_PERM_REMOTE_READ));
+    assert_false(orb_reg_admits(w, wb, 1, (enum orb_perm)77));
+
+    /* A second user reference's unregistration leaves the range published: no change. */
+    assert_int_equal(orb_registry_add(reg, mem, 8192, 8192, ORB_PERM_REMOTE_WRITE, &again), 0);
+    assert_int_equal(again, write);
+    assert_int_equal(orb_registry_remove(reg, write), 0);
+    assert_int_equal(orb_registry_unpublished(reg), 0);
+    assert_int_equal(orb_registry_remove(reg, write), 0);
+    assert_int_equal(orb_registry_unpublished(reg), 1);
+    assert_int_equal(orb_registry_remove(reg, write), ORB_ENOENT); /* a failed removal: none */
+    assert_int_equal(orb_registry_unpublished(reg), 1);
+    /* Retiring every one counts each. */
+    orb_registry_retire_all(reg);
+    assert_int_equal(orb_registry_unpublished(reg), 3);
+    orb_registry_release(w);
+    orb_registry_release(r);
+    orb_registry_release(l);
+    orb_registry_free(reg);
+    orb_host_memory_unref(mem);
+}
+
 static void test_free_with_pinned_registration(void **state)
 {
     (void)state;
@@ -891,6 +949,7 @@ int main(void)
         cmocka_unit_test(test_budget_for_single_registrations),
         cmocka_unit_test(test_owner_retained_until_last_unregister),
         cmocka_unit_test(test_unregister_while_pinned),
+        cmocka_unit_test(test_admits_and_the_unpublish_count),
         cmocka_unit_test(test_free_with_pinned_registration),
         cmocka_unit_test(test_batch_rejects_arguments),
         cmocka_unit_test(test_batch_failure_at_last_index_changes_nothing),
