@@ -940,6 +940,7 @@ static void poll_peers(struct orb_batch *b, uint64_t deadline)
         e->tp[ids[k]].ops->peer_poll(seg->peer[ids[k]], ORB_POLL_BEGIN);
     uint64_t live = atomic_load_explicit(&b->live, memory_order_acquire);
     uint64_t end = orb_now_ns() + window;
+    int step = ORB_POLL_END;
     for (unsigned spins = 1; live > 0; spins++) {
         int busy = 0;
         for (unsigned k = 0; k < n; k++)
@@ -954,12 +955,14 @@ static void poll_peers(struct orb_batch *b, uint64_t deadline)
         orb_cpu_relax();
         if ((spins & 63) == 0) {
             uint64_t now = orb_now_ns();
-            if (now >= end || now >= deadline)
+            if (now >= end || now >= deadline) {
+                step = ORB_POLL_HANDOFF; /* the caller goes on waiting without polling */
                 break;
+            }
         }
     }
     for (unsigned k = 0; k < n; k++)
-        e->tp[ids[k]].ops->peer_poll(seg->peer[ids[k]], ORB_POLL_END);
+        e->tp[ids[k]].ops->peer_poll(seg->peer[ids[k]], step);
 }
 
 static int wait_settled(struct orb_batch *b, uint64_t deadline)

@@ -277,12 +277,14 @@ struct orb_transport_ops {
      * caller can take itself (shared-memory rings). BEGIN: a caller starts polling this peer
      * (the transport's own thread may stand back meanwhile); STEP: take what completed, report
      * it through orb_xfer_done() from the calling thread, never block; END: the caller stops
-     * (the transport's thread takes over). Returns, for STEP, 1 while this peer has requests
-     * in flight, else 0; 0 for BEGIN and END. NULL: nothing to poll. */
+     * because what it waited for settled (it is likely back soon: the transport's thread may
+     * take over a little later); HANDOFF: the caller stops but still waits, asleep (the
+     * transport's thread takes over now). Returns, for STEP, 1 while this peer has requests in
+     * flight, else 0; 0 for the others. NULL: nothing to poll. */
     int (*peer_poll)(void *peer, int step);
 };
 
-enum orb_poll_step { ORB_POLL_BEGIN = 0, ORB_POLL_STEP = 1, ORB_POLL_END = 2 };
+enum orb_poll_step { ORB_POLL_BEGIN = 0, ORB_POLL_STEP = 1, ORB_POLL_END = 2, ORB_POLL_HANDOFF = 3 };
 
 extern const struct orb_transport_ops orb_tcp_transport;
 extern const struct orb_transport_ops orb_rdma_transport;

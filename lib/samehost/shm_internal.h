@@ -31,6 +31,7 @@
 
 #define SHM_RING_CAPACITY 256u                  /* entries of each ring; also a peer's in-flight bound */
 #define SHM_SLEEP_SLICE_NS (20ull * 1000 * 1000) /* longest futex sleep before a thread looks around */
+#define SHM_HANDOFF_MIN_NS (50ull * 1000)        /* the shortest doze of a requester's thread beside pollers */
 #define SHM_REFUSAL_TTL_NS (1000ull * 1000 * 1000)
 #define SHM_PROBE_NS (1000ull * 1000 * 1000)     /* the longest a transport choice waits */
 #define SHM_CONN_MAP_BYTES_MAX (1ull << 40)      /* bytes one connection may have mapped at the source */
@@ -55,6 +56,7 @@ struct shm_tp {
     char boot_id[ORB_BOOT_ID_LEN + 1];
     uint32_t pid;
     uint64_t poll_ns;           /* busy_poll_us, when the CPUs allow spinning; else 0 */
+    uint64_t handoff_ns;        /* how long a requester's thread stands back after callers polled */
     uint64_t io_timeout_ns;
     uint64_t hello_timeout_ns;
     bool enabled;               /* enable_shm */

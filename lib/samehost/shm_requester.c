@@ -41,12 +41,12 @@ struct shm_peer {
     uint8_t *rings;
     size_t rings_len;
     pthread_mutex_t lock;       /* everything below but the ring consumer and sock_lock */
-    pthread_cond_t changed;
     pthread_mutex_t sock_lock;  /* one MAP round trip at a time */
     struct orb_sh_ring req;     /* producer, under lock */
     struct orb_sh_ring cpl;     /* consumer, under consume_lock: the thread's or a polling caller's */
     pthread_mutex_t consume_lock;
     atomic_uint pollers;        /* callers polling completions now (shm_peer_poll) */
+    _Atomic uint64_t handoff_at; /* the thread takes completions over from callers from then on */
     atomic_uint inflight_now;   /* nflight, readable without the lock */
     struct shm_slot slots[SHM_RING_CAPACITY];
     uint32_t nflight;
@@ -72,7 +72,6 @@ static void peer_free(struct shm_peer *p)
     pthread_mutex_destroy(&p->consume_lock);
     pthread_mutex_destroy(&p->sock_lock);
     pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->changed);
     free(p);
 }
 
@@ -94,10 +93,24 @@ static void reap_locked(struct shm_tp *tp)
     }
 }
 
+/* Publish nflight to lock-free readers (p->lock held). A release store, not a full barrier: it
+ * must not wait for the ring entries just written to leave this CPU. */
+static void set_inflight_locked(struct shm_peer *p)
+{
+    atomic_store_explicit(&p->inflight_now, p->nflight, memory_order_release);
+}
+
 static void xfer_end(struct shm_tp *tp, struct orb_xfer *x, int status, enum orb_remote_effect effect, const char *why)
 {
     orb_xfer_done_why(x, status, effect, why);
     atomic_fetch_sub(&tp->inflight, 1);
+}
+
+/* Wake the peer's thread wherever it sleeps (p->lock held: the thread unmaps the rings under it). */
+static void wake_thread_locked(struct shm_peer *p)
+{
+    if (p->rings != NULL)
+        orb_sh_ring_wake(&p->cpl);
 }
 
 /* The connection cannot go on: every xfer in flight or queued fails with `status` (p->lock held).
@@ -118,7 +131,7 @@ static void kill_locked(struct shm_peer *p, int status, const char *why)
         p->slots[i].x = NULL;
         p->slots[i].gen++;
         p->nflight--;
-        atomic_store(&p->inflight_now, p->nflight);
+        set_inflight_locked(p);
         xfer_end(p->tp, x, p->dead,
                  x->op == ORB_XFER_WRITE ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE, p->dead_why);
     }
@@ -128,7 +141,7 @@ static void kill_locked(struct shm_peer *p, int status, const char *why)
         xfer_end(p->tp, x, p->dead, ORB_REMOTE_EFFECT_NONE, p->dead_why);
     }
     p->backlog_tail = NULL;
-    pthread_cond_broadcast(&p->changed);
+    wake_thread_locked(p);
 }
 
 /* ---- the handshake ----------------------------------------------------------------------------- */
@@ -245,14 +258,8 @@ int shm_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expec
     pthread_mutex_init(&p->sock_lock, NULL);
     pthread_mutex_init(&p->consume_lock, NULL);
     atomic_init(&p->pollers, 0);
+    atomic_init(&p->handoff_at, 0);
     atomic_init(&p->inflight_now, 0);
-    if (orb_cond_init_monotonic(&p->changed) != 0) {
-        pthread_mutex_destroy(&p->consume_lock);
-        pthread_mutex_destroy(&p->sock_lock);
-        pthread_mutex_destroy(&p->lock);
-        free(p);
-        return orb_fail(ORB_ENOMEM, "shm: cannot make a peer's condition variable");
-    }
     int rc = connect_source(p, expected, deadline);
     if (rc != 0)
         goto free_peer;
@@ -464,8 +471,8 @@ static void pump_locked(struct shm_peer *p)
         s->x = x;
         if (p->nflight++ == 0)
             p->last_progress = orb_now_ns();
-        atomic_store(&p->inflight_now, p->nflight);
     }
+    set_inflight_locked(p);
     orb_sh_ring_publish(&p->req); /* what this call staged, with one store */
 }
 
@@ -513,7 +520,6 @@ int shm_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
         else
             pump_locked(p);
     }
-    pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->lock);
     return 0;
 }
@@ -525,7 +531,7 @@ void shm_peer_release(void *peer)
     pthread_mutex_lock(&tp->lock);
     pthread_mutex_lock(&p->lock);
     p->released = true;
-    pthread_cond_broadcast(&p->changed);
+    wake_thread_locked(p);
     pthread_mutex_unlock(&p->lock);
     pthread_cond_broadcast(&tp->changed); /* a finished peer may be freed now */
     pthread_mutex_unlock(&tp->lock);
@@ -579,20 +585,47 @@ int shm_peer_accepts(void *peer, uint8_t op, const struct orb_reg *local, uint64
 
 static void take_completions(struct shm_peer *p);
 
+/* The thread takes completions over from now on: the source wakes it at its next publication,
+ * and what came before that (it woke no one) is taken here. */
+static void hand_over(struct shm_peer *p)
+{
+    atomic_store(&p->handoff_at, 0);
+    pthread_mutex_lock(&p->consume_lock);
+    if (p->rings != NULL) { /* still there: the thread unmaps them only under this lock */
+        orb_sh_ring_want_wake(&p->cpl, 1);
+        take_completions(p);
+    }
+    pthread_mutex_unlock(&p->consume_lock);
+}
+
 int shm_peer_poll(void *peer, int step)
 {
     struct shm_peer *p = peer;
-    if (step == ORB_POLL_BEGIN) {
-        atomic_fetch_add(&p->pollers, 1);
-        return 0;
-    }
-    if (step == ORB_POLL_END) {
-        if (atomic_fetch_sub(&p->pollers, 1) == 1 && atomic_load(&p->inflight_now) > 0) {
-            pthread_mutex_lock(&p->lock);
-            pthread_cond_broadcast(&p->changed); /* the thread takes over */
-            pthread_mutex_unlock(&p->lock);
+    switch (step) {
+    case ORB_POLL_BEGIN:
+        /* The first poller tells the source that nobody needs waking: its completions cost it
+         * no system call and this process no context switch. */
+        if (atomic_fetch_add(&p->pollers, 1) == 0) {
+            pthread_mutex_lock(&p->consume_lock);
+            if (p->rings != NULL)
+                orb_sh_ring_want_wake(&p->cpl, 0);
+            pthread_mutex_unlock(&p->consume_lock);
         }
         return 0;
+    case ORB_POLL_END:
+        /* What the caller waited for settled: it is likely back within busy_poll_us (a pipeline
+         * of batches), so the thread takes over only then, and no completion in between costs a
+         * wake-up on either side. */
+        if (atomic_fetch_sub(&p->pollers, 1) == 1)
+            atomic_store(&p->handoff_at, orb_now_ns() + p->tp->handoff_ns);
+        return 0;
+    case ORB_POLL_HANDOFF:
+        /* The caller goes on waiting, asleep: the thread takes over now. */
+        if (atomic_fetch_sub(&p->pollers, 1) == 1)
+            hand_over(p);
+        return 0;
+    default:
+        break;
     }
     if (atomic_load(&p->inflight_now) == 0)
         return 0;
@@ -649,11 +682,11 @@ static void take_completions(struct shm_peer *p)
             char why[WHY_LEN];
             snprintf(why, sizeof why, "the source broke the protocol: %s", orb_last_error());
             kill_locked(p, ORB_EPROTO, why);
-            atomic_store(&p->inflight_now, p->nflight);
+            set_inflight_locked(p);
             pthread_mutex_unlock(&p->lock);
             return;
         }
-        atomic_store(&p->inflight_now, p->nflight);
+        set_inflight_locked(p);
         p->last_progress = orb_now_ns();
         pump_locked(p);
         pthread_mutex_unlock(&p->lock);
@@ -670,34 +703,33 @@ static void *peer_main(void *arg)
     for (;;) {
         if (p->nflight == 0 && p->backlog == NULL && (p->released || p->stopping || p->dead != 0))
             break;
-        if (p->nflight == 0) {
-            /* Nothing in flight: sleep until work comes, looking at the socket now and then. */
-            struct timespec ts = orb_deadline_timespec(orb_deadline_after(SHM_SLEEP_SLICE_NS * 5));
-            pthread_cond_timedwait(&p->changed, &p->lock, &ts);
-            if (p->dead == 0 && shm_sock_closed(p->sock))
-                kill_locked(p, ORB_EPEER, "the same-host source closed the connection");
-            continue;
-        }
-        if (atomic_load(&p->pollers) > 0) {
-            /* A waiting caller takes the completions now: stand back, and look at the socket
-             * and the clock now and then. */
-            struct timespec ts = orb_deadline_timespec(orb_deadline_after(SHM_SLEEP_SLICE_NS / 4));
-            pthread_cond_timedwait(&p->changed, &p->lock, &ts);
+        /* Idle, the thread looks at the socket now and then; busy, at the clock too. */
+        uint64_t slice = orb_deadline_after(p->nflight == 0 ? SHM_SLEEP_SLICE_NS * 5 : SHM_SLEEP_SLICE_NS);
+        pthread_mutex_unlock(&p->lock);
+        uint64_t now = orb_now_ns(), handoff = atomic_load(&p->handoff_at);
+        if (atomic_load(&p->pollers) > 0 || now < handoff) {
+            /* Callers take the completions (or were doing so a moment ago and are likely back
+             * soon): stand back, with the source waking no one, and look again after the
+             * hand-over delay. A caller that stops polling but goes on waiting wakes this
+             * thread (ORB_POLL_HANDOFF). */
+            orb_sh_ring_want_wake(&p->cpl, 0);
+            uint64_t until = atomic_load(&p->pollers) > 0 ? now + tp->handoff_ns : handoff;
+            (void)orb_sh_ring_doze(&p->cpl, until < slice ? until : slice);
         } else {
-            /* No polling here: a caller that waits polls itself (shm_peer_poll), and this
-             * thread spinning beside it would take the CPU one of the two sides needs. */
-            pthread_mutex_unlock(&p->lock);
-            /* A polling caller may pop meanwhile: wait past the index read under its lock. */
+            /* Nobody polls: sleep until the source publishes completions (it wakes this thread).
+             * Never polling here: a caller that waits polls itself, and this thread spinning
+             * beside it would take the CPU one of the two sides needs. A polling caller may pop
+             * meanwhile: wait past the index read under its lock. */
             pthread_mutex_lock(&p->consume_lock);
             uint32_t at = p->cpl.index;
             pthread_mutex_unlock(&p->consume_lock);
-            (void)orb_sh_ring_wait_at(&p->cpl, at, 0, orb_deadline_after(SHM_SLEEP_SLICE_NS));
+            (void)orb_sh_ring_wait_at(&p->cpl, at, 0, slice);
             pthread_mutex_lock(&p->consume_lock);
             take_completions(p);
             pthread_mutex_unlock(&p->consume_lock);
-            pthread_mutex_lock(&p->lock);
         }
-        if (p->nflight == 0 || p->dead != 0)
+        pthread_mutex_lock(&p->lock);
+        if (p->dead != 0)
             continue;
         if (shm_sock_closed(p->sock)) {
             /* Its last completions may have come just before it went. */
@@ -706,8 +738,10 @@ static void *peer_main(void *arg)
             take_completions(p);
             pthread_mutex_unlock(&p->consume_lock);
             pthread_mutex_lock(&p->lock);
-            kill_locked(p, ORB_EPEER, "the same-host source closed the connection (it may have been restarted)");
-        } else if (orb_now_ns() - p->last_progress > tp->io_timeout_ns) {
+            kill_locked(p, ORB_EPEER, p->nflight > 0 ? "the same-host source closed the connection (it may have "
+                                                       "been restarted)"
+                                                     : "the same-host source closed the connection");
+        } else if (p->nflight > 0 && orb_now_ns() - p->last_progress > tp->io_timeout_ns) {
             kill_locked(p, ORB_EPEER, "the same-host source completed nothing within io_timeout_s");
         }
     }
@@ -772,7 +806,7 @@ int shm_requester_stop(struct shm_tp *tp, uint64_t deadline)
             xfer_end(tp, x, ORB_ECLOSED, ORB_REMOTE_EFFECT_NONE, "shm: the engine is closing");
         }
         p->backlog_tail = NULL;
-        pthread_cond_broadcast(&p->changed);
+        wake_thread_locked(p);
         pthread_mutex_unlock(&p->lock);
     }
     uint32_t left;

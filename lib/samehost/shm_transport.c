@@ -33,6 +33,7 @@ static int shm_start(orb_engine *engine, void **tp_out)
     tp->hello_timeout_ns = (uint64_t)cfg->hello_timeout_ms * 1000000ull;
     /* Polling takes a CPU: only with busy_poll_us and two CPUs at least, one for each side. */
     tp->poll_ns = engine->poll_allowed ? (uint64_t)cfg->busy_poll_us * 1000u : 0;
+    tp->handoff_ns = tp->poll_ns > SHM_HANDOFF_MIN_NS ? tp->poll_ns : SHM_HANDOFF_MIN_NS;
     atomic_init(&tp->stopping, false);
     atomic_init(&tp->accept_quit, false);
     atomic_init(&tp->source_busy, 0);

@@ -41,16 +41,24 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
 }
 
-static orb_engine *new_requester(void)
+static orb_engine *new_requester_polling(uint32_t busy_poll_us)
 {
     struct orb_engine_config cfg;
     assert_int_equal(orb_engine_config_init(&cfg), 0);
     cfg.enable_source = 0;
+    cfg.busy_poll_us = busy_poll_us;
     orb_engine *e = NULL;
     int rc = orb_engine_create(&cfg, &e);
     if (rc != 0)
         fail_msg("orb_engine_create: %s", orb_last_error());
     return e;
+}
+
+static orb_engine *new_requester(void)
+{
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    return new_requester_polling(cfg.busy_poll_us);
 }
 
 static int setup(void **state)
@@ -521,6 +529,90 @@ static void test_async_groups(void **state)
     free(remote);
 }
 
+/* Open, fill and seal a batch of `n` WRITEs of `len` bytes from local offset `loff` to the
+ * remote rw buffer at the same offset (the local bytes hold pattern `seed`). */
+static orb_batch *writes_batch(struct fixture *f, uint64_t loff, unsigned n, uint64_t len, uint32_t seed)
+{
+    orb_batch *b = NULL;
+    assert_int_equal(orb_batch_open(f->engine, f->segment, &b), 0);
+    fill(f->lp + loff, n * len, seed);
+    for (unsigned i = 0; i < n; i++) {
+        struct orb_request r = req(ORB_OP_WRITE, f->laddr + loff + i * len, f->src.info.rw_addr + loff + i * len, len);
+        assert_int_equal(orb_batch_submit(b, &r, 1), 0);
+    }
+    assert_int_equal(orb_batch_seal(b, NULL), 0);
+    return b;
+}
+
+static void assert_remote_is_local(struct fixture *f, uint64_t off, uint64_t len)
+{
+    uint8_t *remote = malloc(len);
+    assert_non_null(remote);
+    assert_int_equal(src_get(&f->src, f->src.info.rw_addr + off, remote, len), 0);
+    assert_memory_equal(remote, f->lp + off, len);
+    free(remote);
+}
+
+/* A batch that nobody waits on completes all the same, also right after the caller waited
+ * (and took completions itself) for another batch of the same segment: the transport's own
+ * progress takes over from a caller that stops polling. Looked at with orb_batch_poll() only. */
+static void test_a_batch_nobody_waits_on(void **state)
+{
+    struct fixture *f = *state;
+    for (int round = 0; round < 20; round++) {
+        /* The quick one first: it completes while the slow one is still in flight. */
+        orb_batch *quick = writes_batch(f, 32u << 20, 1, 4096, (uint32_t)round + 100);
+        orb_batch *slow = writes_batch(f, 0, 8, 2u << 20, (uint32_t)round);
+        struct orb_batch_report rep;
+        assert_int_equal(orb_batch_wait(quick, 30 * SEC, &rep), 0);
+        assert_int_equal(orb_batch_free(quick), 0);
+        uint64_t deadline = now_ns() + 20 * SEC;
+        int rc;
+        while ((rc = orb_batch_poll(slow, &rep)) == ORB_EAGAIN && now_ns() < deadline) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+        if (rc != 0)
+            fail_msg("round %d: the batch nobody waited on: %s", round, orb_strerror(rc));
+        assert_int_equal(rep.completed_requests, 8);
+        assert_int_equal(orb_batch_free(slow), 0);
+        assert_remote_is_local(f, 0, 16u << 20);
+        assert_remote_is_local(f, 32u << 20, 4096);
+    }
+}
+
+/* A caller whose polling window (busy_poll_us) ends before its batch does goes to sleep and is
+ * woken when the batch completes: with a window of 1 us nearly every wait ends that way. */
+static void test_a_waiter_past_its_polling_window(void **state)
+{
+    struct fixture *f = *state;
+    orb_engine *e = new_requester_polling(1);
+    orb_reg_id lid;
+    assert_int_equal(orb_register_host_memory(e, f->local, 0, LOCAL_LEN, ORB_PERM_LOCAL, &lid), 0);
+    orb_segment *seg = NULL;
+    int rc = orb_open_segment(e, f->src.info.endpoint, &f->src.info.epoch, 5 * SEC, &seg);
+    if (rc != 0)
+        fail_msg("orb_open_segment: %s", orb_last_error());
+    for (int round = 0; round < 50; round++) {
+        uint64_t len = round % 2 ? 4096 : 4u << 20;
+        fill(f->lp, len, (uint32_t)round + 7);
+        struct orb_request w = req(ORB_OP_WRITE, f->laddr, f->src.info.rw_addr, len);
+        struct orb_batch_report rep;
+        uint64_t t0 = now_ns();
+        rc = orb_submit_and_wait(e, seg, &w, 1, NULL, 30 * SEC, &rep);
+        if (rc != 0)
+            fail_msg("round %d: %s", round, orb_last_error());
+        /* Woken by the transport, not by the deadline. */
+        assert_true(now_ns() - t0 < 10 * SEC);
+        assert_int_equal(rep.completed_bytes, len);
+        assert_remote_is_local(f, 0, len);
+    }
+    orb_segment_close(seg);
+    assert_int_equal(orb_unregister_memory(e, lid), 0);
+    assert_int_equal(orb_engine_close(e, 5 * SEC), 0);
+    orb_engine_free(e);
+}
+
 static void test_describe(void **state)
 {
     struct fixture *f = *state;
@@ -562,6 +654,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_random_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_requests_per_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_groups, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_batch_nobody_waits_on, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_waiter_past_its_polling_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notification_after_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notification_skipped_on_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline, setup, teardown),
