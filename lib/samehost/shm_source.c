@@ -114,6 +114,20 @@ static void map_remove(struct shm_conn *c, uint32_t map_id)
     pthread_mutex_unlock(&c->maps_lock);
 }
 
+/* Whether a request fits buffer `m` (held, so its length and access cannot change): NULL, or
+ * why not, with the status in *rc. */
+static const char *map_refuses(const struct shm_map *m, const struct orb_shm_request *rq, int *rc)
+{
+    *rc = ORB_EINVAL;
+    if (rq->map_offset > m->length || rq->length > m->length - rq->map_offset)
+        return "is shorter than the request";
+    if (rq->op == ORB_OP_READ && !m->writable) {
+        *rc = ORB_EPERM;
+        return "was handed over read-only";
+    }
+    return NULL;
+}
+
 /* The map a request names, held until map_put(). 0 with *out, or the refusal. */
 static int map_get(struct shm_conn *c, const struct orb_shm_request *rq, struct shm_map **out)
 {
@@ -121,16 +135,8 @@ static int map_get(struct shm_conn *c, const struct orb_shm_request *rq, struct 
         return orb_fail(ORB_EINVAL, "shm: buffer id %u is outside 1..%u", rq->map_id, ORB_SHM_MAPS_MAX);
     pthread_mutex_lock(&c->maps_lock);
     struct shm_map *m = &c->maps[rq->map_id - 1];
-    const char *why = NULL;
     int rc = ORB_EINVAL;
-    if (m->ptr == NULL || m->retired)
-        why = "was never handed over";
-    else if (rq->map_offset > m->length || rq->length > m->length - rq->map_offset)
-        why = "is shorter than the request";
-    else if (rq->op == ORB_OP_READ && !m->writable) {
-        why = "was handed over read-only";
-        rc = ORB_EPERM;
-    }
+    const char *why = m->ptr == NULL || m->retired ? "was never handed over" : map_refuses(m, rq, &rc);
     if (why == NULL)
         m->users++;
     pthread_mutex_unlock(&c->maps_lock);
@@ -150,49 +156,110 @@ static void map_put(struct shm_conn *c, struct shm_map *m)
 
 /* ---- serving requests ------------------------------------------------------------------------ */
 
-/* Authorise and copy one request; the completion's status and cause into *out. */
-static void serve(struct shm_conn *c, const struct orb_shm_request *rq, struct orb_shm_completion *out)
+/* What a run of requests served back to back holds from one request to the next: the source's
+ * busy count, the last requester buffer, and the last registration with the table's unpublish
+ * count read before it was pinned (while that count stands, the registration is published and
+ * admits what it admitted: no table lock per request). A run ends when the ring runs dry or the
+ * fence goes up, so an UNMAP, an unregistration or a stop waits for no more than the requests
+ * already taken off the ring. */
+struct serve_run {
+    bool busy;
+    struct shm_map *m;
+    uint32_t map_id;
+    struct orb_reg *pin;
+    uint64_t unpublished;
+};
+
+static void run_end(struct shm_conn *c, struct serve_run *run)
 {
-    struct shm_tp *tp = c->tp;
-    memset(out, 0, sizeof *out);
-    out->tag = rq->tag;
-    out->effect = ORB_REMOTE_EFFECT_NONE;
-    int rc;
-    struct orb_reg *pin = NULL;
-    struct shm_map *m = NULL;
-    /* Counted before the fence is looked at: stop() waits for the count after fencing, so a
-     * request either sees the fence or is waited for. */
-    atomic_fetch_add(&tp->source_busy, 1);
-    if (!orb_engine_source_open(tp->engine)) {
-        rc = orb_fail(ORB_ECLOSED, "shm: the source is closing");
-        goto answer;
+    orb_registry_release(run->pin);
+    run->pin = NULL;
+    if (run->m != NULL)
+        map_put(c, run->m);
+    run->m = NULL;
+    if (run->busy)
+        atomic_fetch_sub(&c->tp->source_busy, 1);
+    run->busy = false;
+}
+
+/* The requester buffer of `rq`, held by the run. */
+static int run_map(struct shm_conn *c, struct serve_run *run, const struct orb_shm_request *rq)
+{
+    if (run->m != NULL && run->map_id == rq->map_id) {
+        int rc;
+        const char *why = map_refuses(run->m, rq, &rc);
+        return why == NULL ? 0 : orb_fail(rc, "shm: requester buffer %u %s", rq->map_id, why);
     }
-    if ((rc = map_get(c, rq, &m)) != 0)
-        goto answer;
-    /* The whole request, not only this piece, must lie in one registration that allows it. */
-    rc = orb_registry_acquire(orb_engine_registry(tp->engine), rq->request_addr, rq->request_length,
-                              rq->op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE, &pin);
+    if (run->m != NULL)
+        map_put(c, run->m);
+    run->m = NULL;
+    int rc = map_get(c, rq, &run->m);
+    if (rc == 0)
+        run->map_id = rq->map_id;
+    return rc;
+}
+
+/* The registration that admits the whole request `rq` (not only this piece), held by the run. */
+static int run_admit(struct shm_conn *c, struct serve_run *run, const struct orb_shm_request *rq)
+{
+    struct orb_registry *table = orb_engine_registry(c->tp->engine);
+    enum orb_perm need = rq->op == ORB_OP_READ ? ORB_PERM_REMOTE_READ : ORB_PERM_REMOTE_WRITE;
+    uint64_t unpublished = orb_registry_unpublished(table);
+    if (run->pin != NULL && run->unpublished == unpublished &&
+        orb_reg_admits(run->pin, rq->request_addr, rq->request_length, need))
+        return 0;
+    orb_registry_release(run->pin);
+    run->pin = NULL;
+    struct orb_reg *pin = NULL;
+    int rc = orb_registry_acquire(table, rq->request_addr, rq->request_length, need, &pin);
     if (rc != 0)
-        goto put_map;
-    uint8_t *mine = pin->kind->cpu_view(pin, rq->remote_addr);
-    if (pin->kind != &orb_memkind_host || mine == NULL) {
+        return rc;
+    if (pin->kind != &orb_memkind_host) {
         rc = orb_fail(ORB_EUNAVAILABLE, "shm: [0x%llx, +%llu) is %s memory: the same-host transport moves "
                       "host memory", (unsigned long long)rq->request_addr, (unsigned long long)rq->request_length,
                       pin->kind->name);
-        goto release_pin;
+        orb_registry_release(pin);
+        return rc;
     }
-    if ((rc = orb_reg_ready(pin)) != 0)
-        goto release_pin;
+    run->pin = pin;
+    run->unpublished = unpublished;
+    return 0;
+}
+
+/* Authorise and copy one request; the completion's status and cause into *out. */
+static void serve(struct shm_conn *c, struct serve_run *run, const struct orb_shm_request *rq,
+                  struct orb_shm_completion *out)
+{
+    struct shm_tp *tp = c->tp;
+    out->tag = rq->tag;
+    out->status = 0;
+    out->effect = ORB_REMOTE_EFFECT_NONE;
+    out->why[0] = '\0';
+    /* Counted before the fence is looked at: stop() waits for the count after fencing, so a
+     * request either sees the fence or is waited for. */
+    if (!run->busy) {
+        atomic_fetch_add(&tp->source_busy, 1);
+        run->busy = true;
+    }
+    int rc;
+    if (!orb_engine_source_open(tp->engine)) {
+        run_end(c, run);
+        rc = orb_fail(ORB_ECLOSED, "shm: the source is closing");
+        goto answer;
+    }
+    if ((rc = run_map(c, run, rq)) != 0 || (rc = run_admit(c, run, rq)) != 0 || (rc = orb_reg_ready(run->pin)) != 0)
+        goto answer;
+    uint8_t *mine = run->pin->kind->cpu_view(run->pin, rq->remote_addr);
+    if (mine == NULL) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "shm: [0x%llx, +%llu) has no CPU view here",
+                      (unsigned long long)rq->remote_addr, (unsigned long long)rq->length);
+        goto answer;
+    }
     if (rq->op == ORB_OP_READ)
-        memcpy(m->ptr + rq->map_offset, mine, (size_t)rq->length);
+        memcpy(run->m->ptr + rq->map_offset, mine, (size_t)rq->length);
     else
-        memcpy(mine, m->ptr + rq->map_offset, (size_t)rq->length);
-release_pin:
-    orb_registry_release(pin);
-put_map:
-    map_put(c, m);
+        memcpy(mine, run->m->ptr + rq->map_offset, (size_t)rq->length);
 answer:
-    atomic_fetch_sub(&tp->source_busy, 1);
     out->status = rc;
     if (rc != 0)
         snprintf(out->why, sizeof out->why, "%s", orb_last_error());
@@ -227,36 +294,56 @@ static int answer(struct shm_conn *c, const struct orb_shm_completion *cp)
  * the requester waits long for the first. */
 #define PUBLISH_EVERY 8u
 
+/* Requests taken off the ring at once: their entries' cache lines come over together, and the
+ * run's buffer and registration serve them all. */
+#define TAKE_MAX 32u
+
 static void *ring_main(void *arg)
 {
     struct shm_conn *c = arg;
-    uint8_t entry[ORB_SH_RING_ENTRY];
+    uint8_t entries[TAKE_MAX][ORB_SH_RING_ENTRY];
+    struct serve_run run = {0};
     unsigned staged = 0;
-    while (!atomic_load(&c->quit)) {
-        int rc = orb_sh_ring_pop(&c->req, entry);
-        if (rc == ORB_EAGAIN) {
+    bool end = false;
+    while (!end && !atomic_load(&c->quit)) {
+        unsigned n = 0;
+        int rc = 0;
+        while (n < TAKE_MAX && (rc = orb_sh_ring_pop(&c->req, entries[n])) == 0)
+            n++;
+        if (n == 0 && rc == ORB_EAGAIN) {
+            /* Dry: let go of what the run holds before waiting. */
+            run_end(c, &run);
             (void)orb_sh_ring_wait(&c->req, c->tp->poll_ns, orb_deadline_after(SHM_SLEEP_SLICE_NS));
             continue;
         }
-        SHM_ORDER_ACQUIRE();
-        struct orb_shm_request rq;
-        if (rc == 0)
-            rc = orb_shm_request_decode(entry, &rq);
-        if (rc != 0) {
+        if (rc != 0 && rc != ORB_EAGAIN) {
             ORB_LOGW("shm: requester %u broke the protocol (%s); the connection ends", c->peer_pid,
                      orb_last_error());
             break;
         }
-        struct orb_shm_completion cp;
-        serve(c, &rq, &cp);
-        SHM_ORDER_RELEASE();
-        if (answer(c, &cp) != 0)
-            break;
-        if (++staged >= PUBLISH_EVERY || !orb_sh_ring_pending(&c->req)) {
-            orb_sh_ring_publish(&c->cpl);
-            staged = 0;
+        SHM_ORDER_ACQUIRE();
+        for (unsigned k = 0; k < n; k++) {
+            struct orb_shm_request rq;
+            if (orb_shm_request_decode(entries[k], &rq) != 0) {
+                ORB_LOGW("shm: requester %u broke the protocol (%s); the connection ends", c->peer_pid,
+                         orb_last_error());
+                end = true;
+                break;
+            }
+            struct orb_shm_completion cp;
+            serve(c, &run, &rq, &cp);
+            SHM_ORDER_RELEASE();
+            if (answer(c, &cp) != 0) {
+                end = true;
+                break;
+            }
+            if (++staged >= PUBLISH_EVERY || (k + 1 == n && !orb_sh_ring_pending(&c->req))) {
+                orb_sh_ring_publish(&c->cpl);
+                staged = 0;
+            }
         }
     }
+    run_end(c, &run);
     orb_sh_ring_publish(&c->cpl);
     atomic_store(&c->quit, true);
     shutdown(c->sock, SHUT_RDWR); /* the socket thread ends too */
