@@ -167,8 +167,9 @@ struct orb_engine_config {
     uint32_t max_batch_requests;
     /** Budget: registrations per engine (default 65536). */
     uint32_t max_registrations;
-    /** Budget: authenticated source connections, those that completed HELLO (default 256). A
-     *  connection beyond it is refused at HELLO with ORB_ERESOURCE. */
+    /** Budget: authenticated source connections, those that completed HELLO (default 256), for
+     *  TCP and again for the same-host transport's socket. A connection beyond it is refused at
+     *  HELLO with ORB_ERESOURCE. */
     uint32_t max_connections;
     /** Budget: notifications queued at the source before new ones are refused (default 1024). */
     uint32_t max_notifications;
@@ -181,9 +182,9 @@ struct orb_engine_config {
      *  (default 5000, 1..3600000); separate from io_timeout_s, so that a peer trickling its
      *  HELLO cannot hold a connection by making progress. */
     uint32_t hello_timeout_ms;
-    /** Budget: source connections that have not completed HELLO yet (default 32, 1..65536).
-     *  They never take a slot of max_connections; when this budget is full, the oldest of
-     *  them is dropped to admit a new one. */
+    /** Budget: source connections that have not completed HELLO yet (default 32, 1..65536),
+     *  per transport as max_connections. They never take a slot of max_connections; when this
+     *  budget is full, the oldest of them is dropped to admit a new one. */
     uint32_t max_unauthenticated;
     /*
      * helper_mode, hello_timeout_ms, max_unauthenticated and enable_shm took the place of the

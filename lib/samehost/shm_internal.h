@@ -71,7 +71,8 @@ struct shm_tp {
     bool accept_started;
     atomic_bool accept_quit;
     struct shm_conn *conns;
-    uint32_t nconns;
+    uint32_t nconns;            /* every connection not yet reaped */
+    uint32_t nproved;           /* those whose requester passed the proof: max_connections */
     uint64_t mapped_bytes;      /* every connection's maps */
     atomic_uint_fast64_t source_busy; /* requests being copied at the source */
     /* Requester: every peer not yet freed. */

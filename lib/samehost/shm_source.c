@@ -38,6 +38,10 @@ struct shm_conn {
     bool ring_started;
     atomic_bool quit;           /* both threads end */
     atomic_bool finished;       /* the socket thread ended: join and free */
+    /* Under the transport's lock: a stranger (not yet proved) draws from max_unauthenticated,
+     * a proved connection from max_connections; an evicted stranger is on its way out. */
+    bool proved, evicted;
+    uint64_t accepted_ns;
     uint32_t peer_pid;
     /* The rings, once SETUP mapped them. */
     uint8_t *rings;
@@ -352,6 +356,26 @@ static void *ring_main(void *arg)
 
 /* ---- the socket thread ------------------------------------------------------------------------ */
 
+/* A requester that passed the proof takes a slot of max_connections and is no longer a
+ * stranger. 0, or ORB_ERESOURCE (none is free, or it was dropped as a stranger meanwhile). */
+static int claim_slot(struct shm_conn *c)
+{
+    struct shm_tp *tp = c->tp;
+    uint32_t max = orb_engine_cfg(tp->engine)->max_connections;
+    int rc = 0;
+    pthread_mutex_lock(&tp->lock);
+    if (c->evicted) {
+        rc = orb_fail(ORB_ERESOURCE, "shm: dropped for a newer connection (max_unauthenticated)");
+    } else if (tp->nproved >= max) {
+        rc = orb_fail(ORB_ERESOURCE, "shm: max_connections (%u) same-host connections are open", max);
+    } else {
+        c->proved = true;
+        tp->nproved++;
+    }
+    pthread_mutex_unlock(&tp->lock);
+    return rc;
+}
+
 static int handshake(struct shm_conn *c)
 {
     struct shm_tp *tp = c->tp;
@@ -368,6 +392,8 @@ static int handshake(struct shm_conn *c)
     /* The requester names the epoch it expects of this source: it must be this one. */
     if (rc == 0)
         rc = orb_samehost_check(&peer, tp->boot_id, cred_pid, &tp->epoch);
+    if (rc == 0)
+        rc = claim_slot(c);
     if (rc != 0)
         return rc;
     c->peer_pid = cred_pid;
@@ -484,6 +510,9 @@ end:
     pthread_mutex_lock(&tp->lock);
     close(c->sock);
     c->sock = -1;
+    if (c->proved)
+        tp->nproved--;
+    c->proved = false;
     atomic_store(&c->finished, true);
     pthread_cond_broadcast(&tp->changed);
     pthread_mutex_unlock(&tp->lock);
@@ -513,21 +542,39 @@ static void reap_locked(struct shm_tp *tp)
     }
 }
 
+/* Strangers (connections whose requester has not passed the proof yet) draw from their own
+ * budget, max_unauthenticated, never from max_connections: when it is full, the oldest stranger
+ * is shut down to make room, so that processes that connect and say nothing cannot keep a
+ * proved requester out (tp->lock held). */
+static void make_room_locked(struct shm_tp *tp, uint32_t max_strangers)
+{
+    for (;;) {
+        uint32_t strangers = 0;
+        struct shm_conn *oldest = NULL;
+        for (struct shm_conn *c = tp->conns; c != NULL; c = c->next) {
+            if (c->proved || c->evicted || c->sock < 0)
+                continue;
+            strangers++;
+            if (oldest == NULL || c->accepted_ns < oldest->accepted_ns)
+                oldest = c;
+        }
+        if (strangers < max_strangers || oldest == NULL)
+            return;
+        ORB_LOGD("shm: dropping the oldest of %u same-host connections without a proof", strangers);
+        oldest->evicted = true;
+        shutdown(oldest->sock, SHUT_RDWR); /* its handshake ends at once */
+    }
+}
+
 static void accept_one(struct shm_tp *tp, int sock)
 {
-    uint32_t max = orb_engine_cfg(tp->engine)->max_connections;
-    struct shm_conn *c = NULL;
-    pthread_mutex_lock(&tp->lock);
-    reap_locked(tp);
-    bool full = tp->nconns >= max;
-    pthread_mutex_unlock(&tp->lock);
-    if (full || !orb_engine_source_open(tp->engine)) {
-        ORB_LOGI("shm: a same-host connection was refused: %s",
-                 full ? "max_connections are open" : "the source is closed");
+    const struct orb_engine_config *cfg = orb_engine_cfg(tp->engine);
+    if (!orb_engine_source_open(tp->engine)) {
+        ORB_LOGI("shm: a same-host connection was refused: the source is closed");
         close(sock);
         return;
     }
-    c = calloc(1, sizeof *c);
+    struct shm_conn *c = calloc(1, sizeof *c);
     struct shm_map *maps = calloc(ORB_SHM_MAPS_MAX, sizeof *maps);
     if (c == NULL || maps == NULL) {
         free(c);
@@ -538,10 +585,13 @@ static void accept_one(struct shm_tp *tp, int sock)
     c->tp = tp;
     c->sock = sock;
     c->maps = maps;
+    c->accepted_ns = orb_now_ns();
     atomic_init(&c->quit, false);
     atomic_init(&c->finished, false);
     pthread_mutex_init(&c->maps_lock, NULL);
     pthread_mutex_lock(&tp->lock);
+    reap_locked(tp);
+    make_room_locked(tp, cfg->max_unauthenticated);
     if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
         pthread_mutex_unlock(&tp->lock);
         close(sock);

@@ -4,6 +4,7 @@
  * ends the connection, and memory the source cannot map safely is never mapped. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,13 +57,17 @@ static void check_pattern(const uint8_t *p, size_t n, uint8_t seed, const char *
             fail_msg("%s: byte %zu changed", what, i);
 }
 
-static int setup(void **state)
+static int setup_with(void **state, uint32_t hello_ms, uint32_t max_strangers, uint32_t max_connections)
 {
     struct fx *f = calloc(1, sizeof *f);
     assert_non_null(f);
     struct orb_engine_config cfg;
     assert_int_equal(orb_engine_config_init(&cfg), 0);
-    cfg.hello_timeout_ms = 300;
+    cfg.hello_timeout_ms = hello_ms;
+    if (max_strangers != 0)
+        cfg.max_unauthenticated = max_strangers;
+    if (max_connections != 0)
+        cfg.max_connections = max_connections;
     if (orb_engine_create(&cfg, &f->src) != 0)
         fail_msg("orb_engine_create: %s", orb_last_error());
     assert_int_equal(orb_host_memory_alloc(RW_LEN, 0, &f->rw_mem), 0);
@@ -88,6 +93,17 @@ static int setup(void **state)
     assert_int_equal(orb_shm_info_ok_decode(resp, resp_len, &f->info), 0);
     *state = f;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_with(state, 300, 0, 0);
+}
+
+/* Strangers may wait a minute for their proof, four of them at most; three proved requesters. */
+static int setup_budgets(void **state)
+{
+    return setup_with(state, 60000, 4, 3);
 }
 
 static int teardown(void **state)
@@ -151,18 +167,29 @@ static void send_setup(int sock, int fd, uint64_t bytes)
     assert_int_equal(shm_sock_send(sock, msg, len, fd, orb_deadline_after(SEC)), 0);
 }
 
-/* A proved, set-up connection with 16-entry rings. */
-static void raw_open(struct fx *f, struct raw *r)
+/* Send HELLO on `sock` and read the source's: 0 when it answered with its own, else the
+ * status of the receive (the source ended the connection: ORB_EPEER). */
+static int raw_prove(struct fx *f, int sock)
 {
-    memset(r, 0, sizeof *r);
-    r->sock = raw_connect(f);
-    send_hello(f, r->sock, &f->epoch, (uint32_t)getpid());
+    send_hello(f, sock, &f->epoch, (uint32_t)getpid());
     uint8_t buf[256];
     size_t n = 0;
-    assert_int_equal(shm_sock_recv(r->sock, buf, sizeof buf, &n, NULL, orb_deadline_after(3 * SEC)), 0);
+    int rc = shm_sock_recv(sock, buf, sizeof buf, &n, NULL, orb_deadline_after(3 * SEC));
+    if (rc != 0)
+        return rc;
     struct orb_samehost_hello h;
     assert_int_equal(orb_samehost_hello_decode(buf, n, &h), 0);
     assert_memory_equal(h.epoch.bytes, f->epoch.bytes, sizeof h.epoch.bytes);
+    return 0;
+}
+
+/* SETUP on a proved connection `sock` (taken over by *r): 16-entry rings. */
+static void raw_setup(struct raw *r, int sock)
+{
+    memset(r, 0, sizeof *r);
+    r->sock = sock;
+    uint8_t buf[256];
+    size_t n = 0;
     uint64_t bytes = orb_shm_setup_bytes(16, 16);
     int fd = memory_file(bytes, 1);
     r->rings = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -177,6 +204,14 @@ static void raw_open(struct fx *f, struct raw *r)
     struct orb_shm_status st;
     assert_int_equal(orb_shm_status_decode(ORB_SHM_SETUP_OK, buf, n, &st), 0);
     assert_int_equal(st.status, 0);
+}
+
+/* A proved, set-up connection with 16-entry rings. */
+static void raw_open(struct fx *f, struct raw *r)
+{
+    int sock = raw_connect(f);
+    assert_int_equal(raw_prove(f, sock), 0);
+    raw_setup(r, sock);
 }
 
 static void raw_close(struct raw *r)
@@ -230,6 +265,72 @@ static int raw_request(struct raw *r, uint8_t op, uint32_t map_id, uint64_t map_
 }
 
 /* ---- the proof --------------------------------------------------------------------------------- */
+
+/* Whether the source still holds a connection open: nothing to read and no end seen. */
+static int still_open(int sock)
+{
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    return poll(&p, 1, 0) == 0;
+}
+
+/* Processes that connect and say nothing draw from max_unauthenticated, never from
+ * max_connections: the oldest is dropped for each newcomer past the budget, so that they
+ * cannot keep a requester out for hello_timeout_ms; proved connections have their own budget. */
+static void test_strangers_cannot_keep_a_requester_out(void **state)
+{
+    struct fx *f = *state;
+    enum { N = 10, BUDGET = 4 };
+    int strangers[N];
+    for (int i = 0; i < N; i++)
+        strangers[i] = raw_connect(f);
+    /* The six oldest make room for the four newest, long before their 60 s proof deadline. */
+    for (int i = 0; i < N - BUDGET; i++)
+        assert_ended(strangers[i], "a stranger past the budget");
+    for (int i = N - BUDGET; i < N; i++)
+        assert_true(still_open(strangers[i]));
+    /* A requester gets in at once and is served. */
+    uint64_t t0 = orb_now_ns();
+    struct raw r[3];
+    raw_open(f, &r[0]);
+    assert_true(orb_now_ns() - t0 < 2 * SEC);
+    int fd = memory_file(BUF_LEN, 1);
+    assert_int_equal(raw_map(&r[0], 1, fd, 0, BUF_LEN, 1), 0);
+    assert_int_equal(raw_request(&r[0], ORB_OP_READ, 1, 0, f->rw, 4096, f->rw, 4096), 0);
+    /* Its arrival dropped the oldest stranger left; the others are still there. */
+    assert_ended(strangers[N - BUDGET], "the oldest stranger when a requester came");
+    for (int i = N - BUDGET + 1; i < N; i++)
+        assert_true(still_open(strangers[i]));
+    /* Two more proved requesters fit max_connections (3); a fourth is refused after its HELLO,
+     * and the strangers were never counted against it. */
+    raw_open(f, &r[1]);
+    raw_open(f, &r[2]);
+    int late = raw_connect(f);
+    send_hello(f, late, &f->epoch, (uint32_t)getpid());
+    assert_ended(late, "a requester past max_connections");
+    /* One leaves: the next one gets its slot once the source has seen it go. */
+    raw_close(&r[2]);
+    uint64_t deadline = orb_now_ns() + 5 * SEC;
+    int sock;
+    for (;;) {
+        sock = raw_connect(f);
+        if (raw_prove(f, sock) == 0)
+            break;
+        close(sock);
+        assert_true(orb_now_ns() < deadline);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    struct raw again;
+    raw_setup(&again, sock);
+    assert_int_equal(raw_map(&again, 1, fd, 0, BUF_LEN, 1), 0);
+    assert_int_equal(raw_request(&again, ORB_OP_WRITE, 1, 0, f->rw + 4096, 4096, f->rw + 4096, 4096), 0);
+    raw_close(&again);
+    raw_close(&r[1]);
+    raw_close(&r[0]);
+    close(fd);
+    for (int i = N - BUDGET + 1; i < N; i++)
+        close(strangers[i]);
+}
 
 static void test_proof_refusals(void **state)
 {
@@ -433,6 +534,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_proof_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_strangers_cannot_keep_a_requester_out, setup_budgets, teardown),
         cmocka_unit_test_setup_teardown(test_setup_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_maps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_requests, setup, teardown),
