@@ -231,13 +231,11 @@ static void *good_main(void *arg)
     orb_engine_endpoint(g->src, ep, sizeof ep);
     orb_engine_source_epoch(g->src, &epoch);
     for (unsigned round = 0; !atomic_load(g->stop); round++) {
-        uint64_t t0 = (uint64_t)now_ms() * 1000000u;
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
         orb_segment *seg = NULL;
         int rc = orb_open_segment(req, ep, &epoch, EU_SEC, &seg);
         clock_gettime(CLOCK_MONOTONIC, &b);
-        (void)t0;
         uint64_t took = (uint64_t)(b.tv_sec - a.tv_sec) * EU_SEC + (uint64_t)b.tv_nsec -
                         (uint64_t)a.tv_nsec;
         if (took > g->worst_open_ns)
@@ -374,7 +372,10 @@ static void test_strangers_cannot_block_good_peers(void **state)
             worst = peers[i].worst_open_ns;
     }
     print_message("good peers: %d opens, slowest %.1f ms\n", opens, (double)worst / 1e6);
-    assert_true(worst <= EU_SEC);
+    /* Every open succeeded within its own 1 s deadline (a late one is a failure above); the
+     * clock readings around the call may add the thread's scheduling to that (an open that
+     * waited for a SYN retransmission, 1 s on Linux, measured 1000.3 ms on a loaded host). */
+    assert_true(worst <= EU_SEC + EU_SEC / 20);
     assert_true(st.idle_connected >= IDLE_STRANGERS / 2);
     /* Every idle stranger was dropped: by the budget or by its deadline. */
     assert_int_equal(st.idle_dropped, st.idle_connected);
