@@ -66,6 +66,14 @@ static PyObject *raise_last(int status)
     return raise_status(status, orb_last_error());
 }
 
+/* The calling thread's detail message of a failure `rc`, kept before later calls replace it
+ * ("" for success). */
+#define WHY_LEN 512
+static void keep_why(int rc, char why[WHY_LEN])
+{
+    snprintf(why, WHY_LEN, "%s", rc != 0 ? orb_last_error() : "");
+}
+
 static PyObject *raise_invalid(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static PyObject *raise_invalid(const char *fmt, ...)
 {
@@ -325,6 +333,15 @@ static PyObject *outcome(int rc, const struct orb_batch_report *r, const char *m
     return t;
 }
 
+/* The end of every dealloc: free the instance and drop its heap type's reference. */
+static void instance_free(PyObject *obj)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(obj);
+    Py_DECREF(type);
+}
+
 /* ---- HostMemory --------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -369,12 +386,9 @@ static PyObject *hostmem_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static void hostmem_dealloc(PyObject *obj)
 {
     HostMemoryObject *self = (HostMemoryObject *)obj;
-    PyTypeObject *type = Py_TYPE(obj);
     orb_host_memory_unref(self->mem); /* registrations hold their own references */
     self->mem = NULL;
-    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-    tp_free(obj);
-    Py_DECREF(type);
+    instance_free(obj);
 }
 
 static int hostmem_getbuffer(PyObject *obj, Py_buffer *view, int flags)
@@ -528,7 +542,6 @@ static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static void engine_dealloc(PyObject *obj)
 {
     EngineObject *self = (EngineObject *)obj;
-    PyTypeObject *type = Py_TYPE(obj);
     orb_engine *e = self->engine;
     self->engine = NULL;
     if (e != NULL) {
@@ -537,9 +550,7 @@ static void engine_dealloc(PyObject *obj)
         Py_END_ALLOW_THREADS
     }
     drain_pending();
-    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-    tp_free(obj);
-    Py_DECREF(type);
+    instance_free(obj);
 }
 
 static PyObject *engine_endpoint_impl(orb_engine *e, PyObject *unused)
@@ -595,9 +606,8 @@ static PyObject *engine_close(PyObject *obj, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     rc = orb_engine_close(e, timeout);
     Py_END_ALLOW_THREADS
-    char why[512] = "";
-    if (rc != 0)
-        snprintf(why, sizeof why, "%s", orb_last_error());
+    char why[WHY_LEN];
+    keep_why(rc, why);
     engine_leave(self);
     if (rc != 0)
         return raise_status(rc, why);
@@ -679,9 +689,8 @@ static PyObject *engine_register_buffer_impl(orb_engine *e, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = orb_register_host_memory(e, mem, 0, (size_t)h->view.len, (enum orb_perm)perm, &id);
     Py_END_ALLOW_THREADS
-    char why[512] = "";
-    if (rc != 0)
-        snprintf(why, sizeof why, "%s", orb_last_error());
+    char why[WHY_LEN];
+    keep_why(rc, why);
     uint64_t addr = (uint64_t)(uintptr_t)h->view.buf, len = (uint64_t)h->view.len;
     orb_host_memory_unref(mem); /* the registration holds it; on failure this releases h */
     if (rc != 0) {
@@ -764,9 +773,8 @@ static PyObject *engine_register_cuda_impl(orb_engine *e, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = orb_register_cuda_memory(e, mem, (size_t)(ptr - base), (size_t)length, (enum orb_perm)perm, &id);
     Py_END_ALLOW_THREADS
-    char why[512] = "";
-    if (rc != 0)
-        snprintf(why, sizeof why, "%s", orb_last_error());
+    char why[WHY_LEN];
+    keep_why(rc, why);
     Py_BEGIN_ALLOW_THREADS
     orb_cuda_memory_unref(mem); /* the registration holds it; on failure this may release h */
     Py_END_ALLOW_THREADS
@@ -906,9 +914,8 @@ static PyObject *engine_submit_and_wait_impl(orb_engine *e, PyObject *args)
     rc = orb_submit_and_wait(e, seg, reqs, n, na.held ? &na.n : NULL, timeout, &rep);
     Py_END_ALLOW_THREADS
     segment_leave(seg_obj);
-    char why[512] = "";
-    if (rc != 0)
-        snprintf(why, sizeof why, "%s", orb_last_error());
+    char why[WHY_LEN];
+    keep_why(rc, why);
     notify_done(&na);
     free(reqs);
     drain_pending();
@@ -1109,7 +1116,6 @@ static PyType_Spec engine_spec = {"orbite._orbite.Engine", sizeof(EngineObject),
 static void segment_dealloc(PyObject *obj)
 {
     SegmentObject *self = (SegmentObject *)obj;
-    PyTypeObject *type = Py_TYPE(obj);
     if (self->segment != NULL) {
         orb_segment *seg = self->segment;
         self->segment = NULL;
@@ -1117,9 +1123,7 @@ static void segment_dealloc(PyObject *obj)
         orb_segment_close(seg);
         Py_END_ALLOW_THREADS
     }
-    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-    tp_free(obj);
-    Py_DECREF(type);
+    instance_free(obj);
 }
 
 static PyObject *segment_close(PyObject *obj, PyObject *unused)
@@ -1218,7 +1222,6 @@ static void batch_leave(BatchObject *self)
 static void batch_dealloc(PyObject *obj)
 {
     BatchObject *self = (BatchObject *)obj;
-    PyTypeObject *type = Py_TYPE(obj);
     if (self->batch != NULL) {
         /* The library never frees live work: a batch dropped while it runs is sealed and waited
          * for first (it ends, at the latest, at the engine's io_timeout_s or close). */
@@ -1234,9 +1237,7 @@ static void batch_dealloc(PyObject *obj)
         Py_END_ALLOW_THREADS
     }
     Py_CLEAR(self->segment);
-    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
-    tp_free(obj);
-    Py_DECREF(type);
+    instance_free(obj);
 }
 
 static PyObject *batch_submit(PyObject *obj, PyObject *req_obj)
@@ -1255,9 +1256,8 @@ static PyObject *batch_submit(PyObject *obj, PyObject *req_obj)
     Py_BEGIN_ALLOW_THREADS
     rc = orb_batch_submit(b, reqs, n);
     Py_END_ALLOW_THREADS
-    char why[512] = "";
-    if (rc != 0)
-        snprintf(why, sizeof why, "%s", orb_last_error());
+    char why[WHY_LEN];
+    keep_why(rc, why);
     free(reqs);
     batch_leave(self);
     if (rc != 0)
@@ -1277,9 +1277,8 @@ static PyObject *batch_seal(PyObject *obj, PyObject *notify_obj)
         return NULL;
     }
     int rc = orb_batch_seal(b, na.held ? &na.n : NULL);
-    char why[512] = "";
-    if (rc != 0)
-        snprintf(why, sizeof why, "%s", orb_last_error());
+    char why[WHY_LEN];
+    keep_why(rc, why);
     notify_done(&na);
     batch_leave(self);
     if (rc != 0)
@@ -1297,9 +1296,8 @@ static PyObject *batch_poll(PyObject *obj, PyObject *unused)
     struct orb_batch_report rep;
     memset(&rep, 0, sizeof rep);
     int rc = orb_batch_poll(b, &rep);
-    char why[512] = "";
-    if (rc != 0 && rc != ORB_EAGAIN)
-        snprintf(why, sizeof why, "%s", orb_last_error());
+    char why[WHY_LEN];
+    keep_why(rc == ORB_EAGAIN ? 0 : rc, why);
     batch_leave(self);
     return outcome(rc, &rep, why);
 }
@@ -1319,9 +1317,8 @@ static PyObject *batch_wait(PyObject *obj, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     rc = orb_batch_wait(b, timeout, &rep);
     Py_END_ALLOW_THREADS
-    char why[512] = "";
-    if (rc != 0)
-        snprintf(why, sizeof why, "%s", orb_last_error());
+    char why[WHY_LEN];
+    keep_why(rc, why);
     batch_leave(self);
     return outcome(rc, &rep, why);
 }
@@ -1342,10 +1339,9 @@ static PyObject *batch_free(PyObject *obj, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     rc = orb_batch_free(b);
     Py_END_ALLOW_THREADS
-    char why[512] = "";
-    if (rc != 0)
-        snprintf(why, sizeof why, "%s", orb_last_error());
-    else
+    char why[WHY_LEN];
+    keep_why(rc, why);
+    if (rc == 0)
         self->batch = NULL;
     batch_leave(self);
     if (rc != 0)
