@@ -2,6 +2,7 @@
 
 import json
 import os
+import select
 import subprocess
 import sys
 
@@ -23,8 +24,10 @@ class Peer:
     def __init__(self, config: dict):
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "peer.py"), json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
+        ready, _, _ = select.select([self.proc.stdout], [], [], 60.0)
+        line = self.proc.stdout.readline() if ready else ""
         if not line:
+            self.proc.kill()
             raise RuntimeError("peer.py did not start (exit %s)" % self.proc.wait(10))
         info = json.loads(line)
         self.endpoint = info["endpoint"]
@@ -33,9 +36,13 @@ class Peer:
         self.rw, self.rw_len = info["rw"]
         self.ro, self.ro_len = info["ro"]
 
-    def ask(self, command: str) -> str:
+    def ask(self, command: str, timeout: float = 60.0) -> str:
+        """One command, one line of answer, within `timeout` seconds (a stuck peer fails the test)."""
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError("peer.py did not answer %r within %.0f s" % (command, timeout))
         return self.proc.stdout.readline().strip()
 
     def get(self, address: int, length: int) -> bytes:

@@ -10,6 +10,8 @@ answers one line per command on standard input:
 * ``quit`` (or end of input): closes the engine and exits 0.
 """
 
+import contextlib
+import ctypes
 import json
 import sys
 
@@ -21,6 +23,29 @@ RO_LEN = 8 << 20
 
 def pattern(n: int, seed: int) -> bytearray:
     return bytearray((i * 131 + seed) & 0xFF for i in range(256)) * (n // 256)
+
+
+def harness_access():
+    """This process looks at its memory on command, after the requester (another process) saw
+    its transfer acknowledged. That ordering runs through the other process and a pipe, which
+    ThreadSanitizer cannot see: under it (its runtime preloaded), the look is excluded from race
+    detection (only it: the library's threads are still checked). Elsewhere a no-op."""
+    lib = ctypes.CDLL(None)
+    try:
+        names = ("AnnotateIgnoreReadsBegin", "AnnotateIgnoreReadsEnd")
+        begin, end = (getattr(lib, n) for n in names)
+    except AttributeError:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def ignored():
+        begin(b"peer.py", 0)
+        try:
+            yield
+        finally:
+            end(b"peer.py", 0)
+
+    return ignored()
 
 
 def main() -> int:
@@ -44,7 +69,9 @@ def main() -> int:
             address, length = int(words[1]), int(words[2])
             for base, view in views:
                 if base <= address and address + length <= base + len(view):
-                    print(bytes(view[address - base:address - base + length]).hex(), flush=True)
+                    with harness_access():
+                        data = bytes(view[address - base:address - base + length])
+                    print(data.hex(), flush=True)
                     break
             else:
                 print("outside", flush=True)
