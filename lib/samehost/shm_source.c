@@ -39,8 +39,10 @@ struct shm_conn {
     atomic_bool quit;           /* both threads end */
     atomic_bool finished;       /* the socket thread ended: join and free */
     /* Under the transport's lock: a stranger (not yet proved) draws from max_unauthenticated,
-     * a proved connection from max_connections; an evicted stranger is on its way out. */
-    bool proved, evicted;
+     * a proved connection from max_connections; an evicted stranger is on its way out. Atomic
+     * only so that no wider load of them touches the fields beside them, which the
+     * connection's own thread writes without that lock. */
+    atomic_bool proved, evicted;
     uint64_t accepted_ns;
     uint32_t peer_pid;
     /* The rings, once SETUP mapped them. */
@@ -364,12 +366,12 @@ static int claim_slot(struct shm_conn *c)
     uint32_t max = orb_engine_cfg(tp->engine)->max_connections;
     int rc = 0;
     pthread_mutex_lock(&tp->lock);
-    if (c->evicted) {
+    if (atomic_load_explicit(&c->evicted, memory_order_relaxed)) {
         rc = orb_fail(ORB_ERESOURCE, "shm: dropped for a newer connection (max_unauthenticated)");
     } else if (tp->nproved >= max) {
         rc = orb_fail(ORB_ERESOURCE, "shm: max_connections (%u) same-host connections are open", max);
     } else {
-        c->proved = true;
+        atomic_store_explicit(&c->proved, true, memory_order_relaxed);
         tp->nproved++;
     }
     pthread_mutex_unlock(&tp->lock);
@@ -510,9 +512,9 @@ end:
     pthread_mutex_lock(&tp->lock);
     close(c->sock);
     c->sock = -1;
-    if (c->proved)
+    if (atomic_load_explicit(&c->proved, memory_order_relaxed))
         tp->nproved--;
-    c->proved = false;
+    atomic_store_explicit(&c->proved, false, memory_order_relaxed);
     atomic_store(&c->finished, true);
     pthread_cond_broadcast(&tp->changed);
     pthread_mutex_unlock(&tp->lock);
@@ -552,7 +554,8 @@ static void make_room_locked(struct shm_tp *tp, uint32_t max_strangers)
         uint32_t strangers = 0;
         struct shm_conn *oldest = NULL;
         for (struct shm_conn *c = tp->conns; c != NULL; c = c->next) {
-            if (c->proved || c->evicted || c->sock < 0)
+            if (atomic_load_explicit(&c->proved, memory_order_relaxed) ||
+                atomic_load_explicit(&c->evicted, memory_order_relaxed) || c->sock < 0)
                 continue;
             strangers++;
             if (oldest == NULL || c->accepted_ns < oldest->accepted_ns)
@@ -561,7 +564,7 @@ static void make_room_locked(struct shm_tp *tp, uint32_t max_strangers)
         if (strangers < max_strangers || oldest == NULL)
             return;
         ORB_LOGD("shm: dropping the oldest of %u same-host connections without a proof", strangers);
-        oldest->evicted = true;
+        atomic_store_explicit(&oldest->evicted, true, memory_order_relaxed);
         shutdown(oldest->sock, SHUT_RDWR); /* its handshake ends at once */
     }
 }
@@ -588,6 +591,8 @@ static void accept_one(struct shm_tp *tp, int sock)
     c->accepted_ns = orb_now_ns();
     atomic_init(&c->quit, false);
     atomic_init(&c->finished, false);
+    atomic_init(&c->proved, false);
+    atomic_init(&c->evicted, false);
     pthread_mutex_init(&c->maps_lock, NULL);
     pthread_mutex_lock(&tp->lock);
     reap_locked(tp);
