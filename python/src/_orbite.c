@@ -1432,21 +1432,6 @@ static PyObject *mod_get_log_level(PyObject *mod, PyObject *unused)
     return PyLong_FromLong((long)orb_log_get_level());
 }
 
-static PyObject *mod_epoch_check(PyObject *mod, PyObject *arg)
-{
-    (void)mod;
-    const char *text = PyUnicode_Check(arg) ? PyUnicode_AsUTF8AndSize(arg, NULL) : NULL;
-    if (text == NULL) {
-        PyErr_Clear();
-        return PyErr_Format(PyExc_TypeError, "an epoch is a str of 32 hex digits");
-    }
-    struct orb_epoch ep;
-    int rc = orb_epoch_parse(text, &ep);
-    if (rc != 0)
-        return raise_last(rc);
-    return epoch_text(&ep);
-}
-
 static PyObject *mod_cuda_retained(PyObject *mod, PyObject *unused)
 {
     (void)mod;
@@ -1468,7 +1453,6 @@ static PyMethodDef module_methods[] = {
     {"released", mod_released, METH_O, NULL},
     {"set_log_level", mod_set_log_level, METH_O, NULL},
     {"get_log_level", mod_get_log_level, METH_NOARGS, NULL},
-    {"epoch_check", mod_epoch_check, METH_O, NULL},
     {"cuda_retained", mod_cuda_retained, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
