@@ -48,10 +48,10 @@ def source_main(config, BUFFER):
 
 def run_cell(engine, seg, local, remote, op, block, batch, depth, transport, duration, warmup, BUFFER):
     slots = BUFFER // block
-    lists = []
-    for first in range(0, slots, batch):
-        lists.append([Request(op, local.address + ((first + i) % slots) * block,
-                              remote + ((first + i) % slots) * block, block, transport) for i in range(batch)])
+    # Whole batches of distinct blocks: the `depth` batches in flight never share a block.
+    lists = [[Request(op, local.address + (first + i) * block, remote + (first + i) * block, block, transport)
+              for i in range(batch)] for first in range(0, slots - batch + 1, batch)]
+    assert len(lists) >= depth
     next_list = 0
     ring = []
     start = time.monotonic()
@@ -90,16 +90,20 @@ def main():
     ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--transport", choices=["tcp", "shm", "unspec"], default="tcp")
     ap.add_argument("--config", default="{}", help="engine configuration (JSON) of both engines")
-    ap.add_argument("--buffer-size", default="256M", help="the source's buffer and the mirror (default 256M)")
+    ap.add_argument("--buffer-size", default="256M",
+                    help="the source's buffer and the mirror (default 256M, grown to depth x batch blocks)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     config = json.loads(args.config)
-    BUFFER = size_of(args.buffer_size)
+    # Room for every request in flight to have its own block, as orbite-bench makes it: two
+    # in-flight READs into the same local bytes would race each other.
+    largest = max(size_of(b) for b in args.block_size.split(","))
+    BUFFER = max(size_of(args.buffer_size), args.depth * args.batch * largest)
     if args.mode == "source":
         source_main(config, BUFFER)
         return 0
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--mode", "source", "--config", args.config,
-                             "--buffer-size", args.buffer_size],
+                             "--buffer-size", str(BUFFER)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     info = json.loads(proc.stdout.readline())
     transport = {"tcp": Transport.TCP, "shm": Transport.SHM, "unspec": Transport.UNSPEC}[args.transport]
