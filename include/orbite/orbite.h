@@ -274,6 +274,7 @@ typedef struct orb_engine orb_engine;
 /** Bits of struct orb_engine_params::field_mask: which fields the caller set. */
 #define ORB_ENGINE_PARAM_CONFIG (1ull << 0)
 #define ORB_ENGINE_PARAM_RDMA (1ull << 1)
+#define ORB_ENGINE_PARAM_METRICS (1ull << 2)
 
 /**
  * Everything an engine is made from. The library reads only the fields whose bit is set in
@@ -287,6 +288,12 @@ struct orb_engine_params {
     /** ORB_ENGINE_PARAM_RDMA: run the RDMA transport with these settings, copied (unset or
      *  NULL: no RDMA transport, and libibverbs is never loaded). */
     const orb_rdma_config *rdma;
+    /** ORB_ENGINE_PARAM_METRICS: serve the engine's metrics in Prometheus's text format over
+     *  HTTP (GET /metrics) on this address, "host:port" with a numeric host ("[::1]:9464" for
+     *  IPv6); NULL or "" means "127.0.0.1:0", loopback on a free port. Unset: no server, and
+     *  libmicrohttpd is never loaded (orb_engine_metrics() works either way). The bound address
+     *  is orb_engine_metrics_address()'s. */
+    const char *metrics_address;
 };
 
 /**
@@ -323,7 +330,7 @@ struct orb_rdma_stats {
     uint32_t comp_mask;            /* 0 in this release */
     uint32_t nics_open;            /* NICs opened (protection domain allocated) */
     uint32_t rails;                /* NICs that carry requests (queue pairs per connection) */
-    uint32_t reserved32;
+    uint32_t helper;               /* 1: the NICs were opened through orbite-helper's session */
     uint64_t completed_reads;      /* READ work requests that completed successfully */
     uint64_t completed_writes;     /* WRITE work requests that completed successfully */
     uint64_t payload_send_cqes;    /* payload completions received (one per signaled WR) */
@@ -657,6 +664,84 @@ struct orb_cuda_retained {
  * zero when none, or when CUDA was never used). Errors: ORB_EINVAL (out NULL).
  */
 int orb_cuda_retained_resources(struct orb_cuda_retained *out);
+
+/* ------------------------------------------------------------------------ */
+/* Metrics                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** Slots of the per-transport tables below: by enum orb_transport (index 0, UNSPEC, stays 0). */
+#define ORB_METRICS_TRANSPORTS 5
+/** Buckets of the batch latency histogram (bounds in struct orb_metrics). */
+#define ORB_METRICS_LATENCY_BUCKETS 20
+/** struct orb_metrics::comp_mask: the rdma member is filled (the engine runs RDMA). */
+#define ORB_METRICS_RDMA (1u << 0)
+
+/** Requests of one transport and operation. */
+struct orb_metrics_transfers {
+    uint64_t requests; /* completed successfully */
+    uint64_t bytes;    /* their bytes */
+    uint64_t failed;   /* ended with a failure */
+};
+
+/**
+ * An engine's counters (since it was created) and gauges (now), filled by orb_engine_metrics().
+ * Counters only grow. The snapshot takes no lock on the data path: counters updated by
+ * different threads at the same moment may be seen one before the other.
+ */
+struct orb_metrics {
+    uint32_t comp_mask;        /* ORB_METRICS_* bits: which optional members are filled */
+    uint32_t reserved32;       /* 0 */
+    uint64_t uptime_ns;        /* since the engine was created */
+    /* This engine's requests, by the transport that carried them and op ([t][ORB_OP_READ] and
+     * [t][ORB_OP_WRITE]); a request counts once, when it ends. */
+    struct orb_metrics_transfers requested[ORB_METRICS_TRANSPORTS][2];
+    uint64_t withdrawn_requests; /* requests withdrawn before they started (after a failure) */
+    /* Failed requests by status: failures[-status], for ORB_EINVAL (1) .. ORB_EAGAIN (16). */
+    uint64_t failures[17];
+    /* Peers' requests this engine's source served: a request counts when its last byte moved
+     * (TCP, same-host, NVLink) or its grant ended (RDMA); failed: refused or failed there. */
+    struct orb_metrics_transfers served[ORB_METRICS_TRANSPORTS][2];
+    /* Batches (orb_submit_and_wait and asynchronous) from the first submission until every
+     * request ended: latency_buckets[i] counts those that took at most latency_bound_us[i] and
+     * more than the bound before it (not cumulative); the last bound is UINT64_MAX. */
+    uint64_t latency_bound_us[ORB_METRICS_LATENCY_BUCKETS];
+    uint64_t latency_buckets[ORB_METRICS_LATENCY_BUCKETS];
+    uint64_t latency_sum_ns;
+    uint64_t batches;            /* batches settled: the sum of latency_buckets */
+    uint64_t notifications_received; /* delivered to this engine's source */
+    /* Gauges. */
+    uint64_t registrations;      /* published registrations */
+    uint64_t batches_live;       /* open batches */
+    uint64_t notifications_queued; /* received and not yet polled */
+    uint32_t reserved32b;        /* 0 */
+    struct orb_rdma_stats rdma;  /* with ORB_METRICS_RDMA; zero otherwise */
+    struct orb_cuda_retained cuda_retained; /* process-wide (orb_cuda_retained_resources()) */
+    uint64_t reserved[8];        /* 0: room for fields before 1.0 */
+};
+
+/**
+ * Write the address the engine serves its metrics on (ORB_ENGINE_PARAM_METRICS), "host:port",
+ * NUL-terminated, into `buf`. Errors: ORB_EINVAL (NULL, or `len` too small), ORB_EUNAVAILABLE
+ * (the engine serves none, or it was closed).
+ */
+int orb_engine_metrics_address(const orb_engine *engine, char *buf, size_t len);
+
+/**
+ * Fill *out with the engine's metrics (written only on success; the caller owns it). Callable at
+ * any rate from any thread, also while the engine closes.
+ * Errors: ORB_EINVAL (NULL).
+ */
+int orb_engine_metrics(const orb_engine *engine, struct orb_metrics *out);
+
+/**
+ * The same snapshot as one JSON object, with the RDMA NICs' load (orb_engine_rdma_nic_load())
+ * as "nics", written NUL-terminated into `buf` (`len` bytes). `*needed` (if not NULL) receives
+ * the length the text needs, NUL included. With `buf` NULL and `len` 0 only that is written
+ * (and 0 returned), so that a caller can size its buffer; a buffer too small gets nothing, and
+ * *needed is written all the same. The layout is in docs/man/orb_engine_metrics.md.
+ * Errors: ORB_EINVAL (NULL engine, `buf` NULL with `len` > 0, or `len` too small), ORB_ENOMEM.
+ */
+int orb_engine_metrics_json(const orb_engine *engine, char *buf, size_t len, size_t *needed);
 
 /* ------------------------------------------------------------------------ */
 /* Registration                                                              */

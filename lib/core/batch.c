@@ -102,6 +102,8 @@ struct orb_batch {
     int timed_out;
     int orphaned;                /* the user's handle is gone; free when live reaches 0 */
     uint64_t deadline_ns;        /* orb_submit_and_wait's deadline (ORB_DEADLINE_NONE: none) */
+    uint64_t first_submit_ns;    /* when its first group was accepted (0: none yet); lock */
+    int latency_counted;         /* its latency went to the engine's metrics; lock */
     struct orb_batch *reap_next;
     /* notification */
     enum orb_notify_state notify_state;
@@ -184,11 +186,23 @@ static void advance_prefix(struct orb_batch *b)
     b->prefix_group = g;
 }
 
+/* Once a sealed batch has nothing live, its latency goes to the metrics, once (lock held). */
+static void count_latency_locked(struct orb_batch *b)
+{
+    if (b->sealed && !b->latency_counted && b->first_submit_ns != 0 && atomic_load(&b->live) == 0) {
+        b->latency_counted = 1;
+        orb_metrics_batch(&b->engine->metrics, orb_now_ns() - b->first_submit_ns);
+    }
+}
+
 static void batch_live_drop(struct orb_batch *b)
 {
     /* Called with b->lock held; waiters only care about the batch settling. */
-    if (atomic_fetch_sub(&b->live, 1) == 1 && b->waiters > 0)
-        pthread_cond_broadcast(&b->cond);
+    if (atomic_fetch_sub(&b->live, 1) == 1) {
+        count_latency_locked(b);
+        if (b->waiters > 0)
+            pthread_cond_broadcast(&b->cond);
+    }
 }
 
 void orb_xfer_done(struct orb_xfer *x, int status, enum orb_remote_effect effect)
@@ -233,6 +247,8 @@ void orb_xfer_done_why(struct orb_xfer *x, int status, enum orb_remote_effect ef
                 r->effect_unknown = 1;
         }
         if (--r->remaining == 0) {
+            orb_metrics_requested(&b->engine->metrics, r->tp_slot, r->op, r->length,
+                                  r->status != 0 ? r->status : r->withdrawn != 0 ? 1 : 0);
             unpin = r->local_pin;
             r->local_pin = NULL;
             /* Before the request's end can be seen: its bytes are free for the next one then. */
@@ -682,6 +698,8 @@ ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, si
     else
         b->groups = g;
     b->groups_tail = g;
+    if (b->n_reqs == 0)
+        b->first_submit_ns = orb_now_ns();
     b->n_reqs += n;
     b->slices_live += g->nslices;
     atomic_fetch_add(&b->live, g->nslices);
@@ -806,6 +824,8 @@ ORB_EXPORT int orb_batch_seal(orb_batch *b, const struct orb_notification *notif
         rc = orb_fail(ORB_EBUSY, "orb_batch_seal: already sealed");
     else if ((rc = copy_notification(b, notify_or_null)) == 0)
         b->sealed = 1;
+    if (rc == 0)
+        count_latency_locked(b); /* everything may have ended already */
     pthread_mutex_unlock(&b->lock);
     if (rc == 0)
         maybe_send_notification(b);
@@ -1085,6 +1105,7 @@ ORB_EXPORT int orb_submit_and_wait(orb_engine *engine, orb_segment *segment,
     }
     pthread_mutex_lock(&b->lock);
     b->sealed = 1;
+    count_latency_locked(b); /* everything may have ended already */
     pthread_mutex_unlock(&b->lock);
 
     int waited = wait_settled(b, deadline);

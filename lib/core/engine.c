@@ -12,6 +12,7 @@
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "memory.h"
 #include "random.h"
 #include "rdma_config.h"
@@ -44,7 +45,7 @@ ORB_EXPORT int orb_engine_create(const struct orb_engine_config *cfg, orb_engine
     return engine_create(cfg, NULL, builtin_transports, BUILTIN_COUNT, out);
 }
 
-#define KNOWN_PARAMS (ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA)
+#define KNOWN_PARAMS (ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA | ORB_ENGINE_PARAM_METRICS)
 
 ORB_EXPORT int orb_engine_create_params(const struct orb_engine_params *params, orb_engine **out)
 {
@@ -65,7 +66,45 @@ ORB_EXPORT int orb_engine_create_params(const struct orb_engine_params *params, 
     const struct orb_rdma_config *rdma = NULL;
     if (params->field_mask & ORB_ENGINE_PARAM_RDMA)
         rdma = params->rdma;
-    return engine_create(cfg, rdma, builtin_transports, BUILTIN_COUNT, out);
+    orb_engine *engine = NULL;
+    int rc = engine_create(cfg, rdma, builtin_transports, BUILTIN_COUNT, &engine);
+    if (rc != 0)
+        return rc;
+    if (params->field_mask & ORB_ENGINE_PARAM_METRICS) {
+        const char *address = params->metrics_address;
+        struct orb_metrics_http *h = NULL;
+        rc = orb_metrics_http_start(engine, address != NULL && address[0] != '\0' ? address : "127.0.0.1:0", &h);
+        if (rc != 0) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", orb_last_error());
+            orb_engine_free(engine);
+            return orb_fail(rc, "%s", why);
+        }
+        atomic_store(&engine->http, h);
+    }
+    *out = engine;
+    return 0;
+}
+
+ORB_EXPORT int orb_engine_metrics_address(const orb_engine *engine, char *buf, size_t len)
+{
+    if (engine == NULL || buf == NULL || len == 0)
+        return orb_fail(ORB_EINVAL, "orb_engine_metrics_address: NULL argument or empty buffer");
+    struct orb_metrics_http *h = atomic_load(&((orb_engine *)engine)->http);
+    if (h == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "this engine serves no metrics over HTTP (ORB_ENGINE_PARAM_METRICS was "
+                        "not set, or it was closed)");
+    const char *a = orb_metrics_http_address(h);
+    if (strlen(a) >= len)
+        return orb_fail(ORB_EINVAL, "orb_engine_metrics_address: %zu bytes given, %zu needed", len, strlen(a) + 1);
+    memcpy(buf, a, strlen(a) + 1);
+    return 0;
+}
+
+/* Stop serving metrics over HTTP (once: whoever takes the server stops it). */
+static void stop_exporter(orb_engine *engine)
+{
+    orb_metrics_http_stop(atomic_exchange(&engine->http, NULL));
 }
 
 /* Registration hooks: every started transport that keeps registration state attaches it. */
@@ -208,6 +247,8 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
     atomic_init(&engine->source_open, cfg->enable_source ? 1 : 0);
     atomic_init(&engine->requester_open, 1);
     atomic_init(&engine->live_batches, 0);
+    atomic_init(&engine->http, NULL);
+    orb_metrics_init(&engine->metrics);
     engine->spin_allowed = cfg->busy_poll_us > 0 && cfg->tcp_workers + 1 <= usable_cpus();
     engine->poll_allowed = cfg->busy_poll_us > 0 && usable_cpus() >= 2;
     if (pthread_mutex_init(&engine->lock, NULL) != 0) {
@@ -321,6 +362,12 @@ ORB_EXPORT int orb_engine_source_epoch(const orb_engine *engine, struct orb_epoc
     return 0;
 }
 
+void orb_engine_count_served(orb_engine *engine, unsigned tp, unsigned op, uint64_t bytes, int ends, int status)
+{
+    if (engine != NULL)
+        orb_metrics_served(&engine->metrics, tp, op, bytes, ends, status);
+}
+
 int orb_engine_deliver_notification(orb_engine *engine, const struct orb_epoch *sender,
                                     const uint8_t *data, uint32_t len)
 {
@@ -343,6 +390,7 @@ int orb_engine_deliver_notification(orb_engine *engine, const struct orb_epoch *
         return orb_fail(ORB_ERESOURCE, "notification queue full (max_notifications=%u)",
                         engine->cfg.max_notifications);
     }
+    orb_metrics_notification(&engine->metrics);
     if (engine->notes_tail != NULL)
         engine->notes_tail->next = node;
     else
@@ -464,6 +512,7 @@ ORB_EXPORT int orb_engine_close(orb_engine *engine, uint64_t timeout_ns)
         ORB_LOGE("%s", orb_last_error());
         return rc;
     }
+    stop_exporter(engine);
     pthread_mutex_lock(&engine->lock);
     engine->stopped = 1;
     struct orb_stager *st = engine->stager;
@@ -481,6 +530,7 @@ void orb_engine_ref(orb_engine *engine)
 
 static void engine_destroy(orb_engine *engine)
 {
+    stop_exporter(engine); /* an engine whose close never proved quiescence may still serve */
     orb_engine_reap(engine);
     /* Every retirement (transport state, then the owner's release; the registry's last ones
      * included) runs before this returns, while the engine, its empty table and its stopped

@@ -33,4 +33,10 @@ int orb_engine_register_ranges(orb_engine *engine, const char *call, const struc
 /* 1 while source admission is open. */
 int orb_engine_source_open(const orb_engine *engine);
 
+/* Count a peer's request, or a piece of one, that this engine's source served on transport `tp`
+ * (its id): `op` an enum orb_op, `status` 0 when its `bytes` moved (`ends` 1 for the request's
+ * last piece, which counts the request), negative when it was refused or failed. For
+ * orb_engine_metrics(); a few relaxed atomic adds, callable from any thread. */
+void orb_engine_count_served(orb_engine *engine, unsigned tp, unsigned op, uint64_t bytes, int ends, int status);
+
 #endif

@@ -6,9 +6,11 @@
 #include <stdatomic.h>
 
 #include "engine.h"
+#include "metrics.h"
 #include "transport.h"
 
 struct orb_batch;
+struct orb_metrics_http;
 
 struct orb_notification_node {
     struct orb_notification_node *next;
@@ -48,6 +50,10 @@ struct orb_engine {
     /* Whether a waiting caller may poll a transport's completions itself (peer_poll): with
      * busy_poll_us and at least two CPUs, one for the caller and one for the peer it waits on. */
     int poll_allowed;
+
+    struct orb_metrics_counters metrics; /* counters of orb_engine_metrics() */
+    /* The Prometheus exporter (ORB_ENGINE_PARAM_METRICS), NULL without one or once stopped. */
+    _Atomic(struct orb_metrics_http *) http;
 
     pthread_mutex_t lock;     /* guards the fields below */
     int stopped;              /* the transport was stopped: no more I/O */

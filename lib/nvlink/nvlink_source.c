@@ -21,6 +21,8 @@ struct nvl_group {
     uint32_t n;
     struct orb_reg *pins[ORB_NVL_GROUP_MAX];
     void *loans[ORB_NVL_GROUP_MAX];
+    uint8_t ops[ORB_NVL_GROUP_MAX];       /* each held range's operation and length: counted */
+    uint64_t lengths[ORB_NVL_GROUP_MAX];  /* as served when the requester ends the group */
     /* The allocations of its BEGIN_OK in their order (each held by a pin above), and the token
      * that fetches the descriptor of one shared by descriptor (has_token: one is). */
     orb_cuda_memory *owners[ORB_NVL_GROUP_MAX];
@@ -290,9 +292,13 @@ static int answer_begin(struct nvl_tp *tp, const struct orb_epoch *sender, uint8
         gr->alloc = st == 0 ? (uint16_t)a : 0;
         if (st != 0)
             snprintf(gr->why, sizeof gr->why, "%s", orb_last_error());
+        if (st != 0 && hold)
+            orb_engine_count_served(tp->engine, ORB_TRANSPORT_NVLINK, in.ranges[i].op == ORB_OP_READ ? 0 : 1, 0, 0, st);
         if (pin != NULL && hold) {
             g->pins[g->n] = pin;
             g->loans[g->n] = loan;
+            g->ops[g->n] = in.ranges[i].op == ORB_OP_READ ? ORB_OP_READ : ORB_OP_WRITE;
+            g->lengths[g->n] = in.ranges[i].length;
             g->n++;
         } else if (pin != NULL)
             orb_registry_release(pin);
@@ -339,6 +345,8 @@ static int answer_end(struct nvl_tp *tp, const struct orb_epoch *sender, const u
     if (g == NULL)
         return orb_fail(ORB_ETIMEDOUT, "nvlink: group %llu is not held here: its lease of %llu ms ran out (or it "
                         "was never begun)", (unsigned long long)id, (unsigned long long)(tp->lease_ns / 1000000));
+    for (uint32_t i = 0; i < g->n; i++) /* the requester copied them while the group was held */
+        orb_engine_count_served(tp->engine, ORB_TRANSPORT_NVLINK, g->ops[i], g->lengths[i], 1, 0);
     group_free(g);
     return orb_nvl_end_encode(ORB_NVL_END_OK, id, resp, cap, resp_len);
 }

@@ -275,6 +275,8 @@ static void teardown(struct orb_rdma_tp *tp, struct rdma_src_conn *c, struct rdm
         status = undone; /* the end is not certain: the request must not count as done */
     release(tp, g, undone != 0);
     if (g->ack) {
+        orb_engine_count_served(tp->engine, ORB_TRANSPORT_RDMA, g->op == ORB_OP_READ ? ORB_OP_READ : ORB_OP_WRITE,
+                                g->length, 1, status);
         atomic_fetch_add(&tp->grants_served, 1);
         atomic_fetch_add(&tp->private_grants, 1);
     } else if (g->status != ORB_ECLOSED) {

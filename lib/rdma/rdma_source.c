@@ -1228,6 +1228,8 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
             status = kept;
     }
     uint64_t request = g->request, id = g->id;
+    orb_engine_count_served(tp->engine, ORB_TRANSPORT_RDMA, g->op == ORB_OP_READ ? ORB_OP_READ : ORB_OP_WRITE,
+                            g->length, 1, status);
     grant_release(c, g, true);
     free(g);
     atomic_fetch_add(&tp->grants_served, 1);

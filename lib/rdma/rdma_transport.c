@@ -567,6 +567,7 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     memset(&st, 0, sizeof st);
     st.nics_open = tp->dev.nopen;
     st.rails = tp->nrails;
+    st.helper = tp->disc.helper != NULL;
     st.completed_reads = atomic_load(&tp->completed_reads);
     st.completed_writes = atomic_load(&tp->completed_writes);
     st.payload_send_cqes = atomic_load(&tp->payload_send_cqes);

@@ -269,6 +269,8 @@ answer:
     out->status = rc;
     if (rc != 0)
         snprintf(out->why, sizeof out->why, "%s", orb_last_error());
+    orb_engine_count_served(tp->engine, ORB_TRANSPORT_SHM, rq->op == ORB_OP_READ ? ORB_OP_READ : ORB_OP_WRITE,
+                            rq->length, rq->remote_addr + rq->length == rq->request_addr + rq->request_length, rc);
 }
 
 /* Stage a completion, waiting while the ring is full (a requester keeps no more requests in

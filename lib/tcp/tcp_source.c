@@ -73,6 +73,7 @@ struct tcp_source_conn {
     uint8_t *rx_mem;                /* SRX_PAYLOAD: CPU view of the target range; NULL: staged */
     uint64_t rx_addr;               /* SRX_PAYLOAD: the payload's first byte in rx_pin */
     uint64_t rx_len, rx_off;        /* payload bytes expected / received */
+    int rx_ends_request;            /* the WRITE's piece is its request's last (metrics) */
 
     /* Staging for memory without a CPU view (ORB_STAGE_CHUNK bytes, made on first use): the
      * bytes [stage_from, +stage_len) of the payload of the response at the head of the queue
@@ -559,6 +560,12 @@ static int src_describe(struct tcp_source_conn *s, uint64_t tag)
     return src_tx_heap(s, buf, len);
 }
 
+/* This frame's piece ends its request (the request counts in the metrics then). */
+static int ends_request(const struct orb_wire_xfer *req)
+{
+    return req->addr + req->length == req->request_addr + req->request_length;
+}
+
 static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
 {
     struct orb_wire_xfer req;
@@ -569,6 +576,7 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     uint8_t *mem;
     void *loan = NULL;
     int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &s->stage, &s->stage_free, &pin, &loan, &mem);
+    orb_engine_count_served(s->tp->engine, ORB_TRANSPORT_TCP, ORB_OP_READ, req.length, ends_request(&req), rc);
     if (rc != 0)
         return src_tx_failure(s, s->hdr.tag, rc);
     struct src_resp *r = src_tx_slot(s);
@@ -595,6 +603,7 @@ static int src_write(struct tcp_source_conn *s, const uint8_t *body, size_t len)
         return src_violation(s, "malformed WRITE_REQ", orb_last_error());
     s->rx_len = req.length;
     s->rx_off = 0;
+    s->rx_ends_request = ends_request(&req);
     tcp_rx_note_payload(&s->base, req.length);
     int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_stage, &s->rx_stage_free, &s->rx_pin, &s->rx_loan,
                      &s->rx_mem);
@@ -780,10 +789,12 @@ static int src_rx_step(struct tcp_source_conn *s)
             return rc;
         if (s->rx_state == SRX_DISCARD) { /* a staged copy failed on the way */
             s->rx_state = SRX_HEADER;
+            orb_engine_count_served(s->tp->engine, ORB_TRANSPORT_TCP, ORB_OP_WRITE, 0, 0, s->refused_status);
             rc = src_tx_error_effect(s, s->hdr.tag, s->refused_status, s->refused_effect_unknown, s->refused_text);
             return rc < 0 ? rc : 1;
         }
         src_unpin(s, &s->rx_pin, &s->rx_loan);
+        orb_engine_count_served(s->tp->engine, ORB_TRANSPORT_TCP, ORB_OP_WRITE, s->rx_len, s->rx_ends_request, 0);
         s->rx_mem = NULL;
         s->rx_state = SRX_HEADER;
         rc = src_tx_empty(s, ORB_WIRE_WRITE_RESP, s->hdr.tag);
@@ -793,6 +804,7 @@ static int src_rx_step(struct tcp_source_conn *s)
         if (rc <= 0)
             return rc;
         s->rx_state = SRX_HEADER;
+        orb_engine_count_served(s->tp->engine, ORB_TRANSPORT_TCP, ORB_OP_WRITE, 0, 0, s->refused_status);
         rc = src_tx_error_effect(s, s->hdr.tag, s->refused_status, s->refused_effect_unknown, s->refused_text);
         return rc < 0 ? rc : 1;
     }

@@ -614,13 +614,26 @@ class Engine:
 
     ``config`` is a dict (or JSON text) of engine settings, e.g. ``{"endpoint":
     "10.0.0.5:0", "tcp_stripes": 4}`` (docs/api-guide.md lists them); ``rdma`` a dict (or JSON)
-    of RDMA settings, which turns the RDMA transport on where the host has it. Use it as a
-    context manager, or call :meth:`close`.
+    of RDMA settings, which turns the RDMA transport on where the host has it; ``metrics`` an
+    address ("127.0.0.1:9464"; True for loopback on a free port) where the engine serves its
+    metrics to Prometheus over HTTP (GET /metrics; :attr:`metrics_address` says where). Use it
+    as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, config: Union[None, str, Mapping[str, Any]] = None, *,
-                 rdma: Union[None, str, Mapping[str, Any]] = None):
-        self._c = _orbite.Engine(_json_of("config", config), _json_of("rdma", rdma))
+                 rdma: Union[None, str, Mapping[str, Any]] = None, metrics: Union[None, bool, str] = None):
+        if metrics is True:
+            metrics = ""
+        elif metrics is False:
+            metrics = None
+        elif metrics is not None and not isinstance(metrics, str):
+            raise TypeError("metrics is an address string, True or None")
+        self._c = _orbite.Engine(_json_of("config", config), _json_of("rdma", rdma), metrics)
+
+    @property
+    def metrics_address(self) -> str:
+        """Where the engine serves its metrics over HTTP, "host:port" (Unavailable without)."""
+        return self._c.metrics_address()
 
     @property
     def endpoint(self) -> str:
@@ -707,6 +720,12 @@ class Engine:
     def rdma_nic_load(self) -> List[dict]:
         """Each rail's NIC as the selector sees it (Unavailable without RDMA)."""
         return self._c.rdma_nic_load()
+
+    def metrics(self) -> dict:
+        """The engine's counters and gauges (orb_engine_metrics_json): transfers by transport
+        and op on both sides, failures by status, the batch latency histogram, RDMA counters and
+        NIC load, CUDA's retained resources. Cheap enough to read many times a second."""
+        return json.loads(self._c.metrics_json())
 
     def close_source(self) -> None:
         """Stop serving peers; work already admitted finishes."""

@@ -494,9 +494,9 @@ static void engine_leave(EngineObject *self)
 
 static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {(char *)"config", (char *)"rdma", NULL};
-    const char *config = NULL, *rdma = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|zz", kwlist, &config, &rdma))
+    static char *kwlist[] = {(char *)"config", (char *)"rdma", (char *)"metrics", NULL};
+    const char *config = NULL, *rdma = NULL, *metrics = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|zzz", kwlist, &config, &rdma, &metrics))
         return NULL;
     drain_pending();
     struct orb_engine_config cfg;
@@ -518,6 +518,10 @@ static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (rcfg != NULL) {
         params.field_mask |= ORB_ENGINE_PARAM_RDMA;
         params.rdma = rcfg;
+    }
+    if (metrics != NULL) {
+        params.field_mask |= ORB_ENGINE_PARAM_METRICS;
+        params.metrics_address = metrics;
     }
     orb_engine *e = NULL;
     Py_BEGIN_ALLOW_THREADS
@@ -1025,7 +1029,7 @@ static PyObject *engine_rdma_stats_impl(orb_engine *e, PyObject *unused)
 #define STAT(f) \
     if (put_u64(d, #f, (unsigned long long)s.f) != 0) \
         goto fail;
-    STAT(nics_open) STAT(rails) STAT(completed_reads) STAT(completed_writes) STAT(payload_send_cqes) STAT(errors)
+    STAT(nics_open) STAT(rails) STAT(helper) STAT(completed_reads) STAT(completed_writes) STAT(payload_send_cqes) STAT(errors)
     STAT(registrations) STAT(memory_regions) STAT(registered_bytes) STAT(kept_memory_regions)
     STAT(requests_in_flight) STAT(grants_active) STAT(grants_served) STAT(staging_bytes) STAT(staged_transfers)
     STAT(slot_deferrals) STAT(deadline_drops) STAT(reconnects) STAT(connections) STAT(source_connections)
@@ -1081,6 +1085,47 @@ static PyObject *engine_rdma_nic_load_impl(orb_engine *e, PyObject *unused)
 
 ENGINE_METHOD(engine_rdma_nic_load)
 
+static PyObject *engine_metrics_address_impl(orb_engine *e, PyObject *unused)
+{
+    (void)unused;
+    char buf[ORB_ENDPOINT_MAX];
+    int rc = orb_engine_metrics_address(e, buf, sizeof buf);
+    if (rc != 0)
+        return raise_last(rc);
+    return PyUnicode_FromString(buf);
+}
+
+ENGINE_METHOD(engine_metrics_address)
+
+/* metrics_json() -> str: orb_engine_metrics_json(), sized by a first call (retried if the counters
+ * grew the text meanwhile). */
+static PyObject *engine_metrics_json_impl(orb_engine *e, PyObject *unused)
+{
+    (void)unused;
+    for (int tries = 0; tries < 4; tries++) {
+        size_t need = 0;
+        int rc = orb_engine_metrics_json(e, NULL, 0, &need);
+        if (rc != 0)
+            return raise_last(rc);
+        size_t cap = need + 256;
+        char *buf = malloc(cap);
+        if (buf == NULL)
+            return PyErr_NoMemory();
+        rc = orb_engine_metrics_json(e, buf, cap, &need);
+        if (rc == 0) {
+            PyObject *text = PyUnicode_FromString(buf);
+            free(buf);
+            return text;
+        }
+        free(buf);
+        if (rc != ORB_EINVAL || need <= cap)
+            return raise_last(rc);
+    }
+    return raise_status(ORB_EAGAIN, "the metrics kept growing while they were copied");
+}
+
+ENGINE_METHOD(engine_metrics_json)
+
 static PyMethodDef engine_methods[] = {
     {"endpoint", engine_endpoint, METH_NOARGS, NULL},
     {"epoch", engine_epoch, METH_NOARGS, NULL},
@@ -1097,6 +1142,8 @@ static PyMethodDef engine_methods[] = {
     {"poll_notifications", engine_poll_notifications, METH_O, NULL},
     {"rdma_stats", engine_rdma_stats, METH_NOARGS, NULL},
     {"rdma_nic_load", engine_rdma_nic_load, METH_NOARGS, NULL},
+    {"metrics_json", engine_metrics_json, METH_NOARGS, NULL},
+    {"metrics_address", engine_metrics_address, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

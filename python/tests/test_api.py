@@ -425,6 +425,51 @@ def test_a_dropped_running_batch_is_finished_first(pair):
     assert remote == local  # the batch ran to its end before it was freed
 
 
+def test_metrics(pair):
+    source, req, seg = pair
+    rr = source.register(bytearray(1 << 20), Perm.REMOTE_WRITE)
+    lr = req.register(bytearray(1 << 20))
+    before = req.metrics()
+    req.submit_and_wait(seg, [Request.read(lr.address, rr.address, 65536, Transport.TCP)] * 4)
+    with pytest.raises(orbite.NotFound):
+        req.submit_and_wait(seg, [Request.read(lr.address, rr.address + 1, 1 << 20, Transport.TCP)])
+    after = req.metrics()
+    read = after["requested"]["tcp"]["read"]
+    assert read["requests"] - before["requested"]["tcp"]["read"]["requests"] == 4
+    assert read["bytes"] - before["requested"]["tcp"]["read"]["bytes"] == 4 * 65536
+    assert read["failed"] == 1 and after["failures"] == {_orbite_text(Status.ENOENT): 1}
+    assert after["batch_latency"]["batches"] == before["batch_latency"]["batches"] + 2
+    assert after["gauges"]["registrations"] == 1 and after["rdma"] is None and after["nics"] == []
+    assert source.metrics()["served"]["tcp"]["read"]["requests"] >= 4
+
+
+def test_metrics_over_http(requester):
+    import urllib.error
+    import urllib.request
+
+    with orbite.Engine(metrics=True) as e:
+        host, port = e.metrics_address.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0
+        with urllib.request.urlopen("http://%s/metrics" % e.metrics_address, timeout=10) as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            text = r.read().decode()
+        assert "orbite_requests_total{transport=\"tcp\",op=\"read\"} 0" in text
+        assert "# TYPE orbite_batch_duration_seconds histogram" in text
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen("http://%s/other" % e.metrics_address, timeout=10)
+        assert info.value.code == 404
+    with pytest.raises(orbite.Unavailable):
+        requester.metrics_address
+    with pytest.raises(orbite.InvalidArgument):
+        orbite.Engine(metrics="localhost:80")
+    with pytest.raises(TypeError):
+        orbite.Engine(metrics=9464)
+
+
+def _orbite_text(status):
+    return orbite._orbite.strerror(int(status))
+
+
 def test_resolve_and_describe_kinds(pair):
     source, req, seg = pair
     rr = source.register(bytearray(4096), Perm.REMOTE_READ)

@@ -19,3 +19,15 @@ foreach(t test_authority test_reports test_contracts)
   add_test(NAME ${t}_shm COMMAND ${t})
   set_tests_properties(${t}_shm PROPERTIES TIMEOUT 300 ENVIRONMENT ORB_TEST_TRANSPORT=shm)
 endforeach()
+
+# The metrics snapshot and its JSON form; its last cell times transfers, so it runs alone.
+orb_engine_test(test_metrics)
+target_link_libraries(test_metrics PRIVATE PkgConfig::JANSSON)
+set_tests_properties(test_metrics PROPERTIES RUN_SERIAL TRUE)
+
+# The Prometheus exporter over HTTP; static, for the hook that names the library to load.
+add_executable(test_metrics_http ${ORB_ENGINE_TEST_DIR}/test_metrics_http.c ${ORB_ENGINE_TEST_DIR}/util.c)
+target_include_directories(test_metrics_http PRIVATE ${ORB_ENGINE_TEST_DIR} ${PROJECT_SOURCE_DIR}/lib)
+target_link_libraries(test_metrics_http PRIVATE orbite_static PkgConfig::CMOCKA Threads::Threads)
+add_test(NAME test_metrics_http COMMAND test_metrics_http)
+set_tests_properties(test_metrics_http PROPERTIES TIMEOUT 120)

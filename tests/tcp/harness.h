@@ -31,6 +31,8 @@ struct orb_engine {
                    size_t cap, size_t *resp_len);
     struct orb_epoch control_sender;
     int control_calls;
+    /* What the transport counted as served, by op (orb_engine_count_served; harness lock). */
+    uint64_t served_requests[2], served_bytes[2], served_failed[2];
 };
 
 /* A fake batch: it withdraws its xfers once `withdraw` is set. */
