@@ -178,29 +178,6 @@ static int locality_rows(struct orb_rdma_tp *tp, const struct orb_topo_config *t
     return 0;
 }
 
-/* The settings' NIC filters in lib/topo's terms. */
-static int filter_config(const struct orb_rdma_config *cfg, struct orb_topo_config *tc)
-{
-    orb_topo_config_defaults(tc);
-    for (uint32_t i = 0; i < cfg->whitelist.count; i++) {
-        int rc = orb_topo_config_whitelist_add(tc, cfg->whitelist.name[i]);
-        if (rc != 0)
-            return rc;
-    }
-    for (uint32_t i = 0; i < cfg->blacklist.count; i++) {
-        int rc = orb_topo_config_blacklist_add(tc, cfg->blacklist.name[i]);
-        if (rc != 0)
-            return rc;
-    }
-    snprintf(tc->pin.device, sizeof tc->pin.device, "%s", cfg->device);
-    tc->pin.port = (uint8_t)cfg->port;
-    tc->pin.gid_index = cfg->gid_index;
-    tc->device_mask = cfg->device_mask;
-    tc->preferred_numa_node = cfg->preferred_numa_node;
-    tc->strict_local_numa = cfg->strict_local_numa;
-    return orb_topo_config_validate(tc);
-}
-
 /* Not on this host: the reason is the detail message. */
 static int not_here(const char *why)
 {
@@ -312,7 +289,7 @@ int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, v
     }
     struct orb_topo_config tc;
     uint64_t eligible = 0;
-    if ((rc = filter_config(cfg, &tc)) != 0 || (rc = orb_topo_filter(&tp->disc.inv, &tc, &eligible)) != 0) {
+    if ((rc = orb_topo_config_from_rdma(cfg, &tc)) != 0 || (rc = orb_topo_filter(&tp->disc.inv, &tc, &eligible)) != 0) {
         rc = orb_fail_wrap(rc, "rdma: the NIC filters");
         goto free_tp;
     }

@@ -1,9 +1,11 @@
 /* NIC eligibility: configuration defaults, validation and the inventory filter. */
 #include "topo/topo_config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/rdma_config.h"
 #include "topo/sysfs.h"
 
 void orb_topo_config_defaults(struct orb_topo_config *cfg)
@@ -216,4 +218,28 @@ int orb_topo_filter(const struct orb_topo_inventory *inv, const struct orb_topo_
     }
     *out_eligible_mask = mask;
     return 0;
+}
+
+int orb_topo_config_from_rdma(const struct orb_rdma_config *rdma, struct orb_topo_config *cfg)
+{
+    if (rdma == NULL || cfg == NULL)
+        return orb_fail(ORB_EINVAL, "topo: NULL RDMA settings or filter");
+    orb_topo_config_defaults(cfg);
+    for (uint32_t i = 0; i < rdma->whitelist.count; i++) {
+        int rc = orb_topo_config_whitelist_add(cfg, rdma->whitelist.name[i]);
+        if (rc != 0)
+            return rc;
+    }
+    for (uint32_t i = 0; i < rdma->blacklist.count; i++) {
+        int rc = orb_topo_config_blacklist_add(cfg, rdma->blacklist.name[i]);
+        if (rc != 0)
+            return rc;
+    }
+    snprintf(cfg->pin.device, sizeof cfg->pin.device, "%s", rdma->device);
+    cfg->pin.port = (uint8_t)rdma->port;
+    cfg->pin.gid_index = rdma->gid_index;
+    cfg->device_mask = rdma->device_mask;
+    cfg->preferred_numa_node = rdma->preferred_numa_node;
+    cfg->strict_local_numa = rdma->strict_local_numa;
+    return orb_topo_config_validate(cfg);
 }

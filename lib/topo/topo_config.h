@@ -56,6 +56,13 @@ int orb_topo_config_blacklist_add(struct orb_topo_config *cfg, const char *name)
  * device_mask, preferred_numa_node >= -1. Errors: ORB_EINVAL (NULL), ORB_ECONFIG naming the field. */
 int orb_topo_config_validate(const struct orb_topo_config *cfg);
 
+struct orb_rdma_config;
+
+/* The NIC filters of RDMA settings (whitelist, blacklist, pinned device, port and GID index,
+ * device_mask, NUMA preferences) in these terms, validated. Errors: ORB_EINVAL, ORB_ECONFIG
+ * naming the field. */
+int orb_topo_config_from_rdma(const struct orb_rdma_config *rdma, struct orb_topo_config *cfg);
+
 /* The stable id of the NIC named `name`, or -1. */
 int orb_topo_find_nic(const struct orb_topo_inventory *inv, const char *name);
 

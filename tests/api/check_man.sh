@@ -34,7 +34,7 @@ done
 [ "$count" -gt 50 ] || fail "only $count pages were checked"
 
 # Every program the install puts in bin/ or sbin/, and the helper, has its page.
-for tool in orbite-bench.1 orbite-policy.8 orbite-helper.8; do
+for tool in orbite-bench.1 orbite-info.1 orbite-policy.8 orbite-helper.8; do
     [ -f "$build/man/man${tool##*.}/$tool" ] || fail "no man page for ${tool%.?}"
 done
 
