@@ -5,7 +5,7 @@
  * The attacker is a child process, forked before any thread exists: 1000 idle strangers, then
  * 100 tricklers that reconnect whenever they are dropped. Meanwhile eight good peers (each its
  * own requester engine) open segments and transfer in a loop. Every open must succeed within
- * 1 s and every byte must verify; afterwards the source's descriptors and resident memory go
+ * 1 s (3 s in sanitized builds) and every byte must verify; afterwards the source's descriptors and resident memory go
  * back to what they were before the attack. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,6 +50,10 @@
 #define HELLO_TIMEOUT_MS 2000
 #define ATTACK_SECONDS 8
 #define PEER_SLICE (256u * 1024)
+/* A good peer's open deadline. Sanitized builds run every instruction several times slower on
+ * a host shared with the rest of the suite; there the bound checks that strangers cannot keep
+ * a good peer out at all, and the plain builds check that they cannot slow it past 1 s. */
+#define OPEN_DEADLINE_NS (SANITIZED ? 3 * EU_SEC : EU_SEC)
 
 static uint64_t now_ms(void)
 {
@@ -234,7 +238,7 @@ static void *good_main(void *arg)
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
         orb_segment *seg = NULL;
-        int rc = orb_open_segment(req, ep, &epoch, EU_SEC, &seg);
+        int rc = orb_open_segment(req, ep, &epoch, OPEN_DEADLINE_NS, &seg);
         clock_gettime(CLOCK_MONOTONIC, &b);
         uint64_t took = (uint64_t)(b.tv_sec - a.tv_sec) * EU_SEC + (uint64_t)b.tv_nsec -
                         (uint64_t)a.tv_nsec;
@@ -372,10 +376,10 @@ static void test_strangers_cannot_block_good_peers(void **state)
             worst = peers[i].worst_open_ns;
     }
     print_message("good peers: %d opens, slowest %.1f ms\n", opens, (double)worst / 1e6);
-    /* Every open succeeded within its own 1 s deadline (a late one is a failure above); the
+    /* Every open succeeded within its own deadline (a late one is a failure above); the
      * clock readings around the call may add the thread's scheduling to that (an open that
      * waited for a SYN retransmission, 1 s on Linux, measured 1000.3 ms on a loaded host). */
-    assert_true(worst <= EU_SEC + EU_SEC / 20);
+    assert_true(worst <= OPEN_DEADLINE_NS + OPEN_DEADLINE_NS / 20);
     assert_true(st.idle_connected >= IDLE_STRANGERS / 2);
     /* Every idle stranger was dropped: by the budget or by its deadline. */
     assert_int_equal(st.idle_dropped, st.idle_connected);
