@@ -19,7 +19,7 @@ cd "$ROOT"
 PACKAGES=(cmake gcc g++ clang make pkg-config libjansson-dev libinih-dev libcmocka-dev libibverbs-dev
           libcap-dev libseccomp-dev selinux-policy-dev
           python3-dev python3-setuptools python3-pip python3-pytest python3-numpy
-          libmicrohttpd-dev pandoc)
+          libmicrohttpd-dev pandoc libcurl4-openssl-dev etcd-server)
 # The soft-RoCE VM of the test run (tests/vm/vm-run.sh): qemu, a static busybox for its
 # initramfs, the module tools, the rxe provider and iproute2's rdma tool used inside it.
 VM_PACKAGES=(qemu-system-x86 busybox-static cpio gzip kmod iproute2 ibverbs-providers)

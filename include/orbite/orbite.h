@@ -1149,6 +1149,119 @@ struct orb_notification_msg {
 int orb_engine_poll_notifications(orb_engine *engine, struct orb_notification_msg *out,
                                   size_t cap, size_t *count_out);
 
+/* ------------------------------------------------------------------------ */
+/* Endpoint directory (etcd)                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A directory where engines publish their endpoint, epoch, host and remotely accessible regions
+ * under a name, and where peers resolve names to them: on etcd (v3, through its HTTP gateway,
+ * with libcurl loaded at run time). A resolved entry is a hint, never an authority: opening a
+ * segment proves the epoch, and a stale entry gets ORB_ESTALE there.
+ */
+typedef struct orb_directory orb_directory;
+
+/** Names: 1..127 bytes of [A-Za-z0-9._:-]. */
+#define ORB_DIRECTORY_NAME_MAX 128
+/** Regions kept in one entry (an engine with more publishes the first this many, by address). */
+#define ORB_DIRECTORY_REGIONS_MAX 256
+/** Host names, NUL included. */
+#define ORB_DIRECTORY_HOST_MAX 256
+
+/** Where the directory is and how to talk to it; read during orb_directory_open() only. */
+struct orb_directory_params {
+    /** etcd client URLs, comma-separated ("http://10.0.0.2:2379,http://10.0.0.3:2379"); required.
+     *  https URLs use TLS with the files below. Tried in order until one answers. */
+    const char *endpoints;
+    /** Key prefix, for a tenant or a job: starts and ends with '/', at most 128 bytes, no
+     *  ".." component (NULL: "/orbite/"). Entries live at prefix + name. */
+    const char *prefix;
+    /** Seconds a published entry outlives its engine (its lease's TTL): 2..3600 (0: 10). The
+     *  directory refreshes it every third of that. */
+    uint32_t lease_ttl_s;
+    uint32_t reserved32;     /* 0 */
+    /** Bound of each call's exchange with etcd, in ns (0: 5 s). */
+    uint64_t timeout_ns;
+    /** TLS: a CA bundle to verify the servers with, and a client certificate and key (NULL:
+     *  the system's CAs, no client certificate). */
+    const char *ca_file;
+    const char *cert_file;
+    const char *key_file;
+    /** etcd authentication (NULL: none): a token is taken with them and renewed when it expires. */
+    const char *username;
+    const char *password;
+    uint64_t reserved[4];    /* 0 */
+};
+
+/** One resolved entry (written by orb_directory_resolve() and orb_directory_watch()). */
+struct orb_directory_entry {
+    char name[ORB_DIRECTORY_NAME_MAX];
+    char endpoint[ORB_ENDPOINT_MAX];    /* the engine's source endpoint, "host:port" */
+    struct orb_epoch epoch;             /* its epoch when it published */
+    char host[ORB_DIRECTORY_HOST_MAX];  /* the publishing host's name (information only) */
+    uint64_t revision;                  /* etcd's modification revision of the entry */
+    uint32_t nregions;
+    uint32_t reserved32;                /* 0 */
+    struct orb_region_desc regions[ORB_DIRECTORY_REGIONS_MAX]; /* [0, nregions): by address */
+};
+
+/**
+ * Open a directory on the etcd cluster `params` names, and check that it answers (within the
+ * timeout). The caller owns `*out` and closes it with orb_directory_close().
+ * Errors: ORB_EINVAL (NULL, no endpoints, a bad prefix, TTL out of range, a non-zero reserved
+ * field; the message names it), ORB_EUNAVAILABLE (libcurl cannot be loaded, or this liborbite was
+ * built without it), ORB_EPEER (no endpoint answered, or authentication failed: the message
+ * says which and why), ORB_ETIMEDOUT, ORB_ENOMEM.
+ */
+int orb_directory_open(const struct orb_directory_params *params, orb_directory **out);
+
+/**
+ * Withdraw every entry this directory published (their leases are revoked, within the
+ * timeout; an unreachable etcd lets them expire on their own after the TTL), stop refreshing and
+ * free. NULL does nothing.
+ */
+void orb_directory_close(orb_directory *dir);
+
+/**
+ * Publish `engine`'s source endpoint, epoch, this host's name and its remotely accessible
+ * regions (as orb_segment_describe() would give them now) under `name`, replacing whatever entry
+ * had that name (an engine that restarted publishes its new epoch). The entry lives while the
+ * directory refreshes its lease: a process that dies loses it after lease_ttl_s. The directory
+ * refreshes it in the background and, when etcd lost it (restarted without its data, or the
+ * lease expired while etcd was unreachable), publishes it again on its own. Publish again after
+ * registering or unregistering to update the regions.
+ * Errors: ORB_EINVAL (NULL, a bad name), ORB_EUNAVAILABLE (the engine has no source),
+ * ORB_ERESOURCE (1024 names published by this directory), ORB_EPEER (etcd refused or is
+ * unreachable), ORB_ETIMEDOUT, ORB_ENOMEM.
+ */
+int orb_directory_publish(orb_directory *dir, const char *name, orb_engine *engine);
+
+/**
+ * Remove the entry `name` this directory published, and stop refreshing it.
+ * Errors: ORB_EINVAL, ORB_ENOENT (not published by this directory), ORB_EPEER, ORB_ETIMEDOUT.
+ */
+int orb_directory_unpublish(orb_directory *dir, const char *name);
+
+/**
+ * Resolve `name` into `*out` (written only on success).
+ * Errors: ORB_EINVAL (NULL, a bad name), ORB_ENOENT (no entry, or it expired), ORB_EPROTO (the
+ * stored entry is not one this library writes: it is refused, never half-read), ORB_EPEER,
+ * ORB_ETIMEDOUT.
+ */
+int orb_directory_resolve(orb_directory *dir, const char *name, struct orb_directory_entry *out);
+
+/**
+ * Wait, at most `timeout_ns`, for the entry `name` to change after etcd revision
+ * `after_revision` (an entry's `revision`). With 0: the entry as it is now when there is one
+ * (at once), else its first publication or change from now on, with no gap between the two
+ * (how a peer waits for a name to appear). On a new or replaced entry *out is written and
+ * *deleted_out set to 0; on its removal or expiry *deleted_out is 1 and only out->name and
+ * out->revision are written.
+ * Errors: ORB_EINVAL, ORB_ETIMEDOUT (no change), ORB_EPROTO (a malformed entry), ORB_EPEER.
+ */
+int orb_directory_watch(orb_directory *dir, const char *name, uint64_t after_revision, uint64_t timeout_ns,
+                        struct orb_directory_entry *out, int *deleted_out);
+
 #ifdef __cplusplus
 }
 #endif
