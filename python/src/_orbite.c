@@ -117,12 +117,14 @@ static void holder_release(void *ptr, size_t len, void *ctx)
     (void)ptr;
     (void)len;
     struct holder *h = ctx;
-    atomic_store(&h->released, 1);
+    /* Pending and counted before it says "released": whoever sees the flag and drains finds
+     * it on the list. All under the lock, since a drain may free it as soon as it is popped. */
     pthread_mutex_lock(&pending_lock);
     h->next = pending;
     pending = h;
-    pthread_mutex_unlock(&pending_lock);
     atomic_fetch_add(&pending_count, 1);
+    atomic_store(&h->released, 1);
+    pthread_mutex_unlock(&pending_lock);
 }
 
 /* Release what the engines let go of (GIL held). */
