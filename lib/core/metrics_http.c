@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dynlib.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/metrics_text.h"
@@ -44,8 +45,8 @@ void orb_metrics_http_use_library(const char *name)
 #else
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <microhttpd.h>
+#include <stddef.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -55,7 +56,7 @@ void orb_metrics_http_use_library(const char *name)
 #define CONNECTION_TIMEOUT_S 5u /* a scraper that stops talking is dropped */
 
 /* The calls used, resolved from the library (the header gives only their types). */
-static struct {
+static struct mhd_calls {
     __typeof__(MHD_start_daemon) *start_daemon;
     __typeof__(MHD_stop_daemon) *stop_daemon;
     __typeof__(MHD_get_daemon_info) *get_daemon_info;
@@ -64,6 +65,17 @@ static struct {
     __typeof__(MHD_queue_response) *queue_response;
     __typeof__(MHD_destroy_response) *destroy_response;
 } mhd;
+#define CALL(field, export) {#export, offsetof(struct mhd_calls, field), true}
+static const struct orb_dl_symbol mhd_symbols[] = {
+    CALL(start_daemon, MHD_start_daemon),
+    CALL(stop_daemon, MHD_stop_daemon),
+    CALL(get_daemon_info, MHD_get_daemon_info),
+    CALL(create_response_from_buffer, MHD_create_response_from_buffer),
+    CALL(add_response_header, MHD_add_response_header),
+    CALL(queue_response, MHD_queue_response),
+    CALL(destroy_response, MHD_destroy_response),
+};
+#undef CALL
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static const char *library_name = MHD_LIBRARY;
 static char load_error[256];
@@ -71,31 +83,11 @@ static int loaded;
 
 static void load(void)
 {
-    void *h = dlopen(library_name, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL) {
-        snprintf(load_error, sizeof load_error, "%s cannot be loaded (%s)", library_name, dlerror());
+    void *handle = NULL;
+    if (orb_dl_open("metrics", library_name, mhd_symbols, sizeof mhd_symbols / sizeof mhd_symbols[0], &mhd,
+                    sizeof mhd, NULL, &handle) != 0) {
+        snprintf(load_error, sizeof load_error, "%s", orb_last_error());
         return;
-    }
-    struct {
-        const char *name;
-        void **slot;
-    } syms[] = {
-        {"MHD_start_daemon", (void **)&mhd.start_daemon},
-        {"MHD_stop_daemon", (void **)&mhd.stop_daemon},
-        {"MHD_get_daemon_info", (void **)&mhd.get_daemon_info},
-        {"MHD_create_response_from_buffer", (void **)&mhd.create_response_from_buffer},
-        {"MHD_add_response_header", (void **)&mhd.add_response_header},
-        {"MHD_queue_response", (void **)&mhd.queue_response},
-        {"MHD_destroy_response", (void **)&mhd.destroy_response},
-    };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        *syms[i].slot = dlsym(h, syms[i].name);
-        if (*syms[i].slot == NULL) {
-            snprintf(load_error, sizeof load_error, "%s has no %s", library_name, syms[i].name);
-            memset(&mhd, 0, sizeof mhd);
-            dlclose(h);
-            return;
-        }
     }
     loaded = 1; /* kept loaded for the process's lifetime */
 }
@@ -195,7 +187,7 @@ int orb_metrics_http_start(orb_engine *engine, const char *address, struct orb_m
         return rc;
     pthread_once(&load_once, load);
     if (!loaded)
-        return orb_fail(ORB_EUNAVAILABLE, "metrics: %s (Debian: libmicrohttpd12)", load_error);
+        return orb_fail(ORB_EUNAVAILABLE, "%s (Debian: libmicrohttpd12)", load_error);
     struct orb_metrics_http *h = calloc(1, sizeof *h);
     if (h == NULL)
         return orb_fail(ORB_ENOMEM, "metrics: no memory for the exporter");

@@ -7,52 +7,43 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/dynlib.h"
 #include "core/error.h"
 #include "core/log.h"
 
-/* One export: its name and where its address goes in struct orb_cuda. */
-struct export {
-    const char *name;
-    size_t offset;
-};
-
-static const struct export exports[] = {
-#define ORB_CUDA_ENTRY(field, export, params) {#export, offsetof(struct orb_cuda, field)},
+/* Every export (required), and the optional groups (each all or none). */
+static const struct orb_dl_symbol exports[] = {
+#define ORB_CUDA_ENTRY(field, export, params) {#export, offsetof(struct orb_cuda, field), true},
     ORB_CUDA_EXPORTS(ORB_CUDA_ENTRY)
 };
 
-static const struct export vmm_exports[] = {
+static const struct orb_dl_symbol vmm_exports[] = {
     ORB_CUDA_VMM_EXPORTS(ORB_CUDA_ENTRY)
 };
 
-static const struct export dmabuf_exports[] = {
+static const struct orb_dl_symbol dmabuf_exports[] = {
     ORB_CUDA_DMABUF_EXPORTS(ORB_CUDA_ENTRY)
 };
 
-static const struct export flush_exports[] = {
+static const struct orb_dl_symbol flush_exports[] = {
     ORB_CUDA_FLUSH_EXPORTS(ORB_CUDA_ENTRY)
 #undef ORB_CUDA_ENTRY
 };
 
 /* An optional group: every export of it into `table`, or none (false: one is missing). */
-static bool resolve_group(void *handle, const char *path, const struct export *group, size_t n, const char *without,
-                          struct orb_cuda *table)
+static bool resolve_group(void *handle, const char *path, const struct orb_dl_symbol *group, size_t n,
+                          const char *without, struct orb_cuda *table)
 {
-    void *found[16];
-    for (size_t i = 0; i < n && i < sizeof found / sizeof found[0]; i++) {
-        if ((found[i] = dlsym(handle, group[i].name)) == NULL) {
-            ORB_LOGI("cuda: %s does not export %s: %s", path, group[i].name, without);
-            return false;
-        }
-    }
-    for (size_t i = 0; i < n; i++)
-        memcpy((char *)table + group[i].offset, &found[i], sizeof found[i]);
-    return true;
+    const char *missing = NULL;
+    if (orb_dl_group(handle, group, n, table, &missing))
+        return true;
+    ORB_LOGI("cuda: %s does not export %s: %s", path, missing, without);
+    return false;
 }
 
 static void resolve_optional(void *handle, const char *path, struct orb_cuda *table)
 {
-    _Static_assert(sizeof vmm_exports / sizeof vmm_exports[0] <= 16, "a group fits resolve_group");
+    _Static_assert(sizeof vmm_exports / sizeof vmm_exports[0] <= 16, "a group fits orb_dl_group");
     table->vmm = resolve_group(handle, path, vmm_exports, sizeof vmm_exports / sizeof vmm_exports[0],
                                "allocations made with cuMemCreate are not shared", table);
     table->dmabuf = resolve_group(handle, path, dmabuf_exports, sizeof dmabuf_exports / sizeof dmabuf_exports[0],
@@ -104,26 +95,13 @@ int orb_cuda_load(const char *path, struct orb_cuda *out)
 {
     if (path == NULL || out == NULL)
         return orb_fail(ORB_EINVAL, "cuda: NULL path or table");
-    /* RTLD_NOW: a library that cannot bind its own dependencies fails here, not in a transfer;
-     * RTLD_LOCAL: nothing of it is visible to later loads. */
-    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        const char *why = dlerror();
-        return orb_fail(ORB_EUNAVAILABLE, "cuda: cannot load %s: %s", path, why != NULL ? why : "unknown error");
-    }
     struct orb_cuda table;
     memset(&table, 0, sizeof table);
-    for (size_t i = 0; i < sizeof exports / sizeof exports[0]; i++) {
-        void *address = dlsym(handle, exports[i].name);
-        if (address == NULL) {
-            /* Every export or none: the handle is not used at all. */
-            (void)dlclose(handle);
-            return orb_fail(ORB_EUNAVAILABLE, "cuda: %s does not export %s: the driver is older than OrbiTE needs",
-                            path, exports[i].name);
-        }
-        /* POSIX lets a function pointer hold what dlsym returns. */
-        memcpy((char *)&table + exports[i].offset, &address, sizeof address);
-    }
+    void *handle = NULL;
+    int status = orb_dl_open("cuda", path, exports, sizeof exports / sizeof exports[0], &table, sizeof table,
+                             ": the driver is older than OrbiTE needs", &handle);
+    if (status != 0)
+        return status;
     resolve_optional(handle, path, &table);
     char why[160];
     orb_cu_result rc = table.init(0);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/dynlib.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "directory/entry.h"
@@ -56,7 +57,7 @@ void orb_etcd_use_library(const char *name)
 #else
 
 #include <curl/curl.h>
-#include <dlfcn.h>
+#include <stddef.h>
 
 #define CURL_LIBRARY "libcurl.so.4"
 #define REPLY_MAX (8u << 20)     /* an answer longer than this ends the call */
@@ -64,7 +65,7 @@ void orb_etcd_use_library(const char *name)
 #define URL_MAX 512u
 #define TOKEN_MAX 512u
 
-static struct {
+static struct curl_calls {
     __typeof__(curl_global_init) *global_init;
     __typeof__(curl_easy_init) *easy_init;
     __typeof__(curl_easy_setopt) *easy_setopt;
@@ -75,6 +76,15 @@ static struct {
     __typeof__(curl_slist_append) *slist_append;
     __typeof__(curl_slist_free_all) *slist_free_all;
 } cu;
+#define CALL(field, export) {#export, offsetof(struct curl_calls, field), true}
+static const struct orb_dl_symbol curl_symbols[] = {
+    CALL(global_init, curl_global_init),     CALL(easy_init, curl_easy_init),
+    CALL(easy_setopt, curl_easy_setopt),     CALL(easy_perform, curl_easy_perform),
+    CALL(easy_getinfo, curl_easy_getinfo),   CALL(easy_cleanup, curl_easy_cleanup),
+    CALL(easy_strerror, curl_easy_strerror), CALL(slist_append, curl_slist_append),
+    CALL(slist_free_all, curl_slist_free_all),
+};
+#undef CALL
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static const char *library_name = CURL_LIBRARY;
 static char load_error[256];
@@ -82,34 +92,16 @@ static int loaded;
 
 static void load(void)
 {
-    void *h = dlopen(library_name, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL) {
-        snprintf(load_error, sizeof load_error, "%s cannot be loaded (%s)", library_name, dlerror());
+    void *handle = NULL;
+    if (orb_dl_open("directory", library_name, curl_symbols, sizeof curl_symbols / sizeof curl_symbols[0], &cu,
+                    sizeof cu, NULL, &handle) != 0) {
+        snprintf(load_error, sizeof load_error, "%s", orb_last_error());
         return;
-    }
-    struct {
-        const char *name;
-        void **slot;
-    } syms[] = {
-        {"curl_global_init", (void **)&cu.global_init},     {"curl_easy_init", (void **)&cu.easy_init},
-        {"curl_easy_setopt", (void **)&cu.easy_setopt},     {"curl_easy_perform", (void **)&cu.easy_perform},
-        {"curl_easy_getinfo", (void **)&cu.easy_getinfo},   {"curl_easy_cleanup", (void **)&cu.easy_cleanup},
-        {"curl_easy_strerror", (void **)&cu.easy_strerror}, {"curl_slist_append", (void **)&cu.slist_append},
-        {"curl_slist_free_all", (void **)&cu.slist_free_all},
-    };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        *syms[i].slot = dlsym(h, syms[i].name);
-        if (*syms[i].slot == NULL) {
-            snprintf(load_error, sizeof load_error, "%s has no %s", library_name, syms[i].name);
-            memset(&cu, 0, sizeof cu);
-            dlclose(h);
-            return;
-        }
     }
     /* Once per process, before any thread uses libcurl (7.84 and later make it thread-safe;
      * pthread_once serialises the callers here anyway). */
     if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        snprintf(load_error, sizeof load_error, "%s: curl_global_init failed", library_name);
+        snprintf(load_error, sizeof load_error, "directory: %s: curl_global_init failed", library_name);
         return;
     }
     loaded = 1;
@@ -174,7 +166,7 @@ int orb_etcd_new(const struct orb_etcd_params *p, struct orb_etcd **out)
     if (rc == 0) {
         pthread_once(&load_once, load);
         if (!loaded)
-            rc = orb_fail(ORB_EUNAVAILABLE, "directory: %s (Debian: libcurl4)", load_error);
+            rc = orb_fail(ORB_EUNAVAILABLE, "%s (Debian: libcurl4)", load_error);
     }
     if (rc != 0) {
         orb_etcd_free(e);

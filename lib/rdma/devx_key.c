@@ -1,9 +1,9 @@
 /* mlx5 DevX grant keys (see devx_key.h). */
 #include "rdma/devx_key.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +15,7 @@
 
 #include "common/mlx5_mkey.h"
 #include "common/uverbs.h"
+#include "core/dynlib.h"
 #include "core/error.h"
 
 /* ---- the command ------------------------------------------------------------------------------ */
@@ -80,39 +81,34 @@ int orb_devx_key_decode_created(const uint8_t out[ORB_DEVX_CREATE_OUT_LEN], uint
 /* libmlx5, for the PD number only: loaded once, the provider libibverbs already loaded for an
  * mlx5 context (the same object, so its PDs are the ones it knows). */
 static pthread_once_t g_mlx5_once = PTHREAD_ONCE_INIT;
-static int (*g_init_obj)(struct mlx5dv_obj *obj, uint64_t obj_type);
+static struct mlx5_calls {
+    int (*init_obj)(struct mlx5dv_obj *obj, uint64_t obj_type);
+} g_mlx5;
+static const struct orb_dl_symbol mlx5_symbols[] = {
+    {"mlx5dv_init_obj", offsetof(struct mlx5_calls, init_obj), true},
+};
 static char g_mlx5_why[200];
 
 static void mlx5_load(void)
 {
-    void *h = dlopen("libmlx5.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL) {
-        const char *why = dlerror();
-        snprintf(g_mlx5_why, sizeof g_mlx5_why, "cannot load libmlx5.so.1: %s", why != NULL ? why : "unknown error");
-        return;
-    }
-    void *sym = dlsym(h, "mlx5dv_init_obj");
-    if (sym == NULL) {
-        snprintf(g_mlx5_why, sizeof g_mlx5_why, "libmlx5.so.1 does not export mlx5dv_init_obj");
-        (void)dlclose(h);
-        return;
-    }
-    memcpy(&g_init_obj, &sym, sizeof sym); /* POSIX lets a function pointer hold what dlsym returns */
+    void *handle = NULL;
+    if (orb_dl_open("devx", "libmlx5.so.1", mlx5_symbols, 1, &g_mlx5, sizeof g_mlx5, NULL, &handle) != 0)
+        snprintf(g_mlx5_why, sizeof g_mlx5_why, "%s", orb_last_error());
 }
 
 static int kernel_pdn(void *impl, struct ibv_pd *pd, uint32_t *pdn_out)
 {
     (void)impl;
     (void)pthread_once(&g_mlx5_once, mlx5_load);
-    if (g_init_obj == NULL)
-        return orb_fail(ORB_EUNAVAILABLE, "devx: %s", g_mlx5_why);
+    if (g_mlx5.init_obj == NULL)
+        return orb_fail(ORB_EUNAVAILABLE, "%s", g_mlx5_why);
     struct mlx5dv_pd dpd;
     memset(&dpd, 0, sizeof dpd);
     struct mlx5dv_obj obj;
     memset(&obj, 0, sizeof obj);
     obj.pd.in = pd;
     obj.pd.out = &dpd;
-    int err = g_init_obj(&obj, MLX5DV_OBJ_PD);
+    int err = g_mlx5.init_obj(&obj, MLX5DV_OBJ_PD);
     if (err != 0)
         return orb_fail(ORB_EUNAVAILABLE, "devx: mlx5dv_init_obj(PD) failed: %s (not an mlx5 PD?)",
                         strerror(err < 0 ? -err : err));

@@ -1,26 +1,19 @@
 /* libibverbs, loaded at run time (see verbs.h). */
 #include "rdma/verbs.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/dynlib.h"
 #include "core/error.h"
 #include "core/log.h"
-
-/* One entry of the symbol table: the export's name and where its address goes. */
-struct symbol {
-    const char *name;
-    size_t offset; /* of the function pointer in struct orb_verbs */
-    bool required;
-};
 
 #define REQUIRED(field, export) {export, offsetof(struct orb_verbs, field), true}
 #define OPTIONAL(field, export) {export, offsetof(struct orb_verbs, field), false}
 
-static const struct symbol symbols[] = {
+static const struct orb_dl_symbol symbols[] = {
     REQUIRED(get_device_list, "ibv_get_device_list"),
     REQUIRED(free_device_list, "ibv_free_device_list"),
     REQUIRED(get_device_name, "ibv_get_device_name"),
@@ -78,27 +71,13 @@ int orb_verbs_load(const char *path, struct orb_verbs *out)
 {
     if (path == NULL || out == NULL)
         return orb_fail(ORB_EINVAL, "verbs: NULL path or table");
-    /* RTLD_LOCAL: nothing of it is visible to later loads; RTLD_NOW: a library that cannot bind
-     * its own dependencies fails here, not in the middle of a transfer. */
-    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        const char *why = dlerror();
-        return orb_fail(ORB_EUNAVAILABLE, "verbs: cannot load %s: %s", path, why ? why : "unknown error");
-    }
     struct orb_verbs table;
     memset(&table, 0, sizeof table);
-    for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
-        (void)dlerror();
-        void *address = dlsym(handle, symbols[i].name);
-        if (address == NULL && symbols[i].required) {
-            /* Every required symbol or none: the handle is not used at all. */
-            (void)dlclose(handle);
-            return orb_fail(ORB_EUNAVAILABLE, "verbs: %s does not export %s (rdma-core too old?)", path,
-                            symbols[i].name);
-        }
-        /* POSIX lets a function pointer hold what dlsym returns. */
-        memcpy((char *)&table + symbols[i].offset, &address, sizeof address);
-    }
+    void *handle = NULL;
+    int status = orb_dl_open("verbs", path, symbols, sizeof symbols / sizeof symbols[0], &table, sizeof table,
+                             " (rdma-core too old?)", &handle);
+    if (status != 0)
+        return status;
     table.post_send = inline_post_send;
     table.post_recv = inline_post_recv;
     table.alloc_mw = inline_alloc_mw;

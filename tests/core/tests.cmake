@@ -5,6 +5,8 @@ orb_unit_test(test_range_memo SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_range_memo.
               ${PROJECT_SOURCE_DIR}/lib/core/range_memo.c OBJECTS orb_base)
 orb_unit_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config.c OBJECTS orb_base orb_config)
 orb_unit_test(test_error SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_error.c OBJECTS orb_base)
+# Native libraries loaded with dlopen: every required symbol or none.
+orb_unit_test(test_dynlib SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dynlib.c OBJECTS orb_base LIBS ${CMAKE_DL_LIBS})
 # Public API only, against the shared library (its export list included).
 orb_unit_test(test_rdma_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rdma_config.c LIBS orbite)
 # Corpus replay of the RDMA settings parser; libFuzzer target (clang):
