@@ -36,6 +36,23 @@ def fill(view, seed):
     view[:] = row * (len(view) // 256)
 
 
+def describe_mismatch(got, expected, block):
+    """Which blocks differ, and how: never written (still the pattern put there before the
+    cell) or other bytes."""
+    untouched = bytearray(block)
+    fill(memoryview(untouched), 0)
+    bad, never = [], 0
+    for b in range(len(got) // block):
+        part = got[b * block:(b + 1) * block]
+        if part != expected[b * block:(b + 1) * block]:
+            bad.append(b)
+            never += part == untouched
+    first = bad[0] * block if bad else 0
+    while bad and got[first] == expected[first]:
+        first += 1
+    return {"blocks": len(bad), "first_blocks": bad[:8], "never_written": never, "first_offset": first}
+
+
 def source_main(config, BUFFER):
     engine = orbite.Engine(config)
     mem = orbite.HostMemory(BUFFER)
@@ -126,6 +143,9 @@ def main():
                     expected = bytearray(BUFFER)
                     fill(memoryview(expected), 2 if op == Op.WRITE else 1)
                     cell["verified"] = lview == expected
+                    if not cell["verified"]:
+                        cell["mismatch"] = describe_mismatch(lview, expected, block)
+                        print("MISMATCH %s %d B: %s" % (cell["op"], block, cell["mismatch"]), file=sys.stderr)
                     if op == Op.WRITE:  # the source's pattern back for the next READ cells
                         fill(lview, 1)
                         engine.submit_and_wait(seg, [Request.write(local.address, info["address"], BUFFER)])
