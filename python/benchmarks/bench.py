@@ -4,7 +4,8 @@ A forked source (this script with --mode source) registers a 256 MiB buffer; the
 registers a mirror of the same size and moves blocks of it in batches (default 16 requests,
 2 batches in flight), block i of the mirror to or from block i of the source, cycling through
 the buffer. Throughput counts the batches submitted during the measured time over the time until
-the last of them completed. Every cell is checked byte for byte afterwards (not timed).
+the last of them completed. Every cell is checked byte for byte afterwards (not timed): the
+blocks it moved hold what they should, and the blocks a short cell never reached are unchanged.
 
     python3 python/benchmarks/bench.py [--op read|write|both] [-b 64K,1M] [--batch 16]
         [--depth 2] [-d SECONDS] [--warmup SECONDS] [--transport tcp|shm|unspec] [--buffer-size 256M]
@@ -32,15 +33,16 @@ def size_of(text):
 
 
 def fill(view, seed):
+    """Byte i of the view is (i % 256) * 131 + seed, modulo 256."""
     row = bytes((i * 131 + seed) & 0xFF for i in range(256))
-    view[:] = row * (len(view) // 256)
+    view[:] = (row * -(-len(view) // 256))[:len(view)]
 
 
-def describe_mismatch(got, expected, block):
-    """Which blocks differ, and how: never written (still the pattern put there before the
+def describe_mismatch(got, expected, block, before_seed):
+    """Which blocks differ, and how: never written (still the pattern that was there before the
     cell) or other bytes."""
     untouched = bytearray(block)
-    fill(memoryview(untouched), 0)
+    fill(memoryview(untouched), before_seed)
     bad, never = [], 0
     for b in range(len(got) // block):
         part = got[b * block:(b + 1) * block]
@@ -70,6 +72,7 @@ def run_cell(engine, seg, local, remote, op, block, batch, depth, transport, dur
               for i in range(batch)] for first in range(0, slots - batch + 1, batch)]
     assert len(lists) >= depth
     next_list = 0
+    submitted = 0
     ring = []
     start = time.monotonic()
     measure_from = start + warmup
@@ -81,6 +84,7 @@ def run_cell(engine, seg, local, remote, op, block, batch, depth, transport, dur
             b = engine.submit(seg, lists[next_list])
             ring.append((b, now >= measure_from))
             next_list = (next_list + 1) % len(lists)
+            submitted += 1
         if not ring:
             break
         b, counted = ring.pop(0)
@@ -92,8 +96,11 @@ def run_cell(engine, seg, local, remote, op, block, batch, depth, transport, dur
         raise SystemExit("no batch was measured: raise --duration")
     seconds = measured[-1] - measure_from
     nbytes = len(measured) * batch * block
+    # The lists go in order from block 0: a short cell covers a prefix of the buffer.
+    covered = min(submitted, len(lists)) * batch * block
     return {"op": "read" if op == Op.READ else "write", "block_size": block, "batches": len(measured),
-            "seconds": round(seconds, 6), "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 6)}
+            "seconds": round(seconds, 6), "bytes": nbytes, "gbps": round(nbytes / seconds / 1e9, 6),
+            "covered_bytes": covered}
 
 
 def main():
@@ -136,15 +143,21 @@ def main():
                     fill(lview, 2 if op == Op.WRITE else 0)
                     cell = run_cell(engine, seg, lreg, info["address"], op, block, args.batch, args.depth, transport,
                                     args.duration, args.warmup, BUFFER)
-                    # Check: READs brought the source's pattern; WRITEs left ours there (read back).
+                    # Check the blocks the cell moved, and that it moved no other: READs brought
+                    # the source's pattern (1) over ours (0); WRITEs left ours (2) over the
+                    # source's (1), read back whole.
                     if op == Op.WRITE:
                         lview[:] = bytes(len(lview))
                         engine.submit_and_wait(seg, [Request.read(local.address, info["address"], BUFFER)])
-                    expected = bytearray(BUFFER)
-                    fill(memoryview(expected), 2 if op == Op.WRITE else 1)
+                    moved, before = (2, 1) if op == Op.WRITE else (1, 0)
+                    covered = cell["covered_bytes"]
+                    expected, moved_bytes = bytearray(BUFFER), bytearray(covered)
+                    fill(memoryview(expected), before)
+                    fill(memoryview(moved_bytes), moved)
+                    expected[:covered] = moved_bytes
                     cell["verified"] = lview == expected
                     if not cell["verified"]:
-                        cell["mismatch"] = describe_mismatch(lview, expected, block)
+                        cell["mismatch"] = describe_mismatch(lview, expected, block, before)
                         print("MISMATCH %s %d B: %s" % (cell["op"], block, cell["mismatch"]), file=sys.stderr)
                     if op == Op.WRITE:  # the source's pattern back for the next READ cells
                         fill(lview, 1)
