@@ -106,8 +106,24 @@ static void etcd_start(void)
     }
 }
 
+/* An etcd that ended on its own (not by etcd_stop) says why in its log: show its end. */
+static void etcd_report_if_gone(void)
+{
+    int status;
+    if (etcd_pid <= 0 || waitpid(etcd_pid, &status, WNOHANG) != etcd_pid)
+        return;
+    fprintf(stderr, "etcd ended on its own (%s %d); the end of its log:\n",
+            WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "tail -n 40 '%s.log' >&2", data_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(no log)\n");
+    etcd_pid = -1;
+}
+
 static void etcd_stop(void)
 {
+    etcd_report_if_gone();
     if (etcd_pid > 0) {
         kill(etcd_pid, SIGTERM);
         kill(etcd_pid, SIGCONT); /* a frozen one (test_a_frozen_etcd failed) acts on it too */
