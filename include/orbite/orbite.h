@@ -145,7 +145,8 @@ struct orb_engine_config {
     char endpoint[ORB_ENDPOINT_MAX];
     /** Serve remote requests (default 1). 0: requester only, no listener. */
     int enable_source;
-    /** TCP connections per peer that carry payload (default 2, 1..16). */
+    /** TCP connections per peer that carry payload (default 2, 1..16), to a peer on another
+     *  host; tcp_local_stripes says how many a peer on this host gets. */
     uint32_t tcp_stripes;
     /** Epoll worker threads for the TCP transport (default 2, 1..16). */
     uint32_t tcp_workers;
@@ -188,16 +189,25 @@ struct orb_engine_config {
     uint32_t max_unauthenticated;
     /*
      * helper_mode, hello_timeout_ms, max_unauthenticated and enable_shm took the place of the
-     * first two of eight reserved words, so the structure keeps its size on every ABI
-     * (enable_shm, once reserved32, is a 32-bit word so that no ABI, not even one that aligns
-     * uint64_t to 4 bytes, has a padding hole here). A non-zero field given to an older library
-     * is refused as a non-zero reserved word rather than silently ignored.
+     * first two of eight reserved words, tcp_local_stripes and reserved32 the third, so the
+     * structure keeps its size on every ABI (enable_shm and reserved32 are 32-bit words so that
+     * no ABI, not even one that aligns uint64_t to 4 bytes, has a padding hole here). A non-zero
+     * field given to an older library is refused as a non-zero reserved word rather than
+     * silently ignored.
      */
     /** The same-host transport, ORB_TRANSPORT_SHM (default 1). 0 forbids it both ways: this
      *  engine's source serves no same-host peer and its requests never use it. */
     uint32_t enable_shm;
+    /** TCP connections carrying payload to a peer on this host, one reached over loopback or
+     *  over an address of this host (default 0, 0..16). 0: automatic, tcp_stripes but at most
+     *  one per two CPUs this process may run on (at least 1), since a stripe keeps a thread
+     *  busy at both of its ends and on one host both ends share those CPUs. 1..16: exactly
+     *  that many. */
+    uint32_t tcp_local_stripes;
+    /** Reserved for a future field; must stay zero. */
+    uint32_t reserved32;
     /** Reserved for future fields; must stay zero. */
-    uint64_t reserved[6];
+    uint64_t reserved[5];
 };
 
 /** Fill `cfg` with the defaults documented above. Errors: ORB_EINVAL (NULL). */

@@ -48,6 +48,7 @@ static const struct config_field config_fields[] = {
     FIELD(max_notifications, FIELD_U32, 1, 1u << 20),
     FIELD(hello_timeout_ms, FIELD_U32, 1, 3600000),
     FIELD(max_unauthenticated, FIELD_U32, 1, 65536),
+    FIELD(tcp_local_stripes, FIELD_U32, 0, 16),
     /* The one key that differs from its field's name: JSON says "helper": "auto". */
     { "helper", FIELD_HELPER_MODE, offsetof(struct orb_engine_config, helper_mode), 0, 0 },
 };
@@ -127,6 +128,7 @@ ORB_EXPORT int orb_engine_config_init(struct orb_engine_config *cfg)
     cfg->helper_mode = ORB_HELPER_AUTO;
     cfg->hello_timeout_ms = 5000;
     cfg->max_unauthenticated = 32;
+    cfg->tcp_local_stripes = 0; /* automatic */
     return 0;
 }
 
@@ -320,6 +322,8 @@ int orb_engine_config_validate(const struct orb_engine_config *cfg)
         if (rc != 0)
             return rc;
     }
+    if (cfg->reserved32 != 0)
+        return orb_fail(ORB_ECONFIG, "config field 'reserved32': must be zero");
     for (size_t i = 0; i < sizeof cfg->reserved / sizeof cfg->reserved[0]; i++)
         if (cfg->reserved[i] != 0)
             return orb_fail(ORB_ECONFIG, "config field 'reserved[%zu]': must be zero", i);

@@ -1,8 +1,8 @@
 /* The engine: configuration, source epoch, registrations, transports, close and drain. */
 #include "engine_internal.h"
 #include "stager.h"
+#include "cpus.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,16 +19,6 @@
 
 /* Default deadline orb_engine_free() gives a close the caller did not make. */
 #define ORB_FREE_CLOSE_TIMEOUT_NS (10ull * ORB_NS_PER_SEC)
-
-/* CPUs this process may run on (at least 1). */
-static unsigned usable_cpus(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return (unsigned)CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
-}
 
 static int engine_create(const struct orb_engine_config *cfg, const struct orb_rdma_config *rdma,
                          const struct orb_transport_ops *const *ops, size_t n, orb_engine **out);
@@ -249,8 +239,8 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
     atomic_init(&engine->live_batches, 0);
     atomic_init(&engine->http, NULL);
     orb_metrics_init(&engine->metrics);
-    engine->spin_allowed = cfg->busy_poll_us > 0 && cfg->tcp_workers + 1 <= usable_cpus();
-    engine->poll_allowed = cfg->busy_poll_us > 0 && usable_cpus() >= 2;
+    engine->spin_allowed = cfg->busy_poll_us > 0 && cfg->tcp_workers + 1 <= orb_usable_cpus();
+    engine->poll_allowed = cfg->busy_poll_us > 0 && orb_usable_cpus() >= 2;
     if (pthread_mutex_init(&engine->lock, NULL) != 0) {
         rc = orb_fail(ORB_ENOMEM, "cannot initialise the engine lock");
         goto free_engine;

@@ -243,6 +243,30 @@ void tcp_socket_tune(int fd, uint32_t bufsize)
     }
 }
 
+int tcp_peer_on_this_host(int fd)
+{
+    struct sockaddr_storage peer, self;
+    socklen_t peer_len = sizeof peer, self_len = sizeof self;
+    if (getpeername(fd, (struct sockaddr *)&peer, &peer_len) != 0 ||
+        getsockname(fd, (struct sockaddr *)&self, &self_len) != 0 || peer.ss_family != self.ss_family)
+        return 0;
+    if (peer.ss_family == AF_INET) {
+        const struct in_addr *p = &((const struct sockaddr_in *)&peer)->sin_addr;
+        const struct in_addr *s = &((const struct sockaddr_in *)&self)->sin_addr;
+        return (ntohl(p->s_addr) >> 24) == 127 || p->s_addr == s->s_addr;
+    }
+    if (peer.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *p = (const struct sockaddr_in6 *)&peer;
+        const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)&self;
+        if (IN6_IS_ADDR_LOOPBACK(&p->sin6_addr) ||
+            (IN6_IS_ADDR_V4MAPPED(&p->sin6_addr) && p->sin6_addr.s6_addr[12] == 127))
+            return 1;
+        return memcmp(&p->sin6_addr, &s->sin6_addr, sizeof p->sin6_addr) == 0 &&
+               p->sin6_scope_id == s->sin6_scope_id;
+    }
+    return 0;
+}
+
 void tcp_format_addr(const void *sockaddr, char *buf, size_t len)
 {
     const struct sockaddr *sa = sockaddr;

@@ -122,6 +122,11 @@ void tcp_socket_tune(int fd, uint32_t bufsize);
 /* "host:port" (IPv6 in brackets) of a socket address. */
 void tcp_format_addr(const void *sockaddr, char *buf, size_t len);
 
+/* 1 when the other end of connected socket `fd` is on this host: a loopback address, or this
+ * end's own address (a connection to an address of this host gets that address as its source).
+ * 0 otherwise, and when either address cannot be read. */
+int tcp_peer_on_this_host(int fd);
+
 /* Bind and listen on `endpoint` ("host:port"), nonblocking. Writes the bound address.
  * Errors: ORB_ECONFIG (endpoint), ORB_EUNAVAILABLE (cannot bind or listen). */
 int tcp_listen(const char *endpoint, uint32_t bufsize, int *fd_out, char *bound, size_t bound_len);

@@ -64,7 +64,8 @@ struct tcp_transport {
     atomic_uint_fast64_t refs;        /* the owner (destroy) + one per live peer */
 
     /* Copied from the engine's configuration at start. */
-    uint32_t nstripes;
+    uint32_t nstripes;                /* to a peer on another host */
+    uint32_t local_stripes;           /* to a peer on this host (<= TCP_MAX_STRIPES) */
     uint64_t stripe_threshold;
     uint32_t socket_buffer;
     uint64_t io_timeout_ns;           /* 0: never */

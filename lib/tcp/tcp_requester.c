@@ -80,7 +80,7 @@ struct tcp_peer {
     atomic_int dead;                  /* 0, or the status that killed a connection: no more
                                        * submissions (ORB_EPEER only when the peer failed) */
     atomic_int released;              /* the core let go */
-    uint32_t nstripes;
+    uint32_t nstripes;                /* the transport's count for a peer on this host or not */
     uint64_t stripe_threshold;
     uint64_t max_payload;             /* min(ours, the source's HELLO_OK) */
     char endpoint[ORB_ENDPOINT_MAX];
@@ -924,6 +924,19 @@ static int req_handshake(struct tcp_transport *tp, struct tcp_req_conn *c, const
     }
 }
 
+/* A connection slot of `p`, not connected yet. */
+static void req_conn_init(struct tcp_peer *p, struct tcp_req_conn *c)
+{
+    c->base.fd = -1;
+    c->peer = p;
+    c->next_tag = 1;
+    c->can_send = 1;
+    c->rx_state = RRX_HEADER;
+    atomic_init(&c->queued_bytes, 0);
+    pthread_mutex_init(&c->lock, NULL);
+    (void)orb_cond_init_monotonic(&c->cond);
+}
+
 int tcp_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expected,
                   uint64_t deadline, const struct orb_control_path *ctl, void **peer_out)
 {
@@ -933,40 +946,32 @@ int tcp_peer_open(void *tp_, const char *endpoint, const struct orb_epoch *expec
         return orb_fail(ORB_EINVAL, "peer_open: NULL argument");
     if (atomic_load(&tp->stopping))
         return orb_fail(ORB_ECLOSED, "the TCP transport is stopped");
-    uint32_t nconns = 1 + tp->nstripes;
-    struct tcp_peer *p = calloc(1, sizeof *p + nconns * sizeof p->conns[0]);
+    /* Room for either count: which one applies is known once CONTROL is connected. */
+    uint32_t most = tp->nstripes > tp->local_stripes ? tp->nstripes : tp->local_stripes;
+    struct tcp_peer *p = calloc(1, sizeof *p + (1 + most) * sizeof p->conns[0]);
     if (p == NULL)
         return orb_fail(ORB_ENOMEM, "cannot allocate a peer");
     p->tp = tp;
     atomic_init(&p->refs, 1);
     atomic_init(&p->dead, 0);
     atomic_init(&p->released, 0);
-    p->nstripes = tp->nstripes;
     p->stripe_threshold = tp->stripe_threshold;
     snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint);
-    p->nconns = nconns;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    for (uint32_t i = 0; i < nconns; i++) {
-        struct tcp_req_conn *c = &p->conns[i];
-        c->base.fd = -1;
-        c->peer = p;
-        c->next_tag = 1;
-        c->can_send = 1;
-        c->rx_state = RRX_HEADER;
-        atomic_init(&c->queued_bytes, 0);
-        pthread_mutex_init(&c->lock, NULL);
-        pthread_cond_init(&c->cond, &attr);
-    }
-    pthread_condattr_destroy(&attr);
+    p->nconns = 0; /* the connections initialised so far: what peer_unref() undoes */
+    req_conn_init(p, &p->conns[p->nconns++]);
     atomic_fetch_add(&tp->refs, 1); /* dropped when the peer is freed */
 
     uint32_t max_payload = ORB_WIRE_MAX_PAYLOAD;
-    int rc = 0;
-    for (uint32_t i = 0; i < nconns && rc == 0; i++)
-        rc = req_handshake(tp, &p->conns[i], endpoint, expected, deadline,
-                           i == 0 ? ORB_WIRE_ROLE_CONTROL : ORB_WIRE_ROLE_DATA, i == 0 ? 0 : i - 1,
+    int rc = req_handshake(tp, &p->conns[0], endpoint, expected, deadline, ORB_WIRE_ROLE_CONTROL, 0,
+                           &max_payload);
+    if (rc == 0) {
+        p->nstripes = tcp_peer_on_this_host(p->conns[0].base.fd) ? tp->local_stripes : tp->nstripes;
+        while (p->nconns < 1 + p->nstripes)
+            req_conn_init(p, &p->conns[p->nconns++]);
+    }
+    uint32_t nconns = p->nconns;
+    for (uint32_t i = 1; i < nconns && rc == 0; i++)
+        rc = req_handshake(tp, &p->conns[i], endpoint, expected, deadline, ORB_WIRE_ROLE_DATA, i - 1,
                            &max_payload);
     if (rc != 0) {
         peer_unref(p);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/cpus.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "tcp_internal.h"
@@ -394,6 +395,11 @@ static int tcp_start(orb_engine *engine, void **tp_out)
     tp->engine = engine;
     atomic_init(&tp->refs, 1);
     tp->nstripes = clamp_u32(cfg->tcp_stripes, 1, TCP_MAX_STRIPES);
+    /* Both ends of a same-host stripe run on this host's CPUs: more stripes than half of them
+     * only add threads that take turns on a CPU and pass the payload between caches. */
+    tp->local_stripes = cfg->tcp_local_stripes != 0
+                            ? clamp_u32(cfg->tcp_local_stripes, 1, TCP_MAX_STRIPES)
+                            : clamp_u32(orb_usable_cpus() / 2, 1, tp->nstripes);
     tp->stripe_threshold = cfg->tcp_stripe_threshold;
     tp->socket_buffer = cfg->tcp_socket_buffer;
     tp->io_timeout_ns = (uint64_t)cfg->io_timeout_s * ORB_NS_PER_SEC;

@@ -12,13 +12,13 @@
 #include "core/config.h"
 
 /* helper_mode, hello_timeout_ms, max_unauthenticated and enable_shm replaced the first two of
- * eight reserved u64 words: same size, and the remaining reserved words where they were (ABI of
- * 0.1.0). */
+ * eight reserved u64 words, tcp_local_stripes and reserved32 the third: same size, and the
+ * remaining reserved words where they were (ABI of 0.1.0). */
 _Static_assert(sizeof(struct orb_engine_config) == 248, "the configuration keeps its size");
-_Static_assert(offsetof(struct orb_engine_config, helper_mode) + 16 ==
+_Static_assert(offsetof(struct orb_engine_config, helper_mode) + 24 ==
                    offsetof(struct orb_engine_config, reserved),
-               "the four 32-bit fields fill exactly two former reserved words");
-_Static_assert(offsetof(struct orb_engine_config, reserved) + 6 * sizeof(uint64_t) ==
+               "the six 32-bit fields fill exactly three former reserved words");
+_Static_assert(offsetof(struct orb_engine_config, reserved) + 5 * sizeof(uint64_t) ==
                    sizeof(struct orb_engine_config),
                "reserved[] ends the structure");
 
@@ -45,6 +45,7 @@ static const struct int_key int_keys[] = {
     { "max_notifications", 1, 1u << 20 },
     { "hello_timeout_ms", 1, 3600000 },
     { "max_unauthenticated", 1, 65536 },
+    { "tcp_local_stripes", 0, 16 },
 };
 
 #define INT_KEY_COUNT (sizeof int_keys / sizeof int_keys[0])
@@ -64,6 +65,7 @@ static uint64_t get_int(const struct orb_engine_config *cfg, const char *name)
     if (strcmp(name, "max_notifications") == 0) return cfg->max_notifications;
     if (strcmp(name, "hello_timeout_ms") == 0) return cfg->hello_timeout_ms;
     if (strcmp(name, "max_unauthenticated") == 0) return cfg->max_unauthenticated;
+    if (strcmp(name, "tcp_local_stripes") == 0) return cfg->tcp_local_stripes;
     fail_msg("unknown key %s", name);
     return 0;
 }
@@ -83,6 +85,7 @@ static void set_int(struct orb_engine_config *cfg, const char *name, uint64_t v)
     else if (strcmp(name, "max_notifications") == 0) cfg->max_notifications = (uint32_t)v;
     else if (strcmp(name, "hello_timeout_ms") == 0) cfg->hello_timeout_ms = (uint32_t)v;
     else if (strcmp(name, "max_unauthenticated") == 0) cfg->max_unauthenticated = (uint32_t)v;
+    else if (strcmp(name, "tcp_local_stripes") == 0) cfg->tcp_local_stripes = (uint32_t)v;
     else fail_msg("unknown key %s", name);
 }
 
@@ -150,7 +153,9 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.hello_timeout_ms, 5000);
     assert_int_equal(cfg.max_unauthenticated, 32);
     assert_int_equal(cfg.enable_shm, 1);
-    assert_int_equal(RESERVED_WORDS, 6);
+    assert_int_equal(cfg.tcp_local_stripes, 0);
+    assert_int_equal(cfg.reserved32, 0);
+    assert_int_equal(RESERVED_WORDS, 5);
     for (size_t i = 0; i < RESERVED_WORDS; i++)
         assert_int_equal(cfg.reserved[i], 0);
     assert_int_equal(orb_engine_config_validate(&cfg), 0);
@@ -191,6 +196,7 @@ static void test_unknown_keys(void **state)
     (void)state;
     expect_rejected("{\"reserved\": [0]}", "'reserved'");
     expect_rejected("{\"reserved\": 0}", "unknown");
+    expect_rejected("{\"reserved32\": 0}", "unknown");
     expect_rejected("{\"tcp_stripe\": 2}", "'tcp_stripe'");
     expect_rejected("{\"TCP_STRIPES\": 2}", "'TCP_STRIPES'");
     expect_rejected("{\"\": 2}", "unknown");
@@ -456,6 +462,10 @@ static void test_validate_names_the_field(void **state)
     assert_non_null(strstr(orb_last_error(), "'enable_shm'"));
     cfg.enable_shm = 0;
     assert_int_equal(orb_engine_config_validate(&cfg), 0);
+    cfg = defaults();
+    cfg.reserved32 = 1;
+    assert_int_equal(orb_engine_config_validate(&cfg), ORB_ECONFIG);
+    assert_non_null(strstr(orb_last_error(), "'reserved32'"));
     for (size_t i = 0; i < RESERVED_WORDS; i++) {
         cfg = defaults();
         cfg.reserved[i] = 1;

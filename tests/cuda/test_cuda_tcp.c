@@ -116,6 +116,7 @@ static orb_engine *source_engine(void)
     struct orb_engine_config cfg;
     assert_int_equal(orb_engine_config_init(&cfg), 0);
     cfg.tcp_stripes = 4;
+    cfg.tcp_local_stripes = 4;
     return eu_engine(&cfg);
 }
 

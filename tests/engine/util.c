@@ -39,6 +39,7 @@ orb_engine *eu_requester(uint32_t stripes, uint64_t threshold)
     assert_int_equal(orb_engine_config_init(&cfg), 0);
     cfg.enable_source = 0;
     cfg.tcp_stripes = stripes;
+    cfg.tcp_local_stripes = stripes; /* the peers are on this host: exactly this many */
     if (threshold != 0)
         cfg.tcp_stripe_threshold = threshold;
     return eu_engine(&cfg);

@@ -144,6 +144,7 @@ orb_engine *th_engine_new(const struct orb_engine_config *cfg)
     } else {
         assert_int_equal(orb_engine_config_init(&e->cfg), 0);
         e->cfg.tcp_stripes = 2;
+        e->cfg.tcp_local_stripes = 2; /* two stripes whatever the CPUs */
         e->cfg.tcp_workers = 2;
         e->cfg.io_timeout_s = 5;
     }

@@ -10,9 +10,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@
 #include "core/registry.h"
 #include "core/stager.h"
 #include "harness.h"
+#include "tcp/tcp_conn.h"
 #include "tcp/tcp_internal.h"
 #include "wire/wire.h"
 
@@ -37,6 +41,7 @@ static orb_engine *requester_engine(void)
     assert_int_equal(orb_engine_config_init(&cfg), 0);
     cfg.enable_source = 0;
     cfg.tcp_stripes = 2;
+    cfg.tcp_local_stripes = 2;
     cfg.tcp_workers = 2;
     cfg.io_timeout_s = 5;
     return th_engine_new(&cfg);
@@ -1318,6 +1323,130 @@ static void test_close_source(void **state)
     orb_host_memory_unref(owner);
 }
 
+/* The stripes a peer on this host gets: tcp_local_stripes when set, else tcp_stripes capped at
+ * one per two usable CPUs (at least 1); counted as the source's connections (CONTROL + DATA). */
+static void expect_stripes_to_this_host(uint32_t stripes, uint32_t local_stripes, unsigned want)
+{
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.enable_source = 0;
+    cfg.tcp_stripes = stripes;
+    cfg.tcp_local_stripes = local_stripes;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = th_engine_new(&cfg);
+    void *peer = th_open(req, src);
+    assert_true(wait_source_conns(src, 1 + want));
+    usleep(20000); /* and not more a moment later */
+    assert_int_equal(source_conns(src), 1 + want);
+    T->peer_release(peer);
+    assert_true(wait_source_conns(src, 0));
+    th_engine_free(req);
+    th_engine_free(src);
+}
+
+static void test_stripes_to_a_peer_on_this_host(void **state)
+{
+    (void)state;
+    cpu_set_t all;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    unsigned cpus = (unsigned)CPU_COUNT(&all);
+    unsigned half = cpus / 2 < 1 ? 1 : cpus / 2;
+    expect_stripes_to_this_host(4, 0, half < 4 ? half : 4);
+    expect_stripes_to_this_host(1, 0, 1);
+    expect_stripes_to_this_host(4, 3, 3);
+    expect_stripes_to_this_host(1, 5, 5);
+
+    /* One CPU: one stripe, whatever tcp_stripes says (engines read the mask when created). */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    expect_stripes_to_this_host(8, 0, 1);
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+}
+
+/* Connect to `addr` (IPv4 or IPv6, listening socket bound to its family's any address) and
+ * answer what tcp_peer_on_this_host() says of both ends; -1 when the address cannot be used. */
+static int on_this_host_over(const struct sockaddr *addr, socklen_t len)
+{
+    int lfd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0)
+        return -1;
+    struct sockaddr_storage any = {0};
+    any.ss_family = addr->sa_family;
+    struct sockaddr_storage where;
+    socklen_t wlen = sizeof where;
+    int cfd = -1, afd = -1, answer = -1;
+    if (bind(lfd, (struct sockaddr *)&any, len) != 0 || listen(lfd, 1) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&where, &wlen) != 0)
+        goto close_listener;
+    struct sockaddr_storage to;
+    memcpy(&to, addr, len);
+    if (addr->sa_family == AF_INET)
+        ((struct sockaddr_in *)&to)->sin_port = ((struct sockaddr_in *)&where)->sin_port;
+    else
+        ((struct sockaddr_in6 *)&to)->sin6_port = ((struct sockaddr_in6 *)&where)->sin6_port;
+    cfd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (cfd < 0 || connect(cfd, (struct sockaddr *)&to, len) != 0)
+        goto close_client;
+    afd = accept(lfd, NULL, NULL);
+    if (afd < 0)
+        goto close_client;
+    answer = tcp_peer_on_this_host(cfd);
+    assert_int_equal(tcp_peer_on_this_host(afd), answer); /* the same from either end */
+    close(afd);
+close_client:
+    if (cfd >= 0)
+        close(cfd);
+close_listener:
+    close(lfd);
+    return answer;
+}
+
+static void test_peer_on_this_host(void **state)
+{
+    (void)state;
+    struct sockaddr_in v4 = { .sin_family = AF_INET };
+    v4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(on_this_host_over((struct sockaddr *)&v4, sizeof v4), 1);
+    v4.sin_addr.s_addr = htonl(0x7f000102); /* 127.0.1.2: all of 127/8 is loopback */
+    assert_int_equal(on_this_host_over((struct sockaddr *)&v4, sizeof v4), 1);
+    struct sockaddr_in6 v6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+    int r = on_this_host_over((struct sockaddr *)&v6, sizeof v6);
+    assert_true(r == 1 || r == -1); /* -1: no IPv6 here */
+
+    /* An address of this host that is not loopback is this host too. */
+    struct ifaddrs *list = NULL;
+    assert_int_equal(getifaddrs(&list), 0);
+    int tried = 0;
+    for (struct ifaddrs *i = list; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK) ||
+            !(i->ifa_flags & IFF_UP))
+            continue;
+        struct sockaddr_in a;
+        memcpy(&a, i->ifa_addr, sizeof a);
+        r = on_this_host_over((struct sockaddr *)&a, sizeof a);
+        if (r != -1) {
+            assert_int_equal(r, 1);
+            tried++;
+        }
+    }
+    freeifaddrs(list);
+    if (tried == 0)
+        print_message("no non-loopback IPv4 address here: only loopback was checked\n");
+
+    /* Not a connected socket: no. */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(tcp_peer_on_this_host(fd), 0);
+    close(fd);
+    assert_int_equal(tcp_peer_on_this_host(-1), 0);
+}
+
 static void test_max_connections(void **state)
 {
     (void)state;
@@ -1507,6 +1636,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_wrong_epoch_is_stale),
+        cmocka_unit_test(test_stripes_to_a_peer_on_this_host),
+        cmocka_unit_test(test_peer_on_this_host),
         cmocka_unit_test(test_open_refused_is_epeer),
         cmocka_unit_test(test_open_honours_deadline),
         cmocka_unit_test(test_open_redials_a_dropped_hello),
