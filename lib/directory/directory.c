@@ -79,12 +79,27 @@ static uint64_t num_of(json_t *v)
 
 /* ---- etcd operations ---------------------------------------------------------------------------- */
 
+/* One etcd call: `body` is consumed (NULL, a failed json_pack, is ORB_ENOMEM); the answer goes
+ * to *reply when reply is not NULL (the caller decrefs) and is dropped otherwise. */
+static int exchange(struct orb_directory *d, const char *path, json_t *body, uint64_t deadline,
+                    json_t **reply)
+{
+    json_t *answer = NULL;
+    int rc = body == NULL ? orb_fail(ORB_ENOMEM, "directory: no memory")
+                          : orb_etcd_call(d->etcd, path, body, deadline, &answer);
+    json_decref(body);
+    if (rc == 0 && reply != NULL)
+        *reply = answer;
+    else
+        json_decref(answer);
+    return rc;
+}
+
 static int lease_grant(struct orb_directory *d, uint64_t deadline, char lease[24])
 {
-    json_t *body = json_pack("{s:I}", "TTL", (json_int_t)d->ttl_s), *reply = NULL;
-    int rc = body == NULL ? orb_fail(ORB_ENOMEM, "directory: no memory")
-                          : orb_etcd_call(d->etcd, "/v3/lease/grant", body, deadline, &reply);
-    json_decref(body);
+    json_t *reply = NULL;
+    int rc = exchange(d, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)d->ttl_s), deadline,
+                      &reply);
     if (rc != 0)
         return rc;
     uint64_t id = num_of(json_object_get(reply, "ID"));
@@ -97,31 +112,21 @@ static int lease_grant(struct orb_directory *d, uint64_t deadline, char lease[24
 
 static int put(struct orb_directory *d, uint64_t deadline, const struct published *p)
 {
-    json_t *body = json_pack("{s:s,s:s,s:s}", "key", p->key, "value", p->value, "lease", p->lease), *reply = NULL;
-    int rc = body == NULL ? orb_fail(ORB_ENOMEM, "directory: no memory")
-                          : orb_etcd_call(d->etcd, "/v3/kv/put", body, deadline, &reply);
-    json_decref(body);
-    json_decref(reply);
-    return rc;
+    return exchange(d, "/v3/kv/put",
+                    json_pack("{s:s,s:s,s:s}", "key", p->key, "value", p->value, "lease", p->lease),
+                    deadline, NULL);
 }
 
 static int lease_revoke(struct orb_directory *d, uint64_t deadline, const char *lease)
 {
-    json_t *body = json_pack("{s:s}", "ID", lease), *reply = NULL;
-    int rc = body == NULL ? orb_fail(ORB_ENOMEM, "directory: no memory")
-                          : orb_etcd_call(d->etcd, "/v3/lease/revoke", body, deadline, &reply);
-    json_decref(body);
-    json_decref(reply);
-    return rc;
+    return exchange(d, "/v3/lease/revoke", json_pack("{s:s}", "ID", lease), deadline, NULL);
 }
 
 /* 1 when the lease is alive (and renewed), 0 when etcd no longer has it, or a failure. */
 static int lease_keepalive(struct orb_directory *d, uint64_t deadline, const char *lease)
 {
-    json_t *body = json_pack("{s:s}", "ID", lease), *reply = NULL;
-    int rc = body == NULL ? orb_fail(ORB_ENOMEM, "directory: no memory")
-                          : orb_etcd_call(d->etcd, "/v3/lease/keepalive", body, deadline, &reply);
-    json_decref(body);
+    json_t *reply = NULL;
+    int rc = exchange(d, "/v3/lease/keepalive", json_pack("{s:s}", "ID", lease), deadline, &reply);
     if (rc != 0)
         return rc;
     uint64_t ttl = num_of(json_object_get(json_object_get(reply, "result"), "TTL"));
@@ -248,12 +253,9 @@ ORB_EXPORT int orb_directory_open(const struct orb_directory_params *params, orb
     /* One exchange now, so that a wrong address or credentials fail here, naming why: a read
      * of the prefix's own key, which a role confined to the prefix may make. */
     char *probe = orb_dir_b64_encode((const uint8_t *)d->prefix, strlen(d->prefix));
-    json_t *body = probe != NULL ? json_pack("{s:s}", "key", probe) : NULL, *reply = NULL;
+    json_t *body = probe != NULL ? json_pack("{s:s}", "key", probe) : NULL;
     free(probe);
-    rc = body == NULL ? orb_fail(ORB_ENOMEM, "directory: no memory")
-                      : orb_etcd_call(d->etcd, "/v3/kv/range", body, orb_deadline_after(d->timeout_ns), &reply);
-    json_decref(body);
-    json_decref(reply);
+    rc = exchange(d, "/v3/kv/range", body, orb_deadline_after(d->timeout_ns), NULL);
     if (rc != 0)
         goto free_etcd;
     pthread_mutex_init(&d->lock, NULL);
@@ -485,9 +487,7 @@ static int read_entry(orb_directory *d, const char *name, uint64_t deadline, str
     char *key = key_of(d, name);
     json_t *body = key != NULL ? json_pack("{s:s}", "key", key) : NULL, *reply = NULL;
     free(key);
-    int rc = body == NULL ? orb_fail(ORB_ENOMEM, "directory: no memory")
-                          : orb_etcd_call(d->etcd, "/v3/kv/range", body, deadline, &reply);
-    json_decref(body);
+    int rc = exchange(d, "/v3/kv/range", body, deadline, &reply);
     if (rc != 0)
         return rc;
     if (store_revision != NULL)
