@@ -402,6 +402,10 @@ static int authenticate(struct orb_etcd *e, uint64_t deadline)
 {
     json_t *body = json_pack("{s:s,s:s}", "name", e->username, "password", e->password);
     char *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
+    /* jansson keeps its own copy of the password: wipe it before the object frees it. */
+    json_t *copy = json_object_get(body, "password");
+    if (json_is_string(copy))
+        memset((char *)json_string_value(copy), 0, json_string_length(copy));
     json_decref(body);
     if (text == NULL)
         return orb_fail(ORB_ENOMEM, "directory: no memory to authenticate");
