@@ -200,6 +200,25 @@ static struct orb_directory_entry entry; /* large: off the stack */
 
 /* ---- cells ---------------------------------------------------------------------------------------- */
 
+/* Resolve `name` every `poll_ms` until the answer is `want` (0: found, ORB_ENOENT: gone); fail
+ * the test `limit_s` seconds after `since`, and on any other answer while waiting when `strict`
+ * (not strict: etcd may be coming back, and a failed exchange is expected meanwhile). Returns the
+ * seconds from `since`. */
+static double wait_for_answer(orb_directory *d, const char *name, int want, uint64_t since,
+                              unsigned limit_s, unsigned poll_ms, int strict)
+{
+    for (;;) {
+        int rc = orb_directory_resolve(d, name, &entry);
+        if (rc == want)
+            return (double)(now_ns() - since) / 1e9;
+        if (strict && rc != 0 && rc != ORB_ENOENT)
+            fail_msg("resolving %s: %d (%s)", name, rc, orb_last_error());
+        if (now_ns() - since >= (uint64_t)limit_s * SEC)
+            fail_msg("resolving %s: still %d after %u s", name, rc, limit_s);
+        sleep_ms(poll_ms);
+    }
+}
+
 static void test_arguments(void **state)
 {
     (void)state;
@@ -369,13 +388,8 @@ static void test_a_dead_publisher_expires(void **state)
     assert_int_equal(orb_directory_resolve(d, "doomed", &entry), 0);
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
-    uint64_t t0 = now_ns();
-    while (orb_directory_resolve(d, "doomed", &entry) == 0) {
-        assert_true(now_ns() - t0 < 10 * SEC);
-        sleep_ms(100);
-    }
-    assert_int_equal(orb_directory_resolve(d, "doomed", &entry), ORB_ENOENT);
-    print_message("a killed publisher's entry went %.1f s after the kill (TTL 3 s)\n", (double)(now_ns() - t0) / 1e9);
+    double gone = wait_for_answer(d, "doomed", ORB_ENOENT, now_ns(), 10, 100, 1);
+    print_message("a killed publisher's entry went %.1f s after the kill (TTL 3 s)\n", gone);
     orb_directory_close(d);
     close(ready[0]);
     close(ready[1]);
@@ -574,29 +588,17 @@ static void test_etcd_stopped_and_restarted(void **state)
     assert_true(rc == ORB_EPEER || rc == ORB_ETIMEDOUT);
     sleep_ms(2500); /* a refresh fails meanwhile */
     etcd_start();   /* with its data */
-    uint64_t t1 = now_ns();
-    while (orb_directory_resolve(peer, "survivor", &entry) != 0) {
-        assert_true(now_ns() - t1 < 15 * SEC);
-        sleep_ms(200);
-    }
-    print_message("with its data: resolvable %.1f s after etcd came back\n", (double)(now_ns() - t1) / 1e9);
+    print_message("with its data: resolvable %.1f s after etcd came back\n",
+                  wait_for_answer(peer, "survivor", 0, now_ns(), 15, 200, 0));
     /* Without its data: the refresher finds its lease gone and publishes again. */
     etcd_stop();
     remove_tree(data_dir);
     etcd_start();
     /* An etcd without data holds only what was published since it started: an entry found at
-     * once was published again already (the refresher may beat this call), else it comes. */
-    t1 = now_ns();
-    rc = orb_directory_resolve(peer, "survivor", &entry);
-    assert_true(rc == ORB_ENOENT || rc == 0);
-    while (rc != 0) {
-        assert_true(now_ns() - t1 < 15 * SEC); /* a refresh comes every TTL / 3 = 1 s */
-        sleep_ms(200);
-        rc = orb_directory_resolve(peer, "survivor", &entry);
-        assert_true(rc == ORB_ENOENT || rc == 0);
-    }
+     * once was published again already (the refresher may beat this call), else it comes with
+     * the next refresh, every TTL / 3 = 1 s; nothing but found or not found meanwhile. */
     print_message("without its data: published again %.1f s after etcd came back\n",
-                  (double)(now_ns() - t1) / 1e9);
+                  wait_for_answer(peer, "survivor", 0, now_ns(), 15, 200, 1));
     struct orb_epoch ep;
     assert_int_equal(orb_engine_source_epoch(e, &ep), 0);
     assert_memory_equal(entry.epoch.bytes, ep.bytes, 16);
@@ -647,10 +649,7 @@ static void test_a_frozen_etcd(void **state)
     uint64_t t1 = now_ns();
     for (int i = 0; i < NAMES; i++) {
         snprintf(name, sizeof name, "frozen-%d", i);
-        while (orb_directory_resolve(peer, name, &entry) != 0) {
-            assert_true(now_ns() - t1 < 30 * SEC);
-            sleep_ms(100);
-        }
+        (void)wait_for_answer(peer, name, 0, t1, 30, 100, 0);
     }
     assert_int_equal(orb_directory_publish(d, "frozen-late", e), 0);
     /* Close bounded too with etcd frozen again: the entries then expire on their own. */
