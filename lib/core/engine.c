@@ -239,8 +239,9 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
     atomic_init(&engine->live_batches, 0);
     atomic_init(&engine->http, NULL);
     orb_metrics_init(&engine->metrics);
-    engine->spin_allowed = cfg->busy_poll_us > 0 && cfg->tcp_workers + 1 <= orb_usable_cpus();
-    engine->poll_allowed = cfg->busy_poll_us > 0 && orb_usable_cpus() >= 2;
+    unsigned cpus = orb_usable_cpus();
+    engine->spin_allowed = cfg->busy_poll_us > 0 && cfg->tcp_workers + 1 <= cpus;
+    engine->poll_allowed = cfg->busy_poll_us > 0 && cpus >= 2;
     if (pthread_mutex_init(&engine->lock, NULL) != 0) {
         rc = orb_fail(ORB_ENOMEM, "cannot initialise the engine lock");
         goto free_engine;
