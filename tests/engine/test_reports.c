@@ -20,30 +20,14 @@
 #define LOCAL_SEED 0x42
 
 struct fixture {
-    orb_engine *src, *req;
-    orb_segment *seg;
-    struct eu_region remote, local;
+    struct eu_pair pair;
     size_t block;
 };
 
 static void fixture_open(struct fixture *f, uint32_t stripes, size_t block)
 {
-    memset(f, 0, sizeof *f);
     f->block = block;
-    f->src = eu_engine(NULL);
-    f->req = eu_requester(stripes, 64 * 1024);
-    eu_region_new(f->src, NREQ * block, ORB_PERM_REMOTE_WRITE, SRC_SEED, &f->remote);
-    eu_region_new(f->req, NREQ * block, ORB_PERM_LOCAL, LOCAL_SEED, &f->local);
-    f->seg = eu_open(f->req, f->src);
-}
-
-static void fixture_close(struct fixture *f)
-{
-    orb_segment_close(f->seg);
-    eu_region_free(f->req, &f->local);
-    eu_region_free(f->src, &f->remote);
-    orb_engine_free(f->req);
-    orb_engine_free(f->src);
+    eu_pair_open(&f->pair, stripes, 64 * 1024, NREQ * block, SRC_SEED, LOCAL_SEED);
 }
 
 enum block_state { UNTOUCHED, PARTLY_MOVED, MOVED };
@@ -53,8 +37,8 @@ enum block_state { UNTOUCHED, PARTLY_MOVED, MOVED };
  * have moved some of them when it is in a failure's span. */
 static enum block_state block_state(const struct fixture *f, enum orb_op op, size_t i)
 {
-    const struct eu_region *dst = op == ORB_OP_WRITE ? &f->remote : &f->local;
-    const struct eu_region *src = op == ORB_OP_WRITE ? &f->local : &f->remote;
+    const struct eu_region *dst = op == ORB_OP_WRITE ? &f->pair.remote : &f->pair.local;
+    const struct eu_region *src = op == ORB_OP_WRITE ? &f->pair.local : &f->pair.remote;
     uint8_t seed = op == ORB_OP_WRITE ? SRC_SEED : LOCAL_SEED;
     const uint8_t *d = dst->base + i * f->block, *s = src->base + i * f->block;
     if (memcmp(d, s, f->block) == 0)
@@ -80,17 +64,17 @@ static void check_pipelined_span(uint32_t stripes, size_t block, enum orb_op op,
     fixture_open(&f, stripes, block);
     struct orb_request reqs[NREQ];
     for (size_t i = 0; i < NREQ; i++)
-        reqs[i] = eu_req(op, f.local.base + i * block, f.remote.base + i * block, block);
+        reqs[i] = eu_req(op, f.pair.local.base + i * block, f.pair.remote.base + i * block, block);
     /* The failing request crosses the end of the source's registration. */
-    reqs[fail].remote_addr = (uint64_t)(uintptr_t)(f.remote.base + NREQ * block - block / 2);
+    reqs[fail].remote_addr = (uint64_t)(uintptr_t)(f.pair.remote.base + NREQ * block - block / 2);
 
     struct orb_batch_report rep;
     int rc;
     if (!async) {
-        rc = orb_submit_and_wait(f.req, f.seg, reqs, NREQ, NULL, 30 * EU_SEC, &rep);
+        rc = orb_submit_and_wait(f.pair.req, f.pair.seg, reqs, NREQ, NULL, 30 * EU_SEC, &rep);
     } else {
         orb_batch *b;
-        assert_int_equal(orb_batch_open(f.req, f.seg, &b), 0);
+        assert_int_equal(orb_batch_open(f.pair.req, f.pair.seg, &b), 0);
         assert_int_equal(orb_batch_submit(b, reqs, NREQ / 2), 0);
         int rc2 = orb_batch_submit(b, reqs + NREQ / 2, NREQ / 2);
         /* The second group is refused only if the first group's failure was already known. */
@@ -132,7 +116,7 @@ static void check_pipelined_span(uint32_t stripes, size_t block, enum orb_op op,
     enum orb_remote_effect want = op == ORB_OP_WRITE && last > fail ? ORB_REMOTE_EFFECT_UNKNOWN
                                                                      : ORB_REMOTE_EFFECT_NONE;
     assert_int_equal(rep.failure.remote_effect, want);
-    fixture_close(&f);
+    eu_pair_close(&f.pair);
 }
 
 static void test_spans_one_stripe(void **state)
@@ -169,10 +153,10 @@ static void test_one_burst_span_is_exact(void **state)
     fixture_open(&f, 1, 4096);
     struct orb_request reqs[NREQ];
     for (size_t i = 0; i < NREQ; i++)
-        reqs[i] = eu_req(ORB_OP_WRITE, f.local.base + i * 4096, f.remote.base + i * 4096, 4096);
-    reqs[3].remote_addr = (uint64_t)(uintptr_t)(f.remote.base + NREQ * 4096 - 100);
+        reqs[i] = eu_req(ORB_OP_WRITE, f.pair.local.base + i * 4096, f.pair.remote.base + i * 4096, 4096);
+    reqs[3].remote_addr = (uint64_t)(uintptr_t)(f.pair.remote.base + NREQ * 4096 - 100);
     struct orb_batch_report rep;
-    assert_int_equal(orb_submit_and_wait(f.req, f.seg, reqs, NREQ, NULL, 30 * EU_SEC, &rep),
+    assert_int_equal(orb_submit_and_wait(f.pair.req, f.pair.seg, reqs, NREQ, NULL, 30 * EU_SEC, &rep),
                      ORB_ENOENT);
     assert_int_equal(rep.completed_requests, 3);
     assert_int_equal(rep.failure.request_index, 3);
@@ -180,7 +164,7 @@ static void test_one_burst_span_is_exact(void **state)
     assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_UNKNOWN);
     for (size_t i = 4; i < NREQ; i++)
         assert_true(block_moved(&f, ORB_OP_WRITE, i));
-    fixture_close(&f);
+    eu_pair_close(&f.pair);
 }
 
 /* A segment whose endpoint now runs another engine: describe says ESTALE, as transfers do. */

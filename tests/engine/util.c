@@ -58,6 +58,25 @@ orb_segment *eu_open(orb_engine *req, orb_engine *src)
     return s;
 }
 
+void eu_pair_open(struct eu_pair *p, uint32_t stripes, uint64_t threshold, size_t len,
+                  uint8_t remote_seed, uint8_t local_seed)
+{
+    p->src = eu_engine(NULL);
+    p->req = eu_requester(stripes, threshold);
+    eu_region_new(p->src, len, ORB_PERM_REMOTE_WRITE, remote_seed, &p->remote);
+    eu_region_new(p->req, len, ORB_PERM_LOCAL, local_seed, &p->local);
+    p->seg = eu_open(p->req, p->src);
+}
+
+void eu_pair_close(struct eu_pair *p)
+{
+    orb_segment_close(p->seg);
+    eu_region_free(p->req, &p->local);
+    eu_region_free(p->src, &p->remote);
+    orb_engine_free(p->req);
+    orb_engine_free(p->src);
+}
+
 void eu_fill(uint8_t *p, size_t len, uint8_t seed)
 {
     uint32_t x = 0x9e3779b9u * (seed + 1u);

@@ -28,6 +28,18 @@ orb_engine *eu_requester(uint32_t stripes, uint64_t threshold);
 /* Open a segment of `req` to `src`, asserting success. */
 orb_segment *eu_open(orb_engine *req, orb_engine *src);
 
+/* Two engines over loopback: a source with a `len`-byte region peers may write (`remote`, filled
+ * with `remote_seed`'s pattern), a requester from eu_requester(stripes, threshold) with a local
+ * `len`-byte region (`local_seed`), and a segment between them. */
+struct eu_pair {
+    orb_engine *src, *req;
+    orb_segment *seg;
+    struct eu_region remote, local;
+};
+void eu_pair_open(struct eu_pair *p, uint32_t stripes, uint64_t threshold, size_t len,
+                  uint8_t remote_seed, uint8_t local_seed);
+void eu_pair_close(struct eu_pair *p);
+
 /* Allocate len + 2 * EU_GUARD bytes, fill them all with `seed`'s pattern, register the middle
  * `len` with `perm`. */
 void eu_region_new(orb_engine *e, size_t len, enum orb_perm perm, uint8_t seed,
