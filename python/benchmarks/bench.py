@@ -151,10 +151,9 @@ def main():
                         engine.submit_and_wait(seg, [Request.read(local.address, info["address"], BUFFER)])
                     moved, before = (2, 1) if op == Op.WRITE else (1, 0)
                     covered = cell["covered_bytes"]
-                    expected, moved_bytes = bytearray(BUFFER), bytearray(covered)
+                    expected = bytearray(BUFFER)
                     fill(memoryview(expected), before)
-                    fill(memoryview(moved_bytes), moved)
-                    expected[:covered] = moved_bytes
+                    fill(memoryview(expected)[:covered], moved)
                     cell["verified"] = lview == expected
                     if not cell["verified"]:
                         cell["mismatch"] = describe_mismatch(lview, expected, block, before)
