@@ -14,34 +14,58 @@
 #define TIE_RELATIVE 1e-9   /* scores this close to the lowest are ties */
 #define WEIGHT_EPSILON 1e-12
 
-/* Layout: the lock and the counters it guards share the first cache line, which moves between
- * contending threads anyway; read-mostly fields follow; the per-NIC counters are packed so that
- * a scan over 16 NICs touches two lines. (The allocation is 64-byte aligned.) */
+/* Charges live in shards. A thread that selects or returns charges owns one of OWNED_SHARDS
+ * shards for as long as it lives (threads beyond that share the last shard), and every charge it
+ * adds or gives back goes to that shard: a charge taken on one thread and returned on another
+ * leaves one shard above and one below, and only their sum means something. The sum over every
+ * shard is exact. A selection scores with its own shard, exact, plus its shard's copy of the
+ * other shards' sum, taken again once OTHERS_REFRESH of its slices have been placed since the
+ * last one. So a thread reads and writes only lines of its own (and writes them with plain
+ * stores while it owns the shard), takes no lock, and reads the others' lines only when it sums
+ * them: the cost that grew with contention was cache lines moving between the threads, locked
+ * adds and the lock, on every selection and every return. */
+#define OWNED_SHARDS ORB_SELECT_OWNED_SHARDS
+#define SHARED_SHARD OWNED_SHARDS       /* for threads beyond the owned ones: atomic adds */
+#define SELECT_SHARDS (OWNED_SHARDS + 1u)
+#define OTHERS_REFRESH ORB_SELECT_OTHERS_REFRESH
+
+struct charge_shard {
+    /* Read by whoever sums the shards; written only by the shard's threads. `seq` is odd while
+     * a parent of several slices is being charged, so that a sum sees all of its charges or
+     * none. `charged`: charges taken minus charges returned, two's complement (a shard that
+     * returns more than it took holds a negative value). */
+    _Alignas(64) _Atomic uint32_t seq;
+    _Atomic uint64_t charged[ORB_TOPO_MAX_NICS];
+    /* Written and read by the shard's threads only (and read by the load statistics): the
+     * lifetime bytes its selections assigned, the other shards' charges when last summed (two's
+     * complement), slices left to place before the next sum, and the multi-slice parents counted
+     * for probing and where the next probe starts (32-bit: wrapping only shifts a rotation). */
+    _Alignas(64) _Atomic uint64_t allocated[ORB_TOPO_MAX_NICS];
+    _Atomic uint64_t others[ORB_TOPO_MAX_NICS];
+    _Atomic uint32_t until_refresh;
+    _Atomic uint32_t multi_parents;
+    _Atomic uint32_t probe_turn;
+};
+
+/* Layout: read-mostly fields first; each shard starts on its own line. (The allocation is
+ * 64-byte aligned.) */
 struct orb_selector {
-    pthread_mutex_t lock;               /* serialises choosing and charging a multi-slice parent */
-    /* Under `lock` (32-bit: wrapping only shifts a rotation once in 2^32 parents): */
-    uint32_t multi_parents;             /* counts multi-slice parents, for probing */
-    uint32_t probe_turn;                /* where the next probe starts */
-    uint32_t rr_turn;                   /* round-robin position with smart selection off */
-    /* Odd while a multi-slice parent's charges are being added (written under `lock`): a
-     * single-slice selection, which takes no lock, scores again rather than see half of them.
-     * Alone in its line: lockless selections only read it. */
-    _Alignas(64) _Atomic uint32_t commit_seq;
+    /* Held by a thread of the shared shard while it charges a parent of several slices: that
+     * shard's `seq` then has one writer at a time. Owned shards need no lock. */
+    pthread_mutex_t shared_lock;
+    _Atomic uint32_t rr_turn;           /* round-robin position with smart selection off */
     _Alignas(64) _Atomic uint64_t healthy; /* bit i: NIC i may be selected */
+    _Atomic uint32_t shards_used;       /* bit s: shard s has charged something */
     uint64_t all_nics;                  /* bits 0..nnics-1 */
     uint32_t nnics;
     struct orb_clock clock;             /* copied; its ctx is borrowed */
     struct orb_selector_config cfg;
-    _Alignas(64) _Atomic uint64_t charged[ORB_TOPO_MAX_NICS];
     /* Seconds per byte of each NIC's selection estimate (double bits), mirrored from est[] so
      * that a scan over 16 NICs reads two cache lines instead of one estimator each. */
     _Alignas(64) _Atomic uint64_t inverse[ORB_TOPO_MAX_NICS];
-    _Atomic uint64_t allocated[ORB_TOPO_MAX_NICS];
+    struct charge_shard shard[SELECT_SHARDS];
     struct orb_nic_estimator est[ORB_TOPO_MAX_NICS];
 };
-
-_Static_assert(offsetof(struct orb_selector, rr_turn) + sizeof(uint32_t) <= 64,
-               "the lock and its counters should share one cache line");
 
 void orb_selector_config_default(struct orb_selector_config *cfg)
 {
@@ -83,9 +107,9 @@ int orb_selector_create(const struct orb_selector_config *cfg, uint32_t nnics,
         rc = orb_fail(ORB_ENOMEM, "selector: cannot initialise a mutex attribute");
         goto free_selector;
     }
-    /* Spin briefly before sleeping: the critical section is a few hundred nanoseconds. */
+    /* Spin briefly before sleeping: the critical section is a few stores. */
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-    int err = pthread_mutex_init(&sel->lock, &attr);
+    int err = pthread_mutex_init(&sel->shared_lock, &attr);
     pthread_mutexattr_destroy(&attr);
     if (err != 0) {
         rc = orb_fail(orb_status_from_errno(err), "selector: cannot initialise its lock");
@@ -98,8 +122,6 @@ int orb_selector_create(const struct orb_selector_config *cfg, uint32_t nnics,
     sel->all_nics = nnics == 64 ? UINT64_MAX : (UINT64_C(1) << nnics) - 1;
     atomic_init(&sel->healthy, sel->all_nics);
     for (uint32_t i = 0; i < ORB_TOPO_MAX_NICS; i++) {
-        atomic_init(&sel->charged[i], 0);
-        atomic_init(&sel->allocated[i], 0);
         orb_estimator_init(&sel->est[i], &sel->cfg.estimator,
                            link_mbps != NULL && i < nnics ? link_mbps[i] : 0);
         atomic_init(&sel->inverse[i],
@@ -117,7 +139,7 @@ void orb_selector_free(struct orb_selector *sel)
 {
     if (sel == NULL)
         return;
-    pthread_mutex_destroy(&sel->lock);
+    pthread_mutex_destroy(&sel->shared_lock);
     free(sel);
 }
 
@@ -187,10 +209,183 @@ static inline double selection_inverse(const struct orb_selector *sel, unsigned 
     return v;
 }
 
-/* Candidates in NIC id order, and the lowest score in *low. Returns their count. */
-static uint32_t gather(struct orb_selector *sel, const uint8_t *tier, uint64_t peer_mask,
-                       uint64_t slice_bytes, struct candidate *cand, double *low)
+/* Rotation among tied best scores, per thread: a shared counter would be written by every
+ * selection of every thread, and its cache line would bounce between them. */
+static _Thread_local uint32_t tie_turn;
+
+/* Which owned shards live threads hold (bit s), process-wide: a thread's shard index serves
+ * every selector. A thread's claim ends with it, through the key's destructor. */
+static _Atomic uint32_t shards_owned;
+static pthread_once_t shard_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t shard_key;
+static bool shard_key_made;
+static _Thread_local uint32_t thread_shard = UINT32_MAX;
+
+/* The key's destructor, on the exiting thread: a selection later in its exit (another
+ * destructor's) goes to the shared shard, since the next owner may already write this one. */
+static void shard_release(void *claim)
 {
+    uint32_t s = (uint32_t)(uintptr_t)claim - 1;
+    thread_shard = SHARED_SHARD;
+    atomic_fetch_and_explicit(&shards_owned, ~(1u << s), memory_order_release);
+}
+
+/* A forked child has only the thread that forked: the other threads' claims are gone with them. */
+static void shards_after_fork(void)
+{
+    atomic_store_explicit(&shards_owned,
+                          thread_shard < OWNED_SHARDS ? 1u << thread_shard : 0u,
+                          memory_order_relaxed);
+}
+
+static void shard_key_create(void)
+{
+    shard_key_made = pthread_key_create(&shard_key, shard_release) == 0;
+    if (shard_key_made)
+        (void)pthread_atfork(NULL, NULL, shards_after_fork);
+}
+
+/* A loaded-then-unloaded library must not leave a destructor behind in threads that outlive it. */
+__attribute__((destructor)) static void shard_key_delete(void)
+{
+    if (shard_key_made)
+        pthread_key_delete(shard_key);
+}
+
+/* Claim a free owned shard, or fall back to the shared one. The claim is made once per thread,
+ * outside any selector's hot path in steady state. */
+static uint32_t claim_shard(void)
+{
+    (void)pthread_once(&shard_key_once, shard_key_create);
+    if (!shard_key_made)
+        return SHARED_SHARD;
+    uint32_t owned = atomic_load_explicit(&shards_owned, memory_order_relaxed);
+    for (;;) {
+        uint32_t free_bits = ~owned & ((1u << OWNED_SHARDS) - 1u);
+        if (free_bits == 0)
+            return SHARED_SHARD;
+        uint32_t s = (uint32_t)__builtin_ctz(free_bits);
+        /* Acquire: the last owner's plain stores to the shard are seen before ours. */
+        if (atomic_compare_exchange_weak_explicit(&shards_owned, &owned, owned | (1u << s),
+                                                  memory_order_acquire, memory_order_relaxed)) {
+            if (pthread_setspecific(shard_key, (void *)(uintptr_t)(s + 1)) != 0) {
+                shard_release((void *)(uintptr_t)(s + 1));
+                return SHARED_SHARD;
+            }
+            return s;
+        }
+    }
+}
+
+static inline uint32_t this_thread_shard(void)
+{
+    if (thread_shard == UINT32_MAX) {
+        thread_shard = claim_shard();
+        tie_turn = thread_shard; /* threads start their rotations among ties apart */
+    }
+    return thread_shard;
+}
+
+/* Add `v` (two's complement: a return adds its negation) to one of the calling thread's shard
+ * counters: a plain store where the thread owns the shard, an atomic add on the shared one. */
+static inline void shard_add(uint32_t shard, _Atomic uint64_t *counter, uint64_t v,
+                             memory_order order)
+{
+    if (shard != SHARED_SHARD)
+        atomic_store_explicit(counter,
+                              atomic_load_explicit(counter, memory_order_relaxed) + v, order);
+    else
+        atomic_fetch_add_explicit(counter, v, order);
+}
+
+/* The charge of a slice: its length, capped at 256 TiB, more than any host can pin for a NIC, so
+ * that sums over shards (read as signed) stay exact up to 2^15 such charges at once. */
+static inline uint64_t charge_of(uint64_t length)
+{
+    return length < ORB_SELECT_CHARGE_MAX ? length : ORB_SELECT_CHARGE_MAX;
+}
+
+/* A sum of two's complement shard values as a charge: transiently negative when a reader sees a
+ * return before the charge it repays, which counts as nothing charged. */
+static inline uint64_t as_charge(uint64_t sum)
+{
+    return (int64_t)sum < 0 ? 0 : sum;
+}
+
+/* Readers sum only the shards a selector has seen used. */
+static inline void mark_shard_used(struct orb_selector *sel, uint32_t shard)
+{
+    uint32_t bit = 1u << shard;
+    if ((atomic_load_explicit(&sel->shards_used, memory_order_relaxed) & bit) == 0)
+        atomic_fetch_or_explicit(&sel->shards_used, bit, memory_order_relaxed);
+}
+
+/* Add shard `sh`'s charges for NICs 0..nnics-1 into acc[], all of one multi-slice parent or none
+ * of it (a writer's seq section is a few stores: waiting it out is short). */
+static void add_shard(const struct charge_shard *sh, uint32_t nnics, uint64_t *acc)
+{
+    uint64_t v[ORB_TOPO_MAX_NICS];
+    for (;;) {
+        uint32_t seq = atomic_load_explicit(&sh->seq, memory_order_acquire);
+        if (seq & 1u) {
+            orb_cpu_relax();
+            continue;
+        }
+        /* Acquire: a charge of a parent being added brings its odd seq into view below. */
+        for (uint32_t i = 0; i < nnics; i++)
+            v[i] = atomic_load_explicit(&sh->charged[i], memory_order_acquire);
+        if (atomic_load_explicit(&sh->seq, memory_order_relaxed) == seq)
+            break;
+    }
+    for (uint32_t i = 0; i < nnics; i++)
+        acc[i] += v[i];
+}
+
+/* The charges of NICs 0..nnics-1 summed over the shards in `shards` (two's complement). */
+static void sum_shards(const struct orb_selector *sel, uint32_t shards, uint64_t *acc)
+{
+    memset(acc, 0, sel->nnics * sizeof *acc);
+    while (shards != 0) {
+        unsigned s = (unsigned)__builtin_ctz(shards);
+        shards &= shards - 1;
+        add_shard(&sel->shard[s], sel->nnics, acc);
+    }
+}
+
+/* Sum the other shards' charges into `mine`'s copy of them unless the last sum may still serve
+ * `nslices` more slices: each sum serves at most OTHERS_REFRESH of the shard's slices. */
+static void refresh_others(struct orb_selector *sel, uint32_t mine, uint32_t nslices)
+{
+    struct charge_shard *own = &sel->shard[mine];
+    uint32_t left = atomic_load_explicit(&own->until_refresh, memory_order_relaxed);
+    if (left >= nslices) {
+        atomic_store_explicit(&own->until_refresh, left - nslices, memory_order_relaxed);
+        return;
+    }
+    atomic_store_explicit(&own->until_refresh,
+                          nslices < OTHERS_REFRESH ? OTHERS_REFRESH - nslices : 0,
+                          memory_order_relaxed);
+    uint64_t sum[ORB_TOPO_MAX_NICS];
+    sum_shards(sel, atomic_load_explicit(&sel->shards_used, memory_order_relaxed) & ~(1u << mine),
+               sum);
+    for (unsigned i = 0; i < sel->nnics; i++)
+        atomic_store_explicit(&own->others[i], sum[i], memory_order_relaxed);
+}
+
+/* Candidates in NIC id order, and the lowest score in *low. Returns their count. Charges are as
+ * shard `mine` sees them: its own, exact, plus its copy of the others'. */
+static uint32_t gather(struct orb_selector *sel, uint32_t mine, const uint8_t *tier,
+                       uint64_t peer_mask, uint64_t slice_bytes, struct candidate *cand,
+                       double *low)
+{
+    const struct charge_shard *own = &sel->shard[mine];
+    /* Only the shared shard has other writers, whose multi-slice parents are seen whole. */
+    bool shared = mine == SHARED_SHARD;
+    uint64_t shared_charged[ORB_TOPO_MAX_NICS];
+    if (shared) {
+        memset(shared_charged, 0, sel->nnics * sizeof shared_charged[0]);
+        add_shard(own, sel->nnics, shared_charged);
+    }
     uint64_t eligible = sel->all_nics & peer_mask &
                         atomic_load_explicit(&sel->healthy, memory_order_relaxed);
     double slice = (double)slice_bytes;
@@ -202,9 +397,12 @@ static uint32_t gather(struct orb_selector *sel, const uint8_t *tier, uint64_t p
         uint8_t t = tier[i];
         if (t >= ORB_SELECT_TIERS)
             continue;
-        /* Acquire: a charge seen here means the commit_seq bump before it is seen too. */
-        uint64_t charged = atomic_load_explicit(&sel->charged[i], memory_order_acquire);
-        double score = ((double)charged + slice) * selection_inverse(sel, i) *
+        uint64_t mine_charged =
+            shared ? shared_charged[i]
+                   : atomic_load_explicit(&own->charged[i], memory_order_relaxed);
+        uint64_t seen =
+            as_charge(mine_charged + atomic_load_explicit(&own->others[i], memory_order_relaxed));
+        double score = ((double)seen + slice) * selection_inverse(sel, i) *
                        sel->cfg.tier_weights[t];
         cand[n].score = score;
         cand[n].nic = (uint8_t)i;
@@ -215,10 +413,6 @@ static uint32_t gather(struct orb_selector *sel, const uint8_t *tier, uint64_t p
     *low = lowest;
     return n;
 }
-
-/* Rotation among tied best scores, per thread: a shared counter would be written by every
- * selection of every thread, and its cache line would bounce between them. */
-static _Thread_local uint32_t tie_turn;
 
 /* Among the candidates whose score ties `low` (the lowest), the one whose turn it is. */
 static uint32_t best_with_ties(struct orb_selector *sel, const struct candidate *cand, uint32_t n,
@@ -279,53 +473,82 @@ static void split_by_weight(struct orb_selector *sel, struct candidate *cand, ui
         chosen[next++] = cand[best].nic;
 }
 
-/* Probe: deal the slices over every candidate in turn, starting where the last probe stopped. */
-static void deal_round_robin(uint32_t *turn, const struct candidate *cand, uint32_t n,
+/* Deal the slices over the candidates in turn from `start`. */
+static void deal_round_robin(uint32_t start, const struct candidate *cand, uint32_t n,
                              uint32_t nslices, uint8_t *chosen)
 {
-    uint32_t start = *turn;
     for (uint32_t s = 0; s < nslices; s++)
         chosen[s] = cand[(start + s) % n].nic;
-    *turn = start + nslices;
 }
 
-/* Add a NIC's share of a parent: its charge and its lifetime bytes. */
-static inline void commit(struct orb_selector *sel, uint8_t nic, uint64_t charge, uint64_t bytes)
+/* Keep only the candidates of the lowest tier present; returns how many are left. */
+static uint32_t keep_first_tier(struct candidate *cand, uint32_t n)
 {
-    /* Release: whoever sees this charge sees the commit_seq bump made before it. */
-    if (charge != 0)
-        atomic_fetch_add_explicit(&sel->charged[nic], charge, memory_order_release);
-    atomic_fetch_add_explicit(&sel->allocated[nic], bytes, memory_order_relaxed);
-}
-
-/* A single-slice parent with smart selection: the common case, and the one threads contend on.
- * It scores without the lock (every input is an atomic) and charges with one atomic add, so
- * threads selecting at once do not queue behind each other; it only waits out a multi-slice
- * parent's commit so as to see all of its charges or none. Returns 0, or 1 when no NIC is
- * eligible. */
-static int select_one_lockless(struct orb_selector *sel, const uint8_t *tier, uint64_t peer_mask,
-                               const struct orb_slice *slice, struct orb_lease *lease)
-{
-    struct candidate cand[ORB_TOPO_MAX_NICS];
-    double low;
-    uint32_t n;
-    for (;;) {
-        uint32_t seq = atomic_load_explicit(&sel->commit_seq, memory_order_acquire);
-        if (seq & 1u) {
-            orb_cpu_relax();
-            continue;
-        }
-        n = gather(sel, tier, peer_mask, slice->length, cand, &low); /* acquire loads */
-        if (atomic_load_explicit(&sel->commit_seq, memory_order_relaxed) == seq)
-            break;
+    uint8_t first_tier = ORB_SELECT_TIERS;
+    for (uint32_t i = 0; i < n; i++) {
+        if (cand[i].tier < first_tier)
+            first_tier = cand[i].tier;
     }
-    if (n == 0)
-        return 1;
-    uint8_t nic = cand[best_with_ties(sel, cand, n, low)].nic;
-    commit(sel, nic, slice->length, slice->length);
-    lease->nic[0] = nic;
-    lease->charge[0] = slice->length;
-    return 0;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (cand[i].tier == first_tier)
+            cand[kept++] = cand[i];
+    }
+    return kept;
+}
+
+/* Charge a parent's slices to the calling thread's shard, as one: per NIC, the sum of its
+ * slices' charges and lifetime bytes (one store or add per chosen NIC, not per slice); a sum
+ * of the shards sees all of a multi-slice parent's charges or none (the shard's seq). */
+static void charge_parent(struct orb_selector *sel, uint32_t mine, const struct candidate *cand,
+                          uint32_t n, const struct orb_slice *slices, uint32_t nslices,
+                          const uint8_t *chosen, bool smart, struct orb_lease *lease)
+{
+    struct charge_shard *own = &sel->shard[mine];
+    if (nslices == 1) {
+        uint64_t charge = smart ? charge_of(slices[0].length) : 0;
+        if (charge != 0)
+            shard_add(mine, &own->charged[chosen[0]], charge, memory_order_relaxed);
+        shard_add(mine, &own->allocated[chosen[0]], slices[0].length, memory_order_relaxed);
+        lease->nic[0] = chosen[0];
+        lease->charge[0] = charge;
+        return;
+    }
+    uint64_t charge_sum[ORB_TOPO_MAX_NICS];
+    uint64_t byte_sum[ORB_TOPO_MAX_NICS];
+    for (uint32_t i = 0; i < n; i++) { /* every chosen NIC is a candidate */
+        charge_sum[cand[i].nic] = 0;
+        byte_sum[cand[i].nic] = 0;
+    }
+    for (uint32_t s = 0; s < nslices; s++) {
+        uint8_t nic = chosen[s];
+        uint64_t charge = smart ? charge_of(slices[s].length) : 0;
+        charge_sum[nic] += charge;
+        byte_sum[nic] += slices[s].length;
+        lease->nic[s] = nic;
+        lease->charge[s] = charge;
+    }
+    bool sectioned = smart; /* several slices: their charges are seen as one */
+    uint32_t seq = 0;
+    if (sectioned) {
+        if (mine == SHARED_SHARD)
+            pthread_mutex_lock(&sel->shared_lock);
+        seq = atomic_load_explicit(&own->seq, memory_order_relaxed);
+        atomic_store_explicit(&own->seq, seq + 1, memory_order_relaxed);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t nic = cand[i].nic;
+        /* Release: a reader that sees this charge sees the odd seq stored before it. */
+        if (charge_sum[nic] != 0)
+            shard_add(mine, &own->charged[nic], charge_sum[nic], memory_order_release);
+        if (byte_sum[nic] != 0)
+            shard_add(mine, &own->allocated[nic], byte_sum[nic], memory_order_relaxed);
+    }
+    if (sectioned) {
+        atomic_store_explicit(&own->seq, seq + 2, memory_order_release);
+        if (mine == SHARED_SHARD)
+            pthread_mutex_unlock(&sel->shared_lock);
+    }
 }
 
 /* The lease's owner and pending slices, published last. */
@@ -350,77 +573,38 @@ int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MA
     struct candidate cand[ORB_TOPO_MAX_NICS];
     uint8_t chosen[ORB_SLICE_MAX];
     bool smart = sel->cfg.smart_selection;
-
-    if (smart && nslices == 1) {
-        if (select_one_lockless(sel, tier, peer_mask, &slices[0], lease) != 0)
-            return orb_fail(ORB_EUNAVAILABLE,
-                            "select: no eligible NIC (tier row, health and peer mask %#llx exclude "
-                            "all %u)", (unsigned long long)peer_mask, sel->nnics);
-        lease_arm(lease, sel, 1);
-        return 0;
-    }
-    pthread_mutex_lock(&sel->lock);
-    double low; /* unused here: the multi-slice split ranks the candidates itself */
-    uint32_t n = gather(sel, tier, peer_mask, slices[0].length, cand, &low);
-    if (n == 0) {
-        pthread_mutex_unlock(&sel->lock);
+    uint32_t mine = this_thread_shard();
+    mark_shard_used(sel, mine);
+    if (smart)
+        refresh_others(sel, mine, nslices);
+    double low;
+    uint32_t n = gather(sel, mine, tier, peer_mask, slices[0].length, cand, &low);
+    if (n == 0)
         return orb_fail(ORB_EUNAVAILABLE,
                         "select: no eligible NIC (tier row, health and peer mask %#llx exclude "
                         "all %u)", (unsigned long long)peer_mask, sel->nnics);
-    }
+    struct charge_shard *own = &sel->shard[mine];
     if (!smart) {
-        /* Round-robin within the lowest non-empty tier: keep only that tier's candidates. */
-        uint8_t first_tier = ORB_SELECT_TIERS;
-        for (uint32_t i = 0; i < n; i++) {
-            if (cand[i].tier < first_tier)
-                first_tier = cand[i].tier;
-        }
-        uint32_t kept = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            if (cand[i].tier == first_tier)
-                cand[kept++] = cand[i];
-        }
-        n = kept; /* the commit below walks cand[0..n) once per NIC */
-        deal_round_robin(&sel->rr_turn, cand, n, nslices, chosen);
+        /* Round-robin within the lowest non-empty tier. */
+        n = keep_first_tier(cand, n); /* charge_parent() walks cand[0..n) once per NIC */
+        deal_round_robin(atomic_fetch_add_explicit(&sel->rr_turn, nslices, memory_order_relaxed),
+                         cand, n, nslices, chosen);
+    } else if (nslices == 1) {
+        chosen[0] = cand[best_with_ties(sel, cand, n, low)].nic;
     } else if (sel->cfg.probe_interval != 0 &&
-               ++sel->multi_parents % sel->cfg.probe_interval == 0) {
-        deal_round_robin(&sel->probe_turn, cand, n, nslices, chosen);
+               (atomic_load_explicit(&own->multi_parents, memory_order_relaxed) + 1) %
+                       sel->cfg.probe_interval == 0) {
+        atomic_store_explicit(&own->multi_parents, 0, memory_order_relaxed);
+        uint32_t start = atomic_load_explicit(&own->probe_turn, memory_order_relaxed);
+        atomic_store_explicit(&own->probe_turn, start + nslices, memory_order_relaxed);
+        deal_round_robin(start, cand, n, nslices, chosen);
     } else {
+        atomic_store_explicit(&own->multi_parents,
+                              atomic_load_explicit(&own->multi_parents, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
         split_by_weight(sel, cand, n, nslices, chosen);
     }
-    if (nslices == 1) {
-        /* Smart single-slice parents never get here (select_one_lockless): no charge. */
-        commit(sel, chosen[0], 0, slices[0].length);
-        lease->nic[0] = chosen[0];
-        lease->charge[0] = 0;
-    } else {
-        /* Sum per NIC first: one atomic add per chosen NIC instead of one per slice. Every
-         * chosen NIC is a candidate, so clearing the candidates' sums is enough. Lockless
-         * single-slice selections see all of these charges or none (commit_seq). */
-        uint64_t charge_sum[ORB_TOPO_MAX_NICS];
-        uint64_t byte_sum[ORB_TOPO_MAX_NICS];
-        for (uint32_t i = 0; i < n; i++) {
-            charge_sum[cand[i].nic] = 0;
-            byte_sum[cand[i].nic] = 0;
-        }
-        for (uint32_t s = 0; s < nslices; s++) {
-            uint8_t nic = chosen[s];
-            uint64_t charge = smart ? slices[s].length : 0;
-            charge_sum[nic] += charge;
-            byte_sum[nic] += slices[s].length;
-            lease->nic[s] = nic;
-            lease->charge[s] = charge;
-        }
-        uint32_t seq = atomic_load_explicit(&sel->commit_seq, memory_order_relaxed);
-        atomic_store_explicit(&sel->commit_seq, seq + 1, memory_order_relaxed); /* published by commit() */
-        for (uint32_t i = 0; i < n; i++) {
-            uint8_t nic = cand[i].nic;
-            if (byte_sum[nic] != 0 || charge_sum[nic] != 0)
-                commit(sel, nic, charge_sum[nic], byte_sum[nic]);
-        }
-        atomic_store_explicit(&sel->commit_seq, seq + 2, memory_order_release);
-    }
-    pthread_mutex_unlock(&sel->lock);
+    charge_parent(sel, mine, cand, n, slices, nslices, chosen, smart, lease);
     lease_arm(lease, sel, nslices);
     return 0;
 }
@@ -430,12 +614,17 @@ uint8_t orb_lease_nic(const struct orb_lease *lease, uint32_t slice)
     return lease != NULL && slice < lease->nslices ? lease->nic[slice] : ORB_SELECT_EXCLUDED;
 }
 
+/* Return one slice's charge to the calling thread's shard. */
 static void give_back(struct orb_lease *lease, uint32_t slice)
 {
     uint64_t charge = lease->charge[slice];
-    if (charge != 0)
-        atomic_fetch_sub_explicit(&lease->selector->charged[lease->nic[slice]], charge,
-                                  memory_order_relaxed);
+    if (charge == 0)
+        return;
+    struct orb_selector *sel = lease->selector;
+    uint32_t mine = this_thread_shard();
+    mark_shard_used(sel, mine);
+    shard_add(mine, &sel->shard[mine].charged[lease->nic[slice]], (uint64_t)0 - charge,
+              memory_order_relaxed);
 }
 
 int orb_lease_consume(struct orb_lease *lease, uint32_t slice)
@@ -537,8 +726,13 @@ int orb_selector_load_stats(const struct orb_selector *sel, struct orb_nic_load 
     if (cap < sel->nnics)
         return orb_fail(ORB_EINVAL, "load stats: room for %u NICs, %u needed", cap, sel->nnics);
     uint64_t healthy = atomic_load_explicit(&sel->healthy, memory_order_relaxed);
+    uint64_t charged[ORB_TOPO_MAX_NICS];
+    sum_shards(sel, atomic_load_explicit(&sel->shards_used, memory_order_relaxed), charged);
     for (uint32_t i = 0; i < sel->nnics; i++) {
         const struct orb_nic_estimator *e = &sel->est[i];
+        uint64_t allocated = 0;
+        for (uint32_t s = 0; s < SELECT_SHARDS; s++)
+            allocated += atomic_load_explicit(&sel->shard[s].allocated[i], memory_order_relaxed);
         uint64_t link = atomic_load_explicit(&e->link_mbps, memory_order_relaxed);
         out[i] = (struct orb_nic_load){
             .nic = (uint8_t)i,
@@ -548,10 +742,10 @@ int orb_selector_load_stats(const struct orb_selector *sel, struct orb_nic_load 
                 orb_estimator_effective_gbps(&sel->cfg.estimator, link) * 1000.0 + 0.5),
             .selection_bps = orb_estimator_selection_bps(e),
             .transmit_bps = orb_estimator_transmit_bps(e),
-            .charged_bytes = atomic_load_explicit(&sel->charged[i], memory_order_relaxed),
+            .charged_bytes = as_charge(charged[i]),
             .posted_bytes = orb_estimator_posted_bytes(e),
             .completed_bytes = orb_estimator_completed_bytes(e),
-            .allocated_bytes = atomic_load_explicit(&sel->allocated[i], memory_order_relaxed),
+            .allocated_bytes = allocated,
         };
     }
     *count = sel->nnics;
@@ -561,6 +755,16 @@ int orb_selector_load_stats(const struct orb_selector *sel, struct orb_nic_load 
 struct orb_nic_estimator *orb_selector_estimator(struct orb_selector *sel, uint32_t nic)
 {
     return sel != NULL && nic < sel->nnics ? &sel->est[nic] : NULL;
+}
+
+uint32_t orb_selector_thread_shard(void)
+{
+    return this_thread_shard();
+}
+
+uint32_t orb_selector_owned_shards(void)
+{
+    return atomic_load_explicit(&shards_owned, memory_order_relaxed);
 }
 
 const struct orb_estimator_config *orb_selector_estimator_config(const struct orb_selector *sel)

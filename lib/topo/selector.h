@@ -10,31 +10,38 @@
  * Smart selection (the default) scores each candidate as
  *     score = (charged_bytes + slice_bytes) / selection_bandwidth x tier_weight[tier]
  * where slice_bytes is the parent's first slice (the plan's block). A one-slice parent takes the
- * lowest score; scores within a relative 1e-9 of the lowest are
- * ties and rotate through a per-selector counter. A parent of n >= 2 slices gives each candidate,
+ * lowest score; scores within a relative 1e-9 of the lowest are ties and rotate through a
+ * per-thread counter. A parent of n >= 2 slices gives each candidate,
  * in ascending score order, floor(w_i / sum(w) x n) consecutive slices with
  * w_i = 1 / (score_i + 1e-12), and the leftovers to the best candidate (the tie-rotated lowest
- * score). Every probe_interval-th multi-slice parent (100) instead deals its slices round-robin
- * over all candidates, so that every eligible NIC keeps producing samples. With smart selection
- * off, slices go round-robin over the candidates of the lowest non-empty tier, and nothing is
- * charged.
+ * score). Every probe_interval-th multi-slice parent (100) of a thread instead deals its slices
+ * round-robin over all candidates, so that every eligible NIC keeps producing samples. With smart
+ * selection off, slices go round-robin over the candidates of the lowest non-empty tier, and
+ * nothing is charged.
  *
- * Charges: a multi-slice parent's slices are chosen and charged under one lock, and published as
- * one (a sequence count), so a concurrent selection sees either all of them or none. A
- * single-slice parent with smart selection, the common and the contended case, takes no lock:
- * it scores from atomics and charges with one atomic add, so threads selecting at once do not
- * queue behind each other (two of them may then pick the same idle NIC, as they could one after
- * the other an instant apart). The charges (the exact slice lengths; 0 with smart selection off)
- * move into a lease the caller stores. orb_lease_consume() returns one slice's charge when its
- * bytes retire; orb_lease_abandon() returns every charge not yet consumed. A slice is returned
- * at most once, so a late or duplicate completion cannot repay someone else's charge.
- * allocated_bytes counts every assigned byte in both modes.
+ * Charges are kept per thread, so that threads selecting at once neither wait for each other
+ * nor pass cache lines back and forth: each of the first ORB_SELECT_OWNED_SHARDS threads that
+ * select or return charges owns a shard of counters until it exits (later threads share one
+ * more), a thread adds the charges it takes and subtracts those it returns in its own shard, and
+ * a NIC's exact charge is the sum over the shards (what orb_selector_load_stats reports). A
+ * selection scores with its own thread's charges, exact, plus the other threads' as summed before
+ * the thread placed its last ORB_SELECT_OTHERS_REFRESH slices at most; so two threads may load
+ * the same NIC for a while, as they could one after the other an instant apart. (Measured: with
+ * two threads and 16 NICs, 4 to 6 x less time per slice than one shared set of counters; see
+ * docs/performance.md, "Selection micro-benchmark".) No lock is taken: all of a multi-slice
+ * parent's charges become visible as one (a sequence count per shard), so a sum sees all of them
+ * or none. The charges (the slice lengths, each capped at ORB_SELECT_CHARGE_MAX; 0 with smart
+ * selection off) move into a lease the caller stores. orb_lease_consume() returns one slice's
+ * charge when its bytes retire; orb_lease_abandon() returns every charge not yet consumed. A
+ * slice is returned at most once, so a late or duplicate completion cannot repay someone else's
+ * charge. allocated_bytes counts every assigned byte in both modes.
  *
- * Cost: selection and lease operations make no heap allocation and no system call (the lock of
- * multi-slice parents is a process-private mutex, which enters the kernel only when contended),
- * and read no clock. The
- * injected clock is read only by the transmit bookkeeping (orb_selector_note_posted/_ended on an
- * idle/busy edge, orb_selector_sample_transmit).
+ * Cost: selection and lease operations make no heap allocation and no system call (threads
+ * beyond the owned shards take a process-private mutex for a multi-slice parent, which enters
+ * the kernel only when contended), and read no clock; the exception is a thread's first call,
+ * which claims its shard (and, once per process, creates a thread key and registers a fork
+ * handler). The injected clock is read only by the transmit bookkeeping
+ * (orb_selector_note_posted/_ended on an idle/busy edge, orb_selector_sample_transmit).
  *
  * Thread safety: every function may be called from any thread, except orb_selector_free (no
  * other call, and no live lease, may overlap it). A lease may be consumed from several threads,
@@ -53,6 +60,9 @@
 
 #define ORB_SELECT_TIERS 3
 #define ORB_SELECT_EXCLUDED 255         /* a tier row entry that excludes the NIC */
+#define ORB_SELECT_OWNED_SHARDS 8u      /* threads with charge counters of their own */
+#define ORB_SELECT_OTHERS_REFRESH 64u   /* slices a thread places from one sum of the others */
+#define ORB_SELECT_CHARGE_MAX (UINT64_C(1) << 48) /* a slice's charge: its length, at most this */
 
 struct orb_selector_config {
     bool smart_selection;               /* true */
@@ -97,7 +107,7 @@ int orb_selector_set_healthy(struct orb_selector *sel, uint32_t nic, bool health
  * not calling) and re-seed the NIC's estimates from it. ORB_EINVAL for an unknown NIC. */
 int orb_selector_set_link(struct orb_selector *sel, uint32_t nic, uint64_t link_mbps);
 
-/* Choose a NIC for each of `nslices` (1..ORB_SLICE_MAX) slices and charge them under one lock.
+/* Choose a NIC for each of `nslices` (1..ORB_SLICE_MAX) slices and charge them, as one.
  * tier[i] is NIC i's rank for the request's location (entries >= nnics are ignored);
  * peer_mask bit i says NIC i has a compatible path to the peer. On success fills *lease (its
  * previous content is overwritten, so it must not hold charges) and returns 0; ORB_EINVAL for
@@ -160,5 +170,11 @@ int orb_selector_load_stats(const struct orb_selector *sel, struct orb_nic_load 
  * a packed copy of the selection estimate for its scan and refreshes it only there. */
 struct orb_nic_estimator *orb_selector_estimator(struct orb_selector *sel, uint32_t nic);
 const struct orb_estimator_config *orb_selector_estimator_config(const struct orb_selector *sel);
+
+/* For tests: the calling thread's charge shard (0..ORB_SELECT_OWNED_SHARDS - 1 owned,
+ * ORB_SELECT_OWNED_SHARDS shared), claimed on first use; and which owned shards live threads
+ * of the process hold (bit s). */
+uint32_t orb_selector_thread_shard(void);
+uint32_t orb_selector_owned_shards(void);
 
 #endif

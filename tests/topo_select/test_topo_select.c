@@ -9,8 +9,12 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <orbite/orbite.h>
 
@@ -1566,6 +1570,373 @@ static void test_selector_two_threads_contending(void **state)
     orb_selector_free(sel);
 }
 
+/* ==== charges kept per thread ==== */
+
+struct holder {
+    struct orb_selector *sel;
+    uint64_t nic_mask;
+    uint64_t length;
+    struct orb_lease lease;
+    int rc;
+};
+
+static void *hold_one(void *arg)
+{
+    struct holder *h = arg;
+    uint8_t tier[ORB_TOPO_MAX_NICS];
+    fill_tiers(tier, 0);
+    struct orb_slice slice = {0, h->length};
+    h->rc = orb_selector_select(h->sel, tier, h->nic_mask, &slice, 1, &h->lease);
+    return NULL;
+}
+
+/* Place `parents` parents of `width` MiB slices (each returned at once, so this thread's own
+ * charges stay zero); once `*placed` reaches ORB_SELECT_OTHERS_REFRESH, every slice must go to
+ * NIC `expected`. */
+static void place_and_expect(struct orb_selector *sel, uint32_t width, uint32_t parents,
+                             uint32_t *placed, uint8_t expected)
+{
+    uint8_t tier[ORB_TOPO_MAX_NICS];
+    fill_tiers(tier, 0);
+    struct orb_slice slices[ORB_SLICE_MAX];
+    for (uint32_t s = 0; s < width; s++)
+        slices[s] = (struct orb_slice){s * MIB, MIB};
+    for (uint32_t p = 0; p < parents; p++) {
+        struct orb_lease lease;
+        assert_int_equal(orb_selector_select(sel, tier, ~0ull, slices, width, &lease), 0);
+        for (uint32_t s = 0; s < width; s++) {
+            if (*placed >= ORB_SELECT_OTHERS_REFRESH)
+                assert_int_equal(orb_lease_nic(&lease, s), expected);
+        }
+        *placed += width;
+        assert_int_equal(orb_lease_abandon(&lease), width);
+    }
+}
+
+/* Another thread's charge: exact at once in the statistics, and seen by this thread's
+ * selections, of one slice or several, before they have placed ORB_SELECT_OTHERS_REFRESH slices
+ * more. A charge returned on a thread other than the one that took it leaves every total exact. */
+static void test_selector_threads_see_each_others_charges(void **state)
+{
+    (void)state;
+    for (uint32_t width = 1; width <= 8; width *= 2) {
+        struct fake_clock fc = {0};
+        struct orb_selector *sel = default_selector(2, &fc);
+        uint32_t placed = 0;
+        /* This thread's first selection sums the others (none yet). */
+        place_and_expect(sel, 1, 1, &placed, 0);
+
+        struct holder h = {.sel = sel, .nic_mask = 1ull << 1, .length = 1024 * MIB};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, hold_one, &h), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        assert_int_equal(h.rc, 0);
+        assert_int_equal(orb_lease_nic(&h.lease, 0), 1);
+        assert_int_equal(load_of(sel, 1).charged_bytes, 1024 * MIB);
+        assert_int_equal(load_of(sel, 0).charged_bytes, 0);
+
+        uint32_t parents = (ORB_SELECT_OTHERS_REFRESH + 32) / width;
+        place_and_expect(sel, width, parents, &placed, 0);
+        /* Returned here, taken there: the totals are exact again. */
+        assert_int_equal(orb_lease_consume(&h.lease, 0), 0);
+        assert_int_equal(charged_total(sel), 0);
+        assert_int_equal(load_of(sel, 0).allocated_bytes + load_of(sel, 1).allocated_bytes,
+                         (1024 + 1 + parents * width) * MIB);
+        /* Once this thread sums again, NIC 1 is idle for it: slices spread over both NICs. */
+        uint8_t tier[ORB_TOPO_MAX_NICS];
+        fill_tiers(tier, 0);
+        struct orb_slice slice = {0, MIB};
+        uint32_t on_one = 0;
+        for (uint32_t i = 0; i < 2 * ORB_SELECT_OTHERS_REFRESH; i++) {
+            struct orb_lease lease;
+            assert_int_equal(orb_selector_select(sel, tier, ~0ull, &slice, 1, &lease), 0);
+            on_one += orb_lease_nic(&lease, 0) == 1;
+            assert_int_equal(orb_lease_consume(&lease, 0), 0);
+        }
+        assert_true(on_one >= ORB_SELECT_OTHERS_REFRESH / 4);
+        orb_selector_free(sel);
+    }
+}
+
+/* A charge beyond ORB_SELECT_CHARGE_MAX is charged at the cap, returned exactly, and still scores
+ * as heavy; lifetime bytes count the whole length. */
+static void test_selector_charge_is_capped(void **state)
+{
+    (void)state;
+    struct fake_clock fc = {0};
+    struct orb_selector *sel = default_selector(2, &fc);
+    uint8_t tier[ORB_TOPO_MAX_NICS];
+    fill_tiers(tier, 0);
+    struct orb_slice huge[2] = {{0, UINT64_MAX / 2}, {UINT64_MAX / 2, UINT64_MAX / 2}};
+    struct orb_lease a, b, c;
+    assert_int_equal(orb_selector_select(sel, tier, 1ull << 0, huge, 1, &a), 0);
+    assert_int_equal(orb_selector_select(sel, tier, 1ull << 0, huge, 2, &b), 0);
+    assert_int_equal(load_of(sel, 0).charged_bytes, 3 * ORB_SELECT_CHARGE_MAX);
+    assert_int_equal(load_of(sel, 0).allocated_bytes, 3 * (UINT64_MAX / 2));
+    struct orb_slice slice = {0, MIB};
+    assert_int_equal(orb_selector_select(sel, tier, ~0ull, &slice, 1, &c), 0);
+    assert_int_equal(orb_lease_nic(&c, 0), 1);
+    orb_lease_abandon(&a);
+    orb_lease_abandon(&b);
+    orb_lease_abandon(&c);
+    assert_int_equal(charged_total(sel), 0);
+    orb_selector_free(sel);
+}
+
+#define PAIR_PARENTS 2000          /* at least this many parents per round */
+#define PAIR_HELD_MAX 8192
+#define PAIR_READS 64              /* and at least this many reads during the round */
+#define PAIR_ROUNDS 20
+
+struct pair_writer {
+    struct orb_selector *sel;
+    pthread_barrier_t *round_end;
+    atomic_int placed_all;          /* 1 once this round's parents are all placed */
+    atomic_uint reads;              /* the reader's reads this round */
+    int failures;
+    struct orb_lease held[PAIR_HELD_MAX];
+};
+
+/* Rounds of parents of two equal slices over two idle NICs (one slice each), held until the
+ * round ends, so that charges only grow while the reader reads. A round lasts until the reader
+ * has read a few times, however the two threads are scheduled. */
+static void *place_pairs(void *arg)
+{
+    struct pair_writer *w = arg;
+    uint8_t tier[ORB_TOPO_MAX_NICS];
+    fill_tiers(tier, 0);
+    struct orb_slice two[2] = {{0, MIB}, {MIB, MIB}};
+    for (int round = 0; round < PAIR_ROUNDS; round++) {
+        uint32_t held = 0;
+        while (held < PAIR_PARENTS || atomic_load(&w->reads) < PAIR_READS) {
+            if (held == PAIR_HELD_MAX) {
+                sched_yield();
+                continue;
+            }
+            struct orb_lease *l = &w->held[held];
+            if (orb_selector_select(w->sel, tier, ~0ull, two, 2, l) != 0) {
+                w->failures++;
+                break;
+            }
+            held++;
+            if (orb_lease_nic(l, 0) == orb_lease_nic(l, 1))
+                w->failures++;
+        }
+        atomic_store(&w->placed_all, 1);
+        pthread_barrier_wait(w->round_end); /* the reader has stopped reading */
+        for (uint32_t i = 0; i < held; i++)
+            orb_lease_abandon(&w->held[i]);
+        atomic_store(&w->reads, 0);
+        atomic_store(&w->placed_all, 0);
+        pthread_barrier_wait(w->round_end); /* the reader may read again */
+    }
+    return NULL;
+}
+
+/* A multi-slice parent's charges are seen all or none. Another thread keeps placing parents of
+ * one slice on each of two idle NICs (charged in NIC order, NIC 0 first) while the statistics
+ * are read (NIC 0 first): with charges only growing, NIC 0 can never read above NIC 1 unless a
+ * parent was seen half charged. */
+static void test_selector_parent_charges_seen_whole(void **state)
+{
+    (void)state;
+    struct fake_clock fc = {0};
+    struct orb_selector_config cfg;
+    orb_selector_config_default(&cfg);
+    cfg.probe_interval = 0; /* every parent split by score: one slice per idle NIC */
+    struct orb_selector *sel = make_selector(&cfg, 2, NULL, &fc);
+    pthread_barrier_t round_end;
+    assert_int_equal(pthread_barrier_init(&round_end, NULL, 2), 0);
+    struct pair_writer *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->sel = sel;
+    w->round_end = &round_end;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, place_pairs, w), 0);
+    uint64_t torn = 0, in_flight = 0;
+    for (int round = 0; round < PAIR_ROUNDS; round++) {
+        while (atomic_load(&w->placed_all) == 0) {
+            struct orb_nic_load loads[2];
+            uint32_t n = 0;
+            assert_int_equal(orb_selector_load_stats(sel, loads, 2, &n), 0);
+            torn += loads[0].charged_bytes > loads[1].charged_bytes;
+            in_flight += loads[0].charged_bytes != 0 && loads[1].charged_bytes != 0;
+            atomic_fetch_add(&w->reads, 1);
+        }
+        pthread_barrier_wait(&round_end);
+        pthread_barrier_wait(&round_end);
+    }
+    assert_int_equal(pthread_join(t, NULL), 0);
+    pthread_barrier_destroy(&round_end);
+    assert_int_equal(w->failures, 0);
+    assert_true(in_flight > 0);
+    assert_int_equal(torn, 0);
+    assert_int_equal(charged_total(sel), 0);
+    free(w);
+    orb_selector_free(sel);
+}
+
+#define CROWD 12
+
+struct crowd_member {
+    struct orb_selector *sel;
+    pthread_barrier_t *claimed;
+    uint32_t shard;
+    uint64_t assigned;
+    int failures;
+};
+
+static void *crowd_run(void *arg)
+{
+    struct crowd_member *m = arg;
+    m->shard = orb_selector_thread_shard();
+    pthread_barrier_wait(m->claimed); /* every member holds its claim at once */
+    uint8_t tier[ORB_TOPO_MAX_NICS];
+    fill_tiers(tier, 0);
+    struct orb_lease held[4];
+    for (uint32_t round = 0; round < 4000; round++) {
+        struct orb_slice slices[3] = {{0, 4096 + round}, {8192, 4096}, {16384, 4096}};
+        uint32_t n = round % 5 == 0 ? 3 : 1;
+        struct orb_lease *l = &held[round % 4];
+        if (round >= 4)
+            orb_lease_abandon(l);
+        if (orb_selector_select(m->sel, tier, ~0ull, slices, n, l) != 0) {
+            m->failures++;
+            continue;
+        }
+        for (uint32_t s = 0; s < n; s++)
+            m->assigned += slices[s].length;
+    }
+    for (int i = 0; i < 4; i++)
+        orb_lease_abandon(&held[i]);
+    return NULL;
+}
+
+/* More threads than owned shards: the first ones own theirs, the rest share one, totals stay
+ * exact; an exited thread's shard goes to the next thread; a forked child's threads find the
+ * parent's other threads' claims gone. */
+static void test_selector_more_threads_than_shards(void **state)
+{
+    (void)state;
+    uint32_t main_shard = orb_selector_thread_shard();
+    assert_true(main_shard <= ORB_SELECT_OWNED_SHARDS);
+    assert_int_equal(orb_selector_thread_shard(), main_shard); /* claimed once */
+    struct fake_clock fc = {0};
+    struct orb_selector *sel = default_selector(8, &fc);
+    pthread_barrier_t claimed;
+    assert_int_equal(pthread_barrier_init(&claimed, NULL, CROWD), 0);
+    struct crowd_member m[CROWD];
+    pthread_t t[CROWD];
+    for (int i = 0; i < CROWD; i++) {
+        m[i] = (struct crowd_member){.sel = sel, .claimed = &claimed};
+        assert_int_equal(pthread_create(&t[i], NULL, crowd_run, &m[i]), 0);
+    }
+    for (int i = 0; i < CROWD; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    pthread_barrier_destroy(&claimed);
+    uint32_t owned_mask = main_shard < ORB_SELECT_OWNED_SHARDS ? 1u << main_shard : 0;
+    uint32_t shared = 0;
+    uint64_t assigned = 0;
+    for (int i = 0; i < CROWD; i++) {
+        assert_int_equal(m[i].failures, 0);
+        assigned += m[i].assigned;
+        if (m[i].shard == ORB_SELECT_OWNED_SHARDS) {
+            shared++;
+            continue;
+        }
+        assert_true(m[i].shard < ORB_SELECT_OWNED_SHARDS);
+        assert_int_equal(owned_mask & (1u << m[i].shard), 0); /* owned by one thread only */
+        owned_mask |= 1u << m[i].shard;
+    }
+    assert_int_equal(owned_mask, (1u << ORB_SELECT_OWNED_SHARDS) - 1);
+    uint32_t owned_by_crowd = ORB_SELECT_OWNED_SHARDS - (main_shard < ORB_SELECT_OWNED_SHARDS);
+    assert_int_equal(shared, CROWD - owned_by_crowd);
+    struct orb_nic_load loads[ORB_TOPO_MAX_NICS];
+    uint32_t n = 0;
+    assert_int_equal(orb_selector_load_stats(sel, loads, ORB_TOPO_MAX_NICS, &n), 0);
+    uint64_t allocated = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(loads[i].charged_bytes, 0);
+        allocated += loads[i].allocated_bytes;
+    }
+    assert_int_equal(allocated, assigned);
+
+    /* The crowd has exited: a new thread owns a shard again. */
+    struct crowd_member late = {.sel = sel};
+    pthread_barrier_t alone;
+    assert_int_equal(pthread_barrier_init(&alone, NULL, 1), 0);
+    late.claimed = &alone;
+    pthread_t lt;
+    assert_int_equal(pthread_create(&lt, NULL, crowd_run, &late), 0);
+    assert_int_equal(pthread_join(lt, NULL), 0);
+    pthread_barrier_destroy(&alone);
+    assert_true(late.shard < ORB_SELECT_OWNED_SHARDS);
+    assert_int_equal(charged_total(sel), 0);
+    orb_selector_free(sel);
+}
+
+struct claim_hold {
+    pthread_barrier_t *claimed;
+    pthread_barrier_t *release;
+    uint32_t shard;
+};
+
+static void *claim_and_wait(void *arg)
+{
+    struct claim_hold *c = arg;
+    c->shard = orb_selector_thread_shard();
+    pthread_barrier_wait(c->claimed);
+    pthread_barrier_wait(c->release);
+    return NULL;
+}
+
+static void *claim_only(void *arg)
+{
+    *(uint32_t *)arg = orb_selector_thread_shard();
+    return NULL;
+}
+
+/* Every owned shard held by live threads, then fork: in the child only the forking thread's
+ * claim is left. (The child starts no thread: sanitizers do not support that after a fork of a
+ * multi-threaded process.) */
+static void test_selector_shards_after_fork(void **state)
+{
+    (void)state;
+    uint32_t main_shard = orb_selector_thread_shard();
+    assert_true(main_shard < ORB_SELECT_OWNED_SHARDS); /* the crowd before has exited */
+    pthread_barrier_t claimed, release;
+    assert_int_equal(pthread_barrier_init(&claimed, NULL, ORB_SELECT_OWNED_SHARDS + 1), 0);
+    assert_int_equal(pthread_barrier_init(&release, NULL, ORB_SELECT_OWNED_SHARDS + 1), 0);
+    struct claim_hold c[ORB_SELECT_OWNED_SHARDS];
+    pthread_t t[ORB_SELECT_OWNED_SHARDS];
+    for (uint32_t i = 0; i < ORB_SELECT_OWNED_SHARDS; i++) {
+        c[i] = (struct claim_hold){.claimed = &claimed, .release = &release};
+        assert_int_equal(pthread_create(&t[i], NULL, claim_and_wait, &c[i]), 0);
+    }
+    pthread_barrier_wait(&claimed);
+    /* The main thread and 8 more: every owned shard is taken, so one more thread shares. */
+    uint32_t extra = 0;
+    pthread_t et;
+    assert_int_equal(pthread_create(&et, NULL, claim_only, &extra), 0);
+    assert_int_equal(pthread_join(et, NULL), 0);
+    assert_int_equal(extra, ORB_SELECT_OWNED_SHARDS);
+    assert_int_equal(orb_selector_owned_shards(), (1u << ORB_SELECT_OWNED_SHARDS) - 1);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(orb_selector_owned_shards() == 1u << main_shard &&
+              orb_selector_thread_shard() == main_shard ? 0 : 1);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    pthread_barrier_wait(&release);
+    for (uint32_t i = 0; i < ORB_SELECT_OWNED_SHARDS; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    pthread_barrier_destroy(&claimed);
+    pthread_barrier_destroy(&release);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1605,6 +1976,11 @@ int main(void)
         cmocka_unit_test(test_selector_random_property),
         cmocka_unit_test(test_selector_leftover_distribution_property),
         cmocka_unit_test(test_selector_two_threads_contending),
+        cmocka_unit_test(test_selector_threads_see_each_others_charges),
+        cmocka_unit_test(test_selector_charge_is_capped),
+        cmocka_unit_test(test_selector_parent_charges_seen_whole),
+        cmocka_unit_test(test_selector_more_threads_than_shards),
+        cmocka_unit_test(test_selector_shards_after_fork),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
