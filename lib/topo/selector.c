@@ -14,32 +14,31 @@
 #define TIE_RELATIVE 1e-9   /* scores this close to the lowest are ties */
 #define WEIGHT_EPSILON 1e-12
 
-/* Charges live in shards. A thread that selects or returns charges owns one of OWNED_SHARDS
- * shards for as long as it lives (threads beyond that share the last shard), and every charge it
- * adds or gives back goes to that shard: a charge taken on one thread and returned on another
- * leaves one shard above and one below, and only their sum means something. The sum over every
- * shard is exact. A selection scores with its own shard, exact, plus its shard's copy of the
- * other shards' sum, taken again once OTHERS_REFRESH of its slices have been placed since the
- * last one. So a thread reads and writes only lines of its own (and writes them with plain
- * stores while it owns the shard), takes no lock, and reads the others' lines only when it sums
- * them: the cost that grew with contention was cache lines moving between the threads, locked
- * adds and the lock, on every selection and every return. */
+/* Charges live in shards. A thread that selects owns one of OWNED_SHARDS shards for as long as
+ * it lives (threads beyond that share the last shard); its leases' charges are added there and
+ * returned there, from whichever thread retires them, so a shard holds exactly its threads'
+ * outstanding charges, and the sum over every shard is exact. A selection scores with its own
+ * shard plus its shard's copy of the other shards' sum, taken again once OTHERS_REFRESH of its
+ * slices have been placed since the last one, or when its caller asks (orb_selector_refresh).
+ * So a thread takes no lock and, but for returns from other threads, touches only lines of its
+ * own: the cost that grew with contention was cache lines moving between the threads, and the
+ * lock, on every selection. */
 #define OWNED_SHARDS ORB_SELECT_OWNED_SHARDS
 #define SHARED_SHARD OWNED_SHARDS       /* for threads beyond the owned ones: atomic adds */
 #define SELECT_SHARDS (OWNED_SHARDS + 1u)
 #define OTHERS_REFRESH ORB_SELECT_OTHERS_REFRESH
 
 struct charge_shard {
-    /* Read by whoever sums the shards; written only by the shard's threads. `seq` is odd while
-     * a parent of several slices is being charged, so that a sum sees all of its charges or
-     * none. `charged`: charges taken minus charges returned, two's complement (a shard that
-     * returns more than it took holds a negative value). */
+    /* Read by whoever sums the shards. `seq` is odd while one of the shard's threads charges a
+     * parent of several slices, so that a sum sees all of its charges or none. `charged`: the
+     * shard's leases' charges not yet returned (atomic adds: a lease is returned from any
+     * thread). */
     _Alignas(64) _Atomic uint32_t seq;
     _Atomic uint64_t charged[ORB_TOPO_MAX_NICS];
     /* Written and read by the shard's threads only (and read by the load statistics): the
-     * lifetime bytes its selections assigned, the other shards' charges when last summed (two's
-     * complement), slices left to place before the next sum, and the multi-slice parents counted
-     * for probing and where the next probe starts (32-bit: wrapping only shifts a rotation). */
+     * lifetime bytes its selections assigned, the other shards' charges when last summed, slices
+     * left to place before the next sum, and the multi-slice parents counted for probing and
+     * where the next probe starts (32-bit: wrapping only shifts a rotation). */
     _Alignas(64) _Atomic uint64_t allocated[ORB_TOPO_MAX_NICS];
     _Atomic uint64_t others[ORB_TOPO_MAX_NICS];
     _Atomic uint32_t until_refresh;
@@ -286,8 +285,8 @@ static inline uint32_t this_thread_shard(void)
     return thread_shard;
 }
 
-/* Add `v` (two's complement: a return adds its negation) to one of the calling thread's shard
- * counters: a plain store where the thread owns the shard, an atomic add on the shared one. */
+/* Add `v` to a counter only the calling thread's shard's threads write (its lifetime bytes): a
+ * plain store where the thread owns the shard, an atomic add on the shared one. */
 static inline void shard_add(uint32_t shard, _Atomic uint64_t *counter, uint64_t v,
                              memory_order order)
 {
@@ -299,17 +298,10 @@ static inline void shard_add(uint32_t shard, _Atomic uint64_t *counter, uint64_t
 }
 
 /* The charge of a slice: its length, capped at 256 TiB, more than any host can pin for a NIC, so
- * that sums over shards (read as signed) stay exact up to 2^15 such charges at once. */
+ * that sums of charges over shards cannot wrap. */
 static inline uint64_t charge_of(uint64_t length)
 {
     return length < ORB_SELECT_CHARGE_MAX ? length : ORB_SELECT_CHARGE_MAX;
-}
-
-/* A sum of two's complement shard values as a charge: transiently negative when a reader sees a
- * return before the charge it repays, which counts as nothing charged. */
-static inline uint64_t as_charge(uint64_t sum)
-{
-    return (int64_t)sum < 0 ? 0 : sum;
 }
 
 /* Readers sum only the shards a selector has seen used. */
@@ -341,7 +333,7 @@ static void add_shard(const struct charge_shard *sh, uint32_t nnics, uint64_t *a
         acc[i] += v[i];
 }
 
-/* The charges of NICs 0..nnics-1 summed over the shards in `shards` (two's complement). */
+/* The charges of NICs 0..nnics-1 summed over the shards in `shards`. */
 static void sum_shards(const struct orb_selector *sel, uint32_t shards, uint64_t *acc)
 {
     memset(acc, 0, sel->nnics * sizeof *acc);
@@ -352,24 +344,30 @@ static void sum_shards(const struct orb_selector *sel, uint32_t shards, uint64_t
     }
 }
 
-/* Sum the other shards' charges into `mine`'s copy of them unless the last sum may still serve
- * `nslices` more slices: each sum serves at most OTHERS_REFRESH of the shard's slices. */
-static void refresh_others(struct orb_selector *sel, uint32_t mine, uint32_t nslices)
+/* Sum the other shards' charges into `mine`'s copy of them. */
+static void sum_others(struct orb_selector *sel, uint32_t mine)
 {
     struct charge_shard *own = &sel->shard[mine];
-    uint32_t left = atomic_load_explicit(&own->until_refresh, memory_order_relaxed);
-    if (left >= nslices) {
-        atomic_store_explicit(&own->until_refresh, left - nslices, memory_order_relaxed);
-        return;
-    }
-    atomic_store_explicit(&own->until_refresh,
-                          nslices < OTHERS_REFRESH ? OTHERS_REFRESH - nslices : 0,
-                          memory_order_relaxed);
+    atomic_store_explicit(&own->until_refresh, OTHERS_REFRESH, memory_order_relaxed);
     uint64_t sum[ORB_TOPO_MAX_NICS];
     sum_shards(sel, atomic_load_explicit(&sel->shards_used, memory_order_relaxed) & ~(1u << mine),
                sum);
     for (unsigned i = 0; i < sel->nnics; i++)
         atomic_store_explicit(&own->others[i], sum[i], memory_order_relaxed);
+}
+
+/* Take `nslices` from what `mine`'s copy of the others may still serve, summing them again
+ * first when it cannot: each sum serves at most OTHERS_REFRESH of the shard's slices. */
+static void refresh_others(struct orb_selector *sel, uint32_t mine, uint32_t nslices)
+{
+    struct charge_shard *own = &sel->shard[mine];
+    uint32_t left = atomic_load_explicit(&own->until_refresh, memory_order_relaxed);
+    if (left < nslices) {
+        sum_others(sel, mine);
+        left = OTHERS_REFRESH;
+    }
+    atomic_store_explicit(&own->until_refresh, left > nslices ? left - nslices : 0,
+                          memory_order_relaxed);
 }
 
 /* Candidates in NIC id order, and the lowest score in *low. Returns their count. Charges are as
@@ -400,8 +398,7 @@ static uint32_t gather(struct orb_selector *sel, uint32_t mine, const uint8_t *t
         uint64_t mine_charged =
             shared ? shared_charged[i]
                    : atomic_load_explicit(&own->charged[i], memory_order_relaxed);
-        uint64_t seen =
-            as_charge(mine_charged + atomic_load_explicit(&own->others[i], memory_order_relaxed));
+        uint64_t seen = mine_charged + atomic_load_explicit(&own->others[i], memory_order_relaxed);
         double score = ((double)seen + slice) * selection_inverse(sel, i) *
                        sel->cfg.tier_weights[t];
         cand[n].score = score;
@@ -508,7 +505,7 @@ static void charge_parent(struct orb_selector *sel, uint32_t mine, const struct 
     if (nslices == 1) {
         uint64_t charge = smart ? charge_of(slices[0].length) : 0;
         if (charge != 0)
-            shard_add(mine, &own->charged[chosen[0]], charge, memory_order_relaxed);
+            atomic_fetch_add_explicit(&own->charged[chosen[0]], charge, memory_order_relaxed);
         shard_add(mine, &own->allocated[chosen[0]], slices[0].length, memory_order_relaxed);
         lease->nic[0] = chosen[0];
         lease->charge[0] = charge;
@@ -540,7 +537,7 @@ static void charge_parent(struct orb_selector *sel, uint32_t mine, const struct 
         uint8_t nic = cand[i].nic;
         /* Release: a reader that sees this charge sees the odd seq stored before it. */
         if (charge_sum[nic] != 0)
-            shard_add(mine, &own->charged[nic], charge_sum[nic], memory_order_release);
+            atomic_fetch_add_explicit(&own->charged[nic], charge_sum[nic], memory_order_release);
         if (byte_sum[nic] != 0)
             shard_add(mine, &own->allocated[nic], byte_sum[nic], memory_order_relaxed);
     }
@@ -552,9 +549,11 @@ static void charge_parent(struct orb_selector *sel, uint32_t mine, const struct 
 }
 
 /* The lease's owner and pending slices, published last. */
-static void lease_arm(struct orb_lease *lease, struct orb_selector *sel, uint32_t nslices)
+static void lease_arm(struct orb_lease *lease, struct orb_selector *sel, uint32_t shard,
+                      uint32_t nslices)
 {
     lease->selector = sel;
+    lease->shard = (uint8_t)shard;
     lease->nslices = nslices;
     atomic_store_explicit(&lease->pending, nslices == 64 ? UINT64_MAX : (UINT64_C(1) << nslices) - 1,
                           memory_order_release);
@@ -605,7 +604,7 @@ int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MA
         split_by_weight(sel, cand, n, nslices, chosen);
     }
     charge_parent(sel, mine, cand, n, slices, nslices, chosen, smart, lease);
-    lease_arm(lease, sel, nslices);
+    lease_arm(lease, sel, mine, nslices);
     return 0;
 }
 
@@ -614,17 +613,14 @@ uint8_t orb_lease_nic(const struct orb_lease *lease, uint32_t slice)
     return lease != NULL && slice < lease->nslices ? lease->nic[slice] : ORB_SELECT_EXCLUDED;
 }
 
-/* Return one slice's charge to the calling thread's shard. */
+/* Return one slice's charge to the shard that took it, so that a shard's charges are its own
+ * leases' exactly: the thread that charged sees them go at once. */
 static void give_back(struct orb_lease *lease, uint32_t slice)
 {
     uint64_t charge = lease->charge[slice];
-    if (charge == 0)
-        return;
-    struct orb_selector *sel = lease->selector;
-    uint32_t mine = this_thread_shard();
-    mark_shard_used(sel, mine);
-    shard_add(mine, &sel->shard[mine].charged[lease->nic[slice]], (uint64_t)0 - charge,
-              memory_order_relaxed);
+    if (charge != 0)
+        atomic_fetch_sub_explicit(&lease->selector->shard[lease->shard].charged[lease->nic[slice]],
+                                  charge, memory_order_relaxed);
 }
 
 int orb_lease_consume(struct orb_lease *lease, uint32_t slice)
@@ -742,7 +738,7 @@ int orb_selector_load_stats(const struct orb_selector *sel, struct orb_nic_load 
                 orb_estimator_effective_gbps(&sel->cfg.estimator, link) * 1000.0 + 0.5),
             .selection_bps = orb_estimator_selection_bps(e),
             .transmit_bps = orb_estimator_transmit_bps(e),
-            .charged_bytes = as_charge(charged[i]),
+            .charged_bytes = charged[i],
             .posted_bytes = orb_estimator_posted_bytes(e),
             .completed_bytes = orb_estimator_completed_bytes(e),
             .allocated_bytes = allocated,
@@ -755,6 +751,15 @@ int orb_selector_load_stats(const struct orb_selector *sel, struct orb_nic_load 
 struct orb_nic_estimator *orb_selector_estimator(struct orb_selector *sel, uint32_t nic)
 {
     return sel != NULL && nic < sel->nnics ? &sel->est[nic] : NULL;
+}
+
+void orb_selector_refresh(struct orb_selector *sel)
+{
+    if (sel == NULL)
+        return;
+    uint32_t mine = this_thread_shard();
+    mark_shard_used(sel, mine);
+    sum_others(sel, mine);
 }
 
 uint32_t orb_selector_thread_shard(void)

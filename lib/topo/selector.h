@@ -21,20 +21,21 @@
  *
  * Charges are kept per thread, so that threads selecting at once neither wait for each other
  * nor pass cache lines back and forth: each of the first ORB_SELECT_OWNED_SHARDS threads that
- * select or return charges owns a shard of counters until it exits (later threads share one
- * more), a thread adds the charges it takes and subtracts those it returns in its own shard, and
- * a NIC's exact charge is the sum over the shards (what orb_selector_load_stats reports). A
- * selection scores with its own thread's charges, exact, plus the other threads' as summed before
- * the thread placed its last ORB_SELECT_OTHERS_REFRESH slices at most; so two threads may load
- * the same NIC for a while, as they could one after the other an instant apart. (Measured: with
- * two threads and 16 NICs, 4 to 6 x less time per slice than one shared set of counters; see
- * docs/performance.md, "Selection micro-benchmark".) No lock is taken: all of a multi-slice
- * parent's charges become visible as one (a sequence count per shard), so a sum sees all of them
- * or none. The charges (the slice lengths, each capped at ORB_SELECT_CHARGE_MAX; 0 with smart
- * selection off) move into a lease the caller stores. orb_lease_consume() returns one slice's
- * charge when its bytes retire; orb_lease_abandon() returns every charge not yet consumed. A
- * slice is returned at most once, so a late or duplicate completion cannot repay someone else's
- * charge. allocated_bytes counts every assigned byte in both modes.
+ * select owns a shard of counters until it exits (later threads share one more); its leases'
+ * charges are added there and returned there, from whichever thread retires them, and a NIC's
+ * exact charge is the sum over the shards (what orb_selector_load_stats reports). A selection
+ * scores with its own thread's charges, exact, plus the other threads' as summed before the
+ * thread placed its last ORB_SELECT_OTHERS_REFRESH slices at most, or since its last
+ * orb_selector_refresh(); so two threads may load the same NIC for a while, as they could one
+ * after the other an instant apart. (Measured: with two threads and 16 NICs, 4 to 6 x less time
+ * per slice than one shared set of counters; see docs/performance.md, "Selection
+ * micro-benchmark".) No lock is taken: all of a multi-slice parent's charges become visible as
+ * one (a sequence count per shard), so a sum sees all of them or none. The charges (the slice
+ * lengths, each capped at ORB_SELECT_CHARGE_MAX; 0 with smart selection off) move into a lease
+ * the caller stores. orb_lease_consume() returns one slice's charge when its bytes retire;
+ * orb_lease_abandon() returns every charge not yet consumed. A slice is returned at most once,
+ * so a late or duplicate completion cannot repay someone else's charge. allocated_bytes counts
+ * every assigned byte in both modes.
  *
  * Cost: selection and lease operations make no heap allocation and no system call (threads
  * beyond the owned shards take a process-private mutex for a multi-slice parent, which enters
@@ -82,6 +83,7 @@ struct orb_lease {
     struct orb_selector *selector;
     _Atomic uint64_t pending;           /* bit i: slice i's charge not yet returned */
     uint32_t nslices;
+    uint8_t shard;                      /* the charge shard of the thread that selected */
     uint8_t nic[ORB_SLICE_MAX];         /* the NIC chosen for each slice */
     uint64_t charge[ORB_SLICE_MAX];     /* bytes charged for each slice */
 };
@@ -115,6 +117,11 @@ int orb_selector_set_link(struct orb_selector *sel, uint32_t nic, uint64_t link_
 int orb_selector_select(struct orb_selector *sel, const uint8_t tier[ORB_TOPO_MAX_NICS],
                         uint64_t peer_mask, const struct orb_slice *slices, uint32_t nslices,
                         struct orb_lease *lease);
+
+/* Sum the other threads' charges for the calling thread's next selections now, instead of after
+ * its next ORB_SELECT_OTHERS_REFRESH slices at most: for a thread that selects in bursts, once per
+ * burst. No heap allocation, no system call, no lock. NULL-safe. */
+void orb_selector_refresh(struct orb_selector *sel);
 
 /* The NIC chosen for slice `slice` of a filled lease (ORB_SELECT_EXCLUDED when out of range). */
 uint8_t orb_lease_nic(const struct orb_lease *lease, uint32_t slice);

@@ -1658,6 +1658,67 @@ static void test_selector_threads_see_each_others_charges(void **state)
     }
 }
 
+struct returner {
+    struct orb_lease *leases;
+    uint32_t n;
+};
+
+static void *return_all(void *arg)
+{
+    struct returner *r = arg;
+    for (uint32_t i = 0; i < r->n; i++)
+        orb_lease_consume(&r->leases[i], 0);
+    return NULL;
+}
+
+/* Charges returned on another thread are gone for the thread that took them at once (they go
+ * back to its shard): after 32 slices forced onto NIC 1 and returned elsewhere, the next ones
+ * spread evenly, with no sum of the others in between. And orb_selector_refresh() makes another
+ * thread's charge count at once. */
+static void test_selector_returns_reach_the_taker_at_once(void **state)
+{
+    (void)state;
+    struct fake_clock fc = {0};
+    struct orb_selector *sel = default_selector(2, &fc);
+    uint8_t tier[ORB_TOPO_MAX_NICS];
+    fill_tiers(tier, 0);
+    struct orb_slice slice = {0, MIB};
+    static struct orb_lease forced[32], held[8];
+    for (uint32_t i = 0; i < 32; i++)
+        assert_int_equal(orb_selector_select(sel, tier, 1ull << 1, &slice, 1, &forced[i]), 0);
+    struct returner ret = {.leases = forced, .n = 32};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, return_all, &ret), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(charged_total(sel), 0);
+    uint32_t on[2] = {0, 0};
+    for (uint32_t i = 0; i < 8; i++) {
+        assert_int_equal(orb_selector_select(sel, tier, ~0ull, &slice, 1, &held[i]), 0);
+        on[orb_lease_nic(&held[i], 0)]++;
+    }
+    assert_int_equal(on[0], 4);
+    assert_int_equal(on[1], 4);
+    for (uint32_t i = 0; i < 8; i++)
+        orb_lease_abandon(&held[i]);
+
+    /* Another thread charges NIC 1 heavily; a refresh here sees it before the next selection. */
+    struct orb_lease probe;
+    struct holder h = {.sel = sel, .nic_mask = 1ull << 1, .length = 1024 * MIB};
+    assert_int_equal(pthread_create(&t, NULL, hold_one, &h), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(h.rc, 0);
+    orb_selector_refresh(sel);
+    orb_selector_refresh(NULL);
+    for (uint32_t i = 0; i < 4; i++) {
+        assert_int_equal(orb_selector_select(sel, tier, ~0ull, &slice, 1, &probe), 0);
+        assert_int_equal(orb_lease_nic(&probe, 0), 0);
+        assert_int_equal(orb_lease_consume(&probe, 0), 0);
+    }
+    orb_lease_abandon(&h.lease);
+    assert_int_equal(charged_total(sel), 0);
+    orb_selector_free(sel);
+}
+
 /* A charge beyond ORB_SELECT_CHARGE_MAX is charged at the cap, returned exactly, and still scores
  * as heavy; lifetime bytes count the whole length. */
 static void test_selector_charge_is_capped(void **state)
@@ -1977,6 +2038,7 @@ int main(void)
         cmocka_unit_test(test_selector_leftover_distribution_property),
         cmocka_unit_test(test_selector_two_threads_contending),
         cmocka_unit_test(test_selector_threads_see_each_others_charges),
+        cmocka_unit_test(test_selector_returns_reach_the_taker_at_once),
         cmocka_unit_test(test_selector_charge_is_capped),
         cmocka_unit_test(test_selector_parent_charges_seen_whole),
         cmocka_unit_test(test_selector_more_threads_than_shards),
