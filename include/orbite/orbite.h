@@ -384,6 +384,8 @@ struct orb_rdma_stats {
     uint64_t reuse_probe_failures; /* device registrations for which a NIC failed the gpu_source_reuse probe
                                     * (their grants stay private there; the log says why) */
     uint64_t kept_keys;            /* DevX keys the device refused to destroy: what they reach is kept for good */
+    uint64_t own_connection_grants;/* source side: window grants served on queue pairs made for each (either
+                                    * side stages), ended and acknowledged */
 };
 
 /**

@@ -664,7 +664,9 @@ int orb_rdma_pgrant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_p
 
 int orb_rdma_pgrant_encode(const struct orb_rdma_pgrant *m, uint8_t *out, size_t cap, size_t *len_out)
 {
-    if (m == NULL || out == NULL || len_out == NULL || (m->status != 0 && !status_ok(m->status)))
+    if (m == NULL || out == NULL || len_out == NULL || (m->status != 0 && !status_ok(m->status)) ||
+        (m->status != 0 && !slot_ok(m->slot_shift, m->status)) || (m->status == 0 && m->slot_shift != 0) ||
+        (m->status == 0 && m->keys > ORB_RDMA_PGRANT_WINDOWS))
         return orb_fail(ORB_EINVAL, "rdma private grant encode: bad arguments");
     struct orb_writer w;
     orb_writer_init(&w, out, cap);
@@ -676,7 +678,7 @@ int orb_rdma_pgrant_encode(const struct orb_rdma_pgrant *m, uint8_t *out, size_t
         for (; n < sizeof why && m->why[n] != '\0'; n++)
             why[n] = m->why[n] >= 0x20 && m->why[n] <= 0x7e ? m->why[n] : '?';
         orb_writer_u8(&w, (uint8_t)n);
-        orb_writer_u8(&w, 0);
+        orb_writer_u8(&w, (uint8_t)m->slot_shift);
         orb_writer_u16(&w, 0);
         orb_writer_bytes(&w, why, n);
         return finish_encode("private grant", &w, len_out);
@@ -687,7 +689,7 @@ int orb_rdma_pgrant_encode(const struct orb_rdma_pgrant *m, uint8_t *out, size_t
         if (m->rkeys[i] == 0 || !qp_addr_ok(&m->qps[i]))
             return orb_fail(ORB_EINVAL, "rdma private grant encode: queue pair %u: key 0 or a malformed address", i);
     orb_writer_u8(&w, (uint8_t)m->nqps);
-    orb_writer_u8(&w, 0);
+    orb_writer_u8(&w, m->keys);
     orb_writer_u16(&w, 0);
     orb_writer_u64(&w, m->grant);
     orb_writer_u64(&w, m->generation);
@@ -712,19 +714,24 @@ int orb_rdma_pgrant_decode(const uint8_t *buf, size_t len, struct orb_rdma_pgran
     memset(&d, 0, sizeof d);
     d.status = (int32_t)orb_cursor_u32(&c);
     uint32_t n = orb_cursor_u8(&c);
-    if (zero_bytes(&c, 3) != 0 || c.failed)
+    uint32_t hint = orb_cursor_u8(&c); /* a refusal's staging slot, a grant's kind of keys */
+    if (zero_bytes(&c, 2) != 0 || c.failed)
         return orb_fail(ORB_EPROTO, "rdma private grant: malformed head");
     if (d.status != 0) {
         const uint8_t *why = orb_cursor_bytes(&c, n);
-        if (!status_ok(d.status) || n > ORB_RDMA_WHY_MAX || why == NULL || !why_ok((const char *)why, n) ||
-            orb_cursor_finish(&c) != 0)
+        if (!status_ok(d.status) || !slot_ok(hint, d.status) || n > ORB_RDMA_WHY_MAX || why == NULL ||
+            !why_ok((const char *)why, n) || orb_cursor_finish(&c) != 0)
             return orb_fail(ORB_EPROTO, "rdma private grant: a refusal with status %d and %u bytes of cause in %zu",
                             d.status, n, len);
         memcpy(d.why, why, n);
         d.why[n] = '\0';
+        d.slot_shift = hint;
         *m = d;
         return 0;
     }
+    if (hint > ORB_RDMA_PGRANT_WINDOWS)
+        return orb_fail(ORB_EPROTO, "rdma private grant: unknown kind of keys %u", hint);
+    d.keys = (uint8_t)hint;
     d.nqps = n;
     d.grant = orb_cursor_u64(&c);
     d.generation = orb_cursor_u64(&c);

@@ -27,7 +27,7 @@
 
 #include "rdma/qp.h"
 
-#define ORB_RDMA_CTRL_VERSION 9u
+#define ORB_RDMA_CTRL_VERSION 10u
 #define ORB_RDMA_MAX_RAILS 16u        /* rails, and queue pairs per connection */
 #define ORB_RDMA_NONCE_LEN 32u
 #define ORB_RDMA_GRANT_BATCH 16u      /* requests one GRANT_REQ carries at most */
@@ -200,9 +200,17 @@ struct orb_rdma_pgrant_req {
  * source's queue pair, on a protection domain of this grant alone, and the key of the memory
  * region that holds exactly the range there with the op's access only. Refused: i32 status | u8
  * why_len | 3 x u8 0 | why (printable, at most ORB_RDMA_WHY_MAX). */
+/* What a PGRANT's keys are: the regions of the grant's own protection domains (ended by a plain
+ * SEND), or one-use memory windows bound through the grant's own queue pairs (ended by
+ * SEND_WITH_INV, as a GRANT's). */
+#define ORB_RDMA_PGRANT_REGIONS 0u
+#define ORB_RDMA_PGRANT_WINDOWS 1u
+
 struct orb_rdma_pgrant {
     int32_t status;
     char why[ORB_RDMA_WHY_MAX + 1];
+    uint32_t slot_shift;              /* a refusal with ORB_ERESOURCE only (else 0), as GRANT's */
+    uint8_t keys;                     /* ORB_RDMA_PGRANT_REGIONS or _WINDOWS (status 0) */
     uint64_t grant, generation;
     uint8_t nonce[ORB_RDMA_NONCE_LEN];
     uint64_t target;

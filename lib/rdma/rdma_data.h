@@ -7,7 +7,8 @@
  *     pair per rail (rail k on its k-th open NIC) and sends CONNECT on its control connection;
  *     the source makes its queue pairs (rail k on its (k mod n)-th NIC), connects them and
  *     answers CONNECT_OK; the requester connects its own. An engine that stages gives each
- *     segment a connection of its own.
+ *     segment a connection of its own, and a request staged at either end gets queue pairs of
+ *     its own for each grant (PGRANT_REQ; the connection's carry only the ACK).
  *  2. peer_plan cuts the request into TENT's slices (lib/topo/slicing.h), each on a rail.
  *  3. Once every piece is submitted, the grant thread asks for a GRANT: the source pins the one
  *     registration that contains the whole range with the operation's permission, binds a
@@ -352,6 +353,11 @@ struct rdma_req {
      * instead of the connection's (NULL: the connection's). */
     bool private_grant;
     struct rdma_link *priv[ORB_RDMA_MAX_RAILS];
+    /* Its grants go on connections of their own: this engine stages it, or the source said so
+     * (a GRANT refusal "private only"): asked with PGRANT_REQ alone from then on. priv_windows:
+     * the current private grant's keys are windows (ended by SEND_WITH_INV), not regions. */
+    bool per_grant;
+    bool priv_windows;
 };
 
 /* Source side: a whole request's range held from PIN to UNPIN (or the connection's end, or
@@ -384,6 +390,9 @@ struct rdma_src_conn {
     struct rdma_src_pin pins[ORB_RDMA_MAX_PINS]; /* PIN's "pin" k names pins[k - 1] */
     struct rdma_pgrant *pgrants;   /* private grants (conn lock) */
     uint32_t pgrants_ending;       /* of them, waiting for their teardown on lane 0 (conn lock) */
+    /* Queue pairs of window grants on connections of their own that ended, for lane 0 (or the
+     * connection's destruction) to free: their owner is the connection (conn lock; reap_next). */
+    struct rdma_link *own_retired;
     int failed;
     bool closing;                  /* on tp->reap_conns (tp->lock) */
     uint32_t users;                /* control handlers using it (tp->lock): not reaped meanwhile */
@@ -419,6 +428,12 @@ struct rdma_grant {
     struct rdma_wr_ctx bind_ctx[ORB_RDMA_MAX_RAILS];
     struct ibv_send_wr bind_wr[ORB_RDMA_MAX_RAILS];   /* built by the handler, posted by the lane */
     struct rdma_bind_wait bind_wait[ORB_RDMA_MAX_RAILS];
+    /* A grant on connections of its own (either side stages; PGRANT_REQ): per rail a queue pair
+     * made for it on the connection's NIC and domain, connected to one the requester made for it,
+     * which binds its window (so only that pair can use the key) and receives its end. Retired
+     * with the grant (lane 0 frees them). NULL: the connection's queue pairs. */
+    struct rdma_link *own[ORB_RDMA_MAX_RAILS];
+    bool own_links;
 };
 
 /* Source side: a private grant, for device memory under cuda_memory direct, where no window may
@@ -473,9 +488,13 @@ void rdma_data_destroy(struct orb_rdma_tp *tp);
 #define RDMA_ANY_LANE UINT32_MAX /* and a context with only_lane set uses that one */
 int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, uint32_t first_lane,
                   void *owner, struct rdma_link **out);
+/* What a link carries: a connection's grants; one private grant (either side: a source's on the
+ * grant's own protection domain, its receives to rdma_pgrant_on_recv); or one window grant's at
+ * a source (on the connection's domain, its receives to rdma_src_on_recv). */
+enum rdma_link_use { RDMA_LINK_SHARED = 0, RDMA_LINK_PRIVATE = 1, RDMA_LINK_ONE_GRANT = 2 };
 /* The same on protection domain `pd` of `c` (a private grant's at a source), the QP and its
- * message buffers; `private_grant`: a queue pair of one private grant (either side). */
-int rdma_link_new_on(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_pd *pd, bool private_grant,
+ * message buffers, for `use`. */
+int rdma_link_new_on(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_pd *pd, enum rdma_link_use use,
                      enum rdma_role role, uint32_t rail, uint32_t first_lane, void *owner, struct rdma_link **out);
 /* Connect to `remote` and post every receive. */
 int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote);
@@ -626,9 +645,17 @@ int rdma_src_gdr_visible(const struct orb_reg *pin, uint8_t op, uint64_t grant);
 
 /* ---- rdma_private.c: private grants at the source -------------------------------------------- */
 
-/* PGRANT_REQ on connection `c` (held by the caller): answers PGRANT into resp. */
+/* PGRANT_REQ on connection `c` (held by the caller): answers PGRANT into resp. Device memory
+ * under cuda_memory direct gets regions of the grant's own domains; any other range a window
+ * grant on queue pairs of its own (rdma_src_window_pgrant). */
 int rdma_pgrant_serve(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_pgrant_req *in,
                       struct orb_rdma_pgrant *out);
+/* A window grant on queue pairs of its own, for PGRANT_REQ (either side stages): the grant's
+ * windows bound through queue pairs made for it and connected to the request's. 0 with *out
+ * filled (keys ORB_RDMA_PGRANT_WINDOWS), or the refusal (out->slot_shift set with a staging
+ * source's ORB_ERESOURCE). */
+int rdma_src_window_pgrant(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_pgrant_req *in,
+                           struct orb_rdma_pgrant *out);
 /* A receive completion on a private grant's queue pair (msg NULL: it failed). */
 void rdma_pgrant_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg);
 /* Lane 0: tear down the ending private grants of `c` (all of them with `all`: c is destroyed),

@@ -206,16 +206,18 @@ free_ctx:
 int rdma_link_new(struct orb_rdma_tp *tp, struct rdma_ctx *c, enum rdma_role role, uint32_t rail, uint32_t first_lane,
                   void *owner, struct rdma_link **out)
 {
-    return rdma_link_new_on(tp, c, c->pd, false, role, rail, first_lane, owner, out);
+    return rdma_link_new_on(tp, c, c->pd, RDMA_LINK_SHARED, role, rail, first_lane, owner, out);
 }
 
-int rdma_link_new_on(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_pd *pd, bool private_grant,
+int rdma_link_new_on(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_pd *pd, enum rdma_link_use use,
                      enum rdma_role role, uint32_t rail, uint32_t first_lane, void *owner, struct rdma_link **out)
 {
     /* A source's queue pair carries no payload: a window bind for each grant it may hold (one
      * per receive) and their ACKs, so it is sized for those rather than by max_send_wr, and
-     * never queues one behind the other; a private grant's posts nothing at all. */
-    uint32_t sq = role == RDMA_ROLE_SOURCE ? (private_grant ? 2u : 2 * RDMA_RQ_DEPTH) : tp->cfg->max_send_wr;
+     * never queues one behind the other; one grant's posts one bind at most (a private grant's
+     * nothing at all). */
+    uint32_t sq = role == RDMA_ROLE_SOURCE ? (use != RDMA_LINK_SHARED ? 2u : 2 * RDMA_RQ_DEPTH) : tp->cfg->max_send_wr;
+    bool private_grant = use == RDMA_LINK_PRIVATE;
     if (c->hca.max_qp_wr > 0 && sq > c->hca.max_qp_wr)
         sq = c->hca.max_qp_wr;
     uint32_t charge = sq + RDMA_RQ_DEPTH;

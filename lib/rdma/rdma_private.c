@@ -110,8 +110,9 @@ int rdma_pgrant_serve(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const str
         return rc;
     const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(pin);
     if (pin->kind->kind == ORB_MEM_HOST || tp->cfg->cuda_memory != ORB_RDMA_CUDA_DIRECT || m == NULL || m->route == 0) {
+        /* Memory a window may cover: a window grant on queue pairs of its own. */
         orb_registry_release(pin);
-        return orb_fail(ORB_EINVAL, "rdma: a private grant is only for device memory under cuda_memory direct");
+        return rdma_src_window_pgrant(tp, c, in, out);
     }
     if (atomic_fetch_add(&tp->active_grants, 1) >= tp->cfg->max_grants) {
         atomic_fetch_sub(&tp->active_grants, 1);
@@ -149,7 +150,7 @@ int rdma_pgrant_serve(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const str
         }
         if ((rc = region_on(tp, pin, m, g->pd[k], in->addr, in->length, in->op, &g->mr[k])) != 0)
             goto undo;
-        if ((rc = rdma_link_new_on(tp, x, g->pd[k], true, RDMA_ROLE_SOURCE, k, cl->lane, g, &g->link[k])) != 0) {
+        if ((rc = rdma_link_new_on(tp, x, g->pd[k], RDMA_LINK_PRIVATE, RDMA_ROLE_SOURCE, k, cl->lane, g, &g->link[k])) != 0) {
             /* max_endpoints or the completion queues are full for now: other grants' queue pairs
              * go with their ends, so the requester asks again. */
             if (rc == ORB_ERESOURCE)

@@ -498,6 +498,9 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     r->ctl = &seg->ctl;
     r->priority = in->priority <= ORB_PRIORITY_LOW ? in->priority : ORB_PRIORITY_HIGH;
     r->staged = staged;
+    /* The specification keeps staged bytes off shared connections: a grant's own queue pairs. */
+    r->per_grant = staged;
+    r->priv_windows = false;
     r->op = in->op;
     r->addr = in->remote_addr;
     r->length = in->length;
@@ -709,6 +712,7 @@ static void retire_private_locked(struct rdma_req *r)
     }
     pthread_mutex_unlock(&tp->priv_lock);
     r->private_grant = false;
+    r->priv_windows = false;
 }
 
 /* `r` leaves its attempt (p->lock held): its rails judged, out of the connection's granted
@@ -1141,7 +1145,7 @@ static void build_sendinv(struct rdma_req *r, uint32_t rail, struct ibv_send_wr 
     r->send_ctx[rail].kind = RDMA_WR_SENDINV;
     r->send_ctx[rail].rail = (uint8_t)rail;
     r->send_ctx[rail].owner = r;
-    if (r->private_grant) {
+    if (r->private_grant && !r->priv_windows) {
         /* A private grant's region is no window: a plain SEND, fenced behind the rail's payload
          * (alone on its queue pair, so behind nothing else), ends it; the source destroys the
          * region with its queue pair. */
@@ -1630,9 +1634,11 @@ static int accept_grant(struct rdma_req *r, const struct orb_rdma_grant *g)
  * on queue pairs of the grant's own) on connection `incarnation`: a queue pair per rail made for
  * it here, beside the connection's on the same NIC and lane, connected to the source's, which
  * then carry the request. 0: started (or ended); ORB_EAGAIN: the source's budget is spent, ask
- * again later (nothing was made). */
+ * again later (nothing was made); with `may_rebuild`, ORB_ENOENT: the source does not know the
+ * connection or lost a queue pair of it (nothing was made or ended: the caller rebuilds it and
+ * asks again). */
 static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struct orb_control_path *ctl,
-                         uint64_t incarnation)
+                         uint64_t incarnation, bool may_rebuild)
 {
     struct rdma_peer *p = r->peer;
     struct rdma_link *priv[ORB_RDMA_MAX_RAILS] = {NULL};
@@ -1653,7 +1659,7 @@ static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struc
         pthread_mutex_lock(&p->lock);
         struct rdma_link *cl = p->links[r->lane * p->nrails + rail];
         pthread_mutex_unlock(&p->lock);
-        if ((rc = rdma_link_new_on(tp, cl->ctx, cl->ctx->pd, true, RDMA_ROLE_REQUESTER, rail, cl->lane, p,
+        if ((rc = rdma_link_new_on(tp, cl->ctx, cl->ctx->pd, RDMA_LINK_PRIVATE, RDMA_ROLE_REQUESTER, rail, cl->lane, p,
                                    &priv[rail])) != 0) {
             /* Full for now (other private grants' queue pairs go as their requests end): asked
              * again, backing off, until io_timeout_s. */
@@ -1672,8 +1678,26 @@ static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struc
                        orb_deadline_after(tp->io_timeout_ns));
     if (rc == 0 && (orb_rdma_pgrant_decode(resp, rlen, a) != 0 || (a->status == 0 && a->nqps != q.nqps)))
         rc = orb_fail(ORB_EPROTO, "rdma: %s answered PGRANT_REQ with a malformed PGRANT", p->endpoint);
-    if (rc != 0) {
+    if (rc == ORB_ENOENT && may_rebuild) {
+        /* Kept as it is: freed below, the request neither ended nor started. */
+    } else if (rc != 0) {
         snprintf(why, sizeof why, "rdma: a private grant from %s: %s", p->endpoint, orb_last_error());
+    } else if (a->status == ORB_EAGAIN) {
+        rc = ORB_EAGAIN; /* "not now": asked again, backing off */
+    } else if (a->status == ORB_EPEER && may_rebuild) {
+        rc = ORB_ENOENT; /* a queue pair of the connection died at the source: rebuilt, asked again */
+    } else if (a->status == ORB_ERESOURCE && a->slot_shift != 0) {
+        /* The source stages in smaller slots: the request comes back slot by slot. */
+        uint32_t shift = a->slot_shift;
+        for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
+            (void)rdma_link_free(priv[rail]);
+        free(a);
+        if (!resize_slot(tp, r, shift)) {
+            snprintf(why, sizeof why, "rdma: %s refused a slot of %llu bytes for slots of %llu", p->endpoint,
+                     (unsigned long long)r->slot_len, 1ull << shift);
+            end_now(tp, r, ORB_EPROTO, why);
+        }
+        return 0;
     } else if (a->status != 0) {
         rc = a->status;
         snprintf(why, sizeof why, "rdma: %s refused the private grant: %s", p->endpoint, a->why);
@@ -1691,7 +1715,7 @@ static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struc
         for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
             (void)rdma_link_free(priv[rail]);
         free(a);
-        if (rc == ORB_EAGAIN)
+        if (rc == ORB_EAGAIN || (rc == ORB_ENOENT && may_rebuild))
             return rc;
         end_now(tp, r, rc, why);
         return 0;
@@ -1699,6 +1723,7 @@ static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struc
     struct orb_rdma_grant g = {.grant = a->grant, .generation = a->generation, .target = a->target, .nkeys = a->nqps};
     memcpy(g.nonce, a->nonce, sizeof g.nonce);
     memcpy(g.rkeys, a->rkeys, sizeof g.rkeys);
+    bool windows = a->keys == ORB_RDMA_PGRANT_WINDOWS;
     free(a);
     if ((rc = accept_grant(r, &g)) != 0) {
         snprintf(why, sizeof why, "%s", orb_last_error());
@@ -1709,6 +1734,8 @@ static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struc
     }
     pthread_mutex_lock(&p->lock);
     r->private_grant = true;
+    r->priv_windows = windows;
+    r->per_grant = true; /* the request's next slots ask PGRANT_REQ at once */
     memcpy(r->priv, priv, sizeof r->priv);
     pthread_mutex_unlock(&p->lock);
     start(tp, r);
@@ -1906,8 +1933,11 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
                 continue;
             }
             if (st == ORB_EUNAVAILABLE && rc == 0 && ans->g[i].private_only) {
-                if (private_grant(tp, r, ctl, q.incarnation) == ORB_EAGAIN)
+                int e = private_grant(tp, r, ctl, q.incarnation, !rebuilt);
+                if (e == ORB_EAGAIN)
                     rs[again++] = r;
+                else if (e == ORB_ENOENT) /* the source lost (a queue pair of) the connection */
+                    refused[lost++] = r;
                 continue;
             }
             if (st == 0 && (st = accept_grant(r, &ans->g[i])) == 0) {
@@ -1954,13 +1984,80 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
     free(ans);
 }
 
+/* Grant and start `r` on queue pairs of its own (r->per_grant): PGRANT_REQ alone, asked again,
+ * backing off, while the source answers "not now", until io_timeout_s; then it fails with
+ * ORB_ERESOURCE. The connection's queue pairs carry only its ACK. */
+static void grant_own(struct orb_rdma_tp *tp, struct rdma_req *r)
+{
+    struct rdma_peer *p = r->peer;
+    const struct orb_control_path *ctl = r->ctl;
+    uint64_t deadline = orb_deadline_after(tp->io_timeout_ns);
+    uint64_t nap = 200000; /* 0.2 ms, doubling to 25.6 ms */
+    bool rebuilt = false;
+    pthread_mutex_lock(&p->lock);
+    while (p->fenced && !atomic_load(&tp->stopping) && orb_now_ns() < deadline)
+        fence_wait(p, deadline);
+    p->granting++;
+    pthread_mutex_unlock(&p->lock);
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        uint64_t incarnation = p->incarnation;
+        r->lane = p->next_lane++ % p->width;
+        pthread_mutex_unlock(&p->lock);
+        if (!rebuilt && links_failed(p, r->rail_mask)) {
+            /* The ACK comes on the connection's queue pairs: rebuilt first when one is dead. */
+            rebuilt = true;
+            if (reconnect(tp, p, ctl, incarnation, deadline, "a queue pair of the connection died") != 0) {
+                char why[320];
+                snprintf(why, sizeof why, "%s", orb_last_error());
+                end_now(tp, r, ORB_EPEER, why);
+                break;
+            }
+            continue;
+        }
+        r->incarnation = incarnation;
+        int rc = private_grant(tp, r, ctl, incarnation, !rebuilt);
+        if (rc == ORB_ENOENT) {
+            /* The source lost the connection (or a queue pair of it): nothing was granted, so
+             * ask again on a new one. */
+            rebuilt = true;
+            if (reconnect(tp, p, ctl, incarnation, deadline, "the source lost the connection") != 0) {
+                char why[320];
+                snprintf(why, sizeof why, "%s", orb_last_error());
+                end_now(tp, r, ORB_EPEER, why);
+                break;
+            }
+            continue;
+        }
+        if (rc != ORB_EAGAIN)
+            break;
+        if (orb_now_ns() + nap >= deadline || atomic_load(&tp->stopping)) {
+            end_now(tp, r, ORB_ERESOURCE,
+                    "rdma: the source's budget for grants on queue pairs of their own stayed spent for io_timeout_s");
+            break;
+        }
+        struct timespec ts = {(time_t)(nap / ORB_NS_PER_SEC), (long)(nap % ORB_NS_PER_SEC)};
+        nanosleep(&ts, NULL);
+        if (nap < 25600000)
+            nap *= 2;
+    }
+    pthread_mutex_lock(&p->lock);
+    if (--p->granting == 0 && p->fenced)
+        pthread_cond_broadcast(&p->fence_cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
 /* Serve a batch the grant thread took (one peer's requests, each counted in its inflight). A
  * staged request that finds staging full first sends off the ones prepared before it, whose
- * extents come back only once they run, and only then waits. */
+ * extents come back only once they run, and only then waits. A request granted on queue pairs of
+ * its own goes after the ones before it, in the batch's order. */
 static void serve(struct orb_rdma_tp *tp, struct rdma_req **batch, uint32_t n)
 {
     struct rdma_req *live[ORB_RDMA_GRANT_BATCH];
     uint32_t nlive = 0;
+    /* A batch's rails are chosen against the other grant threads' charges of now. */
+    if (tp->sel != NULL)
+        orb_selector_refresh(tp->sel);
     for (uint32_t i = 0; i < n; i++) {
         struct rdma_req *r = batch[i];
         if (!prepare(tp, r))
@@ -1977,6 +2074,13 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req **batch, uint32_t n)
                 end_now(tp, r, rc, orb_last_error());
                 continue;
             }
+        }
+        if (r->per_grant) {
+            if (nlive > 0)
+                grant_batch(tp, live, nlive);
+            nlive = 0;
+            grant_own(tp, r);
+            continue;
         }
         live[nlive++] = r;
     }

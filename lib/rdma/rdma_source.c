@@ -75,6 +75,44 @@ static int grant_destroy_keys(struct rdma_src_conn *c, struct rdma_grant *g)
     return rc;
 }
 
+/* Hand a grant's own queue pairs to lane 0 (they may be in the middle of a completion now). */
+static void retire_own_links(struct rdma_src_conn *c, struct rdma_grant *g)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&c->lock);
+    for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++) {
+        struct rdma_link *l = g->own[k];
+        if (l == NULL)
+            continue;
+        g->own[k] = NULL;
+        l->reap_next = c->own_retired;
+        c->own_retired = l;
+        n++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (n > 0) {
+        atomic_fetch_add(&c->tp->own_retired, n);
+        rdma_lane0_kick(c->tp);
+    }
+}
+
+/* Lane 0 or the connection's destruction: free c's retired own queue pairs (each waits out a
+ * lane handling one of its completions). */
+static void free_own_retired(struct rdma_src_conn *c)
+{
+    pthread_mutex_lock(&c->lock);
+    struct rdma_link *list = c->own_retired;
+    c->own_retired = NULL;
+    pthread_mutex_unlock(&c->lock);
+    while (list != NULL) {
+        struct rdma_link *l = list;
+        list = l->reap_next;
+        rdma_link_fail(l, ORB_ECLOSED);
+        (void)rdma_link_free(l); /* what the device keeps is counted there */
+        atomic_fetch_sub(&c->tp->own_retired, 1);
+    }
+}
+
 /* Undo a grant's windows, keys and pin. Windows whose binding may still be in force are
  * discarded (freed: that revokes them), invalidated ones go back to their pool; DevX keys are
  * destroyed. */
@@ -94,6 +132,7 @@ static void grant_release(struct rdma_src_conn *c, struct rdma_grant *g, bool in
         g->win[k] = NULL;
     }
     rdma_stage_put(c->tp, &g->stage); /* after the windows on it are gone */
+    retire_own_links(c, g);
     if (g->pin != NULL && g->keep_pin) {
         /* A key over the range may be in force: the pin (and with it the bytes, and unregister's
          * wait for them) is never given back. */
@@ -117,7 +156,7 @@ static void grant_unlink(struct rdma_src_conn *c, struct rdma_grant *g)
         }
     }
     if (g->published) {
-        for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
+        for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS && !g->own_links; k++)
             if (g->rail_mask & (1u << k))
                 c->ngrants[k]--;
         atomic_fetch_sub(&c->tp->active_grants, 1);
@@ -200,16 +239,18 @@ static void conn_destroy(struct rdma_src_conn *c)
         if (c->pins[k].reg != NULL)
             pin_drop_locked(c, k);
     pthread_mutex_unlock(&c->lock);
+    free_own_retired(c); /* before c goes: they name it as their owner */
     conn_free_links(c);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
-/* Lane 0: the private grants that ended are torn down and acknowledged. */
+/* Lane 0: the private grants that ended are torn down and acknowledged; window grants' own
+ * queue pairs that ended are freed. */
 static void reap_private(struct orb_rdma_tp *tp)
 {
-    if (atomic_load(&tp->pgrants_ending) == 0)
+    if (atomic_load(&tp->pgrants_ending) == 0 && atomic_load(&tp->own_retired) == 0)
         return;
     struct rdma_src_conn *held[64];
     uint32_t n = 0;
@@ -221,6 +262,7 @@ static void reap_private(struct orb_rdma_tp *tp)
     pthread_mutex_unlock(&tp->lock);
     for (uint32_t i = 0; i < n; i++) {
         rdma_pgrant_reap(tp, held[i], false);
+        free_own_retired(held[i]);
         conn_put(tp, held[i]);
     }
 }
@@ -707,7 +749,8 @@ static int reuse_keys(struct orb_rdma_tp *tp, struct rdma_src_conn *c, struct rd
  * asked queue pairs that are dead here. ORB_ERESOURCE with *slot_shift (zero on entry) set: the
  * range is staged here in slots of 2^*slot_shift bytes, fewer than were asked for. */
 static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_grant_ask *in,
-                         struct rdma_grant **out, uint32_t *lost, uint32_t *slot_shift, bool *private_only)
+                         const struct orb_rdma_qp_addr *own_qps, struct rdma_grant **out, uint32_t *lost,
+                         uint32_t *slot_shift, bool *private_only)
 {
     struct orb_reg *pin = NULL;
     int rc = rdma_src_admit(tp, c, in, &pin);
@@ -717,7 +760,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
      * arena, which holds a READ's bytes before the grant and a WRITE's until its end. */
     bool device = pin->kind->kind != ORB_MEM_HOST;
     bool staged = device ? tp->cfg->cuda_memory == ORB_RDMA_CUDA_STAGED : tp->host_staged;
-    bool reuse = device && !staged && reuse_serves(tp, c, orb_rdma_tp_reg_mrs(pin), in);
+    bool reuse = device && !staged && own_qps == NULL && reuse_serves(tp, c, orb_rdma_tp_reg_mrs(pin), in);
     if (device && !staged && !reuse) {
         /* A window is never bound on a device MR: the requester asks again for a private grant
          * (rdma_private.c). */
@@ -734,6 +777,13 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
         *slot_shift = shift;
         return orb_fail(ORB_ERESOURCE, "rdma: the range is staged here in slots of %llu bytes; %llu were asked for "
                         "in one grant", 1ull << shift, (unsigned long long)in->length);
+    }
+    if (staged && own_qps == NULL) {
+        /* Staged here: on connections of this grant's own (PGRANT_REQ), never the shared ones. */
+        orb_registry_release(pin);
+        *private_only = true;
+        return orb_fail(ORB_EUNAVAILABLE, "rdma: the range is staged at the source, which grants it only on queue "
+                        "pairs of the grant's own");
     }
     const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(pin);
     if (m == NULL && !staged) {
@@ -785,7 +835,9 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
         rc = orb_fail(ORB_EAGAIN, "rdma: max_grants (%u) grants are active", tp->cfg->max_grants);
         goto release;
     }
-    for (uint32_t k = 0; k < c->nqps; k++) {
+    /* A grant on queue pairs of its own receives its end there: no receive of the connection's. */
+    g->own_links = own_qps != NULL;
+    for (uint32_t k = 0; k < c->nqps && !g->own_links; k++) {
         if ((g->rail_mask & (1u << k)) && c->ngrants[k] >= RDMA_RQ_DEPTH) {
             atomic_fetch_sub(&tp->active_grants, 1);
             pthread_mutex_unlock(&c->lock);
@@ -794,7 +846,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
             goto release;
         }
     }
-    for (uint32_t k = 0; k < c->nqps; k++)
+    for (uint32_t k = 0; k < c->nqps && !g->own_links; k++)
         if (g->rail_mask & (1u << k))
             c->ngrants[k]++;
     g->published = true; /* charged; published to the requester only by grant_publish() */
@@ -802,6 +854,21 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     g->next = c->grants;
     c->grants = g;
     pthread_mutex_unlock(&c->lock);
+
+    /* Its own queue pairs: per rail one on the NIC, domain and lane of the connection's, connected
+     * to the requester's made for this grant (own_qps, in rail order). */
+    for (uint32_t k = 0, i = 0; k < c->nqps && g->own_links && rc == 0; k++) {
+        if (!(g->rail_mask & (1u << k)))
+            continue;
+        struct rdma_link *cl = c->links[k];
+        rc = rdma_link_new_on(tp, cl->ctx, cl->ctx->pd, RDMA_LINK_ONE_GRANT, RDMA_ROLE_SOURCE, k, cl->lane, c, &g->own[k]);
+        if (rc == ORB_ERESOURCE) /* max_endpoints or the CQs, for now: other grants' go as they end */
+            rc = orb_fail_wrap(ORB_EAGAIN, "rdma: a grant's own queue pair");
+        if (rc == 0)
+            rc = rdma_link_connect(g->own[k], &own_qps[i++]);
+    }
+    if (rc != 0)
+        goto unlink;
 
     g->target = in->addr;
     if (staged) {
@@ -870,7 +937,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     for (uint32_t k = 0; k < c->nqps; k++) {
         if (!(g->rail_mask & (1u << k)))
             continue;
-        struct rdma_link *l = c->links[k];
+        struct rdma_link *l = g->own_links ? g->own[k] : c->links[k];
         uint32_t key = 0;
         pthread_mutex_lock(&l->ctx->wlock);
         rc = orb_rdma_window_bind_wr(&l->ctx->windows, g->win[k], parents[k]->parent, g->target, in->length, in->op,
@@ -989,7 +1056,7 @@ static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, con
     struct rdma_grant *gs[ORB_RDMA_GRANT_BATCH] = {NULL};
     out->count = in.count;
     for (uint32_t i = 0; i < in.count; i++) {
-        int e = grant_prepare(tp, c, &in.ask[i], &gs[i], &out->g[i].lost_qps, &out->g[i].slot_shift,
+        int e = grant_prepare(tp, c, &in.ask[i], NULL, &gs[i], &out->g[i].lost_qps, &out->g[i].slot_shift,
                               &out->g[i].private_only);
         if (e == ORB_EPROTO) {
             /* A broken request is no refusal: the message is refused whole. */
@@ -1039,6 +1106,58 @@ static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, con
     return rc;
 }
 
+int rdma_src_window_pgrant(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_pgrant_req *in,
+                           struct orb_rdma_pgrant *out)
+{
+    struct orb_rdma_grant_ask a = {.request = in->request, .op = in->op, .pin = in->pin,
+                                   .pin_generation = in->pin_generation, .rail_mask = in->rail_mask,
+                                   .addr = in->addr, .length = in->length};
+    struct rdma_grant *g = NULL;
+    uint32_t lost = 0, shift = 0;
+    bool private_only = false;
+    int rc = grant_prepare(tp, c, &a, in->qps, &g, &lost, &shift, &private_only);
+    if (rc != 0) {
+        out->slot_shift = rc == ORB_ERESOURCE ? shift : 0;
+        return rc;
+    }
+    /* Its queue pairs' addresses, fixed now (the requester cannot end it before it has them). */
+    struct orb_rdma_qp_addr qps[ORB_RDMA_MAX_RAILS];
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
+        if (g->rail_mask & (1u << k))
+            qps[n++] = g->own[k]->qp->local;
+    uint64_t deadline = orb_deadline_after(RDMA_BIND_WAIT_NS);
+    pthread_mutex_lock(&c->lock);
+    while (g->binds_left > 0) {
+        struct timespec ts = orb_deadline_timespec(deadline);
+        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT)
+            break;
+    }
+    bool late = g->binds_left > 0;
+    pthread_mutex_unlock(&c->lock);
+    if (late) {
+        /* Its own queue pairs go with it; the connection's are not involved. */
+        grant_abandon(c, g);
+        return orb_fail(ORB_ETIMEDOUT, "rdma: binding the grant's windows did not complete in time");
+    }
+    struct orb_rdma_grant pub;
+    memset(&pub, 0, sizeof pub);
+    pthread_mutex_lock(&c->lock);
+    grant_publish(c, g, &pub); /* unlocks; frees g on a failed bind */
+    if (pub.status != 0)
+        return orb_fail(pub.status, "%s", pub.why);
+    out->status = 0;
+    out->keys = ORB_RDMA_PGRANT_WINDOWS;
+    out->grant = pub.grant;
+    out->generation = pub.generation;
+    memcpy(out->nonce, pub.nonce, sizeof out->nonce);
+    out->target = pub.target;
+    out->nqps = n;
+    memcpy(out->rkeys, pub.rkeys, sizeof out->rkeys);
+    memcpy(out->qps, qps, sizeof out->qps);
+    return 0;
+}
+
 /* PGRANT_REQ: a private grant (rdma_private.c); a refusal is answered in PGRANT with its cause. */
 static int src_pgrant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, const uint8_t *req, size_t len,
                       uint8_t *resp, size_t cap, size_t *resp_len)
@@ -1062,8 +1181,10 @@ static int src_pgrant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, co
         return e;
     }
     if (e != 0) {
+        uint32_t shift = e == ORB_ERESOURCE ? out->slot_shift : 0; /* a staging source's slot */
         memset(out, 0, sizeof *out);
         out->status = e;
+        out->slot_shift = shift;
         snprintf(out->why, sizeof out->why, "%s", orb_last_error());
     }
     rc = orb_rdma_pgrant_encode(out, resp, cap, resp_len);
@@ -1188,6 +1309,9 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     else if (b.rail != l->rail || !(g->rail_mask & bit) || (g->done_mask & bit))
         snprintf(why, sizeof why, "grant %llu: a completion for rail %u, which it does not hold", (unsigned long long)b.grant,
                  b.rail);
+    else if ((g->own_links ? g->own[l->rail] : c->links[l->rail]) != l)
+        snprintf(why, sizeof why, "grant %llu: rail %u's end came on a queue pair that is not the grant's",
+                 (unsigned long long)b.grant, b.rail);
     else if (!rdma_src_binding_matches(&b, c, g->generation, g->nonce, g->request, g->addr, g->length, g->op,
                                        g->key[l->rail]))
         snprintf(why, sizeof why, "grant %llu: the completion's binding is not the grant's", (unsigned long long)b.grant);
@@ -1228,16 +1352,26 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
             status = kept;
     }
     uint64_t request = g->request, id = g->id;
+    bool own = g->own_links;
     orb_engine_count_served(tp->engine, ORB_TRANSPORT_RDMA, g->op == ORB_OP_READ ? ORB_OP_READ : ORB_OP_WRITE,
                             g->length, 1, status);
-    grant_release(c, g, true);
+    grant_release(c, g, true); /* its own queue pairs go to lane 0 */
     free(g);
     atomic_fetch_add(&tp->grants_served, 1);
     if (reused)
         atomic_fetch_add(&tp->reuse_grants, 1);
+    if (own)
+        atomic_fetch_add(&tp->own_grants, 1);
     uint8_t ack[ORB_RDMA_ACK_LEN];
     struct orb_rdma_ack a = {.request = request, .grant = id, .status = status};
     orb_rdma_ack_encode(&a, ack);
+    if (own) {
+        /* On the connection's queue pair of the rail, which its own lane posts. */
+        struct rdma_link *cl = c->links[l->rail];
+        if (rdma_link_queue_ack(cl, ack) != 0)
+            rdma_src_ack_lost(cl, ack);
+        return;
+    }
     if (rdma_link_post_ack(l, ack) != 0) /* the rail died since the binding came */
         rdma_src_ack_lost(l, ack);
 }

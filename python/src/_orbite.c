@@ -1039,6 +1039,7 @@ static PyObject *engine_rdma_stats_impl(orb_engine *e, PyObject *unused)
     STAT(route_queries) STAT(route_recoveries) STAT(routes_down) STAT(kept_queue_pairs) STAT(read_replays)
     STAT(progress_recoveries) STAT(dmabuf_registrations) STAT(peermem_registrations) STAT(staged_slots)
     STAT(private_grants) STAT(reuse_grants) STAT(reuse_probe_failures) STAT(kept_keys)
+    STAT(own_connection_grants)
 #undef STAT
     return d;
 fail:

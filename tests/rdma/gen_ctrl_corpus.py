@@ -4,7 +4,7 @@ import os
 import sys
 import struct
 
-V = 9
+V = 10
 CONNECT, CONNECT_OK, GRANT_REQ, GRANT = 1, 2, 3, 4
 GID = bytes([0] * 10 + [0xFF, 0xFF, 10, 77, 1, 1])
 NONCE = bytes(range(32))
@@ -66,9 +66,9 @@ def pgrant_req(qps=None, n=None, op=0, mask=1, addr=0x7F0000001000, length=4096,
         struct.pack("<H", gen) + pad[1:] + struct.pack("<IQQ", mask, addr, length) + b"".join(qps)
 
 
-def pgranted(keys, n=None, target=0x7F0000001000, qp=None):
+def pgranted(keys, n=None, target=0x7F0000001000, qp=None, kind=0):
     qp = rail() if qp is None else qp
-    return prefix(12) + struct.pack("<iB", 0, len(keys) if n is None else n) + b"\0\0\0" + \
+    return prefix(12) + struct.pack("<iBB", 0, len(keys) if n is None else n, kind) + b"\0\0" + \
         struct.pack("<QQ", 3, 1) + NONCE + struct.pack("<Q", target) + \
         b"".join(struct.pack("<I", k) + qp for k in keys)
 
@@ -161,6 +161,11 @@ def corpus():
         "bad-pgrant-req-trailing": pgrant_req() + b"\0",
         "valid-pgrant": pgranted([0x1234]),
         "valid-pgrant-16": pgranted([i + 1 for i in range(16)]),
+        "valid-pgrant-windows": pgranted([0x1234, 0x5678], kind=1),
+        "bad-pgrant-kind-2": pgranted([0x1234], kind=2),
+        "valid-pgrant-refused-slot": prefused(-8, b"rdma: staged in slots", pad=b"\x14\0\0"),
+        "bad-pgrant-refused-slot-status": prefused(-3, b"rdma: staged", pad=b"\x14\0\0"),
+        "bad-pgrant-refused-slot-small": prefused(-8, b"rdma: staged", pad=b"\x0b\0\0"),
         "valid-pgrant-refused": prefused(),
         "valid-pgrant-refused-no-cause": prefused(-16, b""),
         "bad-pgrant-keys-0": pgranted([], n=0),
@@ -170,6 +175,7 @@ def corpus():
         "bad-pgrant-mtu": pgranted([5], qp=rail(mtu=6)),
         "bad-pgrant-trailing": pgranted([5]) + b"\0",
         "bad-pgrant-refused-pad": prefused(pad=b"\0\0\1"),
+        "bad-pgrant-refused-pad-2": prefused(pad=b"\0\1\0"),
         "bad-pgrant-refused-status": prefused(-99),
         "bad-pgrant-refused-why-binary": prefused(why=b"a\x02b"),
         "bad-pgrant-refused-why-short": prefused(why=b"abc", n=4),

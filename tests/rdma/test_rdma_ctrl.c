@@ -491,6 +491,20 @@ static void test_private_grants(void **state)
     assert_int_equal(gd.qps[1].psn, 0xffffff);
     assert_int_equal(gd.target, 0xd000000000001000ull);
     assert_memory_equal(gd.nonce, g.nonce, sizeof g.nonce);
+    assert_int_equal(gd.keys, ORB_RDMA_PGRANT_REGIONS);
+    g.keys = ORB_RDMA_PGRANT_WINDOWS; /* windows bound through the grant's own queue pairs */
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), 0);
+    assert_int_equal(buf[9], ORB_RDMA_PGRANT_WINDOWS);
+    assert_int_equal(orb_rdma_pgrant_decode(buf, len, &gd), 0);
+    assert_int_equal(gd.keys, ORB_RDMA_PGRANT_WINDOWS);
+    buf[9] = 2; /* an unknown kind of keys */
+    assert_int_equal(orb_rdma_pgrant_decode(buf, len, &gd), ORB_EPROTO);
+    g.keys = 2;
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
+    g.keys = ORB_RDMA_PGRANT_REGIONS;
+    g.slot_shift = 20; /* a slot only with a refusal */
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
+    g.slot_shift = 0;
     g.rkeys[1] = 0;
     assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
     g = (struct orb_rdma_pgrant){.status = ORB_EAGAIN};
@@ -499,6 +513,17 @@ static void test_private_grants(void **state)
     assert_int_equal(orb_rdma_pgrant_decode(buf, len, &gd), 0);
     assert_int_equal(gd.status, ORB_EAGAIN);
     assert_string_equal(gd.why, "max_grants?spent");
+    assert_int_equal(gd.slot_shift, 0);
+    /* A staging source's slot, with ORB_ERESOURCE only and within the slot bounds. */
+    g = (struct orb_rdma_pgrant){.status = ORB_ERESOURCE, .slot_shift = 20};
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), 0);
+    assert_int_equal(orb_rdma_pgrant_decode(buf, len, &gd), 0);
+    assert_int_equal(gd.status, ORB_ERESOURCE);
+    assert_int_equal(gd.slot_shift, 20);
+    g.slot_shift = ORB_RDMA_SLOT_SHIFT_MIN - 1;
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
+    g = (struct orb_rdma_pgrant){.status = ORB_EAGAIN, .slot_shift = 20};
+    assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
     g.status = 4;
     assert_int_equal(orb_rdma_pgrant_encode(&g, buf, sizeof buf, &len), ORB_EINVAL);
     /* A message of one kind is none of the others. */

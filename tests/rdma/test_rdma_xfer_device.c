@@ -283,6 +283,13 @@ static void test_read_write_every_size(void **state)
     assert_int_equal(rs.requests_in_flight, 0);
     assert_true(ss.grants_served >= 14);
     assert_int_equal(ss.grants_active, 0);
+    /* Staged at either end: every grant on queue pairs of its own (windows bound through them);
+     * otherwise none. */
+    if (stages(0) || stages(1))
+        assert_int_equal(ss.own_connection_grants, ss.grants_served);
+    else
+        assert_int_equal(ss.own_connection_grants, 0);
+    assert_int_equal(ss.private_grants, 0);
     if (stages(1)) {
         /* Staged: the application's memory has no MR; every grant went through staging. */
         assert_int_equal(ss.registrations, 0);
@@ -949,11 +956,22 @@ static void test_lanes_widen_the_connection(void **state)
         r[i].local_addr = (uint64_t)(uintptr_t)rbytes + (uint64_t)i * LEN;
         r[i].remote_addr = (uint64_t)(uintptr_t)sbytes + (uint64_t)i * 123457;
     }
+    struct orb_rdma_stats ss0, ss1;
+    assert_int_equal(orb_engine_rdma_stats(src, &ss0), 0);
     struct orb_batch_report rep;
     assert_int_equal(orb_submit_and_wait(req, seg, r, N, NULL, TIMEOUT_NS, &rep), 0);
     for (int i = 0; i < N; i++)
         assert_memory_equal(rbytes + (size_t)i * LEN, sbytes + (size_t)i * 123457, LEN);
     assert_int_equal(posts_per_qp(after, &is), n);
+    if (stages(0) || stages(1)) {
+        /* Staged: every grant on queue pairs of its own; the connection's carried none of it. */
+        assert_int_equal(orb_engine_rdma_stats(src, &ss1), 0);
+        assert_true(ss1.own_connection_grants - ss0.own_connection_grants >= N);
+        if (is == was)
+            for (uint32_t q = 0; q < n; q++)
+                assert_int_equal(after[q], before[q]);
+        return;
+    }
     /* A rail that an earlier cell's faults paused (rail health) carries nothing until its
      * cooldown ends: its queue pairs are not counted, the other rails' lanes still are. */
     struct orb_rdma_nic_load load[ORB_RDMA_MAX_RAILS];
