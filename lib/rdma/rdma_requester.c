@@ -1821,6 +1821,34 @@ unlock:
     return rc;
 }
 
+/* A grant thread begins asking p for grants: after a heal's fence lifted (or `deadline`), counted
+ * in p->granting so that the next heal waits for it. */
+static void granting_begin(struct orb_rdma_tp *tp, struct rdma_peer *p, uint64_t deadline)
+{
+    pthread_mutex_lock(&p->lock);
+    while (p->fenced && !atomic_load(&tp->stopping) && orb_now_ns() < deadline)
+        fence_wait(p, deadline);
+    p->granting++;
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void granting_end(struct rdma_peer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    if (--p->granting == 0 && p->fenced)
+        pthread_cond_broadcast(&p->fence_cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Sleep *nap before asking again after "not now", doubling it up to 25.6 ms. */
+static void backoff(uint64_t *nap)
+{
+    struct timespec ts = {(time_t)(*nap / ORB_NS_PER_SEC), (long)(*nap % ORB_NS_PER_SEC)};
+    nanosleep(&ts, NULL);
+    if (*nap < 25600000)
+        *nap *= 2;
+}
+
 /* Grant and start rs[0..n) (one peer's) with as few round trips as the source allows: one
  * GRANT_REQ for all of them; requests the source answers "not now" (ORB_EAGAIN: a budget of its
  * own is spent for the moment) are asked for again, backing off, until io_timeout; then they
@@ -1841,11 +1869,7 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
     for (uint32_t i = 0; i < n; i++)
         rails |= rs[i]->rail_mask;
     /* A connection being healed is asked nothing until it is new (or the wait is over). */
-    pthread_mutex_lock(&p->lock);
-    while (p->fenced && !atomic_load(&tp->stopping) && orb_now_ns() < deadline)
-        fence_wait(p, deadline);
-    p->granting++;
-    pthread_mutex_unlock(&p->lock);
+    granting_begin(tp, p, deadline);
     while (n > 0) {
         int rc = ans == NULL ? orb_fail(ORB_ENOMEM, "rdma: out of memory for a GRANT") : 0;
         memset(&q, 0, sizeof q);
@@ -1972,15 +1996,9 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
                 end_now(tp, rs[i], ORB_ERESOURCE, why);
             break;
         }
-        struct timespec ts = {(time_t)(nap / ORB_NS_PER_SEC), (long)(nap % ORB_NS_PER_SEC)};
-        nanosleep(&ts, NULL);
-        if (nap < 25600000)
-            nap *= 2;
+        backoff(&nap);
     }
-    pthread_mutex_lock(&p->lock);
-    if (--p->granting == 0 && p->fenced)
-        pthread_cond_broadcast(&p->fence_cond);
-    pthread_mutex_unlock(&p->lock);
+    granting_end(p);
     free(ans);
 }
 
@@ -1994,20 +2012,28 @@ static void grant_own(struct orb_rdma_tp *tp, struct rdma_req *r)
     uint64_t deadline = orb_deadline_after(tp->io_timeout_ns);
     uint64_t nap = 200000; /* 0.2 ms, doubling to 25.6 ms */
     bool rebuilt = false;
-    pthread_mutex_lock(&p->lock);
-    while (p->fenced && !atomic_load(&tp->stopping) && orb_now_ns() < deadline)
-        fence_wait(p, deadline);
-    p->granting++;
-    pthread_mutex_unlock(&p->lock);
+    granting_begin(tp, p, deadline);
     for (;;) {
         pthread_mutex_lock(&p->lock);
         uint64_t incarnation = p->incarnation;
         r->lane = p->next_lane++ % p->width;
         pthread_mutex_unlock(&p->lock);
+        /* The ACK comes on the connection's queue pairs: rebuilt first when one of ours is
+         * dead, or when the source lost (a queue pair of) it, which granted nothing. */
+        const char *lost = NULL;
         if (!rebuilt && links_failed(p, r->rail_mask)) {
-            /* The ACK comes on the connection's queue pairs: rebuilt first when one is dead. */
+            lost = "a queue pair of the connection died";
+        } else {
+            r->incarnation = incarnation;
+            int rc = private_grant(tp, r, ctl, incarnation, !rebuilt);
+            if (rc == ORB_ENOENT)
+                lost = "the source lost the connection";
+            else if (rc != ORB_EAGAIN)
+                break; /* started or ended */
+        }
+        if (lost != NULL) {
             rebuilt = true;
-            if (reconnect(tp, p, ctl, incarnation, deadline, "a queue pair of the connection died") != 0) {
+            if (reconnect(tp, p, ctl, incarnation, deadline, lost) != 0) {
                 char why[320];
                 snprintf(why, sizeof why, "%s", orb_last_error());
                 end_now(tp, r, ORB_EPEER, why);
@@ -2015,36 +2041,14 @@ static void grant_own(struct orb_rdma_tp *tp, struct rdma_req *r)
             }
             continue;
         }
-        r->incarnation = incarnation;
-        int rc = private_grant(tp, r, ctl, incarnation, !rebuilt);
-        if (rc == ORB_ENOENT) {
-            /* The source lost the connection (or a queue pair of it): nothing was granted, so
-             * ask again on a new one. */
-            rebuilt = true;
-            if (reconnect(tp, p, ctl, incarnation, deadline, "the source lost the connection") != 0) {
-                char why[320];
-                snprintf(why, sizeof why, "%s", orb_last_error());
-                end_now(tp, r, ORB_EPEER, why);
-                break;
-            }
-            continue;
-        }
-        if (rc != ORB_EAGAIN)
-            break;
         if (orb_now_ns() + nap >= deadline || atomic_load(&tp->stopping)) {
             end_now(tp, r, ORB_ERESOURCE,
                     "rdma: the source's budget for grants on queue pairs of their own stayed spent for io_timeout_s");
             break;
         }
-        struct timespec ts = {(time_t)(nap / ORB_NS_PER_SEC), (long)(nap % ORB_NS_PER_SEC)};
-        nanosleep(&ts, NULL);
-        if (nap < 25600000)
-            nap *= 2;
+        backoff(&nap);
     }
-    pthread_mutex_lock(&p->lock);
-    if (--p->granting == 0 && p->fenced)
-        pthread_cond_broadcast(&p->fence_cond);
-    pthread_mutex_unlock(&p->lock);
+    granting_end(p);
 }
 
 /* Serve a batch the grant thread took (one peer's requests, each counted in its inflight). A
