@@ -626,6 +626,13 @@ int orb_rdma_pgrant_req_encode(const struct orb_rdma_pgrant_req *m, uint8_t *out
     return finish_encode("private grant request", &w, len_out);
 }
 
+struct orb_rdma_grant_ask orb_rdma_pgrant_ask(const struct orb_rdma_pgrant_req *m)
+{
+    return (struct orb_rdma_grant_ask){.request = m->request, .op = m->op, .pin = m->pin,
+                                       .pin_generation = m->pin_generation, .rail_mask = m->rail_mask,
+                                       .addr = m->addr, .length = m->length};
+}
+
 int orb_rdma_pgrant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_pgrant_req *m)
 {
     struct orb_cursor c;

@@ -249,6 +249,9 @@ int orb_rdma_unpinned_encode(int32_t status, uint8_t *out, size_t cap, size_t *l
 int orb_rdma_unpinned_decode(const uint8_t *buf, size_t len, int32_t *status);
 int orb_rdma_pgrant_req_encode(const struct orb_rdma_pgrant_req *m, uint8_t *out, size_t cap, size_t *len_out);
 int orb_rdma_pgrant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_pgrant_req *m);
+/* The GRANT_REQ entry that asks for what *m asks for (its range, op, pin and rails; not its queue
+ * pairs): a private grant is admitted exactly as a shared one. */
+struct orb_rdma_grant_ask orb_rdma_pgrant_ask(const struct orb_rdma_pgrant_req *m);
 int orb_rdma_pgrant_encode(const struct orb_rdma_pgrant *m, uint8_t *out, size_t cap, size_t *len_out);
 int orb_rdma_pgrant_decode(const uint8_t *buf, size_t len, struct orb_rdma_pgrant *m);
 /* Exactly ORB_RDMA_BINDING_LEN / ORB_RDMA_ACK_LEN bytes. */

@@ -101,9 +101,7 @@ int rdma_pgrant_serve(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const str
                       struct orb_rdma_pgrant *out)
 {
     /* Admitted as any grant of the range (a slot of a pinned request: on the pin's registration). */
-    struct orb_rdma_grant_ask a = {.request = in->request, .op = in->op, .pin = in->pin,
-                                   .pin_generation = in->pin_generation, .rail_mask = in->rail_mask,
-                                   .addr = in->addr, .length = in->length};
+    struct orb_rdma_grant_ask a = orb_rdma_pgrant_ask(in);
     struct orb_reg *pin = NULL;
     int rc = rdma_src_admit(tp, c, &a, &pin);
     if (rc != 0)

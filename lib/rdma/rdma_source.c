@@ -1005,6 +1005,24 @@ static bool binds_done(struct rdma_grant *const *gs, uint32_t n)
     return true;
 }
 
+/* Wait up to RDMA_BIND_WAIT_NS for every grant of gs[0..n) to have its binds back; whether they
+ * all did (conn lock not held). */
+static bool wait_binds(struct rdma_src_conn *c, struct rdma_grant *const *gs, uint32_t n)
+{
+    uint64_t deadline = orb_deadline_after(RDMA_BIND_WAIT_NS);
+    pthread_mutex_lock(&c->lock);
+    bool done;
+    while (!(done = binds_done(gs, n))) {
+        struct timespec ts = orb_deadline_timespec(deadline);
+        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT) {
+            done = binds_done(gs, n);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return done;
+}
+
 /* Answer one prepared grant after its binds: the keys, or the failure (the grant undone). */
 static void grant_publish(struct rdma_src_conn *c, struct rdma_grant *g, struct orb_rdma_grant *out)
 {
@@ -1075,15 +1093,7 @@ static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, con
             snprintf(out->g[i].why, sizeof out->g[i].why, "%s", orb_last_error());
         }
     }
-    uint64_t deadline = orb_deadline_after(RDMA_BIND_WAIT_NS);
-    pthread_mutex_lock(&c->lock);
-    while (!binds_done(gs, in.count)) {
-        struct timespec ts = orb_deadline_timespec(deadline);
-        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT && !binds_done(gs, in.count))
-            break;
-    }
-    bool late = !binds_done(gs, in.count);
-    pthread_mutex_unlock(&c->lock);
+    bool late = !wait_binds(c, gs, in.count);
     for (uint32_t i = 0; i < in.count; i++) {
         struct rdma_grant *g = gs[i];
         if (g == NULL)
@@ -1109,9 +1119,7 @@ static int src_grant(struct orb_rdma_tp *tp, const struct orb_epoch *sender, con
 int rdma_src_window_pgrant(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const struct orb_rdma_pgrant_req *in,
                            struct orb_rdma_pgrant *out)
 {
-    struct orb_rdma_grant_ask a = {.request = in->request, .op = in->op, .pin = in->pin,
-                                   .pin_generation = in->pin_generation, .rail_mask = in->rail_mask,
-                                   .addr = in->addr, .length = in->length};
+    struct orb_rdma_grant_ask a = orb_rdma_pgrant_ask(in);
     struct rdma_grant *g = NULL;
     uint32_t lost = 0, shift = 0;
     bool private_only = false;
@@ -1126,15 +1134,7 @@ int rdma_src_window_pgrant(struct orb_rdma_tp *tp, struct rdma_src_conn *c, cons
     for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
         if (g->rail_mask & (1u << k))
             qps[n++] = g->own[k]->qp->local;
-    uint64_t deadline = orb_deadline_after(RDMA_BIND_WAIT_NS);
-    pthread_mutex_lock(&c->lock);
-    while (g->binds_left > 0) {
-        struct timespec ts = orb_deadline_timespec(deadline);
-        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT)
-            break;
-    }
-    bool late = g->binds_left > 0;
-    pthread_mutex_unlock(&c->lock);
+    bool late = !wait_binds(c, &g, 1);
     if (late) {
         /* Its own queue pairs go with it; the connection's are not involved. */
         grant_abandon(c, g);

@@ -287,14 +287,13 @@ static inline uint32_t this_thread_shard(void)
 
 /* Add `v` to a counter only the calling thread's shard's threads write (its lifetime bytes): a
  * plain store where the thread owns the shard, an atomic add on the shared one. */
-static inline void shard_add(uint32_t shard, _Atomic uint64_t *counter, uint64_t v,
-                             memory_order order)
+static inline void shard_add(uint32_t shard, _Atomic uint64_t *counter, uint64_t v)
 {
     if (shard != SHARED_SHARD)
-        atomic_store_explicit(counter,
-                              atomic_load_explicit(counter, memory_order_relaxed) + v, order);
+        atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v,
+                              memory_order_relaxed);
     else
-        atomic_fetch_add_explicit(counter, v, order);
+        atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
 }
 
 /* The charge of a slice: its length, capped at 256 TiB, more than any host can pin for a NIC, so
@@ -380,10 +379,8 @@ static uint32_t gather(struct orb_selector *sel, uint32_t mine, const uint8_t *t
     /* Only the shared shard has other writers, whose multi-slice parents are seen whole. */
     bool shared = mine == SHARED_SHARD;
     uint64_t shared_charged[ORB_TOPO_MAX_NICS];
-    if (shared) {
-        memset(shared_charged, 0, sel->nnics * sizeof shared_charged[0]);
-        add_shard(own, sel->nnics, shared_charged);
-    }
+    if (shared)
+        sum_shards(sel, 1u << mine, shared_charged);
     uint64_t eligible = sel->all_nics & peer_mask &
                         atomic_load_explicit(&sel->healthy, memory_order_relaxed);
     double slice = (double)slice_bytes;
@@ -506,7 +503,7 @@ static void charge_parent(struct orb_selector *sel, uint32_t mine, const struct 
         uint64_t charge = smart ? charge_of(slices[0].length) : 0;
         if (charge != 0)
             atomic_fetch_add_explicit(&own->charged[chosen[0]], charge, memory_order_relaxed);
-        shard_add(mine, &own->allocated[chosen[0]], slices[0].length, memory_order_relaxed);
+        shard_add(mine, &own->allocated[chosen[0]], slices[0].length);
         lease->nic[0] = chosen[0];
         lease->charge[0] = charge;
         return;
@@ -539,7 +536,7 @@ static void charge_parent(struct orb_selector *sel, uint32_t mine, const struct 
         if (charge_sum[nic] != 0)
             atomic_fetch_add_explicit(&own->charged[nic], charge_sum[nic], memory_order_release);
         if (byte_sum[nic] != 0)
-            shard_add(mine, &own->allocated[nic], byte_sum[nic], memory_order_relaxed);
+            shard_add(mine, &own->allocated[nic], byte_sum[nic]);
     }
     if (sectioned) {
         atomic_store_explicit(&own->seq, seq + 2, memory_order_release);
