@@ -386,6 +386,8 @@ struct orb_rdma_stats {
     uint64_t kept_keys;            /* DevX keys the device refused to destroy: what they reach is kept for good */
     uint64_t own_connection_grants;/* source side: window grants served on queue pairs made for each (either
                                     * side stages), ended and acknowledged */
+    uint64_t grant_round_trips;    /* requester side: GRANT_REQ and PGRANT_REQ messages sent (a GRANT_REQ asks
+                                    * for up to 16 requests) */
 };
 
 /**

@@ -51,6 +51,9 @@
 struct orb_rdma_tp;
 
 #define RDMA_RQ_DEPTH 32u          /* receives per link: ACKs (requester), BINDINGs (source) */
+/* A peer with requests past its grant queue asks for more only once this many places are free:
+ * were it to ask whenever one is, a full peer would carry one request per grant round trip. */
+#define RDMA_GRANT_MIN_ROOM (ORB_RDMA_GRANT_BATCH / 2u)
 #define RDMA_MSG_SLOT 256u         /* bytes per receive or send message slot */
 #define RDMA_BIND_WAIT_NS (5ull * 1000000000ull)
 /* Pre-dispatch admission drops a request whose DeadlineMlu reaches this (TENT suggests 1.2-1.5). */

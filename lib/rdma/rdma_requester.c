@@ -715,6 +715,17 @@ static void retire_private_locked(struct rdma_req *r)
     r->priv_windows = false;
 }
 
+/* A request of p's leaves the places past the grant queue (p->lock held). The one that makes
+ * RDMA_GRANT_MIN_ROOM of them free wakes a grant thread; one that waits already is not woken
+ * when it has just found the peer short of room and not yet slept (glock is not held here): it
+ * looks again within its 1 ms wait. */
+static void uncount_locked(struct rdma_peer *p)
+{
+    p->inflight--;
+    if (p->inflight == RDMA_RQ_DEPTH - RDMA_GRANT_MIN_ROOM)
+        pthread_cond_signal(&p->tp->gcond);
+}
+
 /* `r` leaves its attempt (p->lock held): its rails judged, out of the connection's granted
  * requests and its count, the connection marked when the source still holds its grant. */
 static void leave_locked(struct rdma_req *r, int status)
@@ -737,7 +748,7 @@ static void leave_locked(struct rdma_req *r, int status)
     }
     if (r->counted) {
         r->counted = false;
-        p->inflight--;
+        uncount_locked(p);
     }
 }
 
@@ -1458,7 +1469,7 @@ static bool may_start_pieces(struct orb_rdma_tp *tp, struct rdma_req *r)
         }
     }
     if (live == 0) {
-        p->inflight--;
+        uncount_locked(p);
         r->counted = false;
     }
     pthread_mutex_unlock(&p->lock);
@@ -1673,6 +1684,8 @@ static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struc
     size_t len = 0, rlen = 0;
     if (rc == 0)
         rc = orb_rdma_pgrant_req_encode(&q, msg, sizeof msg, &len);
+    if (rc == 0)
+        atomic_fetch_add(&tp->grant_trips, 1);
     if (rc == 0)
         rc = ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen,
                        orb_deadline_after(tp->io_timeout_ns));
@@ -1909,6 +1922,8 @@ static void grant_batch(struct orb_rdma_tp *tp, struct rdma_req **rs, uint32_t n
         if (rc == 0)
             rc = orb_rdma_grant_req_encode(&q, msg, sizeof msg, &len);
         if (rc == 0)
+            atomic_fetch_add(&tp->grant_trips, 1);
+        if (rc == 0)
             rc = ctl->call(ctl->peer, ORB_TRANSPORT_RDMA, msg, len, resp, sizeof resp, &rlen, deadline);
         if (rc == 0 && (orb_rdma_grants_decode(resp, rlen, ans) != 0 || ans->count != n))
             rc = orb_fail(ORB_EPROTO, "rdma: %s answered GRANT_REQ with a malformed GRANT", p->endpoint);
@@ -2094,9 +2109,10 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req **batch, uint32_t n)
 
 /* Take the most urgent request and those right behind it in its tier that share its peer, up to
  * ORB_RDMA_GRANT_BATCH (glock held), as long as the peer has room: at most RDMA_RQ_DEPTH of its
- * requests past this point, since each may need an ACK receive. The places are taken under both
- * locks, so concurrent grant threads cannot overshoot. Returns how many (0: the head's peer is
- * full). */
+ * requests past this point, since each may need an ACK receive. A peer with requests past it
+ * waits for RDMA_GRANT_MIN_ROOM places (its requests end, or time out, and make them), so that a
+ * round trip carries many. The places are taken under both locks, so concurrent grant threads
+ * cannot overshoot. Returns how many (0: the head's peer has no room now). */
 static uint32_t take_batch(struct orb_rdma_tp *tp, struct rdma_req **out)
 {
     (void)orb_qos_promote(&tp->gq);
@@ -2105,6 +2121,10 @@ static uint32_t take_batch(struct orb_rdma_tp *tp, struct rdma_req **out)
     uint8_t tier = head->qe.priority;
     uint32_t n = 0;
     pthread_mutex_lock(&p->lock);
+    if (p->inflight > 0 && RDMA_RQ_DEPTH - p->inflight < RDMA_GRANT_MIN_ROOM) {
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+    }
     while (n < ORB_RDMA_GRANT_BATCH && p->inflight < RDMA_RQ_DEPTH) {
         struct rdma_req *r = (struct rdma_req *)orb_qos_peek(&tp->gq, ORB_QOS_ALL_TIERS);
         if (r == NULL || r->peer != p || r->qe.priority != tier)

@@ -1040,6 +1040,7 @@ static PyObject *engine_rdma_stats_impl(orb_engine *e, PyObject *unused)
     STAT(progress_recoveries) STAT(dmabuf_registrations) STAT(peermem_registrations) STAT(staged_slots)
     STAT(private_grants) STAT(reuse_grants) STAT(reuse_probe_failures) STAT(kept_keys)
     STAT(own_connection_grants)
+    STAT(grant_round_trips)
 #undef STAT
     return d;
 fail:
