@@ -200,6 +200,11 @@ struct rdma_link {
     uint32_t cqe_charge;
     struct orb_qos_set waits;      /* struct rdma_wait entries, by priority */
     bool reorder;                  /* waits arrived since they were last ordered by deadline */
+    /* Waits other threads handed over (inbox_lock, a leaf), moved into `waits` by the lane
+     * before it posts: a grant thread never waits for the lane's posts, which under soft-RoCE
+     * send the whole message inside the call. */
+    pthread_mutex_t inbox_lock;
+    struct rdma_wait *inbox_head, *inbox_tail;
     struct rdma_ack_wait *acks_head, *acks_tail; /* source: ACKs waiting for send-queue room */
     struct rdma_bind_wait *binds_head, *binds_tail; /* source: window binds for the lane to post */
     struct rdma_link *all_next;    /* tp's list (tp->lock) */
@@ -530,8 +535,9 @@ int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
 /* Queue a source's ACK on `l` and kick its lane, which posts it: how an ACK another queue pair
  * could not deliver moves to this one. ORB_EPEER (the link is dead), ORB_ENOMEM. */
 int rdma_link_queue_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
-/* Queue `w` for the lane, behind what waits at its priority (link lock held). */
-void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w);
+/* Hand `w` to the link's lane, behind what was handed over before it (any thread, link lock not
+ * needed); the lane queues it by priority when it next drains the link: kick it. */
+void rdma_link_hand_over(struct rdma_link *l, struct rdma_wait *w);
 /* The promotion settings of the transport's priority queues. */
 void rdma_qos_config(const struct orb_rdma_tp *tp, struct orb_qos_config *out);
 /* rdma_link_post_locked's answer when the device refused a post without naming it as not

@@ -274,6 +274,7 @@ int rdma_link_new_on(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_pd *
     l->private_grant = private_grant;
     l->cqe_charge = charge;
     pthread_mutex_init(&l->lock, NULL);
+    pthread_mutex_init(&l->inbox_lock, NULL);
     struct orb_qos_config qc;
     rdma_qos_config(tp, &qc);
     (void)orb_qos_set_init(&l->waits, &qc, &orb_clock_monotonic);
@@ -317,6 +318,7 @@ free_buf:
 free_qp:
     (void)orb_rdma_qp_destroy(l->qp);
 free_link:
+    pthread_mutex_destroy(&l->inbox_lock);
     pthread_mutex_destroy(&l->lock);
     free(l);
 uncharge:
@@ -428,7 +430,8 @@ static uint64_t wait_deadline(const struct rdma_wait *w)
     return ORB_DEADLINE_NONE;
 }
 
-void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w)
+/* Queue `w` for the lane, behind what waits at its priority (link lock held). */
+static void enqueue_locked(struct rdma_link *l, struct rdma_wait *w)
 {
     w->next = NULL;
     w->qe.priority = w->req->priority;
@@ -439,6 +442,32 @@ void rdma_link_enqueue(struct rdma_link *l, struct rdma_wait *w)
     l->reorder = true;
     if (orb_qos_enqueue(&l->waits, &e, 1) != 0)
         ORB_LOGE("rdma: rail %u: a work request could not be queued: %s", l->rail, orb_last_error());
+}
+
+void rdma_link_hand_over(struct rdma_link *l, struct rdma_wait *w)
+{
+    w->next = NULL;
+    pthread_mutex_lock(&l->inbox_lock);
+    if (l->inbox_tail != NULL)
+        l->inbox_tail->next = w;
+    else
+        l->inbox_head = w;
+    l->inbox_tail = w;
+    pthread_mutex_unlock(&l->inbox_lock);
+}
+
+/* Move what was handed over into the wait queue, in the order it came (link lock held). */
+static void take_inbox_locked(struct rdma_link *l)
+{
+    pthread_mutex_lock(&l->inbox_lock);
+    struct rdma_wait *w = l->inbox_head;
+    l->inbox_head = l->inbox_tail = NULL;
+    pthread_mutex_unlock(&l->inbox_lock);
+    while (w != NULL) {
+        struct rdma_wait *next = w->next;
+        enqueue_locked(l, w);
+        w = next;
+    }
 }
 
 /* Queue an ACK behind the link's others (link lock held): it goes out when completions free the
@@ -649,6 +678,7 @@ void rdma_link_drain_waits(struct rdma_link *l)
         }
         return;
     }
+    take_inbox_locked(l);
     (void)orb_qos_promote(&l->waits);
     arbitrate_locked(l);
     uint64_t now = l->tp->slots_map != NULL ? orb_now_ns() : 0;
@@ -770,6 +800,7 @@ int rdma_link_free(struct rdma_link *l)
     }
     free(l->buf);
     free_acks_locked(l);
+    pthread_mutex_destroy(&l->inbox_lock);
     pthread_mutex_destroy(&l->lock);
     free(l);
     return 0;

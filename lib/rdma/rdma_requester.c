@@ -1224,13 +1224,11 @@ void rdma_req_wait_failed(struct rdma_wait *w, int status, bool path_failed)
 
 /* Hand `w` to its rail's link, in order behind what waits there. Only the lane posts (one thread
  * per queue pair's doorbell: soft-RoCE stalls queue pairs rung from several threads at once), so
- * the lane posts what fits now and a grant thread kicks the lane. */
+ * the lane posts what fits now and a grant thread kicks the lane, never waiting for its posts. */
 static void submit_wait(struct rdma_req *r, struct rdma_wait *w)
 {
     struct rdma_link *l = r->priv[w->rail] != NULL ? r->priv[w->rail] : r->peer->links[r->lane * r->peer->nrails + w->rail];
-    pthread_mutex_lock(&l->lock);
-    rdma_link_enqueue(l, w);
-    pthread_mutex_unlock(&l->lock);
+    rdma_link_hand_over(l, w);
     rdma_link_kick(l);
 }
 
