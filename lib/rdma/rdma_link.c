@@ -1004,14 +1004,22 @@ static uint32_t outstanding_wrs(struct orb_rdma_tp *tp)
     return n;
 }
 
-/* Poll this lane's CQ pair of every context once; the number of completions handled. */
+/* Whether this lane's CQ pair of context c can see completions: a context whose links all go
+ * on one lane (soft-RoCE) has none on the others, and a lane neither polls nor arms those (on a
+ * software device every poll and arm is work on the CPUs the device's work runs on). */
+static bool lane_serves(const struct rdma_lane *lane, const struct rdma_ctx *c)
+{
+    return c != NULL && (c->only_lane < 0 || (uint32_t)c->only_lane == lane->index);
+}
+
+/* Poll this lane's CQ pair of every context it serves once; the number of completions handled. */
 static int poll_lane(struct rdma_lane *lane)
 {
     struct orb_rdma_tp *tp = lane->tp;
     int got = 0;
     for (uint32_t i = 0; i < tp->dev.nslots; i++) {
         struct rdma_ctx *c = tp->dctx[i];
-        if (c == NULL)
+        if (!lane_serves(lane, c))
             continue;
         got += poll_cq(tp, c, c->scq[lane->index], true);
         got += poll_cq(tp, c, c->rcq[lane->index], false);
@@ -1025,7 +1033,7 @@ static bool lane_arm(struct rdma_lane *lane)
     struct orb_rdma_tp *tp = lane->tp;
     for (uint32_t i = 0; i < tp->dev.nslots; i++) {
         struct rdma_ctx *c = tp->dctx[i];
-        if (c == NULL)
+        if (!lane_serves(lane, c))
             continue;
         if (ibv_req_notify_cq(c->scq[lane->index], 0) != 0 || ibv_req_notify_cq(c->rcq[lane->index], 0) != 0)
             return false;
@@ -1044,7 +1052,7 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
     nfds_t n = 0;
     for (uint32_t i = 0; i < tp->dev.nslots && n < ORB_TOPO_MAX_NICS; i++) {
         struct rdma_ctx *c = tp->dctx[i];
-        if (c == NULL || c->chan[lane->index] == NULL)
+        if (!lane_serves(lane, c) || c->chan[lane->index] == NULL)
             continue;
         owner[n] = c;
         fds[n++] = (struct pollfd){.fd = c->chan[lane->index]->fd, .events = POLLIN};
