@@ -63,6 +63,9 @@ struct orb_rdma_tp;
  * for its end: the requester gives up first and fails its queue pairs. */
 #define RDMA_GRANT_GRACE_NS (2ull * 1000000000ull)
 #define RDMA_GRANT_THREADS 4u     /* GRANT calls in flight at once (they overlap the data) */
+/* GRANT calls in flight to one peer at once: a peer that stops answering holds at most this
+ * many grant threads until its calls time out, and the others serve the other peers. */
+#define RDMA_GRANT_THREADS_PER_PEER (RDMA_GRANT_THREADS / 2u)
 #define RDMA_MAX_LANES 16u        /* num_lanes is capped here */
 
 /* One request's extent of the staging arena (rdma_staging.c); cpu NULL: none. */
@@ -253,6 +256,7 @@ struct rdma_peer {
     uint64_t next_request;
     uint32_t next_lane;            /* the lane the next grant request goes on, in turn */
     uint32_t inflight;             /* requests taken for a grant and not ended (<= RDMA_RQ_DEPTH) */
+    uint32_t serving;              /* grant threads serving a batch of it (<= RDMA_GRANT_THREADS_PER_PEER) */
     struct rdma_req *active;       /* granted, by id (a list) */
     struct rdma_peer *reap_next;   /* tp->reap_peers (tp->lock) */
     /* Rebuilding the connection after the source lost it (rdma_requester.c, reconnect): one

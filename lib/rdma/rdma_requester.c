@@ -437,7 +437,7 @@ void rdma_req_reap(struct orb_rdma_tp *tp, bool force)
         struct rdma_peer *p = tp->reap_peers;
         tp->reap_peers = p->reap_next;
         pthread_mutex_lock(&p->lock);
-        bool idle = p->inflight == 0 && p->active == NULL;
+        bool idle = p->inflight == 0 && p->active == NULL && p->serving == 0;
         pthread_mutex_unlock(&p->lock);
         if (idle || force) {
             p->reap_next = ready;
@@ -2105,35 +2105,92 @@ static void serve(struct orb_rdma_tp *tp, struct rdma_req **batch, uint32_t n)
         grant_batch(tp, live, nlive);
 }
 
-/* Take the most urgent request and those right behind it in its tier that share its peer, up to
- * ORB_RDMA_GRANT_BATCH (glock held), as long as the peer has room: at most RDMA_RQ_DEPTH of its
- * requests past this point, since each may need an ACK receive. A peer with requests past it
- * waits for RDMA_GRANT_MIN_ROOM places (its requests end, or time out, and make them), so that a
- * round trip carries many. The places are taken under both locks, so concurrent grant threads
- * cannot overshoot. Returns how many (0: the head's peer has no room now). */
+/* What take_batch() is choosing (glock held): the peer and tier of the first request that can
+ * go, its room, and the peers seen without room (checked once each per walk). */
+struct batch_pick {
+    struct rdma_peer *peer;
+    uint8_t tier;
+    uint32_t room, taken;
+    struct rdma_peer *full[8];
+    uint32_t nfull;
+};
+
+/* Whether p can take requests now (p->lock held): room for RDMA_RQ_DEPTH past the grant queue
+ * (each may need an ACK receive), RDMA_GRANT_MIN_ROOM of it when requests are past it already
+ * (so that a round trip carries many), and a grant thread of its share free. The room, or 0. */
+static uint32_t peer_room_locked(const struct rdma_peer *p)
+{
+    if (p->serving >= RDMA_GRANT_THREADS_PER_PEER || p->inflight >= RDMA_RQ_DEPTH)
+        return 0;
+    uint32_t room = RDMA_RQ_DEPTH - p->inflight;
+    return p->inflight > 0 && room < RDMA_GRANT_MIN_ROOM ? 0 : room;
+}
+
+static enum orb_qos_take pick_filter(void *ctx, struct orb_qos_entry *e)
+{
+    struct batch_pick *b = ctx;
+    struct rdma_req *r = (struct rdma_req *)e;
+    struct rdma_peer *p = r->peer;
+    if (b->peer != NULL) {
+        if (p != b->peer || r->qe.priority != b->tier)
+            return ORB_QOS_LEAVE;
+        if (b->taken >= b->room)
+            return ORB_QOS_STOP;
+        b->taken++;
+        return ORB_QOS_TAKE;
+    }
+    for (uint32_t i = 0; i < b->nfull; i++)
+        if (b->full[i] == p)
+            return ORB_QOS_LEAVE;
+    pthread_mutex_lock(&p->lock);
+    uint32_t room = peer_room_locked(p);
+    pthread_mutex_unlock(&p->lock);
+    if (room == 0) {
+        if (b->nfull < sizeof b->full / sizeof b->full[0])
+            b->full[b->nfull++] = p;
+        return ORB_QOS_LEAVE;
+    }
+    b->peer = p;
+    b->tier = r->qe.priority;
+    b->room = room;
+    b->taken = 1;
+    return ORB_QOS_TAKE;
+}
+
+/* Take a batch for one GRANT call (glock held): the most urgent request whose peer can take
+ * requests now (peer_room_locked), and the ones behind it of the same peer and tier, in queue
+ * order, up to ORB_RDMA_GRANT_BATCH and the peer's room. Requests of a peer without room stay
+ * where they are and hold back no other peer's. Each taken request is counted in its peer's
+ * inflight, and the peer's `serving` counts the batch until take_batch_done(); only grant threads
+ * under glock add to either, so the room seen cannot shrink before it is taken. Returns how
+ * many (0: no queued request can go now). */
 static uint32_t take_batch(struct orb_rdma_tp *tp, struct rdma_req **out)
 {
     (void)orb_qos_promote(&tp->gq);
-    struct rdma_req *head = (struct rdma_req *)orb_qos_peek(&tp->gq, ORB_QOS_ALL_TIERS);
-    struct rdma_peer *p = head->peer;
-    uint8_t tier = head->qe.priority;
-    uint32_t n = 0;
-    pthread_mutex_lock(&p->lock);
-    if (p->inflight > 0 && RDMA_RQ_DEPTH - p->inflight < RDMA_GRANT_MIN_ROOM) {
-        pthread_mutex_unlock(&p->lock);
+    struct batch_pick b = {0};
+    struct orb_qos_entry *taken[ORB_RDMA_GRANT_BATCH];
+    size_t n = orb_qos_take_where(&tp->gq, ORB_QOS_ALL_TIERS, pick_filter, &b, taken, ORB_RDMA_GRANT_BATCH);
+    if (n == 0)
         return 0;
-    }
-    while (n < ORB_RDMA_GRANT_BATCH && p->inflight < RDMA_RQ_DEPTH) {
-        struct rdma_req *r = (struct rdma_req *)orb_qos_peek(&tp->gq, ORB_QOS_ALL_TIERS);
-        if (r == NULL || r->peer != p || r->qe.priority != tier)
-            break;
-        (void)orb_qos_pop(&tp->gq, ORB_QOS_ALL_TIERS); /* r */
-        p->inflight++;
-        r->counted = true;
-        out[n++] = r;
+    struct rdma_peer *p = b.peer;
+    pthread_mutex_lock(&p->lock);
+    p->inflight += (uint32_t)n;
+    p->serving++;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (struct rdma_req *)taken[i];
+        out[i]->counted = true;
     }
     pthread_mutex_unlock(&p->lock);
-    return n;
+    return (uint32_t)n;
+}
+
+/* The batch take_batch() gave p is served: p may take another. */
+static void take_batch_done(struct orb_rdma_tp *tp, struct rdma_peer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->serving--;
+    pthread_mutex_unlock(&p->lock);
+    pthread_cond_signal(&tp->gcond);
 }
 
 /* Whether the source process still answers on r's control connection: 0 when it does (a
@@ -2267,7 +2324,9 @@ void *rdma_grant_thread(void *arg)
             continue;
         }
         pthread_mutex_unlock(&tp->glock);
+        struct rdma_peer *p = batch[0]->peer; /* held by `serving` past its requests' ends */
         serve(tp, batch, n);
+        take_batch_done(tp, p);
         pthread_mutex_lock(&tp->glock);
     }
     /* Stopping: what was never granted ends here. */

@@ -190,6 +190,43 @@ int orb_qos_remove(struct orb_qos_set *set, struct orb_qos_entry *entry)
     return orb_fail(ORB_ENOENT, "qos remove: entry is not queued in this set");
 }
 
+size_t orb_qos_take_where(struct orb_qos_set *set, unsigned allowed_tiers,
+                          enum orb_qos_take (*filter)(void *ctx, struct orb_qos_entry *e), void *ctx,
+                          struct orb_qos_entry **out, size_t max)
+{
+    if (!set || !filter || !out)
+        return 0;
+    size_t n = 0;
+    for (unsigned p = 0; p < ORB_QOS_NPRIO && n < max; p++) {
+        if (!(allowed_tiers & (1u << p)))
+            continue;
+        struct orb_qos_entry *prev = NULL, *e = set->head[p];
+        while (e != NULL && n < max) {
+            enum orb_qos_take verdict = filter(ctx, e);
+            if (verdict == ORB_QOS_STOP)
+                return n;
+            struct orb_qos_entry *next = e->next;
+            if (verdict != ORB_QOS_TAKE) {
+                prev = e;
+                e = next;
+                continue;
+            }
+            if (prev)
+                prev->next = next;
+            else
+                set->head[p] = next;
+            if (set->tail[p] == e)
+                set->tail[p] = prev;
+            set->count[p]--;
+            e->next = NULL;
+            e->queued = 0;
+            out[n++] = e;
+            e = next;
+        }
+    }
+    return n;
+}
+
 static bool timed_out(const struct orb_qos_entry *e, uint64_t now, uint64_t timeout)
 {
     /* now < enqueue_ns guards the unsigned subtraction against a clock read out of order. */

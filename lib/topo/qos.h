@@ -92,6 +92,19 @@ size_t orb_qos_total(const struct orb_qos_set *set);
 size_t orb_qos_pop_tier(struct orb_qos_set *set, unsigned allowed_tiers,
                         struct orb_qos_entry **out, size_t max);
 
+/* What orb_qos_take_where()'s filter says of one entry. */
+enum orb_qos_take { ORB_QOS_LEAVE = 0, ORB_QOS_TAKE = 1, ORB_QOS_STOP = 2 };
+
+/* Walk the allowed tiers, most urgent first, each in FIFO order, asking `filter` of every entry:
+ * ORB_QOS_TAKE unlinks it into out[] (in walk order), ORB_QOS_LEAVE leaves it queued where it is
+ * and goes on, ORB_QOS_STOP ends the walk (the entry stays). The walk also ends once `max` are
+ * taken. For a worker whose head entry cannot go now (its destination is full) while entries
+ * behind it could: the others are not held back. The filter must not change the set. Returns
+ * how many were taken (0 on a NULL argument). */
+size_t orb_qos_take_where(struct orb_qos_set *set, unsigned allowed_tiers,
+                          enum orb_qos_take (*filter)(void *ctx, struct orb_qos_entry *e), void *ctx,
+                          struct orb_qos_entry **out, size_t max);
+
 /* Unlink a queued entry (cancellation). O(tier length).
  * Errors: ORB_EINVAL (NULL), ORB_ENOENT (not queued in this set). */
 int orb_qos_remove(struct orb_qos_set *set, struct orb_qos_entry *entry);

@@ -10,6 +10,8 @@
  *    segment reads ORB_ESTALE, never the new process's memory);
  *  - close with a frozen source (SIGSTOP): the documented result within the timeout;
  *  - a key refused by a source that no longer answers: the peer's failure, not a permission;
+ *  - a frozen source with more requests than its connection takes holds back no other
+ *    source's requests;
  *  - through a test-only interposer over the loaded verbs table (verbs_interposer.h): posts the
  *    device refuses with and without naming the WR, a key never granted (the peer refuses the
  *    access), a queue pair forced to the error state mid-batch, a post that cannot be proven
@@ -1361,6 +1363,77 @@ static void test_a_refusal_by_a_source_that_does_not_answer(void **state)
     source_stop(&b);
 }
 
+/* A frozen source (SIGSTOP) with more requests than its connection takes at once (the rest
+ * wait in the grant queue; its GRANT calls wait for an answer that does not come) holds back no
+ * request to another source: round trips to the main source complete, byte for byte, while
+ * the frozen one's requests wait. Thawed, the frozen source's batch ends (served, or failed as
+ * the peer's) with a consistent report. */
+static void test_a_frozen_source_holds_back_no_other(void **state)
+{
+    (void)state;
+    enum { N = 48, SMALL = 4096 };
+    struct source b;
+    source_spawn(&b, "127.0.0.1:0");
+    orb_segment *sb = NULL;
+    if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
+        fail_msg("open_segment: %s", orb_last_error());
+    struct traffic tb, tm;
+    traffic_init(&tb, req, sb, b.h.base, local);
+    traffic_init(&tm, req, seg, peer.base, local);
+    int rc = round_trip(&tb, 400); /* its connection is up */
+    if (rc != 0)
+        fail_msg("the first round trip to the second source: %s (%s)", orb_strerror(rc), orb_last_error());
+    uint8_t *far = local + (2u << 20); /* outside the round trips' bytes */
+    struct orb_request r[N];
+    memset(r, 0, sizeof r);
+    for (uint32_t i = 0; i < N; i++) {
+        r[i].transport = ORB_TRANSPORT_RDMA;
+        r[i].op = ORB_OP_WRITE;
+        r[i].local_addr = (uint64_t)(uintptr_t)far + (uint64_t)i * SMALL;
+        r[i].remote_addr = b.h.base + (uint64_t)i * SMALL;
+        r[i].length = SMALL;
+    }
+    assert_int_equal(kill(b.pid, SIGSTOP), 0);
+    orb_batch *frozen = NULL;
+    int open_rc = orb_batch_open(req, sb, &frozen);
+    int submit_rc = open_rc == 0 ? orb_batch_submit(frozen, r, N) : open_rc;
+    int seal_rc = submit_rc == 0 ? orb_batch_seal(frozen, NULL) : submit_rc;
+    sleep_ms(300); /* the grant threads take what they can of the frozen source's */
+    /* Three round trips to the main source, each WRITE then READ of 1 MiB, checked. */
+    uint64_t t0 = now_ns();
+    int other_rc = 0;
+    for (uint32_t i = 0; i < 3 && other_rc == 0; i++)
+        other_rc = round_trip(&tm, 401 + i);
+    uint64_t took = now_ns() - t0;
+    struct orb_batch_report still;
+    int still_rc = seal_rc == 0 ? orb_batch_poll(frozen, &still) : seal_rc;
+    (void)kill(b.pid, SIGCONT);
+    print_message("round trips to another source while one is frozen: %s in %llu ms; the frozen one's batch %s\n",
+                  orb_strerror(other_rc), (unsigned long long)(took / 1000000ull),
+                  still_rc == ORB_EAGAIN ? "still waiting" : orb_strerror(still_rc));
+    assert_int_equal(seal_rc, 0);
+    if (other_rc != 0)
+        fail_msg("a round trip to the main source: %s (%s)", orb_strerror(other_rc), orb_last_error());
+    assert_int_equal(tm.bad_report, 0);
+    /* Well before the frozen source's calls time out (io_timeout_s): nothing waited for them. */
+    assert_true(took < (IO_TIMEOUT_S - 1) * 1000000000ull);
+    assert_int_equal(still_rc, ORB_EAGAIN);
+    struct orb_batch_report rep;
+    rc = orb_batch_wait(frozen, TIMEOUT_NS, &rep);
+    print_message("thawed: the frozen source's batch ended with %s (%zu of %d completed)\n", orb_strerror(rc),
+                  rep.completed_requests, N);
+    assert_true(rep.done);
+    assert_true(rc == 0 || rc == ORB_EPEER || rc == ORB_ETIMEDOUT);
+    assert_int_equal(rep.status, rc);
+    if (rc == 0)
+        assert_int_equal(rep.completed_requests, N);
+    else
+        assert_true(rep.has_failure && rep.failure.status == rc && rep.completed_requests == rep.failure.request_index);
+    assert_int_equal(orb_batch_free(frozen), 0);
+    orb_segment_close(sb);
+    source_kill(&b);
+}
+
 /* A queue pair forced to the error state in the middle of a batch of READs (through `e`'s
  * segment `sg`, into `area`, CHUNK + 2 * GUARD bytes). With replays the READs it carried are
  * asked again and the whole batch arrives. Without (`replays` false), the report names the
@@ -1618,6 +1691,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refused_write_posts),
         cmocka_unit_test(test_a_revoked_key),
         cmocka_unit_test(test_a_refusal_by_a_source_that_does_not_answer),
+        cmocka_unit_test(test_a_frozen_source_holds_back_no_other),
         cmocka_unit_test(test_a_queue_pair_forced_to_error_mid_batch),
         cmocka_unit_test(test_an_unprovable_post_stays_charged),
         cmocka_unit_test(test_a_queue_pair_that_cannot_be_destroyed),

@@ -297,6 +297,85 @@ static void test_remove_head_middle_tail(void **state)
     expect_tier(&set, ORB_PRIO_MEDIUM, (struct orb_qos_entry *[]){&e[1]}, 1);
 }
 
+/* A filter over entries tagged by their nic field: tags in `blocked` stay queued; the first
+ * other tag seen is the one taken, and the walk stops at `stop_tag`. */
+struct take_filter {
+    uint16_t blocked, stop_tag;
+    int chosen;   /* -1 until the first takeable entry */
+    size_t asked; /* entries the filter was asked about */
+};
+
+static enum orb_qos_take take_filter(void *ctx, struct orb_qos_entry *e)
+{
+    struct take_filter *f = ctx;
+    f->asked++;
+    if (e->nic == f->stop_tag)
+        return ORB_QOS_STOP;
+    if (e->nic & f->blocked)
+        return ORB_QOS_LEAVE;
+    if (f->chosen < 0)
+        f->chosen = e->nic;
+    return e->nic == f->chosen ? ORB_QOS_TAKE : ORB_QOS_LEAVE;
+}
+
+static void test_take_where_skips_what_cannot_go(void **state)
+{
+    (void)state;
+    struct orb_qos_set set;
+    init_set(&set, false, 10 * MS);
+    /* High: a1 b1 a2 b2 a3; Medium: b3; Low: c1. Tags: a=1, b=2, c=4. */
+    struct orb_qos_entry a1, a2, a3, b1, b2, b3, c1;
+    struct orb_qos_entry *all[] = {&a1, &b1, &a2, &b2, &a3};
+    for (int i = 0; i < 5; i++) {
+        entry_init(all[i], ORB_PRIO_HIGH);
+        all[i]->nic = all[i] == &a1 || all[i] == &a2 || all[i] == &a3 ? 1 : 2;
+    }
+    entry_init(&b3, ORB_PRIO_MEDIUM);
+    b3.nic = 2;
+    entry_init(&c1, ORB_PRIO_LOW);
+    c1.nic = 4;
+    assert_int_equal(orb_qos_enqueue(&set, all, 5), 0);
+    enqueue_one(&set, &b3);
+    enqueue_one(&set, &c1);
+
+    struct orb_qos_entry *out[8] = {0};
+    assert_int_equal(orb_qos_take_where(NULL, ORB_QOS_ALL_TIERS, take_filter, NULL, out, 8), 0);
+    assert_int_equal(orb_qos_take_where(&set, ORB_QOS_ALL_TIERS, NULL, NULL, out, 8), 0);
+
+    /* Tag a blocked at the head: b's entries go past it, in order, across tiers; a's stay in
+     * their places, and the walk ends at max. */
+    struct take_filter f = {.blocked = 1, .stop_tag = 0xffff, .chosen = -1};
+    assert_int_equal(orb_qos_take_where(&set, ORB_QOS_ALL_TIERS, take_filter, &f, out, 2), 2);
+    assert_ptr_equal(out[0], &b1);
+    assert_ptr_equal(out[1], &b2);
+    assert_int_equal(b1.queued, 0);
+    assert_null(b2.next);
+    expect_tier(&set, ORB_PRIO_HIGH, (struct orb_qos_entry *[]){&a1, &a2, &a3}, 3);
+    assert_int_equal(orb_qos_take_where(&set, ORB_QOS_ALL_TIERS, take_filter, &f, out, 8), 1);
+    assert_ptr_equal(out[0], &b3);
+    expect_tier(&set, ORB_PRIO_MEDIUM, NULL, 0);
+
+    /* Allowed tiers are honoured; a STOP ends the walk with the entry still queued. */
+    f = (struct take_filter){.blocked = 0, .stop_tag = 0xffff, .chosen = -1};
+    assert_int_equal(orb_qos_take_where(&set, 1u << ORB_PRIO_LOW, take_filter, &f, out, 8), 1);
+    assert_ptr_equal(out[0], &c1);
+    expect_tier(&set, ORB_PRIO_LOW, NULL, 0);
+    f = (struct take_filter){.blocked = 0, .stop_tag = 1, .chosen = -1};
+    assert_int_equal(orb_qos_take_where(&set, ORB_QOS_ALL_TIERS, take_filter, &f, out, 8), 0);
+    assert_int_equal(f.asked, 1);
+    expect_tier(&set, ORB_PRIO_HIGH, (struct orb_qos_entry *[]){&a1, &a2, &a3}, 3);
+
+    /* Taking the tail repairs the tail pointer; taking everything empties the tier. */
+    f = (struct take_filter){.blocked = 0, .stop_tag = 0xffff, .chosen = -1};
+    assert_int_equal(orb_qos_take_where(&set, ORB_QOS_ALL_TIERS, take_filter, &f, out, 8), 3);
+    assert_ptr_equal(out[0], &a1);
+    assert_ptr_equal(out[2], &a3);
+    expect_tier(&set, ORB_PRIO_HIGH, NULL, 0);
+    assert_int_equal(orb_qos_total(&set), 0);
+    enqueue_one(&set, &a2);
+    expect_tier(&set, ORB_PRIO_HIGH, (struct orb_qos_entry *[]){&a2}, 1);
+}
+
 /* ---- promotion ----------------------------------------------------------------------------------------- */
 
 #define TENT_TIMEOUT 10000ull   /* TENT's promotion_policy_test units */
@@ -1047,6 +1126,7 @@ int main(void)
         cmocka_unit_test_setup(test_pop_honours_allowed_tiers, setup),
         cmocka_unit_test_setup(test_push_front_restores_a_reordered_run, setup),
         cmocka_unit_test_setup(test_remove_head_middle_tail, setup),
+        cmocka_unit_test_setup(test_take_where_skips_what_cannot_go, setup),
         cmocka_unit_test_setup(test_tent_vector_head_timed_out, setup),
         cmocka_unit_test_setup(test_tent_vector_tail_timed_out, setup),
         cmocka_unit_test_setup(test_tent_vector_all_timed_out_and_zero_stamps, setup),
