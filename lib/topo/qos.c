@@ -165,6 +165,19 @@ size_t orb_qos_pop_tier(struct orb_qos_set *set, unsigned allowed_tiers,
     return got;
 }
 
+/* Unlink e, whose predecessor in tier p is prev (NULL: e is the head); it is the caller's
+ * (still marked queued, with its next pointer). */
+static void unlink_entry(struct orb_qos_set *set, unsigned p, struct orb_qos_entry *prev, struct orb_qos_entry *e)
+{
+    if (prev)
+        prev->next = e->next;
+    else
+        set->head[p] = e->next;
+    if (set->tail[p] == e)
+        set->tail[p] = prev;
+    set->count[p]--;
+}
+
 int orb_qos_remove(struct orb_qos_set *set, struct orb_qos_entry *entry)
 {
     if (!set || !entry)
@@ -176,13 +189,7 @@ int orb_qos_remove(struct orb_qos_set *set, struct orb_qos_entry *entry)
     for (struct orb_qos_entry *e = set->head[p]; e; prev = e, e = e->next) {
         if (e != entry)
             continue;
-        if (prev)
-            prev->next = e->next;
-        else
-            set->head[p] = e->next;
-        if (set->tail[p] == e)
-            set->tail[p] = prev;
-        set->count[p]--;
+        unlink_entry(set, p, prev, e);
         e->next = NULL;
         e->queued = 0;
         return 0;
@@ -211,13 +218,7 @@ size_t orb_qos_take_where(struct orb_qos_set *set, unsigned allowed_tiers,
                 e = next;
                 continue;
             }
-            if (prev)
-                prev->next = next;
-            else
-                set->head[p] = next;
-            if (set->tail[p] == e)
-                set->tail[p] = prev;
-            set->count[p]--;
+            unlink_entry(set, p, prev, e);
             e->next = NULL;
             e->queued = 0;
             out[n++] = e;
@@ -263,13 +264,7 @@ static size_t promote_tier(struct orb_qos_set *set, unsigned from, uint64_t now)
     while (e) {
         struct orb_qos_entry *next = e->next;
         if (timed_out(e, now, timeout)) {
-            if (prev)
-                prev->next = next;
-            else
-                set->head[from] = next;
-            if (set->tail[from] == e)
-                set->tail[from] = prev;
-            set->count[from]--;
+            unlink_entry(set, from, prev, e);
             e->priority = (uint8_t)to;
             e->next = NULL;
             if (set->tail[to])
