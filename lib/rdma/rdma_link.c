@@ -23,7 +23,7 @@
 #define LANE_BATCH 16
 #define LANE_IDLE_SPINS 256        /* empty polls before a polling lane naps */
 #define LANE_EVENT_SPINS 8         /* empty polls before an event-driven lane arms and sleeps */
-#define LANE_CLOCK_EVERY 32        /* lane 0 reads the clock for its scans every 32 turns */
+#define LANE_CLOCK_EVERY 32        /* lane 0 reads the clock for its scans every 32 empty turns */
 #define LANE_NAP_NS 50000          /* the first nap: 50 us, doubling while idle */
 #define LANE_NAP_MAX_NS 200000     /* at most 200 us: queued work waits no longer than that */
 #define SCAN_EVERY_NS 100000000ull /* ACK deadlines, every 100 ms */
@@ -1459,9 +1459,11 @@ static void *lane_main(void *arg)
             got += drain_lane(lane);
         got += poll_lane(lane);
         reclaim_lane(lane);
-        /* The scans are due every 100 ms: lane 0 need not read the clock on every turn (where
-         * the clock source is not the TSC, reading it is a system call). */
-        if (lane->index == 0 && ++turns >= LANE_CLOCK_EVERY) {
+        /* The scans are due every 100 ms: lane 0 reads the clock after a turn that did work
+         * (which may have taken long: on a software device a post does the transfer) and every
+         * LANE_CLOCK_EVERY empty turns, not on each (where the clock source is not the TSC,
+         * reading it is a system call). */
+        if (lane->index == 0 && (got > 0 || ++turns >= LANE_CLOCK_EVERY)) {
             turns = 0;
             uint64_t now = orb_now_ns();
             if (now >= next_scan) {
