@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "thread_name.h"
 
 struct orb_reaper {
     pthread_t thread;
@@ -43,6 +44,7 @@ static struct orb_reap_node *pop_locked(struct orb_reaper *r)
 static void *reaper_main(void *arg)
 {
     struct orb_reaper *r = arg;
+    orb_thread_name("reaper");
     pthread_mutex_lock(&r->lock);
     for (;;) {
         while (r->head == NULL && !r->stopping)

@@ -11,6 +11,7 @@
 #include "error.h"
 #include "log.h"
 #include "registry.h"
+#include "thread_name.h"
 
 /* Pieces handed to a transport in one peer_submit(). */
 #define STAGE_SUBMIT_BATCH 16u
@@ -193,6 +194,7 @@ static int prepare(struct orb_stager *st, struct orb_stage_job *j)
 static void *stager_main(void *arg)
 {
     struct orb_stager *st = arg;
+    orb_thread_name("stager");
     pthread_mutex_lock(&st->lock);
     for (;;) {
         struct orb_stage_job *j = pop(&st->land_head, &st->land_tail);

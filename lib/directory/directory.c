@@ -13,6 +13,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "directory/entry.h"
 #include "directory/etcd.h"
 
@@ -202,6 +203,7 @@ static void refresh_pass(struct orb_directory *d, uint64_t pass)
 static void *refresher_main(void *arg)
 {
     struct orb_directory *d = arg;
+    orb_thread_name("directory");
     uint64_t period = (uint64_t)d->ttl_s * ORB_NS_PER_SEC / 3;
     uint64_t pass = 0;
     pthread_mutex_lock(&d->lock);

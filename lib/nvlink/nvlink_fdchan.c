@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "core/thread_name.h"
 #include "nvlink/nvlink_internal.h"
 
 #define NAME_PREFIX "orbite-nvl-"
@@ -100,6 +101,7 @@ close_fd:
 static void *channel_main(void *arg)
 {
     struct nvl_tp *tp = arg;
+    orb_thread_name("nvl-fdchan");
     while (!atomic_load(&tp->chan_quit)) {
         struct pollfd p = {.fd = tp->chan_fd, .events = POLLIN};
         if (poll(&p, 1, 200) <= 0)

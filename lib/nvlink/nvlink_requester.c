@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/range_memo.h"
+#include "core/thread_name.h"
 #include "cuda/cuda_kind.h"
 #include "cuda/cuda_memory.h"
 #include "nvlink/nvlink_internal.h"
@@ -595,6 +596,7 @@ free_buffers:
 static void *peer_main(void *arg)
 {
     struct nvl_peer *p = arg;
+    orb_thread_name("nvl-peer");
     struct nvl_tp *tp = p->tp;
     struct orb_xfer *batch[ORB_NVL_GROUP_MAX];
     pthread_mutex_lock(&p->lock);

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "core/thread_name.h"
 #include "cuda/cuda_kind.h"
 #include "cuda/cuda_memory.h"
 #include "nvlink/nvlink_internal.h"
@@ -58,6 +59,7 @@ static struct nvl_group *group_take_locked(struct nvl_tp *tp, const struct orb_e
 static void *lease_main(void *arg)
 {
     struct nvl_tp *tp = arg;
+    orb_thread_name("nvl-lease");
     pthread_mutex_lock(&tp->lock);
     while (!tp->lease_quit) { /* leases keep ending while the engine stops, until it is destroyed */
         uint64_t now = orb_now_ns(), next = ORB_DEADLINE_NONE;

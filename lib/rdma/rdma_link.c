@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "core/thread_name.h"
 #include "rdma/rdma_transport.h"
 #include "topo/sysfs.h"
 
@@ -1438,6 +1439,7 @@ static void monitor_scan(struct orb_rdma_tp *tp)
 static void *lane_main(void *arg)
 {
     struct rdma_lane *lane = arg;
+    orb_thread_name("rdma-lane%u", lane->index);
     struct orb_rdma_tp *tp = lane->tp;
     this_lane = lane;
     uint32_t idle = 0, turns = 0;

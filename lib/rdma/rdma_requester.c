@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "core/thread_name.h"
 #include "cuda/cuda_memory.h"
 #include "rdma/outcome.h"
 #include "rdma/rdma_transport.h"
@@ -2302,6 +2303,7 @@ static struct rdma_req *take_refusal_locked(struct orb_rdma_tp *tp)
 void *rdma_grant_thread(void *arg)
 {
     struct orb_rdma_tp *tp = arg;
+    orb_thread_name("rdma-grant");
     struct rdma_req *batch[ORB_RDMA_GRANT_BATCH];
     pthread_mutex_lock(&tp->glock);
     while (!atomic_load(&tp->stopping)) {

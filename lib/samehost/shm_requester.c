@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/range_memo.h"
+#include "core/thread_name.h"
 #include "samehost/shm_internal.h"
 
 #define WHY_LEN 256
@@ -698,6 +699,7 @@ static void take_completions(struct shm_peer *p)
 static void *peer_main(void *arg)
 {
     struct shm_peer *p = arg;
+    orb_thread_name("shm-peer");
     struct shm_tp *tp = p->tp;
     pthread_mutex_lock(&p->lock);
     for (;;) {

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "core/thread_name.h"
 #include "samehost/shm_internal.h"
 
 #define ACCEPT_POLL_MS 100
@@ -309,6 +310,7 @@ static int answer(struct shm_conn *c, const struct orb_shm_completion *cp)
 static void *ring_main(void *arg)
 {
     struct shm_conn *c = arg;
+    orb_thread_name("shm-ring");
     uint8_t entries[TAKE_MAX][ORB_SH_RING_ENTRY];
     struct serve_run run = {0};
     unsigned staged = 0;
@@ -467,6 +469,7 @@ static int handle_message(struct shm_conn *c, const uint8_t *buf, size_t n, int 
 static void *conn_main(void *arg)
 {
     struct shm_conn *c = arg;
+    orb_thread_name("shm-conn");
     struct shm_tp *tp = c->tp;
     int rc = handshake(c);
     if (rc != 0) {
@@ -614,6 +617,7 @@ static void accept_one(struct shm_tp *tp, int sock)
 static void *accept_main(void *arg)
 {
     struct shm_tp *tp = arg;
+    orb_thread_name("shm-accept");
     while (!atomic_load(&tp->accept_quit)) {
         struct pollfd p = {.fd = tp->listen_fd, .events = POLLIN};
         if (poll(&p, 1, ACCEPT_POLL_MS) <= 0)

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "tcp_internal.h"
+#include "core/thread_name.h"
 
 #define TCP_EPOLL_BATCH 64
 
@@ -264,6 +265,7 @@ static void worker_dispatch(struct tcp_worker *w, const struct epoll_event *ev)
 static void *worker_main(void *arg)
 {
     struct tcp_worker *w = arg;
+    orb_thread_name("tcp-%u", w->index);
     struct tcp_transport *tp = w->tp;
     struct epoll_event events[TCP_EPOLL_BATCH];
     uint64_t next_scan = orb_now_ns() + TCP_SCAN_NS;

@@ -16,3 +16,5 @@ orb_fuzz_target(fuzz_rdma_config HARNESS ${CMAKE_CURRENT_LIST_DIR}/fuzz_rdma_con
                 OBJECTS orb_base orb_config
                 FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/core/rdma_config.c ${PROJECT_SOURCE_DIR}/lib/core/config.c
                 FUZZ_OBJECTS orb_base LIBS PkgConfig::JANSSON)
+# Thread names: the helper alone, and an engine's threads through the public API.
+orb_unit_test(test_thread_name SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_name.c OBJECTS orb_base LIBS orbite)
