@@ -1612,6 +1612,7 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     pthread_mutex_init(&tp->priv_lock, NULL);
     (void)orb_cond_init_monotonic(&tp->gcond);
     (void)orb_cond_init_monotonic(&tp->built);
+    tp->grant_idle_gen = UINT64_MAX; /* no walk found the grant queue stuck yet */
     struct orb_qos_config qc;
     rdma_qos_config(tp, &qc);
     (void)orb_qos_set_init(&tp->gq, &qc, &orb_clock_monotonic);

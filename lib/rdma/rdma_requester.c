@@ -580,6 +580,7 @@ static void enqueue_for_grants_locked(struct orb_rdma_tp *tp, struct rdma_req *f
         }
         if (orb_qos_enqueue(&tp->gq, e, n) != 0) /* a request queued twice: a bug, said loudly */
             ORB_LOGE("rdma: requests could not be queued for their grants: %s", orb_last_error());
+        atomic_fetch_add(&tp->grant_gen, 1);
     }
 }
 
@@ -723,8 +724,10 @@ static void retire_private_locked(struct rdma_req *r)
 static void uncount_locked(struct rdma_peer *p)
 {
     p->inflight--;
-    if (p->inflight == RDMA_RQ_DEPTH - RDMA_GRANT_MIN_ROOM)
+    if (p->inflight == RDMA_RQ_DEPTH - RDMA_GRANT_MIN_ROOM) {
+        atomic_fetch_add(&p->tp->grant_gen, 1);
         pthread_cond_signal(&p->tp->gcond);
+    }
 }
 
 /* `r` leaves its attempt (p->lock held): its rails judged, out of the connection's granted
@@ -2191,6 +2194,7 @@ static void take_batch_done(struct orb_rdma_tp *tp, struct rdma_peer *p)
     pthread_mutex_lock(&p->lock);
     p->serving--;
     pthread_mutex_unlock(&p->lock);
+    atomic_fetch_add(&tp->grant_gen, 1);
     pthread_cond_signal(&tp->gcond);
 }
 
@@ -2300,11 +2304,17 @@ static struct rdma_req *take_refusal_locked(struct orb_rdma_tp *tp)
     return r;
 }
 
+/* A grant thread with queued requests none of which can go waits this long for a change at
+ * first, twice as long after each wait that brought none, up to the maximum. */
+#define GRANT_IDLE_NAP_NS 1000000ull
+#define GRANT_IDLE_NAP_MAX_NS 16000000ull
+
 void *rdma_grant_thread(void *arg)
 {
     struct orb_rdma_tp *tp = arg;
     orb_thread_name("rdma-grant");
     struct rdma_req *batch[ORB_RDMA_GRANT_BATCH];
+    uint64_t nap_ns = GRANT_IDLE_NAP_NS;
     pthread_mutex_lock(&tp->glock);
     while (!atomic_load(&tp->stopping)) {
         struct rdma_req *refused = take_refusal_locked(tp);
@@ -2319,10 +2329,22 @@ void *rdma_grant_thread(void *arg)
             pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
             continue;
         }
+        /* Nothing has changed since a walk found nothing to take: wait for a change. A wake-up
+         * can be missed (room comes back under a peer's lock, not glock), so the wait is bounded,
+         * and grows while nothing changes. */
+        uint64_t gen = atomic_load(&tp->grant_gen);
+        if (gen == tp->grant_idle_gen) {
+            (void)orb_qos_promote(&tp->gq);
+            struct timespec ts = orb_deadline_timespec(orb_deadline_after(nap_ns));
+            pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
+            if (nap_ns < GRANT_IDLE_NAP_MAX_NS)
+                nap_ns *= 2;
+            continue;
+        }
+        nap_ns = GRANT_IDLE_NAP_NS;
         uint32_t n = take_batch(tp, batch);
         if (n == 0) {
-            struct timespec ts = orb_deadline_timespec(orb_deadline_after(1000000ull));
-            pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
+            tp->grant_idle_gen = gen;
             continue;
         }
         pthread_mutex_unlock(&tp->glock);

@@ -143,6 +143,12 @@ struct orb_rdma_tp {
     struct orb_qos_set gq;                      /* requests waiting for a grant thread, by priority */
     struct rdma_req *verdicts;                  /* refused by the source's device, waiting for a grant
                                                  * thread to ask whether the source lives (glock) */
+    /* Counts what can let a queued request go: a request queued, a peer's room back, a grant
+     * thread of a peer's share free. A walk of the queue that found nothing to take at count N
+     * is not repeated until the count moves (grant_idle_gen, glock): a queue held up by a peer
+     * that does not answer is not walked again and again. */
+    _Atomic uint64_t grant_gen;
+    uint64_t grant_idle_gen;
     struct rdma_staging *staging;               /* the arena (mapped on first use); NULL before start */
     bool host_staged;                           /* host_memory staged: host memory moves through it */
     struct orb_topo_ranks *ranks;               /* the priority matrix compiled; NULL: none */
