@@ -2,8 +2,9 @@
 # OrbiTE over RDMA against perftest on the same soft-RoCE devices in the same VM boot (the rails
 # topology: requester side rxe_a0/rxe_a1, source side rxe_b0/rxe_b1). For each round, size and
 # operation it runs ib_{read,write}_bw on one rail, then on both rails at once (two pairs, summed),
-# then orbite-bench with the same rails, and prints the ratios. Under emulation (TCG) the figures
-# measure the emulator: only the ratios mean something.
+# then orbite-bench with the same rails, and prints the ratios, per round and then over all
+# rounds (the ratio of the means). Under emulation (TCG) the figures measure the emulator: only
+# the ratios mean something.
 #
 #   tests/vm/vm-run.sh --topology rails -- tests/vm/rdma-bench.sh [ROUNDS] [SECONDS] [PROGRESS]
 #
@@ -64,6 +65,8 @@ orbite() {
 
 echo "orbite-bench progress_mode: $PROGRESS"
 printf '%-5s %-5s %-6s %-6s %12s %12s %8s\n' round op size rails perftest_GBs orbite_GBs ratio
+ROWS=$(mktemp)
+trap 'rm -f "$ROWS"' EXIT
 for round in $(seq 1 "$ROUNDS"); do
     for op in write read; do
         tool=ib_${op}_bw
@@ -88,7 +91,27 @@ orb = float(orb_gbs)
 ratio = orb / perf if perf > 0 else float("nan")
 print(f"{rnd:<5} {op:<5} {int(size)//1024:>4}K  {rails:<6} {perf:12.4f} {orb:12.4f} {ratio:8.2f}")
 EOF
+                echo "$op $size $1 $2 $3" >>"$ROWS"
             done
         done
     done
 done
+
+# Over all rounds: each cell's figures summed across the rounds, then divided (the ratio of the
+# means, which a round where one side ran slowly moves less than it moves that round's ratio).
+echo
+echo "all rounds: ratio of the means"
+printf '%-5s %-6s %-6s %12s %12s %8s\n' op size rails perftest_GBs orbite_GBs ratio
+python3 - "$ROWS" "$ROUNDS" <<'EOF'
+import sys
+rows, rounds = sys.argv[1], int(sys.argv[2])
+cells = {}
+for line in open(rows):
+    op, size, rails, perf_mbs, orb_gbs = line.split()
+    c = cells.setdefault((op, int(size), rails), [0.0, 0.0])
+    c[0] += float(perf_mbs) * 1.048576e6 / 1e9
+    c[1] += float(orb_gbs)
+for (op, size, rails), (perf, orb) in cells.items():
+    ratio = orb / perf if perf > 0 else float("nan")
+    print(f"{op:<5} {size // 1024:>4}K  {rails:<6} {perf / rounds:12.4f} {orb / rounds:12.4f} {ratio:8.2f}")
+EOF
