@@ -411,6 +411,11 @@ struct rdma_src_conn {
     struct rdma_src_conn *reap_next;
 };
 
+/* What a control call waits for: grants of its message whose binds are still out. */
+struct rdma_bind_batch {
+    uint32_t left;
+};
+
 struct rdma_grant {
     struct rdma_grant *next;
     struct rdma_src_conn *conn;
@@ -433,6 +438,10 @@ struct rdma_grant {
     uint32_t devx_handle[ORB_RDMA_MAX_RAILS];
     bool keep_pin;
     uint32_t binds_left;
+    /* The control call waiting for this grant's binds among others (wait_binds() in
+     * rdma_source.c, conn lock): the grant's last bind counts down its `left`, and only the
+     * last of all wakes the call. NULL: nobody waits. */
+    struct rdma_bind_batch *batch;
     int bind_status;
     bool abandoned;                /* its GRANT call gave up: the lane frees it */
     bool published;

@@ -996,29 +996,29 @@ static void grant_abandon(struct rdma_src_conn *c, struct rdma_grant *g)
     }
 }
 
-/* Whether every grant of gs[0..n) has its binds back (conn lock held). */
-static bool binds_done(struct rdma_grant *const *gs, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (gs[i] != NULL && gs[i]->binds_left > 0)
-            return false;
-    return true;
-}
-
 /* Wait up to RDMA_BIND_WAIT_NS for every grant of gs[0..n) to have its binds back; whether they
- * all did (conn lock not held). */
+ * all did (conn lock not held). The lane wakes this call once, with the last bind of all, not
+ * once per bind. */
 static bool wait_binds(struct rdma_src_conn *c, struct rdma_grant *const *gs, uint32_t n)
 {
     uint64_t deadline = orb_deadline_after(RDMA_BIND_WAIT_NS);
+    struct rdma_bind_batch batch = {0};
     pthread_mutex_lock(&c->lock);
-    bool done;
-    while (!(done = binds_done(gs, n))) {
-        struct timespec ts = orb_deadline_timespec(deadline);
-        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT) {
-            done = binds_done(gs, n);
-            break;
+    for (uint32_t i = 0; i < n; i++) {
+        if (gs[i] != NULL && gs[i]->binds_left > 0) {
+            gs[i]->batch = &batch;
+            batch.left++;
         }
     }
+    while (batch.left > 0) {
+        struct timespec ts = orb_deadline_timespec(deadline);
+        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT)
+            break;
+    }
+    bool done = batch.left == 0;
+    for (uint32_t i = 0; i < n; i++) /* `batch` ends with this call */
+        if (gs[i] != NULL)
+            gs[i]->batch = NULL;
     pthread_mutex_unlock(&c->lock);
     return done;
 }
@@ -1219,7 +1219,8 @@ int rdma_source_control(void *tp_, const struct orb_epoch *sender, const uint8_t
 /* ---- completions ------------------------------------------------------------------------------- */
 
 /* One of `g`'s binds ended: bound (status 0: the window of `rail` carries its key now) or not.
- * The waiting control handler is woken; an abandoned grant is freed with its last bind. */
+ * The waiting control handler is woken with the last bind it waits for; an abandoned grant is
+ * freed with its last bind. */
 static void bind_ended(struct rdma_grant *g, uint32_t rail, int status)
 {
     struct rdma_src_conn *c = g->conn;
@@ -1232,7 +1233,8 @@ static void bind_ended(struct rdma_grant *g, uint32_t rail, int status)
     bool orphan = g->binds_left == 0 && g->abandoned;
     if (orphan)
         grant_unlink(c, g);
-    pthread_cond_broadcast(&c->cond);
+    if (g->binds_left == 0 && g->batch != NULL && --g->batch->left == 0)
+        pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
     if (orphan) {
         grant_release(c, g, false);
