@@ -13,6 +13,8 @@ orb_engine_test(test_authority)
 orb_engine_test(test_reports)
 orb_engine_test(test_contracts)
 orb_engine_test(test_admission)
+# Idle engines: a same-host connection with nothing to do sleeps, and wakes for the next request.
+orb_engine_test(test_idle)
 
 # The suites that apply to every transport, again on the same-host transport.
 foreach(t test_authority test_reports test_contracts)

@@ -1,0 +1,113 @@
+/* Idle engines cost next to nothing: a same-host connection with nothing to do wakes its
+ * source's ring thread about once a second (it woke fifty times a second), and a request after
+ * a long idle still completes at once, byte for byte (the requester's wake-up brings the thread
+ * back; no timer is needed for it). */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "util.h"
+
+#define LEN (256u * 1024)
+
+/* Voluntary context switches (sleeps that ended) of this process's threads named `name`. */
+static unsigned long long sleeps_of(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    unsigned long long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[320], line[256] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        bool match = fgets(line, sizeof line, f) != NULL && strncmp(line, name, strlen(name)) == 0;
+        fclose(f);
+        if (!match)
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        while (fgets(line, sizeof line, f) != NULL) {
+            unsigned long long v;
+            if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1)
+                n += v;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* WRITE the local region's [off, off + len) over the same-host transport, and check the bytes. */
+static uint64_t write_checked(struct eu_pair *p, size_t off, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        p->local.base[off + i] = (uint8_t)(i * 7 + off);
+    struct orb_request r = eu_req(ORB_OP_WRITE, p->local.base + off, p->remote.base + off, len);
+    r.transport = ORB_TRANSPORT_SHM;
+    struct orb_batch_report rep;
+    uint64_t t0 = now_ns();
+    int rc = orb_submit_and_wait(p->req, p->seg, &r, 1, NULL, 10ull * 1000000000ull, &rep);
+    uint64_t took = now_ns() - t0;
+    if (rc != 0)
+        fail_msg("a same-host WRITE: %s (%s)", orb_strerror(rc), orb_last_error());
+    assert_memory_equal(p->remote.base + off, p->local.base + off, len);
+    return took;
+}
+
+static void test_an_idle_same_host_connection_sleeps(void **state)
+{
+    (void)state;
+    struct eu_pair p;
+    eu_pair_open(&p, 1, 64 * 1024, LEN, 0x21, 0x42);
+    (void)write_checked(&p, 0, 4096); /* the connection and its ring thread are up */
+    assert_true(sleeps_of("orb-shm-ring") > 0);
+    sleep_ms(1500); /* its sleeps have grown */
+    unsigned long long before = sleeps_of("orb-shm-ring");
+    sleep_ms(2000);
+    unsigned long long woke = sleeps_of("orb-shm-ring") - before;
+    print_message("an idle same-host connection's ring thread woke %llu times in 2 s\n", woke);
+    assert_true(woke <= 10);
+    uint64_t took = write_checked(&p, 8192, 64 * 1024);
+    print_message("the first WRITE after the idle time took %llu us\n", (unsigned long long)(took / 1000));
+    assert_true(took < 500ull * 1000000ull); /* not a sleep's length */
+    eu_pair_close(&p);
+}
+
+int main(void)
+{
+    /* Shareable regions and requests that name the same-host transport (util.c). */
+    setenv("ORB_TEST_TRANSPORT", "shm", 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_an_idle_same_host_connection_sleeps),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
