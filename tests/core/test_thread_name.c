@@ -1,6 +1,5 @@
 /* Thread names: orb_thread_name() names the calling thread "orb-..." cut to the kernel's 15
  * characters, and an engine's own threads carry such names (seen the way `ps -L` sees them). */
-#include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +13,7 @@
 
 #include "core/thread_name.h"
 #include "orbite/orbite.h"
+#include "../util/thread_use.h"
 
 struct named {
     int which;
@@ -53,45 +53,22 @@ static void test_names_are_prefixed_and_cut_to_fit(void **state)
     named_as(2, 12, "orb-abcdefghijk");
 }
 
-/* How many of this process's threads carry a name that starts with `prefix`. */
-static unsigned threads_named(const char *prefix)
-{
-    DIR *d = opendir("/proc/self/task");
-    assert_non_null(d);
-    unsigned n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[320], comm[32] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue; /* a thread that ended meanwhile */
-        if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, prefix, strlen(prefix)) == 0)
-            n++;
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
 static void test_an_engine_names_its_threads(void **state)
 {
     (void)state;
     struct orb_engine_config cfg;
     assert_int_equal(orb_engine_config_init(&cfg), 0);
     cfg.tcp_workers = 2;
-    unsigned before = threads_named("orb-tcp-");
+    unsigned before = thread_use_of("orb-tcp-").threads;
     orb_engine *e = NULL;
     assert_int_equal(orb_engine_create(&cfg, &e), 0);
     /* Each thread names itself as it starts: give them the time to run. */
-    for (int i = 0; i < 500 && threads_named("orb-tcp-") - before < 2; i++)
+    for (int i = 0; i < 500 && thread_use_of("orb-tcp-").threads - before < 2; i++)
         nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
-    assert_int_equal(threads_named("orb-tcp-") - before, 2);
+    assert_int_equal(thread_use_of("orb-tcp-").threads - before, 2);
     assert_int_equal(orb_engine_close(e, 5000000000ull), 0);
     orb_engine_free(e);
-    assert_int_equal(threads_named("orb-tcp-"), before);
+    assert_int_equal(thread_use_of("orb-tcp-").threads, before);
 }
 
 int main(void)

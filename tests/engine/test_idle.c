@@ -2,7 +2,6 @@
  * source's ring thread about once a second (it woke fifty times a second), and a request after
  * a long idle still completes at once, byte for byte (the requester's wake-up brings the thread
  * back; no timer is needed for it). */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -16,41 +15,9 @@
 #include <cmocka.h>
 
 #include "util.h"
+#include "../util/thread_use.h"
 
 #define LEN (256u * 1024)
-
-/* Voluntary context switches (sleeps that ended) of this process's threads named `name`. */
-static unsigned long long sleeps_of(const char *name)
-{
-    DIR *d = opendir("/proc/self/task");
-    assert_non_null(d);
-    unsigned long long n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[320], line[256] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        bool match = fgets(line, sizeof line, f) != NULL && strncmp(line, name, strlen(name)) == 0;
-        fclose(f);
-        if (!match)
-            continue;
-        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
-        if ((f = fopen(path, "r")) == NULL)
-            continue;
-        while (fgets(line, sizeof line, f) != NULL) {
-            unsigned long long v;
-            if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1)
-                n += v;
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
 
 static uint64_t now_ns(void)
 {
@@ -89,11 +56,11 @@ static void test_an_idle_same_host_connection_sleeps(void **state)
     struct eu_pair p;
     eu_pair_open(&p, 1, 64 * 1024, LEN, 0x21, 0x42);
     (void)write_checked(&p, 0, 4096); /* the connection and its ring thread are up */
-    assert_true(sleeps_of("orb-shm-ring") > 0);
+    assert_true(thread_use_of("orb-shm-ring").sleeps > 0);
     sleep_ms(1500); /* its sleeps have grown */
-    unsigned long long before = sleeps_of("orb-shm-ring");
+    unsigned long long before = thread_use_of("orb-shm-ring").sleeps;
     sleep_ms(2000);
-    unsigned long long woke = sleeps_of("orb-shm-ring") - before;
+    unsigned long long woke = thread_use_of("orb-shm-ring").sleeps - before;
     print_message("an idle same-host connection's ring thread woke %llu times in 2 s\n", woke);
     assert_true(woke <= 10);
     uint64_t took = write_checked(&p, 8192, 64 * 1024);

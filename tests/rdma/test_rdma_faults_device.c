@@ -43,6 +43,7 @@
 
 #include "device_util.h"
 #include "verbs_interposer.h"
+#include "../util/thread_use.h"
 
 #define AREA (8u << 20)            /* each side's registered memory */
 #define CHUNK (1u << 20)           /* one request */
@@ -1363,57 +1364,6 @@ static void test_a_refusal_by_a_source_that_does_not_answer(void **state)
     source_stop(&b);
 }
 
-/* What this process's grant threads (the threads the library names "orb-rdma-grant") have
- * used so far: CPU time in clock ticks, and how many times they slept (voluntary context
- * switches: each wait that ended is one). */
-struct grant_use {
-    unsigned long long ticks, sleeps;
-};
-
-static struct grant_use grant_threads_use(void)
-{
-    struct grant_use u = {0, 0};
-    DIR *d = opendir("/proc/self/task");
-    assert_non_null(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[320], buf[2048] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        bool grant = fgets(buf, sizeof buf, f) != NULL && strncmp(buf, "orb-rdma-grant", 14) == 0;
-        fclose(f);
-        if (!grant)
-            continue;
-        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
-        if ((f = fopen(path, "r")) == NULL)
-            continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        /* After the name's closing parenthesis: the state, then fields 4..; utime and stime
-         * are fields 14 and 15. */
-        const char *at = strrchr(buf, ')');
-        unsigned long long ut = 0, st = 0;
-        if (at != NULL && sscanf(at + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
-            u.ticks += ut + st;
-        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
-        if ((f = fopen(path, "r")) == NULL)
-            continue;
-        while (fgets(buf, sizeof buf, f) != NULL) {
-            unsigned long long v;
-            if (sscanf(buf, "voluntary_ctxt_switches: %llu", &v) == 1)
-                u.sleeps += v;
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return u;
-}
-
 /* A frozen source (SIGSTOP) with far more requests than its connection takes at once (the
  * rest wait in the grant queue; its GRANT calls wait for an answer that does not come) holds
  * back no request to another source: round trips to the main source complete, byte for byte,
@@ -1454,9 +1404,9 @@ static void test_a_frozen_source_holds_back_no_other(void **state)
     /* Half a second with nothing but the frozen source's requests queued: the grant threads
      * that do not wait in its GRANT calls have nothing to take and wait for a change. */
     long hz = sysconf(_SC_CLK_TCK);
-    struct grant_use u0 = grant_threads_use();
+    struct thread_use u0 = thread_use_of("orb-rdma-grant");
     sleep_ms(500);
-    struct grant_use u1 = grant_threads_use();
+    struct thread_use u1 = thread_use_of("orb-rdma-grant");
     unsigned long long idle_ms = (u1.ticks - u0.ticks) * 1000ull / (unsigned long long)(hz > 0 ? hz : 100);
     unsigned long long wakes = u1.sleeps - u0.sleeps;
     /* Three round trips to the main source, each WRITE then READ of 1 MiB, checked. */
