@@ -315,11 +315,11 @@ static void *ring_main(void *arg)
     struct serve_run run = {0};
     unsigned staged = 0;
     bool end = false;
-    /* Sleeps of an idle connection grow up to SHM_IDLE_SLICE_MAX_NS and spin no more: the
-     * requester's futex wake (or the connection's end) brings the thread back, and an idle
-     * connection costs about a wake-up a second rather than fifty and their spins. */
+    /* Sleeps of an idle connection grow up to SHM_IDLE_SLICE_MAX_NS and spin no more (a slice
+     * past the first is idle time): the requester's futex wake (or the connection's end) brings
+     * the thread back, and an idle connection costs about a wake-up a second rather than fifty
+     * and their spins. */
     uint64_t slice = SHM_SLEEP_SLICE_NS;
-    bool idle = false;
     while (!end && !atomic_load(&c->quit)) {
         unsigned n = 0;
         int rc = 0;
@@ -328,13 +328,11 @@ static void *ring_main(void *arg)
         if (n == 0 && rc == ORB_EAGAIN) {
             /* Dry: let go of what the run holds before waiting. */
             run_end(c, &run);
-            if (orb_sh_ring_wait(&c->req, idle ? 0 : c->tp->poll_ns, orb_deadline_after(slice)) == ORB_ETIMEDOUT) {
-                idle = true;
+            uint64_t poll = slice > SHM_SLEEP_SLICE_NS ? 0 : c->tp->poll_ns;
+            if (orb_sh_ring_wait(&c->req, poll, orb_deadline_after(slice)) == ORB_ETIMEDOUT)
                 slice = slice < SHM_IDLE_SLICE_MAX_NS / 2 ? slice * 2 : SHM_IDLE_SLICE_MAX_NS;
-            }
             continue;
         }
-        idle = false;
         slice = SHM_SLEEP_SLICE_NS;
         if (rc != 0 && rc != ORB_EAGAIN) {
             ORB_LOGW("shm: requester %u broke the protocol (%s); the connection ends", c->peer_pid,
