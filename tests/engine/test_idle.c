@@ -50,23 +50,40 @@ static uint64_t write_checked(struct eu_pair *p, size_t off, size_t len)
     return took;
 }
 
+/* The pair is closed by the teardown, which runs after a failed check too. */
+static int pair_open(void **state)
+{
+    static struct eu_pair pair;
+    eu_pair_open(&pair, 1, 64 * 1024, LEN, 0x21, 0x42);
+    *state = &pair;
+    return 0;
+}
+
+static int pair_close(void **state)
+{
+    eu_pair_close(*state);
+    return 0;
+}
+
 static void test_an_idle_same_host_connection_sleeps(void **state)
 {
-    (void)state;
-    struct eu_pair p;
-    eu_pair_open(&p, 1, 64 * 1024, LEN, 0x21, 0x42);
-    (void)write_checked(&p, 0, 4096); /* the connection and its ring thread are up */
-    assert_true(thread_use_of("orb-shm-ring").sleeps > 0);
+    struct eu_pair *p = *state;
+    (void)write_checked(p, 0, 4096); /* the connection and its ring thread are up */
+    /* One ring thread, found by its name. It may not have slept yet: after a request it can
+     * spin busy_poll_us before its first wait. */
+    assert_int_equal(thread_use_of("orb-shm-ring").threads, 1);
     sleep_ms(1500); /* its sleeps have grown */
-    unsigned long long before = thread_use_of("orb-shm-ring").sleeps;
+    struct thread_use before = thread_use_of("orb-shm-ring");
     sleep_ms(2000);
-    unsigned long long woke = thread_use_of("orb-shm-ring").sleeps - before;
+    struct thread_use after = thread_use_of("orb-shm-ring");
+    assert_int_equal(after.threads, 1);
+    assert_true(before.sleeps > 0);
+    unsigned long long woke = after.sleeps - before.sleeps;
     print_message("an idle same-host connection's ring thread woke %llu times in 2 s\n", woke);
     assert_true(woke <= 10);
-    uint64_t took = write_checked(&p, 8192, 64 * 1024);
+    uint64_t took = write_checked(p, 8192, 64 * 1024);
     print_message("the first WRITE after the idle time took %llu us\n", (unsigned long long)(took / 1000));
     assert_true(took < 500ull * 1000000ull); /* not a sleep's length */
-    eu_pair_close(&p);
 }
 
 int main(void)
@@ -74,7 +91,7 @@ int main(void)
     /* Shareable regions and requests that name the same-host transport (util.c). */
     setenv("ORB_TEST_TRANSPORT", "shm", 1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_an_idle_same_host_connection_sleeps),
+        cmocka_unit_test_setup_teardown(test_an_idle_same_host_connection_sleeps, pair_open, pair_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

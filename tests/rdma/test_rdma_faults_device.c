@@ -1433,6 +1433,8 @@ static void test_a_frozen_source_holds_back_no_other(void **state)
     /* Each grant thread that had nothing to take walked the whole queue every millisecond:
      * 610 ms of CPU and 1008 wake-ups in a second under soft-RoCE in a VM. Now they wait for
      * a change, up to 16 ms at a time. */
+    assert_true(u0.threads > 0); /* the grant threads were found by their name */
+    assert_int_equal(u1.threads, u0.threads);
     assert_true(idle_ms <= 60);
     assert_true(wakes <= 200);
     struct orb_batch_report rep;
