@@ -31,6 +31,7 @@
 
 #define SHM_RING_CAPACITY 256u                  /* entries of each ring; also a peer's in-flight bound */
 #define SHM_SLEEP_SLICE_NS (20ull * 1000 * 1000) /* longest futex sleep before a thread looks around */
+#define SHM_IDLE_CHECK_NS (1000ull * 1000) /* idle this long, a submission checks the socket first */
 #define SHM_IDLE_SLICE_MAX_NS (1000ull * 1000 * 1000) /* the same for a connection with nothing to do */
 #define SHM_HANDOFF_MIN_NS (50ull * 1000)        /* the shortest doze of a requester's thread beside pollers */
 #define SHM_REFUSAL_TTL_NS (1000ull * 1000 * 1000)

@@ -484,6 +484,16 @@ int shm_peer_submit(void *peer, struct orb_xfer *const *xfers, size_t n)
     pthread_mutex_lock(&p->lock);
     int dead = p->dead;
     bool stopping = p->stopping;
+    /* An idle connection's thread looks at the socket only every few slices, so a source that
+     * went (or was restarted) meanwhile would take these requests and fail them later. Refused
+     * here, they fail whole at submission, where the segment can tell a restart (ESTALE) from a
+     * death. A connection busy within the last millisecond is not asked: no source restarts
+     * that fast, and the pipelined path makes no system call for it. */
+    if (dead == 0 && !stopping && p->nflight == 0 && p->backlog == NULL &&
+        orb_now_ns() - p->last_progress > SHM_IDLE_CHECK_NS && shm_sock_closed(p->sock)) {
+        kill_locked(p, ORB_EPEER, "the same-host source closed the connection");
+        dead = p->dead;
+    }
     pthread_mutex_unlock(&p->lock);
     if (dead != 0)
         return orb_fail(dead, "shm: %s", p->dead_why);
