@@ -116,13 +116,14 @@ cmd_bench() {
 # rails: four rxe devices). A machine where the VM cannot run at all (no qemu, no kernel to be
 # had) skips them and says why. A failed test runs once more in the same boot and fails the step
 # only if it fails again: soft-RoCE (Linux 6.1) sometimes stops a queue pair under load
-# (docs/operations.md, known limitations); both attempts stay in build/vm.log.
+# (docs/operations.md, known limitations); both attempts stay in build/vm.log. Two tests run at
+# a time, but never two that load the VM's CPUs (their ctest resource locks: tests/rdma/tests.cmake).
 run_vm_tests() {
     local start=$SECONDS rc=0
     log "=== rdma-vm: the rdma-device tests of build/ on soft-RoCE (one VM boot)"
     set +e
     "$ROOT/tests/vm/vm-run.sh" --topology rails --timeout 1200 -- \
-        ctest --test-dir build -L rdma-device --output-on-failure --no-tests=error --repeat until-pass:2 2>&1 |
+        ctest --test-dir build -L rdma-device -j2 --output-on-failure --no-tests=error --repeat until-pass:2 2>&1 |
         tee "$ROOT/build/vm.log"
     rc=${PIPESTATUS[0]}
     set -e

@@ -13,6 +13,7 @@ if(ORBITE_BUILD_TOOLS AND TARGET orbite-info)
     add_test(NAME tool_orbite_info_device
              COMMAND ${ORB_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/check_orbite_info.py $<TARGET_FILE:orbite-info>
                      ${PROJECT_SOURCE_DIR}/tests/data/sysfs --device)
-    set_tests_properties(tool_orbite_info_device PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS rdma-device)
+    set_tests_properties(tool_orbite_info_device PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS rdma-device
+                         RESOURCE_LOCK rdma-vm-cpu) # tests/rdma/tests.cmake says why
   endif()
 endif()
