@@ -27,6 +27,7 @@
 #define LANE_CLOCK_EVERY 32        /* lane 0 reads the clock for its scans every 32 empty turns */
 #define LANE_NAP_NS 50000          /* the first nap: 50 us, doubling while idle */
 #define LANE_NAP_MAX_NS 200000     /* at most 200 us: queued work waits no longer than that */
+#define LANE_DRAIN_NAP_MAX_NS 12800000 /* a stop's drain: naps grow to 12.8 ms */
 #define SCAN_EVERY_NS 100000000ull /* ACK deadlines, every 100 ms */
 #define MONITOR_EVERY_NS 1000000000ull /* port states, every second */
 #define RECLAIM_EVERY_NS 10000000ull /* progress recovery looks at its lane every 10 ms */
@@ -1068,8 +1069,14 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
         if (until < timeout_ms)
             timeout_ms = until;
     }
-    if (atomic_load(&lane->kick) || atomic_load(&tp->stopping))
+    if (atomic_load(&lane->kick)) {
         timeout_ms = 0;
+    } else if (atomic_load(&tp->stopping)) {
+        /* Draining: the flushes raise completion events; the window's end at the latest. */
+        int until = orb_deadline_poll_ms(tp->drain_deadline);
+        if (until < timeout_ms)
+            timeout_ms = until;
+    }
     (void)poll(fds, n + 1, timeout_ms);
     atomic_store(&lane->sleeping, 0);
     for (nfds_t k = 0; k < n; k++) {
@@ -1504,7 +1511,9 @@ static void *lane_main(void *arg)
             struct timespec ts = {0, (long)nap};
             nanosleep(&ts, NULL);
             turns = LANE_CLOCK_EVERY;
-            if (nap < LANE_NAP_MAX_NS)
+            /* Draining, nothing new is posted: only flushes are awaited, and noticing them a
+             * few milliseconds later costs nothing (the drain can last its whole window). */
+            if (nap < (atomic_load(&tp->stopping) ? LANE_DRAIN_NAP_MAX_NS : LANE_NAP_MAX_NS))
                 nap *= 2;
         }
     }
