@@ -929,7 +929,7 @@ static void test_segments_share_a_connection(void **state)
 
 /* Work requests posted so far on each queue pair of the fixture's connection (lane by lane, a
  * queue pair per rail in each) and its incarnation; returns their count. */
-static uint32_t posts_per_qp(uint64_t out[ORB_RDMA_MAX_RAILS], uint64_t *incarnation)
+static uint32_t posts_per_qp(uint64_t out[2 * ORB_RDMA_MAX_RAILS], uint64_t *incarnation)
 {
     const struct rdma_seg *s = seg->peer[ORB_TRANSPORT_RDMA];
     struct rdma_peer *p = s->p;
@@ -946,8 +946,10 @@ static uint32_t posts_per_qp(uint64_t out[ORB_RDMA_MAX_RAILS], uint64_t *incarna
 }
 
 /* A connection is as wide as the smaller lane count (2 at each end: the default): a queue pair per
- * rail on each lane, and requests take the lanes in turn, so that every queue pair carries
- * work. */
+ * rail on each lane, and requests take the lanes in turn, so that every lane carries work, and
+ * so does every rail. Not every (lane, rail) pair need: the selector picks each piece's rail by
+ * the rails' estimates and load, and when it alternates whole requests between the rails in step
+ * with the lanes, lane 0 carries rail 0's and lane 1 rail 1's. */
 static void test_lanes_widen_the_connection(void **state)
 {
     (void)state;
@@ -961,7 +963,8 @@ static void test_lanes_widen_the_connection(void **state)
         assert_int_equal(s->p->links[0]->lane, s->p->links[s->p->nrails]->lane);
     else
         assert_int_not_equal(s->p->links[0]->lane, s->p->links[s->p->nrails]->lane);
-    uint64_t before[ORB_RDMA_MAX_RAILS], after[ORB_RDMA_MAX_RAILS], was, is;
+    /* A queue pair per lane (2) and rail. */
+    uint64_t before[2 * ORB_RDMA_MAX_RAILS], after[2 * ORB_RDMA_MAX_RAILS], was, is;
     uint32_t n = posts_per_qp(before, &was);
     assert_int_equal(n, 2 * s->p->nrails);
     struct orb_request r[N];
@@ -995,18 +998,28 @@ static void test_lanes_widen_the_connection(void **state)
     struct orb_rdma_nic_load load[ORB_RDMA_MAX_RAILS];
     size_t nics = 0;
     assert_int_equal(orb_engine_rdma_nic_load(req, load, ORB_RDMA_MAX_RAILS, &nics), 0);
+    uint64_t per_lane[2] = {0, 0}, per_rail[ORB_RDMA_MAX_RAILS] = {0};
     uint32_t counted = 0;
     for (uint32_t q = 0; q < n; q++) {
-        uint32_t rail = q % s->p->nrails;
+        uint32_t rail = q % s->p->nrails, lane = q / s->p->nrails;
         if (rail < nics && load[rail].rail_open_pairs != 0) {
             print_message("rail %u is paused by an earlier fault: its queue pair %u is not counted\n", rail, q);
             continue;
         }
         counted++;
-        if (after[q] <= (is == was ? before[q] : 0)) /* a rebuilt connection counts from 0 */
-            fail_msg("queue pair %u (lane %u of rail %u) carried nothing", q, q / s->p->nrails, rail);
+        uint64_t posts = after[q] - (is == was ? before[q] : 0); /* a rebuilt connection counts from 0 */
+        print_message("queue pair %u (lane %u of rail %u): %llu work request(s)\n", q, lane, rail,
+                      (unsigned long long)posts);
+        per_lane[lane] += posts;
+        per_rail[rail] += posts;
     }
     assert_true(counted >= 2); /* both lanes of a rail at least */
+    for (uint32_t lane = 0; lane < 2; lane++)
+        if (per_lane[lane] == 0)
+            fail_msg("lane %u carried nothing", lane);
+    for (uint32_t rail = 0; rail < s->p->nrails; rail++)
+        if (!(rail < nics && load[rail].rail_open_pairs != 0) && per_rail[rail] == 0)
+            fail_msg("rail %u carried nothing", rail);
 }
 
 /* Six 16 MiB READs at once: a staging side (64 MiB of staging, slots of 16 MiB) holds four at a
