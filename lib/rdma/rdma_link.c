@@ -27,7 +27,7 @@
 #define LANE_CLOCK_EVERY 32        /* lane 0 reads the clock for its scans every 32 empty turns */
 #define LANE_NAP_NS 50000          /* the first nap: 50 us, doubling while idle */
 #define LANE_NAP_MAX_NS 200000     /* at most 200 us: queued work waits no longer than that */
-#define LANE_DRAIN_NAP_MAX_NS 12800000 /* a stop's drain: naps grow to 12.8 ms */
+#define LANE_DRAIN_NAP_MAX_NS 25600000 /* a stop's drain: a lane looks again at least this often */
 #define SCAN_EVERY_NS 100000000ull /* ACK deadlines, every 100 ms */
 #define MONITOR_EVERY_NS 1000000000ull /* port states, every second */
 #define RECLAIM_EVERY_NS 10000000ull /* progress recovery looks at its lane every 10 ms */
@@ -1072,8 +1072,12 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
     if (atomic_load(&lane->kick)) {
         timeout_ms = 0;
     } else if (atomic_load(&tp->stopping)) {
-        /* Draining: the flushes raise completion events; the window's end at the latest. */
+        /* Draining: this lane's flushes raise its events, but the last one may come on another
+         * lane's queues, so the lane looks again every LANE_DRAIN_NAP_MAX_NS (as a polling one
+         * does), and at the window's end at the latest. */
         int until = orb_deadline_poll_ms(tp->drain_deadline);
+        if (until > (int)(LANE_DRAIN_NAP_MAX_NS / 1000000))
+            until = (int)(LANE_DRAIN_NAP_MAX_NS / 1000000);
         if (until < timeout_ms)
             timeout_ms = until;
     }

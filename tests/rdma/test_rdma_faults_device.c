@@ -1614,14 +1614,15 @@ static void test_an_unprovable_post_stays_charged(void **state)
     /* Its timeout, then the one 30 s destruction window the flushes get. */
     assert_true(took < 35000000000ull);
     /* The draining lanes wait for their flushes rather than spin: event-driven ones sleep on
-     * their channels (they polled without a timeout: 1.8 s of CPU in these 2 s on soft-RoCE),
-     * polling ones nap up to 12.8 ms. The process's other engine's lanes count too: they idle
-     * on events where ORBITE_TEST_PROGRESS says event_driven (the suite's run); polling, their
-     * 200 us naps cost more than a drain does, and only the figure is printed. */
+     * their channels (they polled without a timeout: 3.8 s of CPU and 3200 wake-ups in these
+     * 2 s on soft-RoCE), looking again every 25.6 ms, and polling ones nap up to 25.6 ms. The
+     * process's other engine's lanes count too: they idle on events where ORBITE_TEST_PROGRESS
+     * says event_driven (the suite's run); polling, their 200 us naps cost more than a drain
+     * does, and only the figure is printed. */
     assert_true(drain.threads > 0);
     if (mode != NULL && strcmp(mode, "event_driven") == 0) {
-        assert_true(drain_ms <= 200);
-        assert_true(drain.sleeps <= 400);
+        assert_true(drain_ms <= 400);
+        assert_true(drain.sleeps <= 1000);
     }
     /* Unquiesced: the engine is kept (orb_engine_free leaks it on purpose), its memory too. */
     orb_engine_free(sd.e);
