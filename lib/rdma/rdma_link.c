@@ -1075,9 +1075,10 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
         /* Draining: this lane's flushes raise its events, but the last one may come on another
          * lane's queues, so the lane looks again every LANE_DRAIN_NAP_MAX_NS (as a polling one
          * does), and at the window's end at the latest. */
+        const int nap_ms = (int)(LANE_DRAIN_NAP_MAX_NS / 1000000);
         int until = orb_deadline_poll_ms(tp->drain_deadline);
-        if (until > (int)(LANE_DRAIN_NAP_MAX_NS / 1000000))
-            until = (int)(LANE_DRAIN_NAP_MAX_NS / 1000000);
+        if (until > nap_ms)
+            until = nap_ms;
         if (until < timeout_ms)
             timeout_ms = until;
     }

@@ -1408,11 +1408,10 @@ static void test_a_frozen_source_holds_back_no_other(void **state)
     sleep_ms(300); /* the grant threads take what they can of the frozen source's */
     /* Half a second with nothing but the frozen source's requests queued: the grant threads
      * that do not wait in its GRANT calls have nothing to take and wait for a change. */
-    long hz = sysconf(_SC_CLK_TCK);
     struct thread_use u0 = thread_use_of("orb-rdma-grant");
     sleep_ms(500);
     struct thread_use u1 = thread_use_of("orb-rdma-grant");
-    unsigned long long idle_ms = (u1.ticks - u0.ticks) * 1000ull / (unsigned long long)(hz > 0 ? hz : 100);
+    unsigned long long idle_ms = thread_use_ms(u1.ticks - u0.ticks);
     unsigned long long wakes = u1.sleeps - u0.sleeps;
     /* Three round trips to the main source, each WRITE then READ of 1 MiB, checked. */
     uint64_t t0 = now_ns();
@@ -1543,15 +1542,10 @@ static void test_a_queue_pair_forced_to_error_mid_batch(void **state)
 }
 
 /* What the lane threads used over 2 s from 4 s into an engine's close (past its 2 s deadline:
- * its drain window has begun). */
-struct drain_use {
-    unsigned long long ticks, sleeps;
-    unsigned threads;
-};
-
+ * its drain window has begun), into the struct thread_use at `arg`. */
 static void *sample_drain(void *arg)
 {
-    struct drain_use *u = arg;
+    struct thread_use *u = arg;
     sleep_ms(4000);
     struct thread_use a = thread_use_of("orb-rdma-lane");
     sleep_ms(2000);
@@ -1596,7 +1590,7 @@ static void test_an_unprovable_post_stays_charged(void **state)
                   orb_last_error());
     assert_true(rc != 0 && rep.done && rep.has_failure && rep.failure.remote_effect == ORB_REMOTE_EFFECT_NONE);
     assert_true(took < (IO_TIMEOUT_S + 2) * 1000000000ull);
-    struct drain_use drain = {0, 0, 0};
+    struct thread_use drain = {0, 0, 0};
     pthread_t sampler;
     assert_int_equal(pthread_create(&sampler, NULL, sample_drain, &drain), 0);
     t0 = now_ns();
@@ -1605,8 +1599,7 @@ static void test_an_unprovable_post_stays_charged(void **state)
     pthread_join(sampler, NULL);
     print_message("close: %s in %llu ms (%s)\n", orb_strerror(rc), (unsigned long long)(took / 1000000ull),
                   orb_last_error());
-    long hz = sysconf(_SC_CLK_TCK);
-    unsigned long long drain_ms = drain.ticks * 1000ull / (unsigned long long)(hz > 0 ? hz : 100);
+    unsigned long long drain_ms = thread_use_ms(drain.ticks);
     const char *mode = getenv("ORBITE_TEST_PROGRESS");
     print_message("the %u lane threads (%s) over 2 s of the drain window: %llu ms of CPU, %llu wake-ups\n",
                   drain.threads, mode != NULL ? mode : "polling", drain_ms, drain.sleeps);

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 struct thread_use {
     unsigned threads;           /* how many threads carry the name (a prefix of it) */
@@ -58,6 +59,13 @@ static inline struct thread_use thread_use_of(const char *prefix)
     }
     closedir(d);
     return u;
+}
+
+/* `ticks` of CPU time (thread_use.ticks, or a difference of two) in milliseconds. */
+static inline unsigned long long thread_use_ms(unsigned long long ticks)
+{
+    long hz = sysconf(_SC_CLK_TCK);
+    return ticks * 1000ull / (unsigned long long)(hz > 0 ? hz : 100);
 }
 
 #endif
