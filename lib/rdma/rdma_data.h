@@ -108,6 +108,15 @@ struct rdma_lane {
     int wake_fd;
     atomic_int sleeping;
     uint64_t next_reclaim_ns;      /* its progress recovery looks again then (its own thread's) */
+    /* drain_lane's room for a snapshot of its links beyond 64 (its own thread's), as large as
+     * the lane has needed, so that a kick reaches every link of it; todo_from: where a snapshot
+     * cut short (no memory to grow it) goes on next time. */
+    struct rdma_link **todo;
+    uint32_t todo_cap, todo_from;
+    /* on_send_wc's room for the WRs one completion retires (its own thread's), as large as the
+     * largest retirement so far; a link's send queue depth bounds it. */
+    struct rdma_retired *retired;
+    uint32_t retired_cap;
 };
 
 /* A lane's completion queue pair that was replaced (progress recovery): it stays until the last
@@ -244,6 +253,7 @@ struct rdma_peer {
      * released once its last segment let go (nobody joins it then). */
     uint32_t users;
     bool building, shared, released;
+    uint64_t rail_fence_pass;      /* the monitor's rail fence that charged it last (tp->lock) */
     /* width lanes of a queue pair per rail: lane j's of rail k at links[j * nrails + k]. Replaced
      * (with the width) only by a reconnect, under `lock`, while no request holds a grant. */
     uint32_t nrails, width;

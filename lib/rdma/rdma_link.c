@@ -1,5 +1,6 @@
 /* The RDMA data path's contexts, links and lane thread (see rdma_data.h). */
 #include "rdma/rdma_data.h"
+#include "rdma/turns.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -842,20 +843,23 @@ static void link_put(struct rdma_link *l)
     atomic_fetch_sub(&l->users, 1);
 }
 
-struct retired {
+struct rdma_retired {
     uint64_t cookie;
     bool is_this;
 };
 struct retire_list {
-    struct retired items[1024];
-    uint32_t n;
+    struct rdma_retired *items;
+    uint32_t n, cap;
+    uint32_t lost;                 /* retired without room to note them (no memory to grow it) */
 };
 
 static void note_retired(void *ctx, uint64_t cookie, bool is_this)
 {
     struct retire_list *r = ctx;
-    if (r->n < sizeof r->items / sizeof r->items[0])
-        r->items[r->n++] = (struct retired){cookie, is_this};
+    if (r->n < r->cap)
+        r->items[r->n++] = (struct rdma_retired){cookie, is_this};
+    else
+        r->lost++;
 }
 
 /* Whether a completion's error is the path's (rail health counts it against the rail) rather
@@ -878,17 +882,34 @@ static bool wc_is_path_failure(enum ibv_wc_status st)
     }
 }
 
-static void on_send_wc(struct orb_rdma_tp *tp, struct rdma_link *l, const struct ibv_wc *wc)
+static void on_send_wc(struct rdma_lane *lane, struct rdma_link *l, const struct ibv_wc *wc)
 {
-    static _Thread_local struct retire_list r;
-    r.n = 0;
+    struct orb_rdma_tp *tp = lane->tp;
     pthread_mutex_lock(&l->lock);
+    /* One completion retires at most every WR outstanding on the link (unsignaled ones before
+     * it): room for all of them, each handled below without the link's lock. */
+    uint32_t most = l->qp->track.count;
+    if (most > lane->retired_cap) {
+        struct rdma_retired *grown = realloc(lane->retired, (size_t)most * sizeof *grown);
+        if (grown != NULL) {
+            lane->retired = grown;
+            lane->retired_cap = most;
+        }
+    }
+    struct retire_list r = {.items = lane->retired, .cap = lane->retired_cap};
     int rc = orb_rdma_wr_track_complete(&l->qp->track, wc->wr_id, note_retired, &r);
     pthread_mutex_unlock(&l->lock);
     if (rc < 0) {
         ORB_LOGW("rdma: rail %u: %s; the link is failed", l->rail, orb_last_error());
         rdma_link_fail(l, ORB_EPROTO);
         return;
+    }
+    if (r.lost > 0) {
+        /* Their owners never learn that they ended: the link fails, and those requests end by
+         * their deadline (io_timeout_s) rather than wait for good. */
+        ORB_LOGE("rdma: rail %u: out of memory for the %u work requests one completion retired: the link is failed",
+                 l->rail, r.lost + r.n);
+        rdma_link_fail(l, ORB_ENOMEM);
     }
     if (wc->status != IBV_WC_SUCCESS) {
         if (wc->status != IBV_WC_WR_FLUSH_ERR) {
@@ -945,8 +966,9 @@ static void on_recv_wc(struct rdma_link *l, const struct ibv_wc *wc)
     }
 }
 
-static int poll_cq(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_cq *cq, bool send)
+static int poll_cq(struct rdma_lane *lane, struct rdma_ctx *c, struct ibv_cq *cq, bool send)
 {
+    struct orb_rdma_tp *tp = lane->tp;
     struct ibv_wc wc[LANE_BATCH];
     int n = ibv_poll_cq(cq, LANE_BATCH, wc);
     if (n <= 0)
@@ -962,7 +984,7 @@ static int poll_cq(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_cq *cq
             continue;
         }
         if (send)
-            on_send_wc(tp, l, &wc[i]);
+            on_send_wc(lane, l, &wc[i]);
         else
             on_recv_wc(l, &wc[i]);
         link_put(l);
@@ -975,16 +997,43 @@ static int poll_cq(struct orb_rdma_tp *tp, struct rdma_ctx *c, struct ibv_cq *cq
 static int drain_lane(struct rdma_lane *lane)
 {
     struct orb_rdma_tp *tp = lane->tp;
-    struct rdma_link *todo[256];
-    uint32_t n = 0;
+    struct rdma_link *stack[64], **todo = stack;
+    uint32_t room = 64, mine = 0, n = 0;
     pthread_mutex_lock(&tp->lock);
-    for (struct rdma_link *l = tp->links; l != NULL && n < 256; l = l->all_next) {
+    for (const struct rdma_link *l = tp->links; l != NULL; l = l->all_next)
+        mine += l->lane == lane->index;
+    if (mine > room) {
+        if (mine > lane->todo_cap) {
+            /* Grown under tp->lock (no I/O there), kept for the lane's life. */
+            uint32_t cap = mine + mine / 2;
+            struct rdma_link **grown = realloc(lane->todo, (size_t)cap * sizeof *grown);
+            if (grown != NULL) {
+                lane->todo = grown;
+                lane->todo_cap = cap;
+            }
+        }
+        if (lane->todo_cap > room) {
+            todo = lane->todo;
+            room = lane->todo_cap;
+        }
+    }
+    /* Every link of the lane; short of memory, a room's worth in turns, and the lane is kicked
+     * again for the rest. */
+    uint32_t skip = orb_turn_skip(lane->todo_from, mine, room);
+    for (struct rdma_link *l = tp->links; l != NULL && n < room; l = l->all_next) {
         if (l->lane != lane->index)
             continue;
+        if (skip > 0) {
+            skip--;
+            continue;
+        }
         atomic_fetch_add(&l->users, 1);
         todo[n++] = l; /* each looks at its own queues under its own lock */
     }
+    lane->todo_from = orb_turn_next(lane->todo_from, n, mine);
     pthread_mutex_unlock(&tp->lock);
+    if (n < mine)
+        atomic_store(&lane->kick, 1);
     for (uint32_t i = 0; i < n; i++) {
         rdma_link_drain_waits(todo[i]);
         link_put(todo[i]);
@@ -1023,8 +1072,8 @@ static int poll_lane(struct rdma_lane *lane)
         struct rdma_ctx *c = tp->dctx[i];
         if (!lane_serves(lane, c))
             continue;
-        got += poll_cq(tp, c, c->scq[lane->index], true);
-        got += poll_cq(tp, c, c->rcq[lane->index], false);
+        got += poll_cq(lane, c, c->scq[lane->index], true);
+        got += poll_cq(lane, c, c->rcq[lane->index], false);
     }
     return got;
 }
@@ -1104,21 +1153,17 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
  * connection's pair on the rail whose queue pairs were live (its path did fail). */
 static void fail_rail_links(struct orb_rdma_tp *tp, uint32_t k)
 {
-    void *counted[64]; /* connections charged already (one failure each) */
-    uint32_t ncounted = 0;
     pthread_mutex_lock(&tp->lock);
+    uint64_t pass = ++tp->rail_fence_passes; /* a connection this pass charged carries it */
     for (struct rdma_link *l = tp->links; l != NULL; l = l->all_next) {
         if (l->role != RDMA_ROLE_REQUESTER || l->rail != k)
             continue;
         bool live = !atomic_load(&l->down);
         rdma_link_fault(l, ORB_EPEER);
-        bool seen = false;
-        for (uint32_t i = 0; i < ncounted && !seen; i++)
-            seen = counted[i] == l->owner;
-        if (live && !seen) {
-            rdma_req_rail_fenced((struct rdma_peer *)l->owner, k); /* a requester link's owner */
-            if (ncounted < sizeof counted / sizeof counted[0])
-                counted[ncounted++] = l->owner;
+        struct rdma_peer *p = l->owner; /* a requester link's owner */
+        if (live && p->rail_fence_pass != pass) {
+            p->rail_fence_pass = pass;
+            rdma_req_rail_fenced(p, k);
         }
     }
     pthread_mutex_unlock(&tp->lock);
@@ -1816,6 +1861,8 @@ void rdma_data_destroy(struct orb_rdma_tp *tp)
             close(tp->lanes[i].wake_fd);
         orb_qos_arbiter_free(tp->lanes[i].arb);
         free(tp->lanes[i].cands);
+        free(tp->lanes[i].todo);
+        free(tp->lanes[i].retired);
     }
     free(tp->lanes);
     tp->lanes = NULL;

@@ -1,6 +1,7 @@
 /* The RDMA transport's source side: connections, grants, the end of a grant and its ACK (see
  * rdma_data.h). */
 #include "rdma/rdma_data.h"
+#include "rdma/turns.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -252,19 +253,38 @@ static void reap_private(struct orb_rdma_tp *tp)
 {
     if (atomic_load(&tp->pgrants_ending) == 0 && atomic_load(&tp->own_retired) == 0)
         return;
-    struct rdma_src_conn *held[64];
-    uint32_t n = 0;
+    /* Every connection, held (users) while it is looked at without tp->lock; short of memory
+     * for a list of them all, a stack's worth at a time, the whole list in turns. */
+    struct rdma_src_conn *stack[64], **held = stack;
+    uint32_t cap = 64, n = 0, total = 0;
     pthread_mutex_lock(&tp->lock);
-    for (struct rdma_src_conn *c = tp->conns; c != NULL && n < 64; c = c->next) {
+    for (const struct rdma_src_conn *c = tp->conns; c != NULL; c = c->next)
+        total++;
+    if (total > cap) {
+        struct rdma_src_conn **all = malloc((size_t)total * sizeof *all);
+        if (all != NULL) {
+            held = all;
+            cap = total;
+        }
+    }
+    uint32_t skip = orb_turn_skip(tp->reap_from, total, cap);
+    for (struct rdma_src_conn *c = tp->conns; c != NULL && n < cap; c = c->next) {
+        if (skip > 0) {
+            skip--;
+            continue;
+        }
         c->users++;
         held[n++] = c;
     }
+    tp->reap_from = orb_turn_next(tp->reap_from, n, total);
     pthread_mutex_unlock(&tp->lock);
     for (uint32_t i = 0; i < n; i++) {
         rdma_pgrant_reap(tp, held[i], false);
         free_own_retired(held[i]);
         conn_put(tp, held[i]);
     }
+    if (held != stack)
+        free(held);
 }
 
 void rdma_src_reap(struct orb_rdma_tp *tp, bool force)

@@ -128,6 +128,8 @@ struct orb_rdma_tp {
     pthread_mutex_t priv_lock;                  /* priv_reap (a leaf lock) */
     struct rdma_link *priv_reap;                /* requester queue pairs of ended private grants */
     uint32_t src_scan_turn;                     /* where the grant-expiry scan goes on (tp->lock) */
+    uint32_t reap_from;                         /* where a short private-grant reap goes on (tp->lock) */
+    uint64_t rail_fence_passes;                 /* fail_rail_links() calls so far (tp->lock) */
     uint64_t drain_deadline;
     uint32_t endpoints;                         /* QPs, against max_endpoints */
     atomic_int stopping;

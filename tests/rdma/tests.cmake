@@ -65,6 +65,10 @@ orb_unit_test(test_rdma_gdr SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_gdr.c
 orb_unit_test(test_rdma_outcome SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_outcome.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
 
+# Looking at a list in turns: the lanes' and the source reaper's bounded snapshots.
+orb_unit_test(test_rdma_turns SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_turns.c
+              OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
+
 # Memory windows and their key history, on a scripted allocator.
 orb_unit_test(test_rdma_window SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_window.c
               OBJECTS orb_base orb_rdma orb_helperlib orb_hproto orb_wire LIBS ${CMAKE_DL_LIBS})
