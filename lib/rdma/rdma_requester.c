@@ -2476,6 +2476,48 @@ void rdma_req_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
         report_pieces(l->tp, &e);
 }
 
+static const char *qp_state_name(enum ibv_qp_state st)
+{
+    switch (st) {
+    case IBV_QPS_RESET: return "reset";
+    case IBV_QPS_INIT: return "init";
+    case IBV_QPS_RTR: return "ready to receive";
+    case IBV_QPS_RTS: return "ready to send";
+    case IBV_QPS_SQD: return "draining";
+    case IBV_QPS_SQE: return "send queue error";
+    case IBV_QPS_ERR: return "error";
+    default: return "unknown";
+    }
+}
+
+/* For the warning about a request that timed out: each rail of `r` with payload outstanding and
+ * its queue pair's state as the device tells it now -- one still ready to send, with no
+ * completion for io_timeout_s, points at the device or the path; one in error, at a completion
+ * this side never saw (tp->lock and p->lock held). */
+static void describe_stuck_rails(const struct orb_rdma_tp *tp, const struct rdma_peer *p, const struct rdma_req *r,
+                                 char *out, size_t cap)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (uint32_t k = 0; k < p->nrails && at < cap; k++) {
+        if (!(r->rail_mask & (1u << k)) || r->rail_left[k] == 0)
+            continue;
+        const struct rdma_link *l = r->priv[k] != NULL ? r->priv[k] : p->links[r->lane * p->nrails + k];
+        if (l == NULL)
+            continue;
+        struct ibv_qp_attr a;
+        struct ibv_qp_init_attr init;
+        memset(&a, 0, sizeof a);
+        int err = tp->v->query_qp(l->qp->qp, &a, IBV_QP_STATE, &init);
+        int n = snprintf(out + at, cap - at, "; rail %u: %u of its work requests outstanding, queue pair %u %s", k,
+                         r->rail_left[k], l->qp->qp->qp_num,
+                         err != 0 ? "(state not readable)" : qp_state_name(a.qp_state));
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
+}
+
 void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
 {
     pthread_mutex_lock(&tp->lock);
@@ -2486,20 +2528,25 @@ void rdma_req_scan(struct orb_rdma_tp *tp, uint64_t now)
         struct rdma_link *priv_fail[ORB_RDMA_MAX_RAILS * 8];
         uint32_t npriv = 0;
         pthread_mutex_lock(&p->lock);
-        for (struct rdma_req *r = p->active, *next; r != NULL && ne < 8; r = next) {
+        /* At most 8 endings and 8 requests' own queue pairs a scan: the rest come next time
+         * (they are not marked expired before they are handled). */
+        for (struct rdma_req *r = p->active, *next; r != NULL && ne < 8 && npriv <= ORB_RDMA_MAX_RAILS * 7;
+             r = next) {
             next = r->next;
             if (r->ended || r->expired || now < r->deadline)
                 continue;
             r->expired = true; /* once: it may outlive its deadline, waiting for its WRs */
+            char stuck[256];
+            describe_stuck_rails(tp, p, r, stuck, sizeof stuck);
             ORB_LOGW("rdma: %s: request %llu got no ACK within io_timeout_s: it fails (%u work requests "
-                     "outstanding, %u rail ends to send, ACK %s, rails 0x%x)",
+                     "outstanding, %u rail ends to send, ACK %s, rails 0x%x%s)",
                      p->endpoint, (unsigned long long)r->id, r->outstanding, r->sends_left,
-                     r->acked ? "in" : "missing", r->rail_mask);
+                     r->acked ? "in" : "missing", r->rail_mask, stuck);
             fail_locked(r, ORB_ETIMEDOUT, "rdma: no ACK from the source within io_timeout_s");
             if (r->private_grant) {
                 /* Its own queue pairs only (lane 0 frees them, after this scan, which it runs). */
                 for (uint32_t k = 0; k < ORB_RDMA_MAX_RAILS; k++)
-                    if (r->priv[k] != NULL && npriv < ORB_RDMA_MAX_RAILS * 8)
+                    if (r->priv[k] != NULL)
                         priv_fail[npriv++] = r->priv[k];
                 if (maybe_end(r, &e[ne]))
                     ne++;

@@ -1609,6 +1609,44 @@ static void *sample_drain(void *arg)
     return NULL;
 }
 
+/* The first warning line containing `want` since timeout_warning_watch(), kept while the
+ * engine's lines still go to stderr. */
+static struct {
+    pthread_mutex_t lock;
+    const char *want;
+    char line[512];
+} warning_seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void warning_sink(enum orb_log_level level, const char *message, void *ctx)
+{
+    (void)ctx;
+    fprintf(stderr, "orbite[%d]: %s\n", (int)level, message);
+    pthread_mutex_lock(&warning_seen.lock);
+    if (level == ORB_LOG_WARN && warning_seen.want != NULL && warning_seen.line[0] == '\0' &&
+        strstr(message, warning_seen.want) != NULL)
+        snprintf(warning_seen.line, sizeof warning_seen.line, "%s", message);
+    pthread_mutex_unlock(&warning_seen.lock);
+}
+
+static void warning_watch(const char *want)
+{
+    pthread_mutex_lock(&warning_seen.lock);
+    warning_seen.want = want;
+    warning_seen.line[0] = '\0';
+    pthread_mutex_unlock(&warning_seen.lock);
+    orb_log_set_handler(warning_sink, NULL);
+}
+
+/* The line seen (empty: none), copied out; the default sink again. */
+static void warning_unwatch(char *out, size_t cap)
+{
+    orb_log_set_handler(NULL, NULL);
+    pthread_mutex_lock(&warning_seen.lock);
+    snprintf(out, cap, "%s", warning_seen.line);
+    warning_seen.want = NULL;
+    pthread_mutex_unlock(&warning_seen.lock);
+}
+
 /* A READ whose work request the device refuses without naming it, not having taken it: nothing
  * can prove it will never run, so it stays charged -- its request does not end, the wait for it
  * times out with it still live, and the engine's close says ORB_EUNQUIESCED and keeps its
@@ -1621,6 +1659,7 @@ static void test_an_unprovable_post_stays_charged(void **state)
     struct side sd;
     side_up(&sd, &peer, NULL);
     assert_int_equal(round_trip(&sd.t, 7), 0);
+    warning_watch("got no ACK within io_timeout_s");
     itp_arm(ITP_POST_SEND, 1, ENOMEM, IBV_WR_RDMA_READ, ITP_REFUSED_UNNAMED);
     struct orb_request r = chunk_request(ORB_OP_READ, sd.t.area + GUARD, peer.base);
     struct orb_batch_report rep;
@@ -1634,6 +1673,13 @@ static void test_an_unprovable_post_stays_charged(void **state)
     /* Past its ACK deadline it is still charged. */
     sleep_ms((IO_TIMEOUT_S + 1) * 1000);
     assert_int_equal(stats_of(sd.e).requests_in_flight, 1);
+    /* The timeout's warning names the rail with the payload outstanding and its queue pair's
+     * state: the refused post failed the link, which moved its queue pair to the error state. */
+    char seen[512];
+    warning_unwatch(seen, sizeof seen);
+    print_message("the timeout said: %s\n", seen);
+    assert_non_null(strstr(seen, "of its work requests outstanding, queue pair "));
+    assert_non_null(strstr(seen, " error"));
     /* A new request: refused within io_timeout_s (the rebuild it waits for cannot start). */
     uint64_t t0 = now_ns();
     r = chunk_request(ORB_OP_WRITE, sd.t.area + GUARD, peer.base);
