@@ -115,8 +115,9 @@ cmd_bench() {
 # The tests labelled rdma-device, from build/, inside one soft-RoCE VM boot (two "hosts", two
 # rails: four rxe devices). A machine where the VM cannot run at all (no qemu, no kernel to be
 # had) skips them and says why. A failed test runs once more in the same boot and fails the step
-# only if it fails again: soft-RoCE (Linux 6.1) sometimes stops a queue pair under load
-# (docs/operations.md, known limitations); both attempts stay in build/vm.log. Two tests run at
+# only if it fails again: soft-RoCE (Linux 6.1 at least; the VM boots 6.12 where it can) sometimes
+# stops a queue pair under load (docs/operations.md, known limitations); both attempts stay in
+# build/vm.log. Two tests run at
 # a time, but never two that load the VM's CPUs (their ctest resource locks: tests/rdma/tests.cmake).
 run_vm_tests() {
     local start=$SECONDS rc=0

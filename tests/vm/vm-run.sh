@@ -51,12 +51,16 @@ ldd "$(command -v busybox)" >/dev/null 2>&1 && skip "busybox is not static (inst
 # ---- the kernel, cached ------------------------------------------------------------------------
 CACHE=${ORBITE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/orbite-vm}
 mkdir -p "$CACHE"
+# ORBITE_VM_KERNEL names a kernel package; otherwise the distribution's 6.12 kernel where it has
+# one (Debian 12 ships it beside its default 6.1, whose soft-RoCE now and then stops a queue pair
+# under load: docs/operations.md), else its default kernel, else one cached earlier.
 PKG=${ORBITE_VM_KERNEL:-}
-if [[ -z $PKG ]]; then
-    PKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}') || true
-    [[ -n $PKG ]] || PKG=$(ls "$CACHE" 2>/dev/null | sed -n 's/^\(linux-image-.*\)\.tree$/\1/p' | head -n1)
-fi
-[[ -n $PKG ]] || skip "no kernel package known (apt-cache depends linux-image-amd64 found none)"
+for meta in linux-image-6.12-amd64 linux-image-amd64; do
+    [[ -z $PKG ]] || break
+    PKG=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}') || true
+done
+[[ -n $PKG ]] || PKG=$(ls "$CACHE" 2>/dev/null | sed -n 's/^\(linux-image-.*\)\.tree$/\1/p' | head -n1)
+[[ -n $PKG ]] || skip "no kernel package known (apt-cache depends linux-image-6.12-amd64 and linux-image-amd64 found none)"
 TREE=$CACHE/$PKG.tree
 if [[ ! -d $TREE/boot ]]; then
     command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || skip "apt-get and dpkg-deb are needed once"
