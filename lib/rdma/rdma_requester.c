@@ -2509,7 +2509,7 @@ static void describe_stuck_rails(const struct orb_rdma_tp *tp, const struct rdma
         struct ibv_qp_init_attr init;
         memset(&a, 0, sizeof a);
         int err = tp->v->query_qp(l->qp->qp, &a, IBV_QP_STATE, &init);
-        int n = snprintf(out + at, cap - at, "; rail %u: %u of its work requests outstanding, queue pair %u %s", k,
+        int n = snprintf(out + at, cap - at, "; rail %u: %u payload work request(s) without a completion, queue pair %u %s", k,
                          r->rail_left[k], l->qp->qp->qp_num,
                          err != 0 ? "(state not readable)" : qp_state_name(a.qp_state));
         if (n < 0)

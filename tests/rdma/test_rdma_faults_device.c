@@ -1609,8 +1609,8 @@ static void *sample_drain(void *arg)
     return NULL;
 }
 
-/* The first warning line containing `want` since timeout_warning_watch(), kept while the
- * engine's lines still go to stderr. */
+/* The first warning line containing `want` since warning_watch(), kept while the engine's lines
+ * still go to stderr as the default sink writes them. */
 static struct {
     pthread_mutex_t lock;
     const char *want;
@@ -1620,7 +1620,8 @@ static struct {
 static void warning_sink(enum orb_log_level level, const char *message, void *ctx)
 {
     (void)ctx;
-    fprintf(stderr, "orbite[%d]: %s\n", (int)level, message);
+    static const char *const names[] = {"error", "warn", "info", "debug", "trace"};
+    fprintf(stderr, "orbite[%s]: %s\n", (unsigned)level < 5 ? names[level] : "?", message);
     pthread_mutex_lock(&warning_seen.lock);
     if (level == ORB_LOG_WARN && warning_seen.want != NULL && warning_seen.line[0] == '\0' &&
         strstr(message, warning_seen.want) != NULL)
@@ -1678,7 +1679,7 @@ static void test_an_unprovable_post_stays_charged(void **state)
     char seen[512];
     warning_unwatch(seen, sizeof seen);
     print_message("the timeout said: %s\n", seen);
-    assert_non_null(strstr(seen, "of its work requests outstanding, queue pair "));
+    assert_non_null(strstr(seen, "payload work request(s) without a completion, queue pair "));
     assert_non_null(strstr(seen, " error"));
     /* A new request: refused within io_timeout_s (the rebuild it waits for cannot start). */
     uint64_t t0 = now_ns();

@@ -51,30 +51,54 @@ ldd "$(command -v busybox)" >/dev/null 2>&1 && skip "busybox is not static (inst
 # ---- the kernel, cached ------------------------------------------------------------------------
 CACHE=${ORBITE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/orbite-vm}
 mkdir -p "$CACHE"
-# ORBITE_VM_KERNEL names a kernel package; otherwise the distribution's 6.12 kernel where it has
-# one (Debian 12 ships it beside its default 6.1, whose soft-RoCE now and then stops a queue pair
-# under load: docs/operations.md), else its default kernel, else one cached earlier.
-PKG=${ORBITE_VM_KERNEL:-}
-for meta in linux-image-6.12-amd64 linux-image-amd64; do
-    [[ -z $PKG ]] || break
-    PKG=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}') || true
-done
-[[ -n $PKG ]] || PKG=$(ls "$CACHE" 2>/dev/null | sed -n 's/^\(linux-image-.*\)\.tree$/\1/p' | head -n1)
-[[ -n $PKG ]] || skip "no kernel package known (apt-cache depends linux-image-6.12-amd64 and linux-image-amd64 found none)"
-TREE=$CACHE/$PKG.tree
-if [[ ! -d $TREE/boot ]]; then
-    command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || skip "apt-get and dpkg-deb are needed once"
-    log "fetching $PKG (once; cached in $CACHE)"
-    DL=$(mktemp -d "$CACHE/dl.XXXXXX")
-    (cd "$DL" && apt-get -q -o APT::Sandbox::User=root download "$PKG" >/dev/null 2>&1) ||
-        { rm -rf "$DL"; skip "could not download $PKG"; }
-    rm -rf "$TREE.part"
-    dpkg-deb -x "$DL"/"$PKG"_*.deb "$TREE.part"
-    rm -rf "$DL"
-    KVER=$(ls "$TREE.part/lib/modules" | head -n1)
-    depmod -b "$TREE.part" "$KVER"
-    mv "$TREE.part" "$TREE"
+# The kernel's package: ORBITE_VM_KERNEL when set (that one or none); otherwise the first that can
+# be had of the distribution's 6.12 kernel (Debian 12 ships it beside its default 6.1, whose
+# soft-RoCE now and then stops a queue pair under load: docs/operations.md), its default kernel,
+# and the ones cached earlier.
+fetch_kernel() {
+    local pkg=$1 tree=$CACHE/$1.tree dl kver
+    [[ -d $tree/boot ]] && return 0
+    if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+        log "apt-get and dpkg-deb are needed to fetch $pkg"
+        return 1
+    fi
+    log "fetching $pkg (once; cached in $CACHE)"
+    dl=$(mktemp -d "$CACHE/dl.XXXXXX")
+    if ! (cd "$dl" && apt-get -q -o APT::Sandbox::User=root download "$pkg" >/dev/null 2>&1); then
+        rm -rf "$dl"
+        log "could not download $pkg"
+        return 1
+    fi
+    rm -rf "$tree.part"
+    dpkg-deb -x "$dl"/"$pkg"_*.deb "$tree.part"
+    rm -rf "$dl"
+    kver=$(ls "$tree.part/lib/modules" | head -n1)
+    depmod -b "$tree.part" "$kver"
+    mv "$tree.part" "$tree"
+}
+CANDIDATES=()
+if [[ -n ${ORBITE_VM_KERNEL:-} ]]; then
+    CANDIDATES=("$ORBITE_VM_KERNEL")
+else
+    for meta in linux-image-6.12-amd64 linux-image-amd64; do
+        dep=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}') || true
+        [[ -z $dep ]] || CANDIDATES+=("$dep")
+    done
+    for cached in "$CACHE"/linux-image-*.tree; do
+        [[ -d $cached/boot ]] || continue
+        cached=${cached##*/}
+        CANDIDATES+=("${cached%.tree}")
+    done
 fi
+PKG=
+for candidate in "${CANDIDATES[@]}"; do
+    if fetch_kernel "$candidate"; then
+        PKG=$candidate
+        break
+    fi
+done
+[[ -n $PKG ]] || skip "no kernel package could be had (tried: ${CANDIDATES[*]:-none; apt-cache knows neither linux-image-6.12-amd64 nor linux-image-amd64})"
+TREE=$CACHE/$PKG.tree
 KVER=$(ls "$TREE/lib/modules" | head -n1)
 VMLINUZ=$TREE/boot/vmlinuz-$KVER
 [[ -f $VMLINUZ ]] || skip "no kernel image in $TREE"
