@@ -1031,6 +1031,21 @@ static void run_each(const char *const *cmds)
     }
 }
 
+/* The address cell's change `cmds` (run_all); should one fail, the cell's traffic thread `th`
+ * stops (it must not run on into the next cells), each list of `undo` (NULL-terminated) runs
+ * quietly, and the cell fails naming the command. */
+static void change_address(const char *const *cmds, const char *const *const *undo, struct traffic *t, pthread_t th)
+{
+    const char *failed_cmd = run_all(cmds);
+    if (failed_cmd == NULL)
+        return;
+    atomic_store(&t->stop, 1);
+    pthread_join(th, NULL);
+    for (size_t i = 0; undo[i] != NULL; i++)
+        run_each(undo[i]);
+    fail_msg("%s failed", failed_cmd);
+}
+
 /* The address under the requester's rail 1 is replaced mid-run (the rails topology's
  * 10.77.2.1 by 10.77.2.9, with the routes that reach it): the monitor fences the rail, takes
  * the new GID and opens it again; only what was in flight on it fails. Then back. */
@@ -1067,15 +1082,7 @@ static void test_the_address_of_a_rail_changes(void **state)
     struct orb_rdma_nic_load l[2];
     CHECK(WAIT_FOR(atomic_load(&t.ok) >= 3, 10000) >= 0);
     struct orb_rdma_stats s0 = stats_of(req);
-    const char *failed_cmd = run_all(to_new);
-    if (failed_cmd != NULL) {
-        /* The traffic stops before the cell does: it must not run on into the next cells. */
-        atomic_store(&t.stop, 1);
-        pthread_join(th, NULL);
-        run_each(to_old);
-        run_each(routes_gone);
-        fail_msg("%s failed", failed_cmd);
-    }
+    change_address(to_new, (const char *const *const[]){to_old, routes_gone, NULL}, &t, th);
     uint64_t changed_at = now_ns();
     long fenced = WAIT_FOR(stats_of(req).routes_down >= 1, 3000);
     long reopened = WAIT_FOR(stats_of(req).route_recoveries > s0.route_recoveries, 5000);
@@ -1087,13 +1094,7 @@ static void test_the_address_of_a_rail_changes(void **state)
                   (unsigned long long)((now_ns() - changed_at) / 1000000ull));
     CHECK(fenced >= 0 && reopened >= 0 && carried >= 0);
     uint64_t failed_new = atomic_load(&t.failed);
-    failed_cmd = run_all(to_old);
-    if (failed_cmd != NULL) {
-        atomic_store(&t.stop, 1);
-        pthread_join(th, NULL);
-        run_each(to_old);
-        fail_msg("%s failed", failed_cmd);
-    }
+    change_address(to_old, (const char *const *const[]){to_old, NULL}, &t, th);
     s0 = stats_of(req);
     CHECK(WAIT_FOR(stats_of(req).route_recoveries > s0.route_recoveries, 5000) >= 0);
     loads(l);
