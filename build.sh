@@ -117,8 +117,8 @@ cmd_bench() {
 # had) skips them and says why. A failed test runs once more in the same boot and fails the step
 # only if it fails again: soft-RoCE (Linux 6.1 at least; the VM boots 6.12 where it can) sometimes
 # stops a queue pair under load (docs/operations.md, known limitations); both attempts stay in
-# build/vm.log. Two tests run at
-# a time, but never two that load the VM's CPUs (their ctest resource locks: tests/rdma/tests.cmake).
+# build/vm.log. Two tests run at a time, but never two that load the VM's CPUs (their ctest
+# resource locks: tests/rdma/tests.cmake).
 run_vm_tests() {
     local start=$SECONDS rc=0
     log "=== rdma-vm: the rdma-device tests of build/ on soft-RoCE (one VM boot)"
