@@ -6,19 +6,24 @@
 # per round and then over all rounds (the ratio of the means). Under emulation (TCG) the
 # figures measure the emulator: only the ratios mean something.
 #
-#   tests/vm/vm-run.sh --topology rails -- tests/vm/rdma-bench.sh [ROUNDS] [SECONDS] [PROGRESS]
+#   tests/vm/vm-run.sh --topology rails -- tests/vm/rdma-bench.sh [ROUNDS] [SECONDS] [PROGRESS] [PERFTEST]
 #
 # PROGRESS is both engines' progress_mode: event_driven by default here, because soft-RoCE does
 # the device's work on the same (two, emulated) CPUs as the lanes, and a polling lane takes CPU
 # time from it; "polling" (the library's default, right for a NIC that works on its own) measures
-# that.
+# that. PERFTEST is how perftest waits for its completions: "polling" (its default: each client
+# spins on its completion queue) or "events" (its -e: it sleeps on a completion channel, as
+# OrbiTE's event_driven lanes do). ib_write_bw has no event mode ("Events feature not available
+# on WRITE verb"), so with "events" only the READ cells change; WRITE's pairs still poll.
 #
 # Needs perftest (ib_write_bw, ib_read_bw) on the host's root file system and build/ built.
 set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-3}
 PROGRESS=${3:-event_driven}
+PERFTEST=${4:-polling}
 case $PROGRESS in polling|event_driven) ;; *) echo "rdma-bench: progress mode $PROGRESS: polling or event_driven"; exit 2 ;; esac
+case $PERFTEST in polling) PERF_WAIT=() ;; events) PERF_WAIT=(-e) ;; *) echo "rdma-bench: perftest mode $PERFTEST: polling or events"; exit 2 ;; esac
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BENCH=$ROOT/build/tools/orbite-bench
 for t in ib_write_bw ib_read_bw; do
@@ -42,11 +47,13 @@ gid_index() {
 # $1 tool, $2 size, $3 client dev, $4 server dev, $5 server address, $6 port.
 perf_pair() {
     local tool=$1 size=$2 cdev=$3 sdev=$4 addr=$5 port=$6
-    "$tool" -d "$sdev" -x "$(gid_index "$sdev")" -s "$size" -n "$(iters "$size")" -F -p "$port" >/dev/null 2>&1 &
+    local events=()
+    [[ $tool == ib_read_bw ]] && events=("${PERF_WAIT[@]}")
+    "$tool" -d "$sdev" -x "$(gid_index "$sdev")" -s "$size" -n "$(iters "$size")" -F "${events[@]}" -p "$port" >/dev/null 2>&1 &
     local spid=$!
     sleep 0.5
     local out
-    out=$("$tool" -d "$cdev" -x "$(gid_index "$cdev")" -s "$size" -n "$(iters "$size")" -F -p "$port" "$addr" 2>/dev/null) || true
+    out=$("$tool" -d "$cdev" -x "$(gid_index "$cdev")" -s "$size" -n "$(iters "$size")" -F "${events[@]}" -p "$port" "$addr" 2>/dev/null) || true
     wait "$spid" 2>/dev/null || true
     # The result line starts with the size: #bytes #iterations BW_peak BW_average MsgRate
     awk -v s="$size" '$1 == s && $4 > 0 { print $4; found = 1 } END { if (!found) print 0 }' <<<"$out"
@@ -103,7 +110,7 @@ orbite() {
         python3 -c 'import json,sys; r=(json.load(sys.stdin).get("results") or [{}])[0]; print(r["gbps"] if r.get("ran") and r.get("verified") else 0)' || echo 0
 }
 
-echo "orbite-bench progress_mode: $PROGRESS"
+echo "orbite-bench progress_mode: $PROGRESS; perftest: $PERFTEST$([[ $PERFTEST == events ]] && echo ' (ib_read_bw -e; ib_write_bw polls)')"
 printf '%-5s %-5s %-6s %-6s %12s %12s %8s %9s\n' round op size rails perftest_GBs orbite_GBs ratio ratio_sum
 ROWS=$(mktemp)
 trap 'rm -f "$ROWS"' EXIT
