@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "rdma/verbs.h"
@@ -131,6 +132,9 @@ static int w_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
         memset(&a, 0, sizeof a);
         a.qp_state = IBV_QPS_ERR;
         (void)real.modify_qp(qp, &a, IBV_QP_STATE);
+        /* Said, so that a log tells this forced error from one the device made. */
+        fprintf(stderr, "verbs interposer: qp %u moved to the error state before a post (opcode %d)\n", qp->qp_num,
+                (int)wr->opcode);
         return real.post_send(qp, wr, bad_wr);
     }
     case ITP_TAKEN_UNNAMED:
