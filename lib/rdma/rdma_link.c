@@ -884,28 +884,31 @@ static bool wc_is_path_failure(enum ibv_wc_status st)
 
 /* A flush on `l` that nothing here asked for (the link was live): the device moved the queue
  * pair to the error state on its own. A send flush says it without doubt (the send queue
- * completes in order: an error completion would have come first), so it is warned of (soft-RoCE
- * does this when its responder refuses a request, such as a READ it replays after the window's
- * key was invalidated); a receive flush may come before the send completion that says why
- * (they are polled from different queues), so it is only noted. The caller then fails the link
- * as for any flush. */
-static void note_unasked_flush(struct rdma_link *l, const struct ibv_wc *wc, bool recv)
+ * completes in order: an error completion would have come first), so it is warned of and taken
+ * for a failure of the queue pair's path, which a READ on it is asked again elsewhere for and
+ * rail health counts (soft-RoCE does this when its port goes down, and when its responder
+ * refuses a request, such as a READ it replays after the window's key was invalidated). A
+ * receive flush may come before the send completion that says why (they are polled from
+ * different queues), so it is only noted. Whether it was such a send flush. */
+static bool note_unasked_flush(struct rdma_link *l, const struct ibv_wc *wc, bool recv)
 {
     if (wc->status != IBV_WC_WR_FLUSH_ERR)
-        return;
+        return false;
     pthread_mutex_lock(&l->lock);
     bool live = l->failed == 0;
     pthread_mutex_unlock(&l->lock);
     if (!live)
-        return;
+        return false;
     const char *role = l->role == RDMA_ROLE_SOURCE ? "source" : "requester";
-    if (recv)
+    if (recv) {
         ORB_LOGD("rdma: %s rail %u (qp %u): a receive was flushed before anything here failed the queue pair", role,
                  l->rail, l->qp->qp->qp_num);
-    else
-        ORB_LOGW("rdma: %s rail %u (qp %u): a send work request was flushed though nothing here failed the queue pair: "
-                 "the device moved it to the error state without an error completion",
-                 role, l->rail, l->qp->qp->qp_num);
+        return false;
+    }
+    ORB_LOGW("rdma: %s rail %u (qp %u): a send work request was flushed though nothing here failed the queue pair: "
+             "the device moved it to the error state without an error completion; its path is taken to have failed",
+             role, l->rail, l->qp->qp->qp_num);
+    return true;
 }
 
 static void on_send_wc(struct rdma_lane *lane, struct rdma_link *l, const struct ibv_wc *wc)
@@ -938,13 +941,13 @@ static void on_send_wc(struct rdma_lane *lane, struct rdma_link *l, const struct
         rdma_link_fail(l, ORB_ENOMEM);
     }
     if (wc->status != IBV_WC_SUCCESS) {
-        note_unasked_flush(l, wc, false);
+        bool unasked = note_unasked_flush(l, wc, false);
         if (wc->status != IBV_WC_WR_FLUSH_ERR) {
             ORB_LOGW("rdma: %s rail %u: a work request ended with %s", l->role == RDMA_ROLE_SOURCE ? "source" : "requester",
                      l->rail, tp->v->wc_status_str(wc->status));
             atomic_fetch_add(&tp->errors, 1);
         }
-        if (wc_is_path_failure(wc->status))
+        if (wc_is_path_failure(wc->status) || unasked)
             rdma_link_fault(l, ORB_EPEER);
         else
             rdma_link_fail(l, ORB_EPEER);
@@ -968,7 +971,7 @@ static void on_recv_wc(struct rdma_link *l, const struct ibv_wc *wc)
         return;
     }
     if (wc->status != IBV_WC_SUCCESS) {
-        note_unasked_flush(l, wc, true);
+        (void)note_unasked_flush(l, wc, true);
         if (wc->status != IBV_WC_WR_FLUSH_ERR) {
             ORB_LOGW("rdma: rail %u: a receive ended with %s", l->rail, l->tp->v->wc_status_str(wc->status));
             atomic_fetch_add(&l->tp->errors, 1);
