@@ -199,6 +199,7 @@ struct rdma_link {
     pthread_mutex_t lock;          /* the QP's posts, its tracker, the wait queue, the slots */
     struct orb_rdma_qp *qp;
     int failed;                    /* 0, or why it is dead */
+    bool recv_flushed;             /* it failed by a receive's flush that nothing here asked for */
     atomic_bool down;              /* failed != 0, readable without the lock */
     atomic_bool fault;             /* it failed because the path did (retries ran out, no ACK,
                                     * its port went down), which rail health counts */

@@ -882,22 +882,26 @@ static bool wc_is_path_failure(enum ibv_wc_status st)
     }
 }
 
-/* A flush on `l` that nothing here asked for (the link was live): the device moved the queue
- * pair to the error state on its own. A send flush says it without doubt (the send queue
- * completes in order: an error completion would have come first), so it is warned of and taken
- * for a failure of the queue pair's path, which a READ on it is asked again elsewhere for and
- * rail health counts (soft-RoCE does this when its port goes down, and when its responder
- * refuses a request, such as a READ it replays after the window's key was invalidated). A
- * receive flush may come before the send completion that says why (they are polled from
- * different queues), so it is only noted. Whether it was such a send flush. */
+/* A flush on `l` that nothing here asked for (the link was live, or only a receive's flush had
+ * failed it): the device moved the queue pair to the error state on its own. A send flush says
+ * it without doubt (the send queue completes in order: an error completion would have come
+ * first), so it is warned of and taken for a failure of the queue pair's path, which a READ on
+ * it is asked again elsewhere for and rail health counts (soft-RoCE does this when its port goes
+ * down, and when its responder refuses a request, such as a READ it replays after the window's
+ * key was invalidated). A receive flush may come before the send completion that says why (they
+ * are polled from different queues), so it is only noted, and remembered for the send side.
+ * Whether it was such a send flush. */
 static bool note_unasked_flush(struct rdma_link *l, const struct ibv_wc *wc, bool recv)
 {
     if (wc->status != IBV_WC_WR_FLUSH_ERR)
         return false;
     pthread_mutex_lock(&l->lock);
     bool live = l->failed == 0;
+    bool unasked = live || (!recv && l->recv_flushed && !atomic_load(&l->fault) && l->failed == ORB_EPEER);
+    if (recv && live)
+        l->recv_flushed = true;
     pthread_mutex_unlock(&l->lock);
-    if (!live)
+    if (!unasked)
         return false;
     const char *role = l->role == RDMA_ROLE_SOURCE ? "source" : "requester";
     if (recv) {

@@ -1518,6 +1518,9 @@ static void test_a_frozen_source_holds_back_no_other(void **state)
  * first request that did not complete, the prefix before it completed with its bytes, READs
  * have no remote effect; either way the bytes around the batch never change and the next batch
  * succeeds. */
+static void warning_watch(const char *want);
+static void warning_unwatch(char *out, size_t cap);
+
 static void qp_to_error_on(orb_engine *e, orb_segment *sg, uint8_t *area, bool replays)
 {
     enum { N = 8, PART = CHUNK / 4 };
@@ -1541,17 +1544,25 @@ static void qp_to_error_on(orb_engine *e, orb_segment *sg, uint8_t *area, bool r
         r[i].length = PART / 2; /* 128 KiB each, packed into the first 1 MiB locally */
     }
     memset(area, 0xee, CHUNK + 2 * GUARD);
-    uint64_t replayed_before = stats_of(e).read_replays;
+    uint64_t replayed_before = stats_of(e).read_replays, rail_errors_before = stats_of(e).rail_errors;
+    warning_watch("flushed though nothing here failed the queue pair");
     itp_arm(ITP_POST_SEND, 13, 0, IBV_WR_RDMA_READ, ITP_QP_TO_ERROR); /* of 16: 2 slices a request */
     struct orb_batch_report rep;
     int rc = orb_submit_and_wait(e, sg, r, N, NULL, TIMEOUT_NS, &rep);
     itp_disarm(ITP_POST_SEND);
+    char warned[512];
+    warning_unwatch(warned, sizeof warned);
     uint64_t replayed = stats_of(e).read_replays - replayed_before;
     print_message("a queue pair forced to error mid-batch, %s: %s; %zu completed, failure at %zu spanning %zu; "
                   "%llu READ(s) asked again\n", replays ? "replays on" : "no replays", orb_strerror(rc),
                   rep.completed_requests, rep.failure.request_index, rep.failure.affected_requests,
                   (unsigned long long)replayed);
     assert_int_equal(itp_failures(ITP_POST_SEND) > 0, 1);
+    /* Nothing in the engine failed that queue pair: its flushes are said, and they count against
+     * its rail's path. */
+    if (strstr(warned, "its path is taken to have failed") == NULL)
+        fail_msg("no warning said the device failed the queue pair (seen: \"%s\")", warned);
+    assert_true(stats_of(e).rail_errors > rail_errors_before);
     size_t whole = N;
     if (replays) {
         if (rc != 0)
