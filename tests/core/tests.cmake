@@ -18,3 +18,5 @@ orb_fuzz_target(fuzz_rdma_config HARNESS ${CMAKE_CURRENT_LIST_DIR}/fuzz_rdma_con
                 FUZZ_OBJECTS orb_base LIBS PkgConfig::JANSSON)
 # Thread names: the helper alone, and an engine's threads through the public API.
 orb_unit_test(test_thread_name SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_name.c OBJECTS orb_base LIBS orbite)
+# Random bytes: the per-thread pool never hands a value out twice (threads, refills, fork).
+orb_unit_test(test_random SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_random.c OBJECTS orb_base LIBS Threads::Threads)
