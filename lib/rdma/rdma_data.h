@@ -128,6 +128,9 @@ struct rdma_cq_pair {
     uint32_t links;                /* queue pairs still on it (tp->lock) */
 };
 
+/* Which of a lane's CQ pair is armed (rdma_ctx.armed). */
+enum { RDMA_ARMED_SCQ = 1, RDMA_ARMED_RCQ = 2 };
+
 /* One open NIC's data-path state. */
 struct rdma_ctx {
     bool ready;                    /* CQs made, an address found: it can carry rails */
@@ -147,6 +150,9 @@ struct rdma_ctx {
     struct orb_rdma_hca_limits hca;
     struct ibv_cq *scq[RDMA_MAX_LANES], *rcq[RDMA_MAX_LANES]; /* one pair per lane */
     struct ibv_comp_channel *chan[RDMA_MAX_LANES]; /* event_driven: each lane's pair reports here */
+    /* event_driven, each lane's own: which of its pair (RDMA_ARMED_SCQ, _RCQ) is armed and has
+     * not raised the event yet; only those need arming again, or can still raise one. */
+    uint8_t armed[RDMA_MAX_LANES];
     uint32_t cqe;                  /* each CQ's capacity */
     uint32_t cqe_charged[RDMA_MAX_LANES]; /* WR slots of the links on each lane's pair (tp->lock) */
     /* Progress recovery (rdma_link.c, reclaim_lane). A lane whose pair reported an error is

@@ -1113,18 +1113,51 @@ static int poll_lane(struct rdma_lane *lane)
     return got;
 }
 
-/* Arm this lane's CQs for their next completion. false: one could not be armed (keep polling). */
+/* Arm this lane's CQs for their next completion. A CQ still armed from an earlier turn is left
+ * as it is: its arm holds until it raises its event (on a software device every arm is a system
+ * call). false: one could not be armed (keep polling). */
 static bool lane_arm(struct rdma_lane *lane)
 {
     struct orb_rdma_tp *tp = lane->tp;
+    uint32_t k = lane->index;
     for (uint32_t i = 0; i < tp->dev.nslots; i++) {
         struct rdma_ctx *c = tp->dctx[i];
         if (!lane_serves(lane, c))
             continue;
-        if (ibv_req_notify_cq(c->scq[lane->index], 0) != 0 || ibv_req_notify_cq(c->rcq[lane->index], 0) != 0)
-            return false;
+        if (!(c->armed[k] & RDMA_ARMED_SCQ)) {
+            if (ibv_req_notify_cq(c->scq[k], 0) != 0)
+                return false;
+            c->armed[k] |= RDMA_ARMED_SCQ;
+        }
+        if (!(c->armed[k] & RDMA_ARMED_RCQ)) {
+            if (ibv_req_notify_cq(c->rcq[k], 0) != 0)
+                return false;
+            c->armed[k] |= RDMA_ARMED_RCQ;
+        }
     }
     return true;
+}
+
+/* Take the events waiting on context c's channel of this lane (it polled readable), each
+ * acknowledged at once. Only an armed CQ raises one, so after the first, reading stops when none
+ * of the pair is left armed (a read that finds nothing is a system call too); an event left
+ * unread keeps the channel readable for the next sleep. */
+static void take_events(struct rdma_lane *lane, struct rdma_ctx *c)
+{
+    struct orb_rdma_tp *tp = lane->tp;
+    uint32_t k = lane->index;
+    struct ibv_cq *cq;
+    void *cq_ctx;
+    do {
+        if (tp->v->get_cq_event(c->chan[k], &cq, &cq_ctx) != 0)
+            return;
+        tp->v->ack_cq_events(cq, 1);
+        if (cq == c->scq[k])
+            c->armed[k] &= (uint8_t)~RDMA_ARMED_SCQ;
+        else if (cq == c->rcq[k])
+            c->armed[k] &= (uint8_t)~RDMA_ARMED_RCQ;
+        /* else the last event of a replaced pair */
+    } while (c->armed[k] != 0);
 }
 
 /* event_driven, with the CQs armed and found empty after arming (a completion that came before
@@ -1169,12 +1202,8 @@ static void lane_sleep(struct rdma_lane *lane, uint64_t next_scan)
     (void)poll(fds, n + 1, timeout_ms);
     atomic_store(&lane->sleeping, 0);
     for (nfds_t k = 0; k < n; k++) {
-        if (!(fds[k].revents & POLLIN))
-            continue;
-        struct ibv_cq *cq;
-        void *cq_ctx;
-        while (tp->v->get_cq_event(owner[k]->chan[lane->index], &cq, &cq_ctx) == 0)
-            tp->v->ack_cq_events(cq, 1);
+        if (fds[k].revents & POLLIN)
+            take_events(lane, owner[k]);
     }
     if (fds[n].revents & POLLIN) {
         uint64_t v;
@@ -1366,6 +1395,7 @@ static void replace_pair(struct orb_rdma_tp *tp, struct rdma_ctx *c, uint32_t la
     c->scq[lane] = scq;
     c->rcq[lane] = rcq;
     c->gen[lane]++;
+    c->armed[lane] = 0; /* the new pair starts unarmed */
     c->cqe_charged[lane] = 0;
     c->pair_links[lane] = 0;
     atomic_fetch_and(&c->broken_lanes, ~(1u << lane));
