@@ -825,40 +825,71 @@ int orb_rdma_binding_decode(const uint8_t *buf, size_t len, struct orb_rdma_bind
     return 0;
 }
 
-void orb_rdma_ack_encode(const struct orb_rdma_ack *m, uint8_t out[ORB_RDMA_ACK_LEN])
+size_t orb_rdma_acks_encode(const struct orb_rdma_ack *m, uint32_t n, uint8_t out[ORB_RDMA_ACKS_LEN_MAX])
 {
+    if (m == NULL || out == NULL || n == 0 || n > ORB_RDMA_ACKS_MAX)
+        return 0;
     struct orb_writer w;
-    orb_writer_init(&w, out, ORB_RDMA_ACK_LEN);
+    orb_writer_init(&w, out, ORB_RDMA_ACKS_LEN(n));
     orb_writer_u32(&w, ORB_RDMA_ACK_MAGIC);
     orb_writer_u8(&w, ORB_RDMA_CTRL_VERSION);
     orb_writer_u8(&w, 2);
-    orb_writer_u16(&w, 0);
-    orb_writer_u64(&w, m->request);
-    orb_writer_u64(&w, m->grant);
-    orb_writer_u32(&w, (uint32_t)m->status);
-    orb_writer_u32(&w, 0);
+    orb_writer_u16(&w, (uint16_t)n);
+    for (uint32_t i = 0; i < n; i++) {
+        orb_writer_u64(&w, m[i].request);
+        orb_writer_u64(&w, m[i].grant);
+        orb_writer_u32(&w, (uint32_t)m[i].status);
+        orb_writer_u32(&w, 0);
+    }
+    return ORB_RDMA_ACKS_LEN(n);
 }
 
-int orb_rdma_ack_decode(const uint8_t *buf, size_t len, struct orb_rdma_ack *m)
+void orb_rdma_ack_encode(const struct orb_rdma_ack *m, uint8_t out[ORB_RDMA_ACK_LEN])
 {
-    if (buf == NULL || m == NULL || len != ORB_RDMA_ACK_LEN)
-        return orb_fail(ORB_EPROTO, "rdma ack: %zu bytes, not %u", len, ORB_RDMA_ACK_LEN);
+    uint8_t buf[ORB_RDMA_ACKS_LEN_MAX];
+    (void)orb_rdma_acks_encode(m, 1, buf);
+    memcpy(out, buf, ORB_RDMA_ACK_LEN);
+}
+
+int orb_rdma_acks_decode(const uint8_t *buf, size_t len, struct orb_rdma_ack out[ORB_RDMA_ACKS_MAX], uint32_t *n_out)
+{
+    if (buf == NULL || out == NULL || n_out == NULL || len < ORB_RDMA_ACKS_LEN(1) || len > ORB_RDMA_ACKS_LEN_MAX)
+        return orb_fail(ORB_EPROTO, "rdma ack: %zu bytes, not %u to %u", len, ORB_RDMA_ACKS_LEN(1),
+                        ORB_RDMA_ACKS_LEN_MAX);
     struct orb_cursor c;
     orb_cursor_init(&c, buf, len);
     uint32_t magic = orb_cursor_u32(&c);
     uint8_t version = orb_cursor_u8(&c);
     uint8_t kind = orb_cursor_u8(&c);
-    uint16_t zero16 = orb_cursor_u16(&c);
-    struct orb_rdma_ack d;
-    d.request = orb_cursor_u64(&c);
-    d.grant = orb_cursor_u64(&c);
-    d.status = (int32_t)orb_cursor_u32(&c);
-    uint32_t zero = orb_cursor_u32(&c);
-    if (orb_cursor_finish(&c) != 0 || magic != ORB_RDMA_ACK_MAGIC || version != ORB_RDMA_CTRL_VERSION ||
-        kind != 2 || zero16 != 0 || zero != 0)
+    uint16_t n = orb_cursor_u16(&c);
+    if (magic != ORB_RDMA_ACK_MAGIC || version != ORB_RDMA_CTRL_VERSION || kind != 2)
+        return orb_fail(ORB_EPROTO, "rdma ack: magic 0x%x, version %u, kind %u", magic, version, kind);
+    if (n == 0 || n > ORB_RDMA_ACKS_MAX || len != ORB_RDMA_ACKS_LEN(n))
+        return orb_fail(ORB_EPROTO, "rdma ack: %u entries in %zu bytes", n, len);
+    struct orb_rdma_ack d[ORB_RDMA_ACKS_MAX];
+    for (uint32_t i = 0; i < n; i++) {
+        d[i].request = orb_cursor_u64(&c);
+        d[i].grant = orb_cursor_u64(&c);
+        d[i].status = (int32_t)orb_cursor_u32(&c);
+        uint32_t zero = orb_cursor_u32(&c);
+        if (zero != 0)
+            return orb_fail(ORB_EPROTO, "rdma ack: entry %u: nonzero padding", i);
+        if (d[i].status > 0 || d[i].status < ORB_EAGAIN)
+            return orb_fail(ORB_EPROTO, "rdma ack: entry %u: status %d", i, d[i].status);
+    }
+    if (orb_cursor_finish(&c) != 0)
         return orb_fail(ORB_EPROTO, "rdma ack: malformed");
-    if (d.status > 0 || d.status < ORB_EAGAIN)
-        return orb_fail(ORB_EPROTO, "rdma ack: status %d", d.status);
-    *m = d;
+    memcpy(out, d, (size_t)n * sizeof d[0]);
+    *n_out = n;
     return 0;
+}
+
+size_t orb_rdma_acks_len(const uint8_t *msg, size_t cap)
+{
+    if (msg == NULL || cap < ORB_RDMA_ACKS_LEN(1))
+        return 0;
+    uint32_t n = (uint32_t)msg[6] | (uint32_t)msg[7] << 8;
+    if (n == 0 || n > ORB_RDMA_ACKS_MAX || ORB_RDMA_ACKS_LEN(n) > cap)
+        return 0;
+    return ORB_RDMA_ACKS_LEN(n);
 }

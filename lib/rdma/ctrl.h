@@ -9,10 +9,10 @@
  *    private grant: device memory a source lends on queue pairs and a memory region of that
  *    grant alone, never a window).
  *  - On the queue pairs themselves: the requester's BINDING, the 141-byte body of the
- *    SEND_WITH_INV that ends a grant on one rail, and the source's ACK, the SEND that says the
- *    grant is over and the request may complete.
+ *    SEND_WITH_INV that ends a grant on one rail, and the source's ACK, the SEND that says
+ *    which grants are over (up to ORB_RDMA_ACKS_MAX) and their requests may complete.
  *
- * Every message starts u8 kind | u8 version (3) | u16 0. Little-endian, packed, every length
+ * Every control message starts u8 kind | u8 version | u16 0. Little-endian, packed, every length
  * and count checked against fixed maxima before use; decoders never read past `len` and fail
  * closed with ORB_EPROTO naming the field. Documented in docs/wire-protocol.md. */
 #ifndef ORB_RDMA_CTRL_H
@@ -27,7 +27,7 @@
 
 #include "rdma/qp.h"
 
-#define ORB_RDMA_CTRL_VERSION 10u
+#define ORB_RDMA_CTRL_VERSION 11u
 #define ORB_RDMA_MAX_RAILS 16u        /* rails, and queue pairs per connection */
 #define ORB_RDMA_NONCE_LEN 32u
 #define ORB_RDMA_GRANT_BATCH 16u      /* requests one GRANT_REQ carries at most */
@@ -36,7 +36,11 @@
 #define ORB_RDMA_SLOT_SHIFT_MAX 40u   /* 1 TiB */
 #define ORB_RDMA_WHY_MAX 120u         /* bytes of a refusal's cause in a GRANT */
 #define ORB_RDMA_BINDING_LEN 141u
-#define ORB_RDMA_ACK_LEN 32u
+#define ORB_RDMA_ACK_ENTRY_LEN 24u
+#define ORB_RDMA_ACKS_MAX 8u          /* grants one ACK ends at most */
+#define ORB_RDMA_ACKS_LEN(n) (8u + ORB_RDMA_ACK_ENTRY_LEN * (n))
+#define ORB_RDMA_ACK_LEN ORB_RDMA_ACKS_LEN(1u)                   /* 32: one grant */
+#define ORB_RDMA_ACKS_LEN_MAX ORB_RDMA_ACKS_LEN(ORB_RDMA_ACKS_MAX) /* 200 */
 #define ORB_RDMA_BINDING_MAGIC 0x4242524Fu /* "ORBB" */
 #define ORB_RDMA_ACK_MAGIC 0x4142524Fu     /* "ORBA" */
 
@@ -146,8 +150,9 @@ struct orb_rdma_binding {
     uint64_t rail_bytes;              /* payload bytes they moved */
 };
 
-/* ACK (32 bytes): u32 magic | u8 version | u8 kind (2) | u16 0 | u64 request | u64 grant |
- * i32 status | u32 0 */
+/* ACK (8 + 24 x count bytes): u32 magic | u8 version | u8 kind (2) | u16 count (1 to
+ * ORB_RDMA_ACKS_MAX) | count x (u64 request | u64 grant | i32 status | u32 0): the ends of
+ * grants of one connection, in one SEND. */
 struct orb_rdma_ack {
     uint64_t request, grant;
     int32_t status;                   /* 0, or the negative ORB_E* the source ended the grant with */
@@ -254,10 +259,18 @@ int orb_rdma_pgrant_req_decode(const uint8_t *buf, size_t len, struct orb_rdma_p
 struct orb_rdma_grant_ask orb_rdma_pgrant_ask(const struct orb_rdma_pgrant_req *m);
 int orb_rdma_pgrant_encode(const struct orb_rdma_pgrant *m, uint8_t *out, size_t cap, size_t *len_out);
 int orb_rdma_pgrant_decode(const uint8_t *buf, size_t len, struct orb_rdma_pgrant *m);
-/* Exactly ORB_RDMA_BINDING_LEN / ORB_RDMA_ACK_LEN bytes. */
+/* Exactly ORB_RDMA_BINDING_LEN bytes. */
 void orb_rdma_binding_encode(const struct orb_rdma_binding *m, uint8_t out[ORB_RDMA_BINDING_LEN]);
 int orb_rdma_binding_decode(const uint8_t *buf, size_t len, struct orb_rdma_binding *m);
+/* An ACK of the n (1 to ORB_RDMA_ACKS_MAX, else 0 is returned and nothing written) grants m[]:
+ * its length, ORB_RDMA_ACKS_LEN(n). */
+size_t orb_rdma_acks_encode(const struct orb_rdma_ack *m, uint32_t n, uint8_t out[ORB_RDMA_ACKS_LEN_MAX]);
+/* The ACK of one grant (ORB_RDMA_ACK_LEN bytes). */
 void orb_rdma_ack_encode(const struct orb_rdma_ack *m, uint8_t out[ORB_RDMA_ACK_LEN]);
-int orb_rdma_ack_decode(const uint8_t *buf, size_t len, struct orb_rdma_ack *m);
+/* An ACK's entries into out[] and their count into *n_out; exactly ORB_RDMA_ACKS_LEN(count)
+ * bytes. ORB_EPROTO naming the field otherwise. */
+int orb_rdma_acks_decode(const uint8_t *buf, size_t len, struct orb_rdma_ack out[ORB_RDMA_ACKS_MAX], uint32_t *n_out);
+/* The length of an ACK this process encoded (from its count), 0 when `msg` is not one. */
+size_t orb_rdma_acks_len(const uint8_t *msg, size_t cap);
 
 #endif

@@ -55,6 +55,8 @@ struct orb_rdma_tp;
  * were it to ask whenever one is, a full peer would carry one request per grant round trip. */
 #define RDMA_GRANT_MIN_ROOM (ORB_RDMA_GRANT_BATCH / 2u)
 #define RDMA_MSG_SLOT 256u         /* bytes per receive or send message slot */
+_Static_assert(ORB_RDMA_ACKS_LEN_MAX <= RDMA_MSG_SLOT && ORB_RDMA_BINDING_LEN <= RDMA_MSG_SLOT,
+               "an ACK or a BINDING fits a message slot");
 #define RDMA_BIND_WAIT_NS (5ull * 1000000000ull)
 /* Pre-dispatch admission drops a request whose DeadlineMlu reaches this (TENT suggests 1.2-1.5). */
 #define RDMA_ADMISSION_MLU 1.5
@@ -225,6 +227,10 @@ struct rdma_link {
     pthread_mutex_t inbox_lock;
     struct rdma_wait *inbox_head, *inbox_tail;
     struct rdma_ack_wait *acks_head, *acks_tail; /* source: ACKs waiting for send-queue room */
+    /* Source: the grants that ended on this queue pair in the lane's current batch of receive
+     * completions, sent as one ACK when the batch is done (rdma_link_flush_acks) or full. */
+    struct orb_rdma_ack acks_staged[ORB_RDMA_ACKS_MAX];
+    uint32_t nacks_staged;
     struct rdma_bind_wait *binds_head, *binds_tail; /* source: window binds for the lane to post */
     struct rdma_link *all_next;    /* tp's list (tp->lock) */
     /* A queue pair of one private grant: at the source, on that grant's protection domain (its
@@ -241,10 +247,11 @@ struct rdma_bind_wait {
     uint32_t rail;
 };
 
-/* A source's ACK that found the send queue full. */
+/* A source's ACK message that found the send queue full. */
 struct rdma_ack_wait {
     struct rdma_ack_wait *next;
-    uint8_t msg[ORB_RDMA_ACK_LEN];
+    uint32_t len;
+    uint8_t msg[ORB_RDMA_ACKS_LEN_MAX];
 };
 
 /* Requester side: one connection to a source process, shared by the segments open to it (its
@@ -560,11 +567,18 @@ void rdma_slots_detach(struct orb_rdma_tp *tp);
 bool rdma_slots_allow(struct orb_rdma_tp *tp, unsigned priority, uint64_t now_ns, uint64_t *retry_ns);
 /* Queue a grant's bind for the lane to post, and kick it. */
 void rdma_link_queue_bind(struct rdma_link *l, struct rdma_bind_wait *w);
-/* Post a source's ACK, or queue it behind earlier ones while the send queue is full. */
-int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
-/* Queue a source's ACK on `l` and kick its lane, which posts it: how an ACK another queue pair
- * could not deliver moves to this one. ORB_EPEER (the link is dead), ORB_ENOMEM. */
-int rdma_link_queue_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
+/* Add the end of a grant to the ACK `l`'s lane sends when its batch of receive completions is
+ * done (link lock taken here); a full ACK goes at once. Its lane's thread only. ORB_EPEER: the
+ * link is dead and nothing was added (the caller hands the ACK on). */
+int rdma_link_stage_ack(struct rdma_link *l, const struct orb_rdma_ack *a);
+/* Send the ACK of what was staged on `l`, if anything: posted, or queued behind earlier ones
+ * while the send queue is full; one the dead link cannot take is handed on
+ * (rdma_src_ack_lost). */
+void rdma_link_flush_acks(struct rdma_link *l);
+/* Queue an ACK message (`len` bytes, as orb_rdma_acks_encode() made it) on `l` and kick its
+ * lane, which posts it: how an ACK another queue pair could not deliver moves to this one.
+ * ORB_EPEER (the link is dead), ORB_ENOMEM. */
+int rdma_link_queue_ack(struct rdma_link *l, const uint8_t *msg, uint32_t len);
 /* Hand `w` to the link's lane, behind what was handed over before it (any thread, link lock not
  * needed); the lane queues it by priority when it next drains the link: kick it. */
 void rdma_link_hand_over(struct rdma_link *l, struct rdma_wait *w);
@@ -659,7 +673,7 @@ void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
 void rdma_src_bind_failed(struct rdma_grant *g, uint32_t rail, int status);
 /* An ACK that source link `l` did not deliver (its send ended in error, or it was still queued
  * when the link died): another live queue pair of the connection carries it. */
-void rdma_src_ack_lost(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN]);
+void rdma_src_ack_lost(struct rdma_link *l, const uint8_t *msg, uint32_t len);
 void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg);
 /* Mark every source connection for teardown (stop). */
 void rdma_src_close_all(struct orb_rdma_tp *tp);

@@ -475,14 +475,17 @@ static void take_inbox_locked(struct rdma_link *l)
     }
 }
 
-/* Queue an ACK behind the link's others (link lock held): it goes out when completions free the
- * send queue, or when the lane is kicked. */
-static int queue_ack_locked(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
+/* Queue an ACK message behind the link's others (link lock held): it goes out when completions
+ * free the send queue, or when the lane is kicked. */
+static int queue_ack_locked(struct rdma_link *l, const uint8_t *msg, uint32_t len)
 {
+    if (len == 0 || len > ORB_RDMA_ACKS_LEN_MAX)
+        return orb_fail(ORB_EINVAL, "rdma: an ACK of %u bytes", len);
     struct rdma_ack_wait *w = malloc(sizeof *w);
     if (w == NULL)
         return orb_fail(ORB_ENOMEM, "rdma: out of memory for a queued ACK");
-    memcpy(w->msg, msg, ORB_RDMA_ACK_LEN);
+    memcpy(w->msg, msg, len);
+    w->len = len;
     w->next = NULL;
     if (l->acks_tail != NULL)
         l->acks_tail->next = w;
@@ -498,27 +501,62 @@ static void post_ack_wr(struct ibv_send_wr *wr)
     wr->opcode = IBV_WR_SEND;
 }
 
-int rdma_link_post_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
+/* Send what is staged on `l` as one ACK (link lock held): posted, or queued behind earlier ones
+ * while the send queue is full. 0, or the message the dead link cannot take in msg/len (the
+ * caller hands it on, without the lock). */
+static int flush_acks_locked(struct rdma_link *l, uint8_t msg[ORB_RDMA_ACKS_LEN_MAX], uint32_t *len)
 {
+    *len = (uint32_t)orb_rdma_acks_encode(l->acks_staged, l->nacks_staged, msg);
+    l->nacks_staged = 0;
+    if (*len == 0)
+        return 0;
     struct ibv_send_wr wr;
     post_ack_wr(&wr);
-    pthread_mutex_lock(&l->lock);
     int rc = l->failed != 0      ? orb_fail(ORB_EPEER, "rdma: the link of rail %u is dead", l->rail)
              : l->acks_head != NULL ? ORB_ERESOURCE
-                                    : rdma_link_post_locked(l, &wr, RDMA_COOKIE_ACK, msg, ORB_RDMA_ACK_LEN, false);
+                                    : rdma_link_post_locked(l, &wr, RDMA_COOKIE_ACK, msg, *len, false);
     if (rc == RDMA_POST_UNKNOWN) /* failed; its completion, if one comes, hands it on again */
         rc = ORB_EPEER;
     if (rc == ORB_ERESOURCE)
-        rc = queue_ack_locked(l, msg);
-    pthread_mutex_unlock(&l->lock);
+        rc = queue_ack_locked(l, msg, *len);
     return rc;
 }
 
-int rdma_link_queue_ack(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
+int rdma_link_stage_ack(struct rdma_link *l, const struct orb_rdma_ack *a)
+{
+    uint8_t msg[ORB_RDMA_ACKS_LEN_MAX];
+    uint32_t len = 0;
+    int rc = 0;
+    pthread_mutex_lock(&l->lock);
+    if (l->failed != 0) {
+        pthread_mutex_unlock(&l->lock);
+        return orb_fail(ORB_EPEER, "rdma: the link of rail %u is dead", l->rail);
+    }
+    l->acks_staged[l->nacks_staged++] = *a;
+    if (l->nacks_staged == ORB_RDMA_ACKS_MAX)
+        rc = flush_acks_locked(l, msg, &len);
+    pthread_mutex_unlock(&l->lock);
+    if (rc != 0)
+        rdma_src_ack_lost(l, msg, len);
+    return 0;
+}
+
+void rdma_link_flush_acks(struct rdma_link *l)
+{
+    uint8_t msg[ORB_RDMA_ACKS_LEN_MAX];
+    uint32_t len = 0;
+    pthread_mutex_lock(&l->lock);
+    int rc = l->nacks_staged > 0 ? flush_acks_locked(l, msg, &len) : 0;
+    pthread_mutex_unlock(&l->lock);
+    if (rc != 0)
+        rdma_src_ack_lost(l, msg, len);
+}
+
+int rdma_link_queue_ack(struct rdma_link *l, const uint8_t *msg, uint32_t len)
 {
     pthread_mutex_lock(&l->lock);
     int rc = l->failed != 0 ? orb_fail(ORB_EPEER, "rdma: the link of rail %u is dead", l->rail)
-                            : queue_ack_locked(l, msg);
+                            : queue_ack_locked(l, msg, len);
     pthread_mutex_unlock(&l->lock);
     if (rc == 0)
         rdma_link_kick(l);
@@ -606,7 +644,7 @@ static void drain_acks_locked(struct rdma_link *l, struct rdma_ack_wait **lost)
         struct rdma_ack_wait *w = l->acks_head;
         struct ibv_send_wr wr;
         post_ack_wr(&wr);
-        int rc = rdma_link_post_locked(l, &wr, RDMA_COOKIE_ACK, w->msg, ORB_RDMA_ACK_LEN, false);
+        int rc = rdma_link_post_locked(l, &wr, RDMA_COOKIE_ACK, w->msg, w->len, false);
         if (rc == ORB_ERESOURCE)
             return;
         if (rc != 0 && rc != RDMA_POST_UNKNOWN) {
@@ -672,7 +710,7 @@ void rdma_link_drain_waits(struct rdma_link *l)
         pthread_mutex_unlock(&l->lock);
         while (lost != NULL) {
             struct rdma_ack_wait *next = lost->next;
-            rdma_src_ack_lost(l, lost->msg);
+            rdma_src_ack_lost(l, lost->msg, lost->len);
             free(lost);
             lost = next;
         }
@@ -1001,6 +1039,15 @@ static void on_recv_wc(struct rdma_link *l, const struct ibv_wc *wc)
     }
 }
 
+/* Whether `l` is one of links[0..n). */
+static bool listed(struct rdma_link *const *links, uint32_t n, const struct rdma_link *l)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (links[i] == l)
+            return true;
+    return false;
+}
+
 static int poll_cq(struct rdma_lane *lane, struct rdma_ctx *c, struct ibv_cq *cq, bool send)
 {
     struct orb_rdma_tp *tp = lane->tp;
@@ -1008,6 +1055,10 @@ static int poll_cq(struct rdma_lane *lane, struct rdma_ctx *c, struct ibv_cq *cq
     int n = ibv_poll_cq(cq, LANE_BATCH, wc);
     if (n <= 0)
         return 0;
+    /* Source queue pairs whose receives ended grants here: each sends one ACK for all of them
+     * after the batch (held until then). */
+    struct rdma_link *acking[LANE_BATCH];
+    uint32_t nacking = 0;
     for (int i = 0; i < n; i++) {
         struct rdma_link *l = link_of(tp, c, wc[i].qp_num);
         if (l == NULL) {
@@ -1022,7 +1073,15 @@ static int poll_cq(struct rdma_lane *lane, struct rdma_ctx *c, struct ibv_cq *cq
             on_send_wc(lane, l, &wc[i]);
         else
             on_recv_wc(l, &wc[i]);
+        if (!send && l->role == RDMA_ROLE_SOURCE && !listed(acking, nacking, l)) {
+            acking[nacking++] = l; /* its use is let go after the flush */
+            continue;
+        }
         link_put(l);
+    }
+    for (uint32_t k = 0; k < nacking; k++) {
+        rdma_link_flush_acks(acking[k]);
+        link_put(acking[k]);
     }
     return n;
 }

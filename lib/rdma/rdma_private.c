@@ -256,7 +256,7 @@ static void send_ack(struct rdma_src_conn *c, const struct rdma_pgrant *g, int s
     for (uint32_t k = 0; k < c->nqps; k++) {
         uint32_t q = (uint32_t)__builtin_ctz(g->rail_mask) + k; /* its own rails first */
         struct rdma_link *l = c->links[q % c->nqps];
-        if (l != NULL && !atomic_load(&l->down) && rdma_link_queue_ack(l, ack) == 0)
+        if (l != NULL && !atomic_load(&l->down) && rdma_link_queue_ack(l, ack, sizeof ack) == 0)
             return;
     }
     ORB_LOGW("rdma: the ACK of private grant %llu found no live queue pair of its connection",

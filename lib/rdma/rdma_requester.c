@@ -2447,33 +2447,42 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
         post_sendinv(r, rail);
 }
 
-void rdma_req_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg)
+/* One grant's end from an ACK: its request completes (or fails with the source's status). */
+static void on_ack(struct rdma_link *l, const struct orb_rdma_ack *a)
 {
     struct rdma_peer *p = l->owner;
-    struct orb_rdma_ack a;
-    if (orb_rdma_ack_decode(msg, wc->byte_len, &a) != 0) {
-        ORB_LOGW("rdma: %s sent a malformed ACK (%s): rail %u is failed", p->endpoint, orb_last_error(), l->rail);
-        rdma_link_fail(l, ORB_EPROTO);
-        return;
-    }
     struct rdma_ending e;
     bool end = false;
     pthread_mutex_lock(&p->lock);
     struct rdma_req *r = p->active;
-    while (r != NULL && r->id != a.request)
+    while (r != NULL && r->id != a->request)
         r = r->next;
-    if (r != NULL && r->grant.grant == a.grant && !r->acked) {
+    if (r != NULL && r->grant.grant == a->grant && !r->acked) {
         r->acked = true;
-        if (a.status != 0)
-            fail_locked(r, a.status, "rdma: the source ended the grant with %s", orb_strerror(a.status));
+        if (a->status != 0)
+            fail_locked(r, a->status, "rdma: the source ended the grant with %s", orb_strerror(a->status));
         end = maybe_end(r, &e);
     } else {
         ORB_LOGD("rdma: %s: an ACK for request %llu, which is not waiting for one", p->endpoint,
-                 (unsigned long long)a.request);
+                 (unsigned long long)a->request);
     }
     pthread_mutex_unlock(&p->lock);
     if (end)
         report_pieces(l->tp, &e);
+}
+
+void rdma_req_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_t *msg)
+{
+    struct rdma_peer *p = l->owner;
+    struct orb_rdma_ack a[ORB_RDMA_ACKS_MAX];
+    uint32_t n = 0;
+    if (orb_rdma_acks_decode(msg, wc->byte_len, a, &n) != 0) {
+        ORB_LOGW("rdma: %s sent a malformed ACK (%s): rail %u is failed", p->endpoint, orb_last_error(), l->rail);
+        rdma_link_fail(l, ORB_EPROTO);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        on_ack(l, &a[i]);
 }
 
 static const char *qp_state_name(enum ibv_qp_state st)

@@ -1268,9 +1268,11 @@ void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
     if (cookie & RDMA_COOKIE_ACK) {
         /* Nothing waits for an ACK here; one that may not have arrived goes again, elsewhere. */
         if (!ok) {
-            uint8_t msg[ORB_RDMA_ACK_LEN];
-            memcpy(msg, l->buf + (size_t)(cookie >> 2) * RDMA_MSG_SLOT, sizeof msg);
-            rdma_src_ack_lost(l, msg);
+            /* The bytes are this side's own, in the send slot the cookie names. */
+            const uint8_t *sent = l->buf + (size_t)(cookie >> 2) * RDMA_MSG_SLOT;
+            uint32_t len = (uint32_t)orb_rdma_acks_len(sent, RDMA_MSG_SLOT);
+            if (len > 0)
+                rdma_src_ack_lost(l, sent, len);
         }
         return;
     }
@@ -1278,14 +1280,14 @@ void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
     bind_ended(x->owner, x->rail, ok ? 0 : ORB_EPEER);
 }
 
-void rdma_src_ack_lost(struct rdma_link *l, const uint8_t msg[ORB_RDMA_ACK_LEN])
+void rdma_src_ack_lost(struct rdma_link *l, const uint8_t *msg, uint32_t len)
 {
     /* The requester takes an ACK once and ignores the same one again: one that did arrive after
      * all costs nothing. */
     struct rdma_src_conn *c = l->owner;
     for (uint32_t i = 1; i < c->nqps; i++) {
         struct rdma_link *o = c->links[(l->rail + i) % c->nqps];
-        if (o != NULL && rdma_link_queue_ack(o, msg) == 0) {
+        if (o != NULL && rdma_link_queue_ack(o, msg, len) == 0) {
             ORB_LOGD("rdma: an ACK that queue pair %u did not deliver goes on queue pair %u", l->rail, o->rail);
             return;
         }
@@ -1384,16 +1386,16 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
         atomic_fetch_add(&tp->reuse_grants, 1);
     if (own)
         atomic_fetch_add(&tp->own_grants, 1);
-    uint8_t ack[ORB_RDMA_ACK_LEN];
     struct orb_rdma_ack a = {.request = request, .grant = id, .status = status};
-    orb_rdma_ack_encode(&a, ack);
-    if (own) {
-        /* On the connection's queue pair of the rail, which its own lane posts. */
-        struct rdma_link *cl = c->links[l->rail];
-        if (rdma_link_queue_ack(cl, ack) != 0)
-            rdma_src_ack_lost(cl, ack);
+    /* With the others of this batch of completions on the rail, in one SEND (the lane flushes
+     * it when the batch is done). */
+    if (!own && rdma_link_stage_ack(l, &a) == 0)
         return;
-    }
-    if (rdma_link_post_ack(l, ack) != 0) /* the rail died since the binding came */
-        rdma_src_ack_lost(l, ack);
+    /* A grant of its own queue pairs: on the connection's queue pair of the rail, which its own
+     * lane posts; or the rail died since the binding came. */
+    struct rdma_link *cl = own ? c->links[l->rail] : l;
+    uint8_t ack[ORB_RDMA_ACK_LEN];
+    orb_rdma_ack_encode(&a, ack);
+    if (rdma_link_queue_ack(cl, ack, ORB_RDMA_ACK_LEN) != 0)
+        rdma_src_ack_lost(cl, ack, ORB_RDMA_ACK_LEN);
 }

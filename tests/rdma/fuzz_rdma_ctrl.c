@@ -157,13 +157,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         orb_rdma_binding_encode(&b, out);
         same(out, ORB_RDMA_BINDING_LEN, data, size, "binding bytes");
     }
-    struct orb_rdma_ack a;
-    rc = orb_rdma_ack_decode(data, size, &a);
+    struct orb_rdma_ack a[ORB_RDMA_ACKS_MAX];
+    uint32_t na = 0;
+    rc = orb_rdma_acks_decode(data, size, a, &na);
     check_rc(rc, "ack decode");
     if (rc == 0) {
-        check(a.status <= 0, "ack status");
-        orb_rdma_ack_encode(&a, out);
-        same(out, ORB_RDMA_ACK_LEN, data, size, "ack bytes");
+        check(na >= 1 && na <= ORB_RDMA_ACKS_MAX, "ack count");
+        for (uint32_t i = 0; i < na; i++)
+            check(a[i].status <= 0, "ack status");
+        size_t alen = orb_rdma_acks_encode(a, na, out);
+        same(out, alen, data, size, "ack bytes");
     }
     return 0;
 }

@@ -4,7 +4,7 @@ import os
 import sys
 import struct
 
-V = 10
+V = 11
 CONNECT, CONNECT_OK, GRANT_REQ, GRANT = 1, 2, 3, 4
 GID = bytes([0] * 10 + [0xFF, 0xFF, 10, 77, 1, 1])
 NONCE = bytes(range(32))
@@ -83,8 +83,10 @@ def binding(rail_i=0, op=0, rkey=0x1234, length=4096, rail_bytes=4096, magic=0x4
                                                                 rail_bytes, zero)
 
 
-def ack(status=0, kind=2):
-    return struct.pack("<IBBHQQiI", 0x4142524F, V, kind, 0, 8, 9, status, 0)
+def ack(status=0, kind=2, statuses=None, count=None, zero=0):
+    statuses = [status] if statuses is None else statuses
+    entries = b"".join(struct.pack("<QQiI", 8 + i, 9 + i, st, zero) for i, st in enumerate(statuses))
+    return struct.pack("<IBBH", 0x4142524F, V, kind, len(statuses) if count is None else count) + entries
 
 
 def corpus():
@@ -190,6 +192,7 @@ def corpus():
         "bad-ping-short": prefix(6) + struct.pack("<I", 1),
         "bad-ping-trailing": prefix(6) + struct.pack("<QB", 1, 0),
         "valid-ack-error": ack(-4),
+        "valid-ack-8": ack(statuses=[0, -4, 0, -3, 0, 0, -11, 0]),
         "bad-empty": b"",
         "bad-prefix-version": prefix(CONNECT, version=V - 1) + b"\0" * 40,
         "bad-prefix-reserved": prefix(GRANT_REQ, r=1) + b"\0" * 40,
@@ -234,6 +237,12 @@ def corpus():
         "bad-ack-kind": ack(kind=1),
         "bad-ack-status": ack(status=1),
         "bad-ack-status-low": ack(status=-17),
+        "bad-ack-count-0": ack(count=0),
+        "bad-ack-count-high": ack(statuses=[0, 0], count=3),
+        "bad-ack-count-9": ack(statuses=[0] * 9),
+        "bad-ack-pad": ack(statuses=[0, 0], zero=1),
+        "bad-ack-status-second": ack(statuses=[0, 1]),
+        "bad-ack-version-10": struct.pack("<IBBHQQiI", 0x4142524F, 10, 2, 0, 8, 9, 0, 0),
     }
 
 

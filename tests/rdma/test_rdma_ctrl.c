@@ -98,7 +98,7 @@ static void test_connect_round_trip(void **state)
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, 20, &len), ORB_EINVAL);
     /* A different version. */
     assert_int_equal(orb_rdma_connect_encode(ORB_RDMA_CONNECT, &m, buf, sizeof buf, &len), 0);
-    buf[1] = ORB_RDMA_CTRL_VERSION - 1; /* the layout before GRANTs came in batches */
+    buf[1] = ORB_RDMA_CTRL_VERSION - 1; /* the layout before ACKs ended several grants */
     assert_int_equal(orb_rdma_connect_decode(ORB_RDMA_CONNECT, buf, len, &d), ORB_EPROTO);
 }
 
@@ -272,16 +272,83 @@ static void test_binding_and_ack(void **state)
     buf[0] ^= 1;
     assert_int_equal(orb_rdma_binding_decode(buf, ORB_RDMA_BINDING_LEN, &d), ORB_EPROTO);
 
-    struct orb_rdma_ack a = {.request = 5, .grant = 6, .status = ORB_EPERM}, ad;
-    uint8_t abuf[ORB_RDMA_ACK_LEN];
+    struct orb_rdma_ack a = {.request = 5, .grant = 6, .status = ORB_EPERM}, ad[ORB_RDMA_ACKS_MAX];
+    uint32_t n = 0;
+    uint8_t abuf[ORB_RDMA_ACKS_LEN_MAX + 1];
     orb_rdma_ack_encode(&a, abuf);
-    assert_int_equal(orb_rdma_ack_decode(abuf, sizeof abuf, &ad), 0);
-    assert_int_equal(ad.request, 5);
-    assert_int_equal(ad.grant, 6);
-    assert_int_equal(ad.status, ORB_EPERM);
+    assert_int_equal(orb_rdma_acks_len(abuf, sizeof abuf), ORB_RDMA_ACK_LEN);
+    assert_int_equal(orb_rdma_acks_decode(abuf, ORB_RDMA_ACK_LEN, ad, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(ad[0].request, 5);
+    assert_int_equal(ad[0].grant, 6);
+    assert_int_equal(ad[0].status, ORB_EPERM);
+    assert_int_equal(orb_rdma_acks_decode(abuf, ORB_RDMA_ACK_LEN - 1, ad, &n), ORB_EPROTO);
+    assert_int_equal(orb_rdma_acks_decode(abuf, ORB_RDMA_ACK_LEN + 1, ad, &n), ORB_EPROTO);
     a.status = 3; /* not a status */
     orb_rdma_ack_encode(&a, abuf);
-    assert_int_equal(orb_rdma_ack_decode(abuf, sizeof abuf, &ad), ORB_EPROTO);
+    assert_int_equal(orb_rdma_acks_decode(abuf, ORB_RDMA_ACK_LEN, ad, &n), ORB_EPROTO);
+}
+
+/* An ACK ends 1 to ORB_RDMA_ACKS_MAX grants, its length exactly what its count says; a count of
+ * 0 or past the maximum, a length that disagrees, a bad entry anywhere fails the whole message,
+ * and nothing is written then. */
+static void test_acks_of_several_grants(void **state)
+{
+    (void)state;
+    struct orb_rdma_ack a[ORB_RDMA_ACKS_MAX + 1], d[ORB_RDMA_ACKS_MAX];
+    for (uint32_t i = 0; i <= ORB_RDMA_ACKS_MAX; i++)
+        a[i] = (struct orb_rdma_ack){.request = 100 + i, .grant = 200 + i, .status = i % 3 == 2 ? ORB_EPEER : 0};
+    uint8_t buf[ORB_RDMA_ACKS_LEN_MAX + 32];
+    assert_int_equal(orb_rdma_acks_encode(a, 0, buf), 0);
+    assert_int_equal(orb_rdma_acks_encode(a, ORB_RDMA_ACKS_MAX + 1, buf), 0);
+    for (uint32_t n = 1; n <= ORB_RDMA_ACKS_MAX; n++) {
+        memset(buf, 0xcc, sizeof buf);
+        size_t len = orb_rdma_acks_encode(a, n, buf);
+        assert_int_equal(len, ORB_RDMA_ACKS_LEN(n));
+        assert_int_equal(buf[len], 0xcc); /* nothing past its length */
+        assert_int_equal(orb_rdma_acks_len(buf, sizeof buf), len);
+        assert_int_equal(orb_rdma_acks_len(buf, len - 1), 0);
+        uint32_t got = 0;
+        assert_int_equal(orb_rdma_acks_decode(buf, len, d, &got), 0);
+        assert_int_equal(got, n);
+        for (uint32_t i = 0; i < n; i++) {
+            assert_int_equal(d[i].request, a[i].request);
+            assert_int_equal(d[i].grant, a[i].grant);
+            assert_int_equal(d[i].status, a[i].status);
+        }
+        /* The length must be the count's: one entry more or less, or a byte, fails. */
+        uint32_t untouched = 77;
+        assert_int_equal(orb_rdma_acks_decode(buf, len - 1, d, &untouched), ORB_EPROTO);
+        assert_int_equal(orb_rdma_acks_decode(buf, len + 1, d, &untouched), ORB_EPROTO);
+        if (n > 1)
+            assert_int_equal(orb_rdma_acks_decode(buf, len - ORB_RDMA_ACK_ENTRY_LEN, d, &untouched), ORB_EPROTO);
+        assert_int_equal(untouched, 77);
+        /* A bad entry, the last one: padding, then a status that is none. */
+        buf[len - 1] = 1;
+        assert_int_equal(orb_rdma_acks_decode(buf, len, d, &untouched), ORB_EPROTO);
+        buf[len - 1] = 0;
+        buf[len - 5] = 0x01; /* status 0x..01: positive or out of range */
+        buf[len - 8] = 0x05;
+        assert_int_equal(orb_rdma_acks_decode(buf, len, d, &untouched), ORB_EPROTO);
+        assert_int_equal(untouched, 77);
+    }
+    /* Counts the length cannot hold: 0, and one past the maximum. */
+    size_t len = orb_rdma_acks_encode(a, 1, buf);
+    buf[6] = 0;
+    uint32_t got = 0;
+    assert_int_equal(orb_rdma_acks_decode(buf, len, d, &got), ORB_EPROTO);
+    assert_int_equal(orb_rdma_acks_len(buf, sizeof buf), 0);
+    buf[6] = (uint8_t)(ORB_RDMA_ACKS_MAX + 1);
+    assert_int_equal(orb_rdma_acks_len(buf, sizeof buf), 0);
+    memset(buf + len, 0, sizeof buf - len);
+    assert_int_equal(orb_rdma_acks_decode(buf, ORB_RDMA_ACKS_LEN(ORB_RDMA_ACKS_MAX + 1), d, &got), ORB_EPROTO);
+    /* Another version or kind. */
+    len = orb_rdma_acks_encode(a, 2, buf);
+    buf[4] = ORB_RDMA_CTRL_VERSION - 1;
+    assert_int_equal(orb_rdma_acks_decode(buf, len, d, &got), ORB_EPROTO);
+    buf[4] = ORB_RDMA_CTRL_VERSION;
+    buf[5] = 1;
+    assert_int_equal(orb_rdma_acks_decode(buf, len, d, &got), ORB_EPROTO);
 }
 
 /* DISCONNECT and PING: one u64 each, decoded only from their own kind and length. */
@@ -321,7 +388,8 @@ static bool some_decoder_takes(const uint8_t *buf, size_t len)
     struct orb_rdma_pinned pd;
     struct orb_rdma_unpin u;
     struct orb_rdma_binding b;
-    struct orb_rdma_ack a;
+    struct orb_rdma_ack a[ORB_RDMA_ACKS_MAX];
+    uint32_t na;
     static struct orb_rdma_pgrant_req pq;
     static struct orb_rdma_pgrant pg;
     uint64_t v;
@@ -333,7 +401,7 @@ static bool some_decoder_takes(const uint8_t *buf, size_t len)
            orb_rdma_disconnect_decode(buf, len, &v) == 0 || orb_rdma_ping_decode(buf, len, &v) == 0 ||
            orb_rdma_pin_decode(buf, len, &p) == 0 || orb_rdma_pinned_decode(buf, len, &pd) == 0 ||
            orb_rdma_unpin_decode(buf, len, &u) == 0 || orb_rdma_unpinned_decode(buf, len, &st) == 0 ||
-           orb_rdma_binding_decode(buf, len, &b) == 0 || orb_rdma_ack_decode(buf, len, &a) == 0;
+           orb_rdma_binding_decode(buf, len, &b) == 0 || orb_rdma_acks_decode(buf, len, a, &na) == 0;
 }
 
 /* The corpus says what it holds: every valid-* file is some message, no bad-* file is any. */
@@ -551,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_connect_round_trip),
         cmocka_unit_test(test_grant_round_trip),
         cmocka_unit_test(test_binding_and_ack),
+        cmocka_unit_test(test_acks_of_several_grants),
         cmocka_unit_test(test_disconnect_and_ping),
         cmocka_unit_test(test_pins),
         cmocka_unit_test(test_private_grants),
