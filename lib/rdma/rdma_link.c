@@ -356,6 +356,12 @@ int rdma_link_connect(struct rdma_link *l, const struct orb_rdma_qp_addr *remote
     return 0;
 }
 
+/* What `l` is, for the log. */
+static const char *role_name(const struct rdma_link *l)
+{
+    return l->role == RDMA_ROLE_SOURCE ? "source" : "requester";
+}
+
 /* Mark `l` dead with `status` (its lock held). Whether this was its first failure. */
 static bool mark_failed_locked(struct rdma_link *l, int status)
 {
@@ -411,7 +417,7 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
     if (mark_failed_locked(l, ORB_EPEER))
         (void)orb_rdma_qp_fail(l->qp);
     ORB_LOGW("rdma: %s rail %u: the device refused a work request (opcode %d): %s%s; the link is failed",
-             l->role == RDMA_ROLE_SOURCE ? "source" : "requester", l->rail, (int)wr->opcode, strerror(err),
+             role_name(l), l->rail, (int)wr->opcode, strerror(err),
              proven ? "" : ", without saying it was not taken: it stays outstanding until the device ends it");
     (void)orb_fail(ORB_EPEER, "rdma: the device refused a work request on rail %u: %s", l->rail, strerror(err));
     return proven ? ORB_EPEER : RDMA_POST_UNKNOWN;
@@ -776,7 +782,7 @@ void rdma_link_fail(struct rdma_link *l, int status)
     pthread_mutex_unlock(&l->lock);
     if (first && status != ORB_ECLOSED)
         ORB_LOGD("rdma: %s rail %u (qp %u): the link fails (%s)",
-                 l->role == RDMA_ROLE_SOURCE ? "source" : "requester", l->rail, l->qp->qp->qp_num,
+                 role_name(l), l->rail, l->qp->qp->qp_num,
                  orb_strerror(status));
     if (first && orb_rdma_qp_fail(l->qp) != 0)
         ORB_LOGW("%s", orb_last_error());
@@ -941,7 +947,7 @@ static bool note_unasked_flush(struct rdma_link *l, const struct ibv_wc *wc, boo
     pthread_mutex_unlock(&l->lock);
     if (!unasked)
         return false;
-    const char *role = l->role == RDMA_ROLE_SOURCE ? "source" : "requester";
+    const char *role = role_name(l);
     if (recv) {
         ORB_LOGD("rdma: %s rail %u (qp %u): a receive was flushed before anything here failed the queue pair", role,
                  l->rail, l->qp->qp->qp_num);
@@ -985,7 +991,7 @@ static void on_send_wc(struct rdma_lane *lane, struct rdma_link *l, const struct
     if (wc->status != IBV_WC_SUCCESS) {
         bool unasked = note_unasked_flush(l, wc, false);
         if (wc->status != IBV_WC_WR_FLUSH_ERR) {
-            ORB_LOGW("rdma: %s rail %u: a work request ended with %s", l->role == RDMA_ROLE_SOURCE ? "source" : "requester",
+            ORB_LOGW("rdma: %s rail %u: a work request ended with %s", role_name(l),
                      l->rail, tp->v->wc_status_str(wc->status));
             atomic_fetch_add(&tp->errors, 1);
         }

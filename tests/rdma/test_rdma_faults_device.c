@@ -1512,15 +1512,51 @@ static void test_a_frozen_source_holds_back_no_other(void **state)
     source_kill(&b);
 }
 
+/* The first warning line containing `want` since warning_watch(), kept while the engine's lines
+ * still go to stderr as the default sink writes them. */
+static struct {
+    pthread_mutex_t lock;
+    const char *want;
+    char line[512];
+} warning_seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void warning_sink(enum orb_log_level level, const char *message, void *ctx)
+{
+    (void)ctx;
+    static const char *const names[] = {"error", "warn", "info", "debug", "trace"};
+    fprintf(stderr, "orbite[%s]: %s\n", (unsigned)level < 5 ? names[level] : "?", message);
+    pthread_mutex_lock(&warning_seen.lock);
+    if (level == ORB_LOG_WARN && warning_seen.want != NULL && warning_seen.line[0] == '\0' &&
+        strstr(message, warning_seen.want) != NULL)
+        snprintf(warning_seen.line, sizeof warning_seen.line, "%s", message);
+    pthread_mutex_unlock(&warning_seen.lock);
+}
+
+static void warning_watch(const char *want)
+{
+    pthread_mutex_lock(&warning_seen.lock);
+    warning_seen.want = want;
+    warning_seen.line[0] = '\0';
+    pthread_mutex_unlock(&warning_seen.lock);
+    orb_log_set_handler(warning_sink, NULL);
+}
+
+/* The line seen (empty: none), copied out; the default sink again. */
+static void warning_unwatch(char *out, size_t cap)
+{
+    orb_log_set_handler(NULL, NULL);
+    pthread_mutex_lock(&warning_seen.lock);
+    snprintf(out, cap, "%s", warning_seen.line);
+    warning_seen.want = NULL;
+    pthread_mutex_unlock(&warning_seen.lock);
+}
+
 /* A queue pair forced to the error state in the middle of a batch of READs (through `e`'s
  * segment `sg`, into `area`, CHUNK + 2 * GUARD bytes). With replays the READs it carried are
  * asked again and the whole batch arrives. Without (`replays` false), the report names the
  * first request that did not complete, the prefix before it completed with its bytes, READs
  * have no remote effect; either way the bytes around the batch never change and the next batch
  * succeeds. */
-static void warning_watch(const char *want);
-static void warning_unwatch(char *out, size_t cap);
-
 static void qp_to_error_on(orb_engine *e, orb_segment *sg, uint8_t *area, bool replays)
 {
     enum { N = 8, PART = CHUNK / 4 };
@@ -1619,45 +1655,6 @@ static void *sample_drain(void *arg)
     u->sleeps = b.sleeps - a.sleeps;
     u->threads = b.threads;
     return NULL;
-}
-
-/* The first warning line containing `want` since warning_watch(), kept while the engine's lines
- * still go to stderr as the default sink writes them. */
-static struct {
-    pthread_mutex_t lock;
-    const char *want;
-    char line[512];
-} warning_seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static void warning_sink(enum orb_log_level level, const char *message, void *ctx)
-{
-    (void)ctx;
-    static const char *const names[] = {"error", "warn", "info", "debug", "trace"};
-    fprintf(stderr, "orbite[%s]: %s\n", (unsigned)level < 5 ? names[level] : "?", message);
-    pthread_mutex_lock(&warning_seen.lock);
-    if (level == ORB_LOG_WARN && warning_seen.want != NULL && warning_seen.line[0] == '\0' &&
-        strstr(message, warning_seen.want) != NULL)
-        snprintf(warning_seen.line, sizeof warning_seen.line, "%s", message);
-    pthread_mutex_unlock(&warning_seen.lock);
-}
-
-static void warning_watch(const char *want)
-{
-    pthread_mutex_lock(&warning_seen.lock);
-    warning_seen.want = want;
-    warning_seen.line[0] = '\0';
-    pthread_mutex_unlock(&warning_seen.lock);
-    orb_log_set_handler(warning_sink, NULL);
-}
-
-/* The line seen (empty: none), copied out; the default sink again. */
-static void warning_unwatch(char *out, size_t cap)
-{
-    orb_log_set_handler(NULL, NULL);
-    pthread_mutex_lock(&warning_seen.lock);
-    snprintf(out, cap, "%s", warning_seen.line);
-    warning_seen.want = NULL;
-    pthread_mutex_unlock(&warning_seen.lock);
 }
 
 /* A READ whose work request the device refuses without naming it, not having taken it: nothing
