@@ -1273,6 +1273,9 @@ void rdma_src_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
             uint32_t len = (uint32_t)orb_rdma_acks_len(sent, RDMA_MSG_SLOT);
             if (len > 0)
                 rdma_src_ack_lost(l, sent, len);
+            else
+                ORB_LOGE("rdma: rail %u: a failed ACK's send slot holds no ACK: its grants' ends are not sent again",
+                         l->rail);
         }
         return;
     }
