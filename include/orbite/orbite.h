@@ -388,6 +388,8 @@ struct orb_rdma_stats {
                                     * side stages), ended and acknowledged */
     uint64_t grant_round_trips;    /* requester side: GRANT_REQ and PGRANT_REQ messages sent (a GRANT_REQ asks
                                     * for up to 16 requests) */
+    uint64_t ack_messages;         /* source side: ACKs posted (one ends up to 8 grants; one sent again after its
+                                    * queue pair died counts again) */
 };
 
 /**

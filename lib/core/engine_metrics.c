@@ -100,7 +100,7 @@ static json_t *rdma_json(const struct orb_rdma_stats *r)
     RDMA(route_queries) RDMA(route_recoveries) RDMA(routes_down) RDMA(kept_queue_pairs) RDMA(read_replays)
     RDMA(progress_recoveries) RDMA(dmabuf_registrations) RDMA(peermem_registrations) RDMA(staged_slots)
     RDMA(private_grants) RDMA(reuse_grants) RDMA(reuse_probe_failures) RDMA(kept_keys)
-    RDMA(own_connection_grants) RDMA(grant_round_trips)
+    RDMA(own_connection_grants) RDMA(grant_round_trips) RDMA(ack_messages)
 #undef RDMA
     return o;
 }

@@ -405,6 +405,8 @@ int rdma_link_post_locked(struct rdma_link *l, struct ibv_send_wr *wr, uint64_t 
     int err = l->tp->v->post_send(l->qp->qp, wr, &bad);
     if (err == 0) {
         l->unsignaled = signal ? 0 : l->unsignaled + 1;
+        if ((cookie & 3u) == RDMA_COOKIE_ACK)
+            atomic_fetch_add(&l->tp->ack_messages, 1);
         return 0;
     }
     /* Refused. Only a bad_wr naming this very WR proves the device did not take it; any other
@@ -1062,7 +1064,7 @@ static int poll_cq(struct rdma_lane *lane, struct rdma_ctx *c, struct ibv_cq *cq
     if (n <= 0)
         return 0;
     /* Source queue pairs whose receives ended grants here: each sends one ACK for all of them
-     * after the batch (held until then). */
+     * after the batch (held until then). A private grant's queue pair sends its own. */
     struct rdma_link *acking[LANE_BATCH];
     uint32_t nacking = 0;
     for (int i = 0; i < n; i++) {
@@ -1079,8 +1081,8 @@ static int poll_cq(struct rdma_lane *lane, struct rdma_ctx *c, struct ibv_cq *cq
             on_send_wc(lane, l, &wc[i]);
         else
             on_recv_wc(l, &wc[i]);
-        if (!send && l->role == RDMA_ROLE_SOURCE && !listed(acking, nacking, l)) {
-            acking[nacking++] = l; /* its use is let go after the flush */
+        if (!send && l->role == RDMA_ROLE_SOURCE && !l->private_grant && !listed(acking, nacking, l)) {
+            acking[nacking++] = l; /* its use is let go after the flush (no lane frees links in here) */
             continue;
         }
         link_put(l);

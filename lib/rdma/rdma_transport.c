@@ -562,6 +562,7 @@ static int rdma_stats(void *tp_, void *out, size_t len)
     st.kept_keys = atomic_load(&tp->kept_keys);
     st.own_connection_grants = atomic_load(&tp->own_grants);
     st.grant_round_trips = atomic_load(&tp->grant_trips);
+    st.ack_messages = atomic_load(&tp->ack_messages);
     st.requests_in_flight = atomic_load(&tp->inflight_reqs);
     st.grants_active = atomic_load(&tp->active_grants);
     st.grants_served = atomic_load(&tp->grants_served);

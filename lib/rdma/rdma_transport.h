@@ -108,6 +108,7 @@ struct orb_rdma_tp {
     atomic_uint_fast64_t private_grants; /* private_grants */
     atomic_uint_fast64_t own_grants;     /* own_connection_grants */
     atomic_uint_fast64_t grant_trips;    /* grant_round_trips */
+    atomic_uint_fast64_t ack_messages;   /* ack_messages */
     atomic_uint_fast64_t reuse_grants, reuse_probe_failures, kept_keys;
     atomic_uint_fast64_t pgrants_ending; /* private grants waiting for their teardown on lane 0 */
     atomic_uint_fast64_t own_retired;    /* window grants' own queue pairs waiting for lane 0 to free them */

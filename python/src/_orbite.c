@@ -1041,6 +1041,7 @@ static PyObject *engine_rdma_stats_impl(orb_engine *e, PyObject *unused)
     STAT(private_grants) STAT(reuse_grants) STAT(reuse_probe_failures) STAT(kept_keys)
     STAT(own_connection_grants)
     STAT(grant_round_trips)
+    STAT(ack_messages)
 #undef STAT
     return d;
 fail:
