@@ -221,6 +221,45 @@ static void source_kill(struct source *sp)
     close(sp->from);
 }
 
+/* What a cell opened beyond the fixture: a segment of the fixture's engine and the source
+ * process behind it. A cell that fails returns before it closes them, and a connection left open
+ * would keep queue pairs (and through them replaced completion queues) in the footprints of the
+ * cells after it; cell_teardown() kills and closes what is still held. */
+static struct {
+    orb_segment *seg;
+    struct source src; /* a copy: the cell's own is gone with its frame */
+    bool has_src;
+} held;
+
+static void hold_for_the_cell(orb_segment *sg, const struct source *sp)
+{
+    held.seg = sg;
+    held.has_src = sp != NULL;
+    if (sp != NULL)
+        held.src = *sp;
+}
+
+static void release_from_the_cell(void)
+{
+    held.seg = NULL;
+    held.has_src = false;
+}
+
+static int cell_teardown(void **state)
+{
+    (void)state;
+    if (held.has_src) { /* first, so that closing the segment finds a dead peer, not a slow one */
+        (void)kill(held.src.pid, SIGKILL);
+        (void)waitpid(held.src.pid, NULL, 0);
+        close(held.src.to);
+        close(held.src.from);
+    }
+    if (held.seg != NULL)
+        orb_segment_close(held.seg);
+    release_from_the_cell();
+    return 0;
+}
+
 static orb_engine *req;
 static orb_host_memory *req_mem;
 static orb_reg_id req_id;
@@ -772,6 +811,7 @@ static void test_reads_replay_on_the_other_rail(void **state)
     orb_segment *sb = NULL;
     if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
         fail_msg("open_segment: %s", orb_last_error());
+    hold_for_the_cell(sb, &b);
     struct orb_rdma_stats s0 = stats_of(req);
     struct orb_rdma_nic_load l[2];
     loads(l);
@@ -811,6 +851,7 @@ static void test_reads_replay_on_the_other_rail(void **state)
         fail_msg("%s", checks_failed);
     /* The path failure counted against the rail, as without replays. */
     assert_true(stats_of(req).rail_errors > s0.rail_errors);
+    release_from_the_cell();
     orb_segment_close(sb);
     source_stop(&b);
     footprint_returns(&cell.before, "the requester kept something of the connection");
@@ -831,6 +872,7 @@ static void test_a_source_queue_pair_dies(void **state)
     orb_segment *sb = NULL;
     if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
         fail_msg("open_segment: %s", orb_last_error());
+    hold_for_the_cell(sb, &b);
     struct orb_rdma_stats s0 = stats_of(req);
     struct readers rs;
     readers_start(&rs, sb, b.h.base);
@@ -853,6 +895,7 @@ static void test_a_source_queue_pair_dies(void **state)
     if (checks_failed[0] != '\0')
         fail_msg("%s", checks_failed);
     assert_int_equal(source_failures(&b), 1);
+    release_from_the_cell();
     orb_segment_close(sb);
     source_stop(&b);
     footprint_returns(&cell.before, "the requester kept something of the connection");
@@ -1397,6 +1440,7 @@ static void test_a_refusal_by_a_source_that_does_not_answer(void **state)
     orb_segment *sb = NULL;
     if (orb_open_segment(req, b.h.endpoint, &b.h.epoch, TIMEOUT_NS, &sb) != 0)
         fail_msg("open_segment: %s", orb_last_error());
+    hold_for_the_cell(sb, &b);
     struct traffic t;
     traffic_init(&t, req, sb, b.h.base, local);
     int rc = round_trip(&t, 300);
@@ -1419,6 +1463,7 @@ static void test_a_refusal_by_a_source_that_does_not_answer(void **state)
     for (uint32_t i = 0; i < 3; i++)
         if ((rc = round_trip(&t, 310 + i)) != 0)
             fail_msg("round %u after the source thawed: %s (%s)", i, orb_strerror(rc), orb_last_error());
+    release_from_the_cell();
     orb_segment_close(sb);
     source_stop(&b);
 }
@@ -1845,23 +1890,23 @@ int main(int argc, char **argv)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_a_port_down_under_a_two_rail_transfer),
-        cmocka_unit_test(test_reads_replay_on_the_other_rail),
-        cmocka_unit_test(test_a_source_queue_pair_dies),
-        cmocka_unit_test(test_a_port_down_at_start),
-        cmocka_unit_test(test_a_completion_queue_error),
-        cmocka_unit_test(test_a_completion_queue_error_event_driven),
-        cmocka_unit_test(test_the_address_of_a_rail_changes),
-        cmocka_unit_test(test_a_killed_source_and_its_successor),
-        cmocka_unit_test(test_close_with_a_frozen_source),
-        cmocka_unit_test(test_refused_posts),
-        cmocka_unit_test(test_refused_write_posts),
-        cmocka_unit_test(test_a_revoked_key),
-        cmocka_unit_test(test_a_refusal_by_a_source_that_does_not_answer),
-        cmocka_unit_test(test_a_frozen_source_holds_back_no_other),
-        cmocka_unit_test(test_a_queue_pair_forced_to_error_mid_batch),
-        cmocka_unit_test(test_an_unprovable_post_stays_charged),
-        cmocka_unit_test(test_a_queue_pair_that_cannot_be_destroyed),
+        cmocka_unit_test_teardown(test_a_port_down_under_a_two_rail_transfer, cell_teardown),
+        cmocka_unit_test_teardown(test_reads_replay_on_the_other_rail, cell_teardown),
+        cmocka_unit_test_teardown(test_a_source_queue_pair_dies, cell_teardown),
+        cmocka_unit_test_teardown(test_a_port_down_at_start, cell_teardown),
+        cmocka_unit_test_teardown(test_a_completion_queue_error, cell_teardown),
+        cmocka_unit_test_teardown(test_a_completion_queue_error_event_driven, cell_teardown),
+        cmocka_unit_test_teardown(test_the_address_of_a_rail_changes, cell_teardown),
+        cmocka_unit_test_teardown(test_a_killed_source_and_its_successor, cell_teardown),
+        cmocka_unit_test_teardown(test_close_with_a_frozen_source, cell_teardown),
+        cmocka_unit_test_teardown(test_refused_posts, cell_teardown),
+        cmocka_unit_test_teardown(test_refused_write_posts, cell_teardown),
+        cmocka_unit_test_teardown(test_a_revoked_key, cell_teardown),
+        cmocka_unit_test_teardown(test_a_refusal_by_a_source_that_does_not_answer, cell_teardown),
+        cmocka_unit_test_teardown(test_a_frozen_source_holds_back_no_other, cell_teardown),
+        cmocka_unit_test_teardown(test_a_queue_pair_forced_to_error_mid_batch, cell_teardown),
+        cmocka_unit_test_teardown(test_an_unprovable_post_stays_charged, cell_teardown),
+        cmocka_unit_test_teardown(test_a_queue_pair_that_cannot_be_destroyed, cell_teardown),
     };
     /* ORBITE_TEST_FILTER: run only the cells it matches (a cmocka test filter, '*' globbing). */
     if (getenv("ORBITE_TEST_FILTER") != NULL)
