@@ -532,20 +532,16 @@ static int flush_acks_locked(struct rdma_link *l, uint8_t msg[ORB_RDMA_ACKS_LEN_
 
 int rdma_link_stage_ack(struct rdma_link *l, const struct orb_rdma_ack *a)
 {
-    uint8_t msg[ORB_RDMA_ACKS_LEN_MAX];
-    uint32_t len = 0;
-    int rc = 0;
     pthread_mutex_lock(&l->lock);
     if (l->failed != 0) {
         pthread_mutex_unlock(&l->lock);
         return orb_fail(ORB_EPEER, "rdma: the link of rail %u is dead", l->rail);
     }
     l->acks_staged[l->nacks_staged++] = *a;
-    if (l->nacks_staged == ORB_RDMA_ACKS_MAX)
-        rc = flush_acks_locked(l, msg, &len);
+    bool full = l->nacks_staged == ORB_RDMA_ACKS_MAX;
     pthread_mutex_unlock(&l->lock);
-    if (rc != 0)
-        rdma_src_ack_lost(l, msg, len);
+    if (full)
+        rdma_link_flush_acks(l);
     return 0;
 }
 
@@ -1180,6 +1176,17 @@ static int poll_lane(struct rdma_lane *lane)
     return got;
 }
 
+/* Arm `cq` unless `bit` of *armed says it still is; false: it could not be. */
+static bool arm_once(struct ibv_cq *cq, uint8_t *armed, uint8_t bit)
+{
+    if (*armed & bit)
+        return true;
+    if (ibv_req_notify_cq(cq, 0) != 0)
+        return false;
+    *armed |= bit;
+    return true;
+}
+
 /* Arm this lane's CQs for their next completion. A CQ still armed from an earlier turn is left
  * as it is: its arm holds until it raises its event (on a software device every arm is a system
  * call). false: one could not be armed (keep polling). */
@@ -1191,16 +1198,8 @@ static bool lane_arm(struct rdma_lane *lane)
         struct rdma_ctx *c = tp->dctx[i];
         if (!lane_serves(lane, c))
             continue;
-        if (!(c->armed[k] & RDMA_ARMED_SCQ)) {
-            if (ibv_req_notify_cq(c->scq[k], 0) != 0)
-                return false;
-            c->armed[k] |= RDMA_ARMED_SCQ;
-        }
-        if (!(c->armed[k] & RDMA_ARMED_RCQ)) {
-            if (ibv_req_notify_cq(c->rcq[k], 0) != 0)
-                return false;
-            c->armed[k] |= RDMA_ARMED_RCQ;
-        }
+        if (!arm_once(c->scq[k], &c->armed[k], RDMA_ARMED_SCQ) || !arm_once(c->rcq[k], &c->armed[k], RDMA_ARMED_RCQ))
+            return false;
     }
     return true;
 }
