@@ -661,7 +661,7 @@ static void judge_rails(struct rdma_req *r, int status)
     if (r->trial_token != 0) {
         struct orb_rail_key key = rail_key(p, r->trial_rail);
         trial_bit = 1u << r->trial_rail;
-        if (status == 0) {
+        if (status == 0 && !(r->rail_failed & trial_bit)) {
             if (orb_rail_trial_succeeded(t, &key, r->trial_token) == 0)
                 ORB_LOGI("rdma: %s: rail %u passed its trial: it carries requests again", p->endpoint, r->trial_rail);
             p->suspect &= ~trial_bit;
@@ -690,8 +690,8 @@ static void judge_rails(struct rdma_req *r, int status)
                      "paused for %llu ms, then one request tries it", p->endpoint, k, p->tp->cfg->rail_error_threshold,
                      (unsigned long long)(after.cooldown_ns / 1000000u));
     }
-    if (status == 0)
-        for (uint32_t m = r->rail_mask & p->suspect & ~trial_bit; m != 0; m &= m - 1) {
+    if (status == 0) /* a rail whose path failed under it (its request succeeded still) earns nothing */
+        for (uint32_t m = r->rail_mask & p->suspect & ~trial_bit & ~r->rail_failed; m != 0; m &= m - 1) {
             uint32_t k = (uint32_t)__builtin_ctz(m);
             struct orb_rail_key key = rail_key(p, k);
             orb_rail_record_success(t, &key);
@@ -800,7 +800,7 @@ static void reset_attempt_locked(struct rdma_req *r)
     r->status = 0;
     r->why[0] = '\0';
     r->device_refused = false;
-    r->granted = r->acked = r->expired = false;
+    r->granted = r->acked = r->expired = r->ack_ok = r->send_failure_only = false;
     r->trial_token = 0;
     r->trial_posted = false;
     r->rail_mask = 0;
@@ -1097,6 +1097,7 @@ static bool maybe_end(struct rdma_req *r, struct rdma_ending *e)
 /* The request's first failure and its cause (peer lock held); later ones are dropped. */
 __attribute__((format(printf, 3, 4))) static void fail_locked(struct rdma_req *r, int status, const char *fmt, ...)
 {
+    r->send_failure_only = false; /* rdma_req_on_send sets it again for a SEND's completion */
     if (r->status != 0)
         return;
     r->status = status;
@@ -2417,8 +2418,17 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
          * the grant ended (a SEND that never arrived leaves the request to its deadline). */
         ORB_LOGD("rdma: %s: rail %u: a private grant's end completed with %s; its ACK decides", p->endpoint, rail,
                  tp->v->wc_status_str(wc->status));
+    } else if (!ok && sendinv && r->ack_ok) {
+        /* The ACK came first: the binding arrived and the grant ended well at the source, and
+         * the queue pair died before the transport acknowledged the SEND. The request stands;
+         * the path failure counts against the rail. */
+        ORB_LOGD("rdma: %s: rail %u: a rail's end completed with %s after the source's ACK; the request stands",
+                 p->endpoint, rail, tp->v->wc_status_str(wc->status));
+        if (atomic_load(&l->fault))
+            r->rail_failed |= 1u << rail;
     } else if (!ok) {
         ORB_LOGD("rdma: %s: rail %u: %s", p->endpoint, rail, tp->v->wc_status_str(wc->status));
+        bool sends_only = sendinv && wc->status != IBV_WC_REM_ACCESS_ERR && (r->status == 0 || r->send_failure_only);
         /* The path failed (not the peer's authority): rail health counts it -- unless the
          * request had already failed otherwise, of which this is a consequence (a source that
          * drops its queue pairs after a refused access). */
@@ -2430,6 +2440,7 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
         fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER,
                     "rdma: rail %u: the device completed a work request with \"%s\"", rail,
                     tp->v->wc_status_str(wc->status));
+        r->send_failure_only = sends_only;
     }
     if (!sendinv && --r->rail_left[rail] == 0 && r->status == 0) {
         post_end_of_rail = true;
@@ -2459,8 +2470,21 @@ static void on_ack(struct rdma_link *l, const struct orb_rdma_ack *a)
         r = r->next;
     if (r != NULL && r->grant.grant == a->grant && !r->acked) {
         r->acked = true;
-        if (a->status != 0)
+        if (a->status != 0) {
             fail_locked(r, a->status, "rdma: the source ended the grant with %s", orb_strerror(a->status));
+        } else {
+            r->ack_ok = true;
+            if (r->send_failure_only) {
+                /* Only rail-ending SENDs failed here, and the source had every binding: they
+                 * arrived, and with them proof that every payload WR completed. */
+                ORB_LOGD("rdma: %s: request %llu: the source ended its grant well after a rail's end failed here "
+                         "(%s): the request stands",
+                         p->endpoint, (unsigned long long)r->id, r->why);
+                r->status = 0;
+                r->why[0] = '\0';
+                r->send_failure_only = false;
+            }
+        }
         end = maybe_end(r, &e);
     } else {
         ORB_LOGD("rdma: %s: an ACK for request %llu, which is not waiting for one", p->endpoint,
