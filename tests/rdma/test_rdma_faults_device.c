@@ -257,6 +257,7 @@ static int cell_teardown(void **state)
     if (held.seg != NULL)
         orb_segment_close(held.seg);
     release_from_the_cell();
+    itp_hold_send_completions(0, 0); /* a cell that failed with completions held back */
     return 0;
 }
 
@@ -1687,6 +1688,89 @@ static void test_a_queue_pair_forced_to_error_mid_batch(void **state)
     side_down(&sd);
 }
 
+/* A READ of the source's first chunk into sd's target once a rail can carry it: with
+ * rail_error_threshold 1 every rail that failed a cell's request is paused for its cooldown
+ * (2 s), and a READ finds no rail meanwhile (ORB_EUNAVAILABLE). At most 10 s. */
+static void read_when_a_rail_is_back(struct side *sd)
+{
+    uint64_t until = now_ns() + 10000000000ull;
+    for (;;) {
+        int rc = one(&sd->t, ORB_OP_READ, 0, GUARD);
+        if (rc == 0)
+            return;
+        if (rc != ORB_EUNAVAILABLE || now_ns() > until)
+            fail_msg("a READ after the cell's failures: %s (%s)", orb_strerror(rc), orb_last_error());
+        sleep_ms(200);
+    }
+}
+
+/* A rail's end (its SEND_WITH_INV) whose completion comes back flushed after the source's ACK
+ * came: its queue pair died once the SEND had arrived, before the transport acknowledged it (the
+ * interposer holds the completion back 1.5 s and then hands it out as a flush). The ACK proves
+ * that every rail's binding arrived, each sent only once its rail's payload had completed: the
+ * request succeeds, READ and WRITE alike, with no replay (read_replays 0 here) and every byte in
+ * place; the rail counts the path failure; the next request goes through. */
+static void test_a_rail_end_that_fails_after_its_ack(void **state)
+{
+    (void)state;
+    struct cell cell;
+    cell_begin(&cell);
+    struct side sd;
+    side_up_with(&sd, &peer, "0", "polling");
+    uint8_t *dst = sd.t.area + GUARD;
+    for (uint32_t k = 0; k < 2; k++) {
+        enum orb_op op = k == 0 ? ORB_OP_READ : ORB_OP_WRITE;
+        uint32_t seed = 91 + k;
+        memset(sd.t.area, 0xee, CHUNK + 2 * GUARD);
+        for (uint64_t i = 0; i < CHUNK; i++)
+            dst[i] = pattern(i, seed);
+        if (op == ORB_OP_READ) { /* the source's chunk holds the pattern; the READ lands on zeros */
+            assert_int_equal(one(&sd.t, ORB_OP_WRITE, 0, GUARD), 0); /* the first request: rails healthy */
+            memset(dst, 0, CHUNK);
+        }
+        struct orb_rdma_stats s0 = stats_of(sd.e);
+        warning_watch("flushed though nothing here failed the queue pair");
+        itp_hold_send_completions(1, 1500);
+        struct orb_request r = chunk_request(op, dst, peer.base);
+        struct orb_batch_report rep;
+        int rc = orb_submit_and_wait(sd.e, sd.seg, &r, 1, NULL, TIMEOUT_NS, &rep);
+        uint32_t kept_back = itp_held_send_completions();
+        itp_hold_send_completions(0, 0);
+        char warned[512];
+        warning_unwatch(warned, sizeof warned);
+        struct orb_rdma_stats s = stats_of(sd.e);
+        print_message("%s with its rail's end flushed after the ACK: %s (%s); %u completion(s) held back, %llu rail "
+                      "error(s), %llu replay(s)\n", op == ORB_OP_READ ? "a READ" : "a WRITE", orb_strerror(rc),
+                      rc != 0 ? orb_last_error() : "", kept_back, (unsigned long long)(s.rail_errors - s0.rail_errors),
+                      (unsigned long long)(s.read_replays - s0.read_replays));
+        assert_int_equal(kept_back, 1);
+        if (rc != 0)
+            fail_msg("the request failed: %s", orb_last_error());
+        assert_true(rep.done && !rep.has_failure && rep.completed_requests == 1);
+        assert_int_equal(s.read_replays, s0.read_replays);
+        if (strstr(warned, "its path is taken to have failed") == NULL)
+            fail_msg("no warning said the queue pair's path failed (seen: \"%s\")", warned);
+        assert_true(s.rail_errors > s0.rail_errors);
+        if (op == ORB_OP_WRITE) { /* what the source holds now, read back */
+            memset(dst, 0, CHUNK);
+            read_when_a_rail_is_back(&sd);
+        }
+        for (uint64_t i = 0; i < CHUNK; i++)
+            if (dst[i] != pattern(i, seed))
+                fail_msg("%s: byte %llu differs", op == ORB_OP_READ ? "the READ" : "the WRITE", (unsigned long long)i);
+        for (uint32_t i = 0; i < GUARD; i++)
+            assert_true(sd.t.area[i] == 0xee && dst[CHUNK + i] == 0xee);
+    }
+    /* The next request goes through. */
+    memset(dst, 0, CHUNK);
+    read_when_a_rail_is_back(&sd);
+    for (uint64_t i = 0; i < CHUNK; i++)
+        if (dst[i] != pattern(i, 92))
+            fail_msg("the next READ: byte %llu differs", (unsigned long long)i);
+    side_down(&sd);
+    footprint_returns(&cell.before, "the engine kept something of the failed queue pair");
+}
+
 /* What the lane threads used over 2 s from 4 s into an engine's close (past its 2 s deadline:
  * its drain window has begun), into the struct thread_use at `arg`. */
 static void *sample_drain(void *arg)
@@ -1905,6 +1989,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_a_refusal_by_a_source_that_does_not_answer, cell_teardown),
         cmocka_unit_test_teardown(test_a_frozen_source_holds_back_no_other, cell_teardown),
         cmocka_unit_test_teardown(test_a_queue_pair_forced_to_error_mid_batch, cell_teardown),
+        cmocka_unit_test_teardown(test_a_rail_end_that_fails_after_its_ack, cell_teardown),
         cmocka_unit_test_teardown(test_an_unprovable_post_stays_charged, cell_teardown),
         cmocka_unit_test_teardown(test_a_queue_pair_that_cannot_be_destroyed, cell_teardown),
     };

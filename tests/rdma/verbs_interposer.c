@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "rdma/verbs.h"
 
@@ -280,12 +281,108 @@ static struct {
 static uint64_t cqs_made;
 static struct ibv_cq *reported[MAX_CQS]; /* made-up events handed out and not acknowledged */
 
+/* ---- held SEND completions (itp_hold_send_completions) ---- */
+
+/* ibv_poll_cq is rdma-core's inline call through the context's operations: the wrapper takes
+ * the place of the provider's entry in each context a completion queue is made on (one
+ * provider per test process: every context has the same entry). */
+static int (*real_poll_cq)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+
+#define MAX_HELD 8u
+static struct {
+    uint32_t left, delay_ms, handed_out;
+    uint32_t n;
+    struct {
+        struct ibv_cq *cq;
+        uint64_t due_ns;
+        struct ibv_wc wc;
+    } wc[MAX_HELD];
+} held;
+static atomic_bool held_active; /* left or n nonzero: polls take the lock only then */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void itp_hold_send_completions(uint32_t count, uint32_t delay_ms)
+{
+    pthread_mutex_lock(&lock);
+    held.left = count;
+    held.delay_ms = delay_ms;
+    held.handed_out = 0;
+    atomic_store(&held_active, count > 0 || held.n > 0);
+    pthread_mutex_unlock(&lock);
+}
+
+uint32_t itp_held_send_completions(void)
+{
+    pthread_mutex_lock(&lock);
+    uint32_t n = held.handed_out;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+static int w_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+    if (!atomic_load(&held_active))
+        return real_poll_cq(cq, num_entries, wc);
+    int k = 0;
+    uint64_t now = mono_ns();
+    pthread_mutex_lock(&lock);
+    for (uint32_t i = 0; i < held.n && k < num_entries;) {
+        if (held.wc[i].cq != cq || held.wc[i].due_ns > now) {
+            i++;
+            continue;
+        }
+        wc[k++] = held.wc[i].wc;
+        held.handed_out++;
+        held.wc[i] = held.wc[--held.n];
+    }
+    pthread_mutex_unlock(&lock);
+    if (k == num_entries)
+        return k;
+    int got = real_poll_cq(cq, num_entries - k, wc + k);
+    if (got <= 0)
+        return k > 0 ? k : got;
+    pthread_mutex_lock(&lock);
+    int out = k;
+    for (int i = k; i < k + got; i++) {
+        if (held.left > 0 && held.n < MAX_HELD && wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_SEND) {
+            held.left--;
+            held.wc[held.n].cq = cq;
+            held.wc[held.n].due_ns = now + (uint64_t)held.delay_ms * 1000000ull;
+            held.wc[held.n].wc = wc[i];
+            held.wc[held.n].wc.status = IBV_WC_WR_FLUSH_ERR;
+            held.n++;
+            continue;
+        }
+        wc[out++] = wc[i];
+    }
+    atomic_store(&held_active, held.left > 0 || held.n > 0);
+    pthread_mutex_unlock(&lock);
+    return out;
+}
+
+static void wrap_poll_cq(struct ibv_context *context)
+{
+    pthread_mutex_lock(&lock);
+    if (real_poll_cq == NULL)
+        real_poll_cq = context->ops.poll_cq;
+    if (context->ops.poll_cq == real_poll_cq)
+        context->ops.poll_cq = w_poll_cq;
+    pthread_mutex_unlock(&lock);
+}
+
 static struct ibv_cq *w_create_cq(struct ibv_context *context, int cqe, void *cq_context,
                                   struct ibv_comp_channel *channel, int vector)
 {
     struct ibv_cq *cq = real.create_cq(context, cqe, cq_context, channel, vector);
     if (cq == NULL)
         return NULL;
+    wrap_poll_cq(context);
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < MAX_CQS; i++)
         if (cqs[i].cq == NULL) {
