@@ -286,7 +286,8 @@ static struct ibv_cq *reported[MAX_CQS]; /* made-up events handed out and not ac
 /* ibv_poll_cq is rdma-core's inline call through the context's operations: the wrapper takes
  * the place of the provider's entry in each context a completion queue is made on (one
  * provider per test process: every context has the same entry). */
-static int (*real_poll_cq)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+typedef int (*poll_cq_fn)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+static _Atomic(poll_cq_fn) real_poll_cq; /* set before any context's entry points here */
 
 #define MAX_HELD 8u
 static struct {
@@ -327,8 +328,9 @@ uint32_t itp_held_send_completions(void)
 
 static int w_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 {
+    poll_cq_fn real_poll = atomic_load(&real_poll_cq);
     if (!atomic_load(&held_active))
-        return real_poll_cq(cq, num_entries, wc);
+        return real_poll(cq, num_entries, wc);
     int k = 0;
     uint64_t now = mono_ns();
     pthread_mutex_lock(&lock);
@@ -344,7 +346,7 @@ static int w_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
     pthread_mutex_unlock(&lock);
     if (k == num_entries)
         return k;
-    int got = real_poll_cq(cq, num_entries - k, wc + k);
+    int got = real_poll(cq, num_entries - k, wc + k);
     if (got <= 0)
         return k > 0 ? k : got;
     pthread_mutex_lock(&lock);
@@ -369,9 +371,9 @@ static int w_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 static void wrap_poll_cq(struct ibv_context *context)
 {
     pthread_mutex_lock(&lock);
-    if (real_poll_cq == NULL)
-        real_poll_cq = context->ops.poll_cq;
-    if (context->ops.poll_cq == real_poll_cq)
+    if (atomic_load(&real_poll_cq) == NULL)
+        atomic_store(&real_poll_cq, context->ops.poll_cq);
+    if (context->ops.poll_cq == atomic_load(&real_poll_cq))
         context->ops.poll_cq = w_poll_cq;
     pthread_mutex_unlock(&lock);
 }
