@@ -1390,14 +1390,20 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
     if (own)
         atomic_fetch_add(&tp->own_grants, 1);
     struct orb_rdma_ack a = {.request = request, .grant = id, .status = status};
-    /* With the others of this batch of completions on the rail, in one SEND (the lane flushes
-     * it when the batch is done). */
-    if (!own && rdma_link_stage_ack(l, &a) == 0)
-        return;
-    /* A grant of its own queue pairs: on the connection's queue pair of the rail, which its own
-     * lane posts; or the rail died since the binding came. */
-    struct rdma_link *cl = own ? c->links[l->rail] : l;
     uint8_t ack[ORB_RDMA_ACK_LEN];
+    if (!own) {
+        /* With the others of this batch of completions on the rail, in one SEND (the lane
+         * flushes it when the batch is done); or, the rail having died since the binding came,
+         * on another live queue pair of the connection. */
+        if (rdma_link_stage_ack(l, &a) == 0)
+            return;
+        orb_rdma_ack_encode(&a, ack);
+        rdma_src_ack_lost(l, ack, ORB_RDMA_ACK_LEN);
+        return;
+    }
+    /* A grant of its own queue pairs: on the connection's queue pair of the rail, which its own
+     * lane posts. */
+    struct rdma_link *cl = c->links[l->rail];
     orb_rdma_ack_encode(&a, ack);
     if (rdma_link_queue_ack(cl, ack, ORB_RDMA_ACK_LEN) != 0)
         rdma_src_ack_lost(cl, ack, ORB_RDMA_ACK_LEN);
