@@ -314,7 +314,9 @@ void itp_hold_send_completions(uint32_t count, uint32_t delay_ms)
     held.left = count;
     held.delay_ms = delay_ms;
     held.handed_out = 0;
-    atomic_store(&held_active, count > 0 || held.n > 0);
+    if (count == 0)
+        held.n = 0; /* what a failed cell left held (its queues may be gone) */
+    atomic_store(&held_active, count > 0);
     pthread_mutex_unlock(&lock);
 }
 

@@ -90,7 +90,8 @@ uint32_t itp_break_cqs_since(const char *device, uint64_t mark);
  * SENDs) are held back for `delay_ms` from when they were polled, and then handed out by a
  * later poll of their queue as IBV_WC_WR_FLUSH_ERR: a queue pair that died right after its SEND
  * arrived, before the transport acknowledged it, seen after whatever the peer answered
- * meanwhile. Only a lane that polls again sees them (progress_mode polling). 0: none held. */
+ * meanwhile. Only a lane that polls again sees them (progress_mode polling). `count` 0: none
+ * is held from now on, and those still held are dropped. */
 void itp_hold_send_completions(uint32_t count, uint32_t delay_ms);
 /* How many held completions were handed out since the last itp_hold_send_completions(). */
 uint32_t itp_held_send_completions(void);
