@@ -370,9 +370,6 @@ struct rdma_req {
     uint32_t sends_left;           /* SEND_WITH_INVs not completed */
     bool counted, granted, acked, ended; /* counted: in peer->inflight */
     bool expired;                  /* its ACK deadline passed (the scan failed it) */
-    /* The source's ACK said the grant ended well: every rail's binding arrived there, each sent
-     * only after its rail's payload completed here, so the request's bytes moved. */
-    bool ack_ok;
     /* Its failure so far comes only from rail-ending SENDs' completions (a queue pair that died
      * once it had sent one, perhaps before the transport acknowledged it): an ACK that says the
      * grant ended well undoes it. Any other failure clears it (fail_locked). */

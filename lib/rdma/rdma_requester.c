@@ -800,7 +800,7 @@ static void reset_attempt_locked(struct rdma_req *r)
     r->status = 0;
     r->why[0] = '\0';
     r->device_refused = false;
-    r->granted = r->acked = r->expired = r->ack_ok = r->send_failure_only = false;
+    r->granted = r->acked = r->expired = r->send_failure_only = false;
     r->trial_token = 0;
     r->trial_posted = false;
     r->rail_mask = 0;
@@ -2418,29 +2418,30 @@ void rdma_req_on_send(struct rdma_link *l, uint64_t cookie, const struct ibv_wc 
          * the grant ended (a SEND that never arrived leaves the request to its deadline). */
         ORB_LOGD("rdma: %s: rail %u: a private grant's end completed with %s; its ACK decides", p->endpoint, rail,
                  tp->v->wc_status_str(wc->status));
-    } else if (!ok && sendinv && r->ack_ok) {
-        /* The ACK came first: the binding arrived and the grant ended well at the source, and
-         * the queue pair died before the transport acknowledged the SEND. The request stands;
-         * the path failure counts against the rail. */
-        ORB_LOGD("rdma: %s: rail %u: a rail's end completed with %s after the source's ACK; the request stands",
-                 p->endpoint, rail, tp->v->wc_status_str(wc->status));
-        if (atomic_load(&l->fault))
-            r->rail_failed |= 1u << rail;
     } else if (!ok) {
         ORB_LOGD("rdma: %s: rail %u: %s", p->endpoint, rail, tp->v->wc_status_str(wc->status));
-        bool sends_only = sendinv && wc->status != IBV_WC_REM_ACCESS_ERR && (r->status == 0 || r->send_failure_only);
         /* The path failed (not the peer's authority): rail health counts it -- unless the
          * request had already failed otherwise, of which this is a consequence (a source that
          * drops its queue pairs after a refused access). */
         if (atomic_load(&l->fault) && (r->status == 0 || r->rail_failed != 0))
             r->rail_failed |= 1u << rail;
-        r->rail_lost |= 1u << rail;
-        if (r->status == 0 && wc->status == IBV_WC_REM_ACCESS_ERR)
-            r->device_refused = true; /* settled by asking the source before it is reported */
-        fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER,
-                    "rdma: rail %u: the device completed a work request with \"%s\"", rail,
-                    tp->v->wc_status_str(wc->status));
-        r->send_failure_only = sends_only;
+        if (sendinv && r->acked && r->status == 0) {
+            /* The ACK came first and said the grant ended well (one that did not failed the
+             * request): the binding arrived, and the queue pair died before the transport
+             * acknowledged the SEND. The request stands. */
+            ORB_LOGD("rdma: %s: rail %u: a rail's end completed with %s after the source's ACK; the request stands",
+                     p->endpoint, rail, tp->v->wc_status_str(wc->status));
+        } else {
+            bool sends_only =
+                sendinv && wc->status != IBV_WC_REM_ACCESS_ERR && (r->status == 0 || r->send_failure_only);
+            r->rail_lost |= 1u << rail;
+            if (r->status == 0 && wc->status == IBV_WC_REM_ACCESS_ERR)
+                r->device_refused = true; /* settled by asking the source before it is reported */
+            fail_locked(r, wc->status == IBV_WC_REM_ACCESS_ERR ? ORB_EPERM : ORB_EPEER,
+                        "rdma: rail %u: the device completed a work request with \"%s\"", rail,
+                        tp->v->wc_status_str(wc->status));
+            r->send_failure_only = sends_only;
+        }
     }
     if (!sendinv && --r->rail_left[rail] == 0 && r->status == 0) {
         post_end_of_rail = true;
@@ -2472,18 +2473,15 @@ static void on_ack(struct rdma_link *l, const struct orb_rdma_ack *a)
         r->acked = true;
         if (a->status != 0) {
             fail_locked(r, a->status, "rdma: the source ended the grant with %s", orb_strerror(a->status));
-        } else {
-            r->ack_ok = true;
-            if (r->send_failure_only) {
-                /* Only rail-ending SENDs failed here, and the source had every binding: they
-                 * arrived, and with them proof that every payload WR completed. */
-                ORB_LOGD("rdma: %s: request %llu: the source ended its grant well after a rail's end failed here "
-                         "(%s): the request stands",
-                         p->endpoint, (unsigned long long)r->id, r->why);
-                r->status = 0;
-                r->why[0] = '\0';
-                r->send_failure_only = false;
-            }
+        } else if (r->send_failure_only) {
+            /* Only rail-ending SENDs failed here, and the source had every binding: they arrived,
+             * and with them proof that every payload WR completed. */
+            ORB_LOGD("rdma: %s: request %llu: the source ended its grant well after a rail's end failed here (%s): "
+                     "the request stands",
+                     p->endpoint, (unsigned long long)r->id, r->why);
+            r->status = 0;
+            r->why[0] = '\0';
+            r->send_failure_only = false;
         }
         end = maybe_end(r, &e);
     } else {
