@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "device_util.h"
 #include "rdma/verbs.h"
 
 static struct orb_verbs real;
@@ -301,13 +301,6 @@ static struct {
 } held;
 static atomic_bool held_active; /* left or n nonzero: polls take the lock only then */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void itp_hold_send_completions(uint32_t count, uint32_t delay_ms)
 {
     pthread_mutex_lock(&lock);
@@ -334,7 +327,7 @@ static int w_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
     if (!atomic_load(&held_active))
         return real_poll(cq, num_entries, wc);
     int k = 0;
-    uint64_t now = mono_ns();
+    uint64_t now = now_ns();
     pthread_mutex_lock(&lock);
     for (uint32_t i = 0; i < held.n && k < num_entries;) {
         if (held.wc[i].cq != cq || held.wc[i].due_ns > now) {
