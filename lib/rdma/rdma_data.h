@@ -667,6 +667,9 @@ void rdma_req_wait_failed(struct rdma_wait *w, int status, bool path_failed);
 /* Free released peers whose requests all ended (`force`: the lane is gone: all of them). */
 void rdma_req_reap(struct orb_rdma_tp *tp, bool force);
 void *rdma_grant_thread(void *arg);
+/* Count a change that can let a queued request go and wake one grant thread (`all`: every
+ * one), whether it waits on gcond or naps on the count. Any lock or none may be held. */
+void rdma_grant_wake(struct orb_rdma_tp *tp, bool all);
 
 /* ---- rdma_source.c ---------------------------------------------------------------------------- */
 

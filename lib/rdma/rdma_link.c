@@ -1802,7 +1802,7 @@ int rdma_data_start(struct orb_rdma_tp *tp)
     pthread_mutex_init(&tp->priv_lock, NULL);
     (void)orb_cond_init_monotonic(&tp->gcond);
     (void)orb_cond_init_monotonic(&tp->built);
-    tp->grant_idle_gen = UINT64_MAX; /* no walk found the grant queue stuck yet */
+    tp->grant_idle = false; /* no walk found the grant queue stuck yet */
     struct orb_qos_config qc;
     rdma_qos_config(tp, &qc);
     (void)orb_qos_set_init(&tp->gq, &qc, &orb_clock_monotonic);
@@ -1937,7 +1937,7 @@ int rdma_data_stop(struct orb_rdma_tp *tp, uint64_t deadline)
     tp->drain_deadline = orb_now_ns() + RDMA_DRAIN_NS;
     atomic_store(&tp->stopping, 1);
     pthread_mutex_lock(&tp->glock);
-    pthread_cond_broadcast(&tp->gcond);
+    rdma_grant_wake(tp, true);
     pthread_mutex_unlock(&tp->glock);
     for (uint32_t i = 0; i < tp->granters; i++)
         pthread_join(tp->granter[i], NULL);

@@ -2,11 +2,16 @@
  * rdma_data.h). */
 #include "rdma/rdma_data.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 #include "core/clock.h"
 #include "core/engine.h"
@@ -580,7 +585,6 @@ static void enqueue_for_grants_locked(struct orb_rdma_tp *tp, struct rdma_req *f
         }
         if (orb_qos_enqueue(&tp->gq, e, n) != 0) /* a request queued twice: a bug, said loudly */
             ORB_LOGE("rdma: requests could not be queued for their grants: %s", orb_last_error());
-        atomic_fetch_add(&tp->grant_gen, 1);
     }
 }
 
@@ -590,7 +594,7 @@ static void queue_for_grants(struct orb_rdma_tp *tp, struct rdma_req *first)
 {
     pthread_mutex_lock(&tp->glock);
     enqueue_for_grants_locked(tp, first);
-    pthread_cond_signal(&tp->gcond);
+    rdma_grant_wake(tp, false);
     pthread_mutex_unlock(&tp->glock);
 }
 
@@ -718,16 +722,13 @@ static void retire_private_locked(struct rdma_req *r)
 }
 
 /* A request of p's leaves the places past the grant queue (p->lock held). The one that makes
- * RDMA_GRANT_MIN_ROOM of them free wakes a grant thread; one that waits already is not woken
- * when it has just found the peer short of room and not yet slept (glock is not held here): it
- * looks again within its 1 ms wait. */
+ * RDMA_GRANT_MIN_ROOM of them free wakes a grant thread (one that has just found the peer short
+ * of room naps on the count this moves, so it cannot miss it). */
 static void uncount_locked(struct rdma_peer *p)
 {
     p->inflight--;
-    if (p->inflight == RDMA_RQ_DEPTH - RDMA_GRANT_MIN_ROOM) {
-        atomic_fetch_add(&p->tp->grant_gen, 1);
-        pthread_cond_signal(&p->tp->gcond);
-    }
+    if (p->inflight == RDMA_RQ_DEPTH - RDMA_GRANT_MIN_ROOM)
+        rdma_grant_wake(p->tp, false);
 }
 
 /* `r` leaves its attempt (p->lock held): its rails judged, out of the connection's granted
@@ -855,7 +856,7 @@ static void requeue(struct orb_rdma_tp *tp, struct rdma_req *r, int status, cons
     bool stopping = atomic_load(&tp->stopping);
     if (!stopping) {
         enqueue_for_grants_locked(tp, r);
-        pthread_cond_signal(&tp->gcond);
+        rdma_grant_wake(tp, false);
     }
     pthread_mutex_unlock(&tp->glock);
     if (stopping)
@@ -986,7 +987,7 @@ static bool defer_refusal(struct orb_rdma_tp *tp, struct rdma_req *r, const stru
         r->verdict = v;
         r->next = tp->verdicts; /* out of p->active since it ended */
         tp->verdicts = r;
-        pthread_cond_signal(&tp->gcond);
+        rdma_grant_wake(tp, false);
     }
     pthread_mutex_unlock(&tp->glock);
     if (stopping)
@@ -2195,8 +2196,7 @@ static void take_batch_done(struct orb_rdma_tp *tp, struct rdma_peer *p)
     pthread_mutex_lock(&p->lock);
     p->serving--;
     pthread_mutex_unlock(&p->lock);
-    atomic_fetch_add(&tp->grant_gen, 1);
-    pthread_cond_signal(&tp->gcond);
+    rdma_grant_wake(tp, false);
 }
 
 /* Whether the source process still answers on r's control connection: 0 when it does (a
@@ -2306,9 +2306,37 @@ static struct rdma_req *take_refusal_locked(struct orb_rdma_tp *tp)
 }
 
 /* A grant thread with queued requests none of which can go waits this long for a change at
- * first, twice as long after each wait that brought none, up to the maximum. */
+ * first, twice as long after each wait that brought none, up to the maximum: every change
+ * wakes it, the naps only bound the wait for what counts none (the queue's promotions). */
 #define GRANT_IDLE_NAP_NS 1000000ull
 #define GRANT_IDLE_NAP_MAX_NS 16000000ull
+
+void rdma_grant_wake(struct orb_rdma_tp *tp, bool all)
+{
+    atomic_fetch_add(&tp->grant_gen, 1);
+    /* A napper counts itself before it reads the count again (both sequentially consistent):
+     * either it sees this change or this sees it, and FUTEX_WAIT refuses a changed word. */
+    if (atomic_load(&tp->grant_nappers) > 0)
+        (void)syscall(SYS_futex, (uint32_t *)(void *)&tp->grant_gen, FUTEX_WAKE_PRIVATE, all ? INT_MAX : 1, NULL,
+                      NULL, 0);
+    if (all)
+        pthread_cond_broadcast(&tp->gcond);
+    else
+        pthread_cond_signal(&tp->gcond);
+}
+
+/* Nap until the count moves from `seen`, at most `ns` (glock held, let go meanwhile). */
+static void grant_nap(struct orb_rdma_tp *tp, uint32_t seen, uint64_t ns)
+{
+    pthread_mutex_unlock(&tp->glock);
+    atomic_fetch_add(&tp->grant_nappers, 1);
+    if (atomic_load(&tp->grant_gen) == seen) {
+        struct timespec ts = {.tv_sec = (time_t)(ns / ORB_NS_PER_SEC), .tv_nsec = (long)(ns % ORB_NS_PER_SEC)};
+        (void)syscall(SYS_futex, (uint32_t *)(void *)&tp->grant_gen, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+    }
+    atomic_fetch_sub(&tp->grant_nappers, 1);
+    pthread_mutex_lock(&tp->glock);
+}
 
 void *rdma_grant_thread(void *arg)
 {
@@ -2330,14 +2358,12 @@ void *rdma_grant_thread(void *arg)
             pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
             continue;
         }
-        /* Nothing has changed since a walk found nothing to take: wait for a change. A wake-up
-         * can be missed (room comes back under a peer's lock, not glock), so the wait is bounded,
-         * and grows while nothing changes. */
-        uint64_t gen = atomic_load(&tp->grant_gen);
-        if (gen == tp->grant_idle_gen) {
+        /* Nothing has changed since a walk found nothing to take: nap until a change (room
+         * comes back under a peer's lock alone, so the nap is on the count, not on gcond). */
+        uint32_t gen = atomic_load(&tp->grant_gen);
+        if (tp->grant_idle && gen == tp->grant_idle_gen) {
             (void)orb_qos_promote(&tp->gq);
-            struct timespec ts = orb_deadline_timespec(orb_deadline_after(nap_ns));
-            pthread_cond_timedwait(&tp->gcond, &tp->glock, &ts);
+            grant_nap(tp, gen, nap_ns);
             if (nap_ns < GRANT_IDLE_NAP_MAX_NS)
                 nap_ns *= 2;
             continue;
@@ -2345,6 +2371,7 @@ void *rdma_grant_thread(void *arg)
         nap_ns = GRANT_IDLE_NAP_NS;
         uint32_t n = take_batch(tp, batch);
         if (n == 0) {
+            tp->grant_idle = true;
             tp->grant_idle_gen = gen;
             continue;
         }

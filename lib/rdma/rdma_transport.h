@@ -147,11 +147,16 @@ struct orb_rdma_tp {
     struct rdma_req *verdicts;                  /* refused by the source's device, waiting for a grant
                                                  * thread to ask whether the source lives (glock) */
     /* Counts what can let a queued request go: a request queued, a peer's room back, a grant
-     * thread of a peer's share free. A walk of the queue that found nothing to take at count N
-     * is not repeated until the count moves (grant_idle_gen, glock): a queue held up by a peer
-     * that does not answer is not walked again and again. */
-    _Atomic uint64_t grant_gen;
-    uint64_t grant_idle_gen;
+     * thread of a peer's share free, a refusal to settle, the stop. A walk of the queue that
+     * found nothing to take at count N is not repeated until the count moves (grant_idle_gen,
+     * glock): a queue held up by a peer that does not answer is not walked again and again.
+     * Grant threads that found nothing nap on the count itself (a futex word, without glock),
+     * so that a change made under a peer's lock alone cannot be missed; grant_nappers says
+     * whether a change needs a FUTEX_WAKE (rdma_grant_wake). */
+    _Atomic uint32_t grant_gen;
+    _Atomic uint32_t grant_nappers;
+    uint32_t grant_idle_gen;
+    bool grant_idle;                            /* a walk found nothing at grant_idle_gen (glock) */
     struct rdma_staging *staging;               /* the arena (mapped on first use); NULL before start */
     bool host_staged;                           /* host_memory staged: host memory moves through it */
     struct orb_topo_ranks *ranks;               /* the priority matrix compiled; NULL: none */
