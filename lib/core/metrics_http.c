@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ascii.h"
 #include "core/dynlib.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -160,6 +161,13 @@ static int parse_address(const char *address, struct sockaddr_storage *ss, sockl
         return orb_fail(ORB_EINVAL, "metrics: address \"%s\" is not host:port", address);
     *colon = '\0';
     const char *port = colon + 1;
+    /* getaddrinfo() takes signs and spaces and keeps a port's low 16 bits: 1-5 digits, checked. */
+    size_t pl = strlen(port);
+    unsigned long pv = 0;
+    for (size_t i = 0; i < pl && pl <= 5; i++)
+        pv = orb_ascii_is_digit(port[i]) ? pv * 10 + (unsigned long)(port[i] - '0') : 65536;
+    if (pl > 5 || pv > 65535)
+        return orb_fail(ORB_EINVAL, "metrics: address \"%s\": the port is not a decimal number of 0 to 65535", address);
     char *h = host;
     size_t hl = strlen(h);
     if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {

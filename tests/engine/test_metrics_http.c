@@ -196,7 +196,8 @@ static void test_addresses(void **state)
 {
     (void)state;
     const char *bad[] = {"localhost:9464", "127.0.0.1", "127.0.0.1:", "127.0.0.1:http", "999.1.1.1:80",
-                         ":80", "[::1:80"};
+                         ":80", "[::1:80", "127.0.0.1:75000", "127.0.0.1:65536", "127.0.0.1:4294977761",
+                         "127.0.0.1:+9466", "127.0.0.1: 9465", "127.0.0.1:-1", "127.0.0.1:0x10", "127.0.0.1:094640"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc;
         orb_engine *e = engine_serving(bad[i], &rc);
