@@ -32,6 +32,10 @@
 #define SRC_TX_SMALL (ORB_WIRE_HEADER_LEN + 8u + ORB_WIRE_MAX_ERROR_TEXT + 32u)
 /* Responses queued for one sendmsg() (two iovecs each, well below IOV_MAX). */
 #define SRC_TX_SLOTS 32u
+/* Built answers (DESCRIBE_RESP, CONTROL_RESP) waiting to go out on one connection: no new frame
+ * is read while they hold this many bytes, so that a peer that asks and does not read holds
+ * one DESCRIBE_RESP of every registration (up to 1.5 MiB) at most, not one per slot. */
+#define SRC_TX_HEAP_MAX (256u * 1024u)
 
 /* A queued response: its header and body, then (READ_RESP) the payload from registered memory. */
 struct src_resp {
@@ -98,6 +102,7 @@ struct tcp_source_conn {
      * first one sent. A frame is started only when a slot is free for its response. */
     unsigned tx_first, tx_count;
     uint64_t tx_off;
+    size_t tx_heap_bytes;           /* of the queued responses' built answers (heap) */
     struct src_resp tx[SRC_TX_SLOTS];
 };
 
@@ -294,6 +299,7 @@ static int src_tx_heap(struct tcp_source_conn *s, uint8_t *buf, size_t len)
     r->heap = buf;
     r->head = buf;
     r->head_len = len;
+    s->tx_heap_bytes += len;
     src_tx_push(s);
     return 0;
 }
@@ -488,6 +494,8 @@ static int src_tx(struct tcp_source_conn *s)
                 }
             }
             src_unpin(s, &r->pin, &r->loan);
+            if (r->heap != NULL)
+                s->tx_heap_bytes -= r->head_len;
             free(r->heap);
             r->heap = NULL;
             s->tx_first = (s->tx_first + 1) % SRC_TX_SLOTS;
@@ -758,9 +766,11 @@ static int src_rx_step(struct tcp_source_conn *s)
     int rc;
     switch (s->rx_state) {
     case SRX_HEADER:
-        /* A new frame needs a free slot for its answer, an open source, and no HELLO answer or
-         * refusal still waiting to go out (those change what comes next). */
-        if (s->tx_count == SRC_TX_SLOTS || s->closing || s->migrate || !tcp_source_admits(s->tp))
+        /* A new frame needs a free slot for its answer, room for built answers, an open
+         * source, and no HELLO answer or refusal still waiting to go out (those change what
+         * comes next). */
+        if (s->tx_count == SRC_TX_SLOTS || s->tx_heap_bytes >= SRC_TX_HEAP_MAX || s->closing || s->migrate ||
+            !tcp_source_admits(s->tp))
             return 0;
         rc = tcp_rx_need(&s->base, ORB_WIRE_HEADER_LEN);
         if (rc <= 0)
@@ -861,6 +871,7 @@ static void src_progress(struct tcp_source_conn *s)
             return;
         }
         unsigned queued = s->tx_count;
+        int heap_full = s->tx_heap_bytes >= SRC_TX_HEAP_MAX;
         rc = src_tx(s);
         if (rc < 0) {
             src_fail(s, rc);
@@ -878,9 +889,10 @@ static void src_progress(struct tcp_source_conn *s)
                 return;
             }
         }
-        /* Reading stopped for a full queue that has drained since, or for a HELLO answer now
-         * out: read on, within the turn. */
-        int freed = s->tx_count < queued && queued == SRC_TX_SLOTS;
+        /* Reading stopped for a full queue (or built answers) that has drained since, or for
+         * a HELLO answer now out: read on, within the turn. */
+        int freed = (s->tx_count < queued && queued == SRC_TX_SLOTS) ||
+                    (heap_full && s->tx_heap_bytes < SRC_TX_HEAP_MAX);
         int unblocked = queued > 0 && s->tx_count == 0;
         if (!(freed || unblocked) || tcp_turn_room(&s->base) == 0)
             break;

@@ -794,6 +794,57 @@ static void test_malformed_frames_close_only_their_connection(void **state)
     free(before);
 }
 
+/* A peer that asks DESCRIBE again and again without reading holds few built answers at the
+ * source: the source stops reading it (the NOTIFY behind the asks waits) until the answers go
+ * out, then serves the rest in order. */
+static void test_describe_answers_wait_for_their_reader(void **state)
+{
+    (void)state;
+    enum { REGIONS = 30000, ASKS = 16 }; /* answers of 720 KiB: 11 MiB asked for in all */
+    orb_engine *src = th_engine_new(NULL);
+    orb_host_memory *owner = NULL;
+    assert_int_equal(orb_host_memory_alloc((size_t)REGIONS * 64, 0, &owner), 0);
+    for (uint64_t i = 0; i < REGIONS; i++) {
+        orb_reg_id id;
+        assert_int_equal(orb_registry_add(src->registry, owner, i * 64, 64, ORB_PERM_REMOTE_READ, &id), 0);
+    }
+    int fd = th_raw_connect(src);
+    /* Little buffered on the way (a window below loopback's 64 KiB segment would stall it). */
+    int small = 128 * 1024;
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    assert_int_equal(th_raw_hello(fd, src, 1), ORB_WIRE_HELLO_OK);
+    for (uint64_t tag = 1; tag <= ASKS; tag++)
+        send_header(fd, ORB_WIRE_MAGIC, ORB_WIRE_DESCRIBE_REQ, 0, tag);
+    uint8_t frame[ORB_WIRE_HEADER_LEN + 8];
+    size_t len;
+    struct orb_wire_notify note = {.length = 4, .data = (const uint8_t *)"ping"};
+    assert_int_equal(orb_wire_notify_encode(ASKS + 1, &note, frame, sizeof frame, &len), 0);
+    assert_int_equal(send(fd, frame, len, MSG_NOSIGNAL), (ssize_t)len);
+    usleep(300 * 1000);
+    assert_int_equal(th_notes(src, NULL, 0), 0); /* not read: the answers before it wait */
+
+    /* Read everything: every answer whole and in order, then the NOTIFY's. */
+    size_t body_len = 8 + (size_t)REGIONS * ORB_WIRE_REGION_LEN;
+    uint8_t *body = malloc(body_len);
+    assert_non_null(body);
+    for (uint64_t tag = 1; tag <= ASKS + 1; tag++) {
+        uint8_t h[ORB_WIRE_HEADER_LEN];
+        assert_int_equal(recv(fd, h, sizeof h, MSG_WAITALL), (ssize_t)sizeof h);
+        struct orb_wire_header hdr;
+        assert_int_equal(orb_wire_header_decode(h, &hdr), 0);
+        assert_int_equal(hdr.tag, tag);
+        assert_int_equal(hdr.type, tag <= ASKS ? ORB_WIRE_DESCRIBE_RESP : ORB_WIRE_NOTIFY_RESP);
+        assert_int_equal(hdr.body_len, tag <= ASKS ? body_len : 0);
+        if (hdr.body_len > 0)
+            assert_int_equal(recv(fd, body, hdr.body_len, MSG_WAITALL), (ssize_t)hdr.body_len);
+    }
+    assert_int_equal(th_notes(src, NULL, 0), 1);
+    close(fd);
+    free(body);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+}
+
 static void test_truncated_frame_is_logged(void **state)
 {
     (void)state;
@@ -1672,6 +1723,7 @@ int main(void)
         cmocka_unit_test(test_sequential_access_across_stripes),
         cmocka_unit_test(test_concurrent_submitters),
         cmocka_unit_test(test_read_write_64mib),
+        cmocka_unit_test(test_describe_answers_wait_for_their_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
