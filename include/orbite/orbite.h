@@ -1027,7 +1027,7 @@ enum orb_notify_state {
     ORB_NOTIFY_PENDING = 1,   /* requested, not sent yet */
     ORB_NOTIFY_DELIVERED = 2, /* the source queued it */
     ORB_NOTIFY_FAILED = 3,    /* sending failed; see notification_status */
-    ORB_NOTIFY_SKIPPED = 4    /* not sent because a request failed */
+    ORB_NOTIFY_SKIPPED = 4    /* not sent because a request failed or was refused */
 };
 
 /** The first failure of a batch and the span of requests it covers. */
@@ -1075,7 +1075,8 @@ struct orb_batch_report {
  * requests are withdrawn and started ones run to completion in the background
  * with their backing retained (local_drained tells whether any remain).
  * Errors before any work (report written, submitted_requests 0, nothing
- * attempted; the failure names the rejected request): ORB_EINVAL,
+ * attempted; has_failure set, naming the rejected request, or request 0 and
+ * all `n` when the call was refused as a whole): ORB_EINVAL,
  * ORB_EUNAVAILABLE, ORB_ENOENT (local range), ORB_ECLOSED, ORB_ERESOURCE,
  * ORB_ENOMEM, ORB_EPEER or ORB_ESTALE (the peer is known to be lost).
  */

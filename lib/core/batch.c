@@ -669,14 +669,16 @@ ORB_EXPORT int orb_batch_submit(orb_batch *b, const struct orb_request *reqs, si
     if (b == NULL || reqs == NULL || n == 0)
         return orb_fail(ORB_EINVAL, "orb_batch_submit: batch and at least one request required");
     orb_engine *engine = b->engine;
-    if (!atomic_load(&engine->requester_open))
-        return orb_fail(ORB_ECLOSED, "orb_batch_submit: the requester side is closed");
-
     pthread_mutex_lock(&b->lock);
     int sealed = b->sealed;
     int failed = batch_failed_status(b);
     size_t first_index = b->n_reqs;
     pthread_mutex_unlock(&b->lock);
+    /* A refusal of the group as a whole names all of it (orb_submit_and_wait's report). */
+    b->rejected_index = first_index;
+    b->rejected_count = n;
+    if (!atomic_load(&engine->requester_open))
+        return orb_fail(ORB_ECLOSED, "orb_batch_submit: the requester side is closed");
     if (sealed)
         return orb_fail(ORB_EBUSY, "orb_batch_submit: the batch is sealed");
     if (failed != 0)
@@ -1083,14 +1085,14 @@ ORB_EXPORT int orb_submit_and_wait(orb_engine *engine, orb_segment *segment,
     struct orb_batch *b;
     int rc = batch_new(engine, segment, &b);
     if (rc != 0)
-        goto report_nothing;
+        goto refuse_all;
     pthread_mutex_lock(&b->lock);
     rc = copy_notification(b, notify_or_null);
     b->deadline_ns = deadline; /* its requests' deadline, for transports that order by it */
     pthread_mutex_unlock(&b->lock);
     if (rc != 0) {
         orb_batch_destroy(b);
-        goto report_nothing;
+        goto refuse_all;
     }
     rc = orb_batch_submit(b, reqs, n);
     if (rc != 0) {
@@ -1128,12 +1130,8 @@ ORB_EXPORT int orb_submit_and_wait(orb_engine *engine, orb_segment *segment,
         orb_batch_destroy(b);
     return rc;
 
-report_nothing:
-    memset(report, 0, sizeof *report);
-    report->done = 1;
-    report->status = rc;
-    report->submitted_requests = 0;
-    report->local_drained = 1;
-    report->notification = notify_or_null ? ORB_NOTIFY_SKIPPED : ORB_NOTIFY_NONE;
+refuse_all:
+    /* The call was refused as a whole (no batch, a bad notification): every request with it. */
+    report_rejected(report, rc, 0, n, notify_or_null);
     return rc;
 }

@@ -167,6 +167,80 @@ static void test_one_burst_span_is_exact(void **state)
     eu_pair_close(&f.pair);
 }
 
+/* A call refused before any work reports it the same way whatever refused it: done, nothing
+ * submitted or attempted, and the failure naming the rejected request, or every request when
+ * the call was refused as a whole. */
+static void assert_refused(int rc, int want, const struct orb_batch_report *rep, size_t index, size_t count,
+                           int notified)
+{
+    assert_int_equal(rc, want);
+    assert_int_equal(rep->done, 1);
+    assert_int_equal(rep->status, want);
+    assert_int_equal(rep->submitted_requests, 0);
+    assert_int_equal(rep->completed_requests, 0);
+    assert_int_equal(rep->has_failure, 1);
+    assert_int_equal(rep->failure.status, want);
+    assert_int_equal(rep->failure.request_index, index);
+    assert_int_equal(rep->failure.affected_requests, count);
+    assert_int_equal(rep->failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+    assert_int_equal(rep->local_drained, 1);
+    assert_int_equal(rep->notification, notified ? ORB_NOTIFY_SKIPPED : ORB_NOTIFY_NONE);
+}
+
+static void test_refusals_before_any_work(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, 1, 4096);
+    struct orb_request reqs[2] = {eu_req(ORB_OP_READ, f.pair.local.base, f.pair.remote.base, 16),
+                                  eu_req(ORB_OP_READ, f.pair.local.base + 16, f.pair.remote.base, 16)};
+    struct orb_notification note = {.data = "x", .length = 1};
+    struct orb_batch_report rep;
+
+    /* One malformed request: that one is named. */
+    reqs[1].length = 0;
+    memset(&rep, 0xee, sizeof rep);
+    assert_refused(orb_submit_and_wait(f.pair.req, f.pair.seg, reqs, 2, &note, EU_SEC, &rep), ORB_EINVAL, &rep, 1,
+                   1, 1);
+    reqs[1].length = 16;
+
+    /* A notification too long: the call as a whole. */
+    struct orb_notification big = {.data = f.pair.local.base, .length = ORB_NOTIFY_MAX + 1};
+    memset(&rep, 0xee, sizeof rep);
+    assert_refused(orb_submit_and_wait(f.pair.req, f.pair.seg, reqs, 2, &big, EU_SEC, &rep), ORB_EINVAL, &rep, 0,
+                   2, 1);
+
+    /* More requests than a batch holds. */
+    size_t many = 65537;
+    struct orb_request *all = calloc(many, sizeof *all);
+    assert_non_null(all);
+    for (size_t i = 0; i < many; i++)
+        all[i] = reqs[0];
+    memset(&rep, 0xee, sizeof rep);
+    assert_refused(orb_submit_and_wait(f.pair.req, f.pair.seg, all, many, NULL, EU_SEC, &rep), ORB_ERESOURCE, &rep,
+                   0, many, 0);
+    free(all);
+
+    /* Every batch taken. */
+    static orb_batch *open[1025];
+    size_t nopen = 0;
+    while (nopen < 1025 && orb_batch_open(f.pair.req, f.pair.seg, &open[nopen]) == 0)
+        nopen++;
+    assert_int_equal(nopen, 1024); /* max_batches (1024 by default) was reached */
+    memset(&rep, 0xee, sizeof rep);
+    assert_refused(orb_submit_and_wait(f.pair.req, f.pair.seg, reqs, 2, &note, EU_SEC, &rep), ORB_ERESOURCE, &rep,
+                   0, 2, 1);
+    for (size_t i = 0; i < nopen; i++)
+        orb_batch_free(open[i]);
+
+    /* The requester side closed. */
+    assert_int_equal(orb_engine_close_requester(f.pair.req), 0);
+    memset(&rep, 0xee, sizeof rep);
+    assert_refused(orb_submit_and_wait(f.pair.req, f.pair.seg, reqs, 2, NULL, EU_SEC, &rep), ORB_ECLOSED, &rep, 0,
+                   2, 0);
+    eu_pair_close(&f.pair);
+}
+
 /* A segment whose endpoint now runs another engine: describe says ESTALE, as transfers do. */
 static void test_describe_after_restart_is_stale(void **state)
 {
@@ -203,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_spans_one_stripe),
         cmocka_unit_test(test_spans_eight_stripes),
         cmocka_unit_test(test_describe_after_restart_is_stale),
+        cmocka_unit_test(test_refusals_before_any_work),
     };
     return cmocka_run_group_tests_name("reports", tests, NULL, NULL);
 }
