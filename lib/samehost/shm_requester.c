@@ -679,9 +679,12 @@ static void take_completions(struct shm_peer *p)
             p->slots[i].x = NULL;
             p->slots[i].gen++;
             p->nflight--;
-            char why[ORB_SHM_WHY_MAX + 40];
+            /* The cause travels in ORB_SHM_WHY_MAX bytes, which may cut off the range it names:
+             * the range asked for is named here. */
+            char why[ORB_SHM_WHY_MAX + 96];
             if (cp.status != 0)
-                snprintf(why, sizeof why, "the source answered: %s", cp.why);
+                snprintf(why, sizeof why, "the source answered for [0x%llx, +%llu): %s",
+                         (unsigned long long)x->request_remote_addr, (unsigned long long)x->request_length, cp.why);
             /* The source no longer serves that range as remembered: UNSPEC asks again next time. */
             if (cp.status == ORB_ENOENT || cp.status == ORB_EUNAVAILABLE)
                 orb_range_memo_forget(&p->known, x->request_remote_addr, x->request_length);

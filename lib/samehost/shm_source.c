@@ -233,6 +233,29 @@ static int run_admit(struct shm_conn *c, struct serve_run *run, const struct orb
     return 0;
 }
 
+/* A completion's cause in its ORB_SHM_WHY_MAX bytes: the message when it fits; else, for a range
+ * that no registration open to peers holds or allows (the requester names the range), those
+ * words; else the message cut at a word, marked so. */
+static void put_cause(struct orb_shm_completion *out, int rc, int op, const char *msg)
+{
+    size_t cap = sizeof out->why;
+    if (strlen(msg) < cap) {
+        snprintf(out->why, cap, "%s", msg);
+        return;
+    }
+    if (rc == ORB_ENOENT || rc == ORB_EPERM) {
+        snprintf(out->why, cap, "%s",
+                 rc == ORB_ENOENT ? "no registration open to peers holds all of it"
+                 : op == ORB_OP_READ ? "its registration does not allow remote READ"
+                                     : "its registration does not allow remote WRITE");
+        return;
+    }
+    size_t keep = cap - 5; /* room for " ..." and the NUL */
+    while (keep > 0 && msg[keep] != ' ')
+        keep--;
+    snprintf(out->why, cap, "%.*s ...", (int)keep, msg);
+}
+
 /* Authorise and copy one request; the completion's status and cause into *out. */
 static void serve(struct shm_conn *c, struct serve_run *run, const struct orb_shm_request *rq,
                   struct orb_shm_completion *out)
@@ -269,7 +292,7 @@ static void serve(struct shm_conn *c, struct serve_run *run, const struct orb_sh
 answer:
     out->status = rc;
     if (rc != 0)
-        snprintf(out->why, sizeof out->why, "%s", orb_last_error());
+        put_cause(out, rc, rq->op, orb_last_error());
     orb_engine_count_served(tp->engine, ORB_TRANSPORT_SHM, rq->op == ORB_OP_READ ? ORB_OP_READ : ORB_OP_WRITE,
                             rq->length, rq->remote_addr + rq->length == rq->request_addr + rq->request_length, rc);
 }

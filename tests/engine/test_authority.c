@@ -28,6 +28,11 @@ static void assert_refused_untouched(orb_engine *req, orb_segment *seg, struct o
     /* The message names the source's cause, not only the status. */
     if (strstr(orb_last_error(), "the source answered") == NULL)
         fail_msg("%s: the message gives no cause: %s", what, orb_last_error());
+    /* and the range refused, on every transport. */
+    char at_text[32];
+    snprintf(at_text, sizeof at_text, "0x%llx", (unsigned long long)r.remote_addr);
+    if (strstr(orb_last_error(), at_text) == NULL)
+        fail_msg("%s: the message does not name %s: %s", what, at_text, orb_last_error());
     assert_true(rep.done);
     assert_int_equal(rep.completed_requests, 0);
     assert_int_equal(rep.completed_bytes, 0);
