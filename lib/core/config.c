@@ -416,8 +416,11 @@ int orb_json_load_object(const char *json, size_t max, const char *what, json_t 
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL)
-        return orb_fail(ORB_ECONFIG, "%s: %s (line %d, column %d)", what, jerr.text, jerr.line,
-                        jerr.column);
+        return orb_fail(ORB_ECONFIG, "%s: %s (line %d, column %d)%s", what, jerr.text, jerr.line, jerr.column,
+                        strstr(jerr.text, "too big integer") != NULL
+                            ? ": JSON integers stop at 9223372036854775807 here (a mask may be a \"0x...\" "
+                              "string; an engine setting beyond it, set in the struct)"
+                            : "");
     if (!json_is_object(root)) {
         json_decref(root);
         return orb_fail(ORB_ECONFIG, "%s: the top level must be an object", what);

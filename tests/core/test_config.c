@@ -294,6 +294,10 @@ static void test_ranges(void **state)
         snprintf(json, sizeof json, "{\"%s\": %llu}", key->name, (unsigned long long)top);
         expect_loaded(&cfg, json);
         assert_true(get_int(&cfg, key->name) == top);
+        if (key->max == UINT64_MAX) { /* beyond the JSON reader: refused, saying why */
+            snprintf(json, sizeof json, "{\"%s\": 9223372036854775808}", key->name);
+            expect_rejected(json, "stop at 9223372036854775807");
+        }
 
         /* One step outside each end, and negatives. */
         if (key->min > 0) {
