@@ -9,6 +9,7 @@
 #include "core/engine.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/random.h"
 #include "core/range_memo.h"
 #include "core/thread_name.h"
 #include "cuda/cuda_kind.h"
@@ -49,7 +50,6 @@ struct nvl_peer {
     /* The peer's thread only: */
     struct nvl_import imports[NVL_IMPORTS_MAX];
     uint32_t nimports;
-    uint64_t next_group;
 };
 
 static void peer_free(struct nvl_peer *p)
@@ -468,7 +468,10 @@ static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
         fail_all(tp, xs, n, ORB_ENOMEM, "nvlink: out of memory for a group");
         goto free_buffers;
     }
-    b->group = ++p->next_group;
+    /* A random id, not a count: a process that learns this engine's epoch (the source's only
+     * check on END besides the id) cannot end its groups early by guessing. */
+    while (b->group == 0 && orb_random_bytes(&b->group, sizeof b->group) != 0)
+        b->group = orb_random_u64();
     b->count = n;
     for (uint32_t i = 0; i < n; i++)
         b->ranges[i] = (struct orb_nvl_range){.op = xs[i]->op, .addr = xs[i]->remote_addr, .length = xs[i]->length};

@@ -364,6 +364,54 @@ static void test_an_unacknowledged_end_fails_the_whole_group(void **state)
     orb_engine_free(src);
 }
 
+/* Another process that knows a requester's epoch (no secret) cannot end its group while the
+ * copies run: the group's id is not one to guess. */
+static void test_a_guessed_end_ends_no_group(void **state)
+{
+    (void)state;
+    if (real_driver)
+        skip();
+    orb_engine *src = eu_engine(NULL);
+    orb_engine *req = eu_requester(1, 0);
+    struct orb_epoch victim;
+    assert_int_equal(orb_engine_source_epoch(req, &victim), 0);
+    struct dev remote, local;
+    dev_new(src, MIB, 0, MIB, ORB_PERM_REMOTE_WRITE, 1, &remote);
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 2, &local);
+    orb_segment *seg = eu_open(req, src);
+    struct orb_request r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base, remote.base, 8192);
+    orb_batch *b = NULL;
+    assert_int_equal(orb_batch_open(req, seg, &b), 0);
+    fake.slow_streams(300 * 1000); /* the group is held while the forger tries */
+    assert_int_equal(orb_batch_submit(b, &r, 1), 0);
+    assert_int_equal(orb_batch_seal(b, NULL), 0);
+    uint8_t msg[64], resp[64];
+    size_t len = 0, resp_len = 0;
+    struct orb_batch_report rep;
+    uint64_t tries = 0;
+    while (orb_batch_poll(b, &rep) == ORB_EAGAIN) { /* ids 1..64, again and again, until it ends */
+        uint64_t id = 1 + tries++ % 64;
+        assert_int_equal(orb_nvl_end_encode(ORB_NVL_END, id, msg, sizeof msg, &len), 0);
+        int rc = orb_engine_control(src, ORB_TRANSPORT_NVLINK, &victim, msg, len, resp, sizeof resp, &resp_len);
+        if (rc != ORB_ETIMEDOUT)
+            fail_msg("a guessed END of group %llu: %d, not refused", (unsigned long long)id, rc);
+    }
+    assert_true(tries > 64);
+    assert_int_equal(orb_batch_wait(b, 30 * EU_SEC, &rep), 0);
+    fake.slow_streams(0);
+    assert_int_equal(rep.completed_requests, 1);
+    uint8_t *want = dev_bytes(&remote), *got = dev_bytes(&local);
+    assert_memory_equal(got, want, 8192);
+    free(want);
+    free(got);
+    assert_int_equal(orb_batch_free(b), 0);
+    orb_segment_close(seg);
+    dev_free(req, &local);
+    dev_free(src, &remote);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
 /* A requester that breaks the rules, speaking to the source directly: broken messages refused,
  * a group id held twice refused, a requester's holds bounded, an END of a group not held
  * refused, and groups never ended let go when their lease runs out (the registration's owner is
@@ -1016,6 +1064,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unspec_prefers_ipc_for_shared_device_memory),
         cmocka_unit_test(test_overlapping_self_peer_copies_are_refused),
         cmocka_unit_test(test_an_unacknowledged_end_fails_the_whole_group),
+        cmocka_unit_test(test_a_guessed_end_ends_no_group),
         cmocka_unit_test(test_a_hostile_requester_is_bounded),
         cmocka_unit_test(test_a_source_close_waits_for_held_groups),
         cmocka_unit_test(test_two_processes_share_an_allocation),
