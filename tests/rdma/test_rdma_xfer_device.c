@@ -1685,6 +1685,52 @@ static void test_a_failed_slot_copy_fails_the_whole_request(void **state)
     device_ends_close(&d, false);
 }
 
+/* The other copy of a staged slot failing: the one into device memory at the far end of the
+ * slot's way, the requester's for a READ, the source's for a WRITE (its third host-to-device copy
+ * fails). The request fails counting nothing; the bytes that reached device memory are a prefix
+ * of the request, nothing past it changed at either end, the remote effect is unknown exactly
+ * for the WRITE, no staging stays held, and the next request moves whole. */
+static void test_a_failed_copy_into_device_memory_fails_the_request(void **state)
+{
+    (void)state;
+    const size_t len = 2u << 20, n = (1u << 20) + 5;
+    struct device_ends d;
+    device_ends_open(&d, len, len, NULL);
+    for (int op = 0; op < 2; op++) {
+        device_ends_fill(&d, len, 51u + (uint32_t)op, 61u + (uint32_t)op);
+        struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = op ? ORB_OP_WRITE : ORB_OP_READ,
+                                .local_addr = d.rptr, .remote_addr = d.sptr, .length = n};
+        struct orb_batch_report rep;
+        fake.fail_nth("cuMemcpyHtoDAsync_v2", 3, 999 /* CUDA_ERROR_UNKNOWN */);
+        int rc = orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep);
+        fake.fail_nth("cuMemcpyHtoDAsync_v2", 0, 0);
+        print_message("%s with its third copy into device memory failing: %d (%s)\n", op ? "WRITE" : "READ", rc,
+                      orb_last_error());
+        if (rc == 0)
+            fail_msg("a %s whose copy into device memory failed succeeded", op ? "WRITE" : "READ");
+        assert_int_equal(rep.completed_requests, 0);
+        assert_int_equal(rep.completed_bytes, 0);
+        assert_true(rep.has_failure);
+        assert_int_equal(rep.failure.remote_effect, op ? ORB_REMOTE_EFFECT_UNKNOWN : ORB_REMOTE_EFFECT_NONE);
+        uint8_t *to = op ? d.want_s : d.want_r;
+        const uint8_t *from = op ? d.want_r : d.want_s;
+        assert_int_equal(orb_cuda_memory_copy_out(op ? d.sdev : d.rdev, 0, d.got, len), 0);
+        size_t moved = 0;
+        while (moved < n && d.got[moved] == from[moved])
+            moved++;
+        print_message("%zu of %zu bytes reached device memory before the failure\n", moved, n);
+        if (moved >= n)
+            fail_msg("the whole %s reached device memory though a copy failed", op ? "WRITE" : "READ");
+        memcpy(to, from, moved); /* the prefix stays visible; the rest of both ends is untouched */
+        device_ends_check(&d, len);
+        if (orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+            fail_msg("the %s after: %s", op ? "WRITE" : "READ", orb_last_error());
+        memcpy(to, from, n);
+        device_ends_check(&d, len);
+    }
+    device_ends_close(&d, false);
+}
+
 /* The source's RDMA control table with UNPIN lost: while `unpins_to_lose` is positive, an UNPIN
  * is answered by a failure, as a control connection that dropped it would be. */
 static const struct orb_transport_ops *rdma_ops_of_source;
@@ -1808,6 +1854,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_device_memory_in_slots, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_pinned_request_holds_its_range, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_failed_slot_copy_fails_the_whole_request, restore_source_if_dirty),
+        cmocka_unit_test_teardown(test_a_failed_copy_into_device_memory_fails_the_request, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_lost_unpin_fails_the_request_counting_nothing, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_many_in_flight, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_segments_share_a_connection, restore_source_if_dirty),
@@ -1828,6 +1875,7 @@ int main(int argc, char **argv)
     static const char *const both_ends_device[] = {"test_device_memory_in_slots",
                                                    "test_a_pinned_request_holds_its_range",
                                                    "test_a_failed_slot_copy_fails_the_whole_request",
+                                                   "test_a_failed_copy_into_device_memory_fails_the_request",
                                                    "test_a_lost_unpin_fails_the_request_counting_nothing"};
     struct CMUnitTest run[sizeof tests / sizeof tests[0]];
     size_t nrun = 0;
