@@ -89,7 +89,8 @@ expect "check bad" 1 check-bad.txt "$tool" check --dir "$tmp/bad" --owner "$uid"
 expect "explain bad" 1 explain-bad.txt "$tool" explain --user "$user" --dir "$tmp/bad" --sysfs "$sysfs" --owner "$uid"
 dir="$tmp/missing"
 expect "explain missing" 0 explain-missing.txt "$tool" explain --user "$user" --dir "$tmp/missing" --sysfs "$sysfs" --owner "$uid"
-expect_status "check missing" 1 "cannot open: No such file or directory" "$tool" check --dir "$tmp/missing"
+# No directory is no policy file, to the helper and so to the tool.
+expect_status "check missing" 0 "does not exist: no policy files: the built-in defaults apply" "$tool" check --dir "$tmp/missing"
 
 # The file checks reach the command: a group-writable file, another owner.
 chmod 0664 "$tmp/site/10-site.ini"
@@ -130,7 +131,9 @@ expect_status "no command" 2 "missing command" "$tool"
 expect_status "unknown command" 2 "unknown command" "$tool" verify
 expect_status "explain without user" 2 "explain needs --user" "$tool" explain --dir "$tmp/site"
 expect_status "bad owner" 2 "--owner takes a numeric uid" "$tool" check --owner root
-expect_status "stray argument" 2 "unexpected argument" "$tool" check extra
+expect_status "stray argument" 2 "'extra' is an unexpected argument" "$tool" check extra
+expect_status "unknown option" 2 "'--bogus' is not an option" "$tool" check --bogus
+expect_status "option without its value" 2 "'--dir' is missing its value" "$tool" check --dir
 expect_status "unknown user" 2 "no such user" "$tool" explain --user no-such-user-orbite --dir "$tmp/site" --sysfs "$sysfs"
 expect_status "help" 0 "usage: orbite-policy check" "$tool" --help
 

@@ -67,6 +67,9 @@ def fixtures(tool, root):
     run(tool, "--sysfs", dgx, "--rdma", "{not json", expect=2)
     run(tool, "--sysfs", dgx, "--rdma", '{"no_such_key": 1}', expect=2)
     run(tool, "--sysfs", "/nonexistent/sysfs", expect=1)
+    assert "not a sysfs tree" in run(tool, "--sysfs", os.path.join(dgx, "class"), expect=1).stderr
+    assert "'--nonsense' is not an option" in run(tool, "--nonsense", expect=2).stderr
+    assert "'--sysfs' is missing its value" in run(tool, "--sysfs", expect=2).stderr
     assert "usage:" in run(tool, "--help").stdout
 
 

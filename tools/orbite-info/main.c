@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <orbite/orbite.h>
@@ -90,6 +91,13 @@ static int usage_error(const char *what)
     return EXIT_USAGE;
 }
 
+/* `arg` (as given) and what is wrong with it. */
+static int usage_error_about(const char *what, const char *arg)
+{
+    fprintf(stderr, "orbite-info: '%s' %s\n%s", arg, what, usage_text);
+    return EXIT_USAGE;
+}
+
 static int parse_options(int argc, char **argv, struct options *o)
 {
     static const struct option longs[] = {
@@ -101,7 +109,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     *o = (struct options){.sysfs = NULL};
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
         switch (c) {
         case 's': o->sysfs = optarg; o->no_helper = true; break;
         case 'n': o->no_helper = true; break;
@@ -109,11 +117,12 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'l': o->location = optarg; break;
         case 'j': o->json = true; break;
         case 'h': fputs(usage_text, stdout); exit(0);
-        default: return usage_error(optopt != 0 ? "an option is missing its value or unknown" : "unknown option");
+        case ':': return usage_error_about("is missing its value", argv[optind - 1]);
+        default: return usage_error_about("is not an option", argv[optind - 1]);
         }
     }
     if (optind != argc)
-        return usage_error("unexpected argument");
+        return usage_error_about("is an unexpected argument", argv[optind]);
     return 0;
 }
 
@@ -140,6 +149,14 @@ static int read_inventory(const struct options *o, struct host *h)
     int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
         fprintf(stderr, "orbite-info: cannot open %s: %s\n", root, strerror(errno));
+        return EXIT_HOST;
+    }
+    /* A folder without class/ and devices/ is no sysfs tree: its "no NIC" would say nothing. */
+    struct stat st;
+    if (fstatat(fd, "class", &st, 0) != 0 || !S_ISDIR(st.st_mode) || fstatat(fd, "devices", &st, 0) != 0 ||
+        !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "orbite-info: %s is not a sysfs tree (no class/ and devices/ in it)\n", root);
+        close(fd);
         return EXIT_HOST;
     }
     int rc = orb_topo_load_sysfs(fd, &h->inv);

@@ -59,6 +59,13 @@ static int usage_error(const char *what)
     return EXIT_USAGE;
 }
 
+/* `arg` (as given) and what is wrong with it. */
+static int usage_error_about(const char *what, const char *arg)
+{
+    fprintf(stderr, "orbite-policy: '%s' %s\n%s", arg, what, usage_text);
+    return EXIT_USAGE;
+}
+
 /* Strict decimal id below UINT32_MAX (which is "no id" to the kernel). */
 static int parse_id(const char *s, uint32_t *out)
 {
@@ -105,12 +112,12 @@ static int parse_options(int argc, char **argv, struct options *o)
                 return usage_error("--owner takes a numeric uid");
             break;
         case 'h': fputs(usage_text, stdout); exit(0);
-        case ':': return usage_error("an option is missing its value");
-        default: return usage_error("unknown option");
+        case ':': return usage_error_about("is missing its value", argv[optind - 1]);
+        default: return usage_error_about("is not an option", argv[optind - 1]);
         }
     }
     if (optind != argc)
-        return usage_error("unexpected argument");
+        return usage_error_about("is an unexpected argument", argv[optind]);
     bool explain = strcmp(o->command, "explain") == 0;
     if (explain && !o->user)
         return usage_error("explain needs --user");
@@ -142,7 +149,13 @@ static int run_check(const struct options *o)
 {
     int dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW); /* as the helper */
     if (dirfd < 0) {
-        printf("%s: cannot open: %s\n", o->dir, strerror(errno));
+        /* As the helper: no folder is no policy file; any other failure denies everything. */
+        if (errno == ENOENT) {
+            printf("%s does not exist: no policy files: the built-in defaults apply\n", o->dir);
+            return 0;
+        }
+        printf("%s: cannot open: %s: orbite-helper would deny everything to every tenant\n", o->dir,
+               errno == ELOOP || errno == ENOTDIR ? "not a directory (a symbolic link?)" : strerror(errno));
         return EXIT_PROBLEM;
     }
     struct check_tally tally = {0};
