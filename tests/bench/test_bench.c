@@ -1,5 +1,6 @@
 /* orbite-bench internals: size parsing, options, the verification pattern, quantiles. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -119,11 +120,40 @@ static void test_options_transports(void **state)
         {"shm", ORB_TRANSPORT_SHM},       {"unspec", ORB_TRANSPORT_UNSPEC},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *argv[] = {"orbite-bench", "--transport", cases[i].name, NULL};
+        bool device = cases[i].transport == ORB_TRANSPORT_NVLINK; /* it moves device memory only */
+        const char *argv[] = {"orbite-bench", "--transport", cases[i].name, "--memory", "cuda", NULL};
         struct bench_options opt;
-        assert_int_equal(parse(&opt, 3, argv), 0);
+        assert_int_equal(parse(&opt, device ? 5 : 3, argv), 0);
         assert_int_equal(opt.transport, cases[i].transport);
     }
+    /* NVLink without device memory on a side this process runs is a usage error. */
+    const char *nvlink_host[] = {"orbite-bench", "--transport", "nvlink", NULL};
+    struct bench_options opt;
+    assert_int_equal(parse(&opt, 3, nvlink_host), -1);
+    const char *nvlink_one[] = {"orbite-bench", "--transport", "nvlink", "--source-memory", "cuda", NULL};
+    assert_int_equal(parse(&opt, 5, nvlink_one), -1);
+}
+
+/* The library's verdict on the settings comes before any engine starts: a refused one is a
+ * usage error, and --config cannot move what the tool sets. */
+static void test_options_settings(void **state)
+{
+    (void)state;
+    struct bench_options opt;
+    const char *unknown[] = {"orbite-bench", "--config", "{\"tcp_strips\": 1}", NULL};
+    assert_int_equal(parse(&opt, 3, unknown), -1);
+    const char *not_json[] = {"orbite-bench", "--config", "notjson", NULL};
+    assert_int_equal(parse(&opt, 3, not_json), -1);
+    const char *endpoint[] = {"orbite-bench", "--config", "{\"endpoint\": \"127.0.0.1:1\"}", NULL};
+    assert_int_equal(parse(&opt, 3, endpoint), -1);
+    const char *role[] = {"orbite-bench", "--config", "{\"enable_source\": false}", NULL};
+    assert_int_equal(parse(&opt, 3, role), -1);
+    const char *fine[] = {"orbite-bench", "--config", "{\"tcp_stripes\": 2}", NULL};
+    assert_int_equal(parse(&opt, 3, fine), 0);
+    const char *rdma_bad[] = {"orbite-bench", "--rdma-requester", "{\"bad_key\": 1}", NULL};
+    assert_int_equal(parse(&opt, 3, rdma_bad), -1);
+    const char *rdma_fine[] = {"orbite-bench", "--rdma", "{\"num_lanes\": 1}", NULL};
+    assert_int_equal(parse(&opt, 3, rdma_fine), 0);
 }
 
 static void test_options_defaults(void **state)
@@ -276,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_options_reject_bad_values),
         cmocka_unit_test(test_options_defaults),
         cmocka_unit_test(test_options_transports),
+        cmocka_unit_test(test_options_settings),
         cmocka_unit_test(test_options_requester),
         cmocka_unit_test(test_buffer_grows_for_blocks_in_flight),
         cmocka_unit_test(test_pattern_offsets_agree),

@@ -278,6 +278,44 @@ static int usage_error(const char *prog, const char *what, const char *value)
     return -1;
 }
 
+/* `arg` (as given) and what is wrong with it. */
+static int usage_error_about(const char *prog, const char *what, const char *arg)
+{
+    fprintf(stderr, "%s: '%s' %s\n", prog, arg, what);
+    fprintf(stderr, "Try '%s --help' for more information.\n", prog);
+    return -1;
+}
+
+/* The library's verdict on --config and the RDMA settings, before any engine starts: a setting
+ * it refuses is a usage error. --config cannot move what the tool sets itself. */
+static int check_settings(const char *prog, const struct bench_options *opt)
+{
+    if (opt->config_json != NULL) {
+        struct orb_engine_config def, cfg;
+        if (orb_engine_config_init(&def) != 0 || orb_engine_config_init(&cfg) != 0)
+            return usage_error(prog, "orb_engine_config_init failed", NULL);
+        if (orb_engine_config_load_json(&cfg, opt->config_json) != 0)
+            return usage_error(prog, "--config", orb_last_error());
+        if (strcmp(cfg.endpoint, def.endpoint) != 0 || cfg.enable_source != def.enable_source)
+            return usage_error(prog, "--config cannot set endpoint or enable_source: the tool sets them (--endpoint, "
+                                     "--mode)", NULL);
+    }
+    const char *jsons[2] = {opt->rdma_source_json, opt->rdma_requester_json};
+    for (int i = 0; i < 2; i++) {
+        if (jsons[i] == NULL || (i == 1 && jsons[1] == jsons[0]))
+            continue;
+        orb_rdma_config *rdma = NULL;
+        int rc = orb_rdma_config_new(&rdma);
+        if (rc == 0)
+            rc = orb_rdma_config_load_json(rdma, jsons[i]);
+        orb_rdma_config_free(rdma);
+        if (rc != 0)
+            return usage_error(prog, i == 0 ? "RDMA settings of the source" : "RDMA settings of the requester",
+                               orb_last_error());
+    }
+    return 0;
+}
+
 uint64_t bench_source_buffer_size(const struct bench_options *opt)
 {
     uint64_t largest = 0;
@@ -430,13 +468,15 @@ int bench_parse_options(int argc, char **argv, struct bench_options *opt)
                    ORB_VERSION_PATCH);
             return 1;
         case ':':
-            return usage_error(prog, "missing argument for an option", argv[optind - 1]);
+            return usage_error_about(prog, "is missing its value", argv[optind - 1]);
         default:
-            return usage_error(prog, "unknown option", argv[optind - 1]);
+            return usage_error_about(prog, "is not an option", argv[optind - 1]);
         }
     }
     if (optind < argc)
-        return usage_error(prog, "unexpected argument", argv[optind]);
+        return usage_error_about(prog, "is an unexpected argument", argv[optind]);
+    if (check_settings(prog, opt) != 0)
+        return -1;
 
     if (endpoint != NULL)
         snprintf(opt->endpoint, sizeof opt->endpoint, "%s", endpoint);
@@ -453,6 +493,10 @@ int bench_parse_options(int argc, char **argv, struct bench_options *opt)
      * host memory, and the source copies from or into its host registration. */
     if (opt->transport == ORB_TRANSPORT_SHM && (opt->source_device >= 0 || opt->requester_device >= 0))
         return usage_error(prog, "--transport shm needs host memory on both sides", NULL);
+    /* NVLink moves device memory to device memory: every side this process runs must have it. */
+    if (opt->transport == ORB_TRANSPORT_NVLINK && ((opt->mode != BENCH_MODE_REQUESTER && opt->source_device < 0) ||
+                                                   (opt->mode != BENCH_MODE_SOURCE && opt->requester_device < 0)))
+        return usage_error(prog, "--transport nvlink needs device memory (--memory cuda)", NULL);
     if (opt->mode == BENCH_MODE_BOTH && bench_source_buffer_size(opt) == 0)
         return usage_error(prog, "threads * depth * batch * block size is too large", NULL);
     if (opt->quiet && opt->progress == -1)
