@@ -770,8 +770,10 @@ static int copy_notification(struct orb_batch *b, const struct orb_notification 
         b->notify_state = ORB_NOTIFY_NONE;
         return 0;
     }
-    if (notify->data == NULL || notify->length == 0 || notify->length > ORB_NOTIFY_MAX)
-        return orb_fail(ORB_EINVAL, "notification must hold 1..%d bytes", ORB_NOTIFY_MAX);
+    if (notify->data == NULL)
+        return orb_fail(ORB_EINVAL, "the notification's data is NULL");
+    if (notify->length == 0 || notify->length > ORB_NOTIFY_MAX)
+        return orb_fail(ORB_EINVAL, "a notification holds 1..%d bytes, not %zu", ORB_NOTIFY_MAX, notify->length);
     memcpy(b->notify_data, notify->data, notify->length);
     b->notify_len = notify->length;
     b->notify_state = ORB_NOTIFY_PENDING;
@@ -900,9 +902,11 @@ static void failure_why(const struct orb_batch *b, const struct orb_batch_report
 /* The report's message; `why` is the batch's fail_why when it belongs to the first failure. */
 static void report_failure_message(int status, const struct orb_batch_report *rep, const char *why)
 {
-    if (status == 0 || status == ORB_EAGAIN)
+    if (status == 0)
         return;
-    if (rep->has_failure)
+    if (status == ORB_EAGAIN)
+        orb_fail(status, "the batch has not ended yet: it runs, or it is not sealed");
+    else if (rep->has_failure)
         orb_fail(status, "request %zu failed (%s%s%s); %zu request(s) from there were attempted or "
                  "share the failure, remote effect %s",
                  rep->failure.request_index, orb_strerror(rep->failure.status), why[0] != '\0' ? ": " : "", why,

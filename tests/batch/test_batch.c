@@ -343,7 +343,9 @@ static void test_rejections_attempt_nothing(void **state)
     assert_int_equal(orb_batch_submit(b, &good, 1), ORB_EPEER);
     fake_submit_status = 0;
     assert_int_equal(orb_batch_seal(b, NULL), 0);
+    orb_fail(ORB_EINVAL, "an earlier, unrelated failure");
     assert_int_equal(orb_batch_poll(b, &rep), ORB_EAGAIN);
+    assert_non_null(strstr(orb_last_error(), "has not ended yet")); /* not the stale text */
     assert_int_equal(rep.submitted_requests, 1);
     complete(0, 0, ORB_REMOTE_EFFECT_NONE);
     assert_int_equal(orb_batch_wait(b, 1000000000ull, &rep), 0);
@@ -592,9 +594,12 @@ static void test_notification_order(void **state)
 
     /* Bad notifications are refused at seal. */
     b = open_submit(f, &r, 1);
-    struct orb_notification empty = {msg, 0}, huge = {msg, ORB_NOTIFY_MAX + 1};
+    struct orb_notification empty = {msg, 0}, huge = {msg, ORB_NOTIFY_MAX + 1}, no_data = {NULL, 3};
     assert_int_equal(orb_batch_seal(b, &empty), ORB_EINVAL);
     assert_int_equal(orb_batch_seal(b, &huge), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "not 4097"));
+    assert_int_equal(orb_batch_seal(b, &no_data), ORB_EINVAL);
+    assert_non_null(strstr(orb_last_error(), "data is NULL"));
     assert_int_equal(orb_batch_seal(b, NULL), 0);
     complete(0, 0, ORB_REMOTE_EFFECT_NONE);
     complete(0, 0, ORB_REMOTE_EFFECT_NONE);
