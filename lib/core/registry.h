@@ -7,6 +7,7 @@
 #define ORB_CORE_REGISTRY_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <orbite/orbite.h>
 
@@ -54,9 +55,12 @@ struct orb_memkind_ops {
     void *(*stage_alloc)(const struct orb_reg *reg, size_t len);
     void (*stage_free)(void *p);
     /* Staging copies for kinds without a CPU view (NULL otherwise): [addr, +len) of the
-     * registration into or out of `host`, complete when they return 0. Errors: the kind's. */
-    int (*to_host)(const struct orb_reg *reg, uint64_t addr, void *host, size_t len);
-    int (*from_host)(const struct orb_reg *reg, uint64_t addr, const void *host, size_t len);
+     * registration into or out of `host`, complete when they return 0. Errors: the kind's.
+     * `*held` (never NULL) is true exactly when the copy's end was not proven (ORB_EUNQUIESCED):
+     * the device may still use `host`, which is then never reused or freed. A refusal of memory
+     * fenced before (ORB_EUNQUIESCED too) queued nothing: `host` is free again. */
+    int (*to_host)(const struct orb_reg *reg, uint64_t addr, void *host, size_t len, bool *held);
+    int (*from_host)(const struct orb_reg *reg, uint64_t addr, const void *host, size_t len, bool *held);
 };
 
 extern const struct orb_memkind_ops orb_memkind_host;

@@ -124,12 +124,13 @@ static void land(struct orb_stager *st, struct orb_stage_job *j)
     struct orb_xfer *x = j->x;
     const struct orb_reg *reg = x->local_reg;
     uint8_t *chunk = x->stage;
-    int rc = reg->kind->from_host(reg, reg->base + x->local_offset, chunk, (size_t)x->length);
+    bool held = false;
+    int rc = reg->kind->from_host(reg, reg->base + x->local_offset, chunk, (size_t)x->length, &held);
     char why[256] = "";
     if (rc != 0)
         snprintf(why, sizeof why, "copying a READ's bytes to %s memory failed: %s", reg->kind->name,
                  orb_last_error());
-    if (rc == ORB_EUNQUIESCED) {
+    if (held) {
         /* The device may still read the chunk: it is never lent again (the pool is one chunk
          * smaller for good). */
         pthread_mutex_lock(&st->lock);
@@ -171,13 +172,14 @@ static int prepare(struct orb_stager *st, struct orb_stage_job *j)
     if (x->op != ORB_XFER_WRITE)
         return 0;
     const struct orb_reg *reg = x->local_reg;
-    int rc = reg->kind->to_host(reg, reg->base + x->local_offset, x->stage, (size_t)x->length);
+    bool held = false;
+    int rc = reg->kind->to_host(reg, reg->base + x->local_offset, x->stage, (size_t)x->length, &held);
     if (rc == 0)
         return 0;
     char why[256];
     snprintf(why, sizeof why, "copying a WRITE's bytes from %s memory failed: %s", reg->kind->name,
              orb_last_error());
-    if (rc == ORB_EUNQUIESCED) {
+    if (held) {
         pthread_mutex_lock(&st->lock);
         chunk_keep_locked(st, x->stage);
         pthread_mutex_unlock(&st->lock);

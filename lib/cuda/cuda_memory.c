@@ -694,7 +694,7 @@ struct copy_ends {
 };
 
 static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_deviceptr dptr,
-                       const struct copy_ends *e, size_t len)
+                       const struct copy_ends *e, size_t len, bool *held)
 {
     orb_cu_result r;
     if (mem->stream == NULL) {
@@ -733,6 +733,7 @@ static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_d
     orb_cu_result d = cu->stream_synchronize(mem->stream);
     if (d != ORB_CU_SUCCESS) {
         mem->fenced = true;
+        *held = true; /* the host bytes of this copy: the device may still use them */
         return orb_fail(ORB_EUNQUIESCED, "cuda: %s failed (%s) and draining the copy stream failed too (%s): device "
                         "%d's allocation [0x%llx, +%zu) is fenced and kept", what, text,
                         orb_cuda_describe(cu, d, drain, sizeof drain), mem->device, (unsigned long long)mem->base,
@@ -741,8 +742,10 @@ static int copy_locked(const struct orb_cuda *cu, orb_cuda_memory *mem, orb_cu_d
     return orb_fail(orb_cuda_status(r), "cuda: %s failed (%s); the copy stream drained", what, text);
 }
 
-static int copy(orb_cuda_memory *mem, size_t offset, const struct copy_ends *e, size_t len)
+static int copy(orb_cuda_memory *mem, size_t offset, const struct copy_ends *e, size_t len, bool *held_out)
 {
+    bool held_here = false, *held = held_out != NULL ? held_out : &held_here;
+    *held = false;
     if (mem == NULL || len == 0 || offset > mem->size ||
         len > mem->size - offset)
         return orb_fail(ORB_EINVAL, "cuda: a copy of %zu bytes at +%zu of an allocation of %zu", len, offset,
@@ -764,23 +767,37 @@ static int copy(orb_cuda_memory *mem, size_t offset, const struct copy_ends *e, 
     if (r != ORB_CU_SUCCESS)
         rc = cuda_fail(cu, r, "making the allocation's context current");
     else {
-        rc = copy_locked(cu, mem, mem->base + offset, e, len);
+        rc = copy_locked(cu, mem, mem->base + offset, e, len, held);
         leave(cu, saved);
     }
     pthread_mutex_unlock(&mem->copy_lock);
     return rc;
 }
 
+int orb_cuda_memory_to_host_held(orb_cuda_memory *mem, size_t offset, void *host, size_t len, bool *held)
+{
+    if (held != NULL)
+        *held = false;
+    struct copy_ends e = {.to_host = host};
+    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, &e, len, held);
+}
+
+int orb_cuda_memory_from_host_held(orb_cuda_memory *mem, size_t offset, const void *host, size_t len, bool *held)
+{
+    if (held != NULL)
+        *held = false;
+    struct copy_ends e = {.from_host = host};
+    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, &e, len, held);
+}
+
 int orb_cuda_memory_to_host(orb_cuda_memory *mem, size_t offset, void *host, size_t len)
 {
-    struct copy_ends e = {.to_host = host};
-    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, &e, len);
+    return orb_cuda_memory_to_host_held(mem, offset, host, len, NULL);
 }
 
 int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *host, size_t len)
 {
-    struct copy_ends e = {.from_host = host};
-    return host == NULL ? orb_fail(ORB_EINVAL, "cuda: NULL host bytes") : copy(mem, offset, &e, len);
+    return orb_cuda_memory_from_host_held(mem, offset, host, len, NULL);
 }
 
 /* The copies of `ops` queued one after the other (copy_lock held, mem's context current), the

@@ -25,10 +25,16 @@
 
 /* [offset, offset + len) of mem's allocation into `host` (len bytes). Errors: ORB_EINVAL (NULL,
  * len 0, the range outside the allocation), ORB_EUNQUIESCED (fenced, or the copy's end not
- * proven), the driver's failure of a submit, record or stream creation (orb_cuda_status). */
+ * proven), the driver's failure of a submit, record or stream creation (orb_cuda_status).
+ * `*held` (when not NULL) says whether the device may still use `host`: true only when this
+ * copy's end was not proven (then `host` must never be reused or freed); false on success and on
+ * every other failure, a refusal of memory fenced before included (nothing was queued). */
+int orb_cuda_memory_to_host_held(orb_cuda_memory *mem, size_t offset, void *host, size_t len, bool *held);
+/* The same without `held`. */
 int orb_cuda_memory_to_host(orb_cuda_memory *mem, size_t offset, void *host, size_t len);
 
-/* `host` (len bytes) into [offset, offset + len) of mem's allocation. Errors as above. */
+/* `host` (len bytes) into [offset, offset + len) of mem's allocation. Errors and `held` as above. */
+int orb_cuda_memory_from_host_held(orb_cuda_memory *mem, size_t offset, const void *host, size_t len, bool *held);
 int orb_cuda_memory_from_host(orb_cuda_memory *mem, size_t offset, const void *host, size_t len);
 
 /* Wait, once, for the producer work recorded on mem (orb_cuda_memory_record_producer): 0 when

@@ -74,16 +74,16 @@ static void cuda_stage_free(void *p)
     orb_cuda_staging_free(p);
 }
 
-static int cuda_to_host(const struct orb_reg *reg, uint64_t addr, void *host, size_t len)
+static int cuda_to_host(const struct orb_reg *reg, uint64_t addr, void *host, size_t len, bool *held)
 {
     orb_cuda_memory *m = reg->owner;
-    return orb_cuda_memory_to_host(m, (size_t)(addr - orb_cuda_memory_ptr(m)), host, len);
+    return orb_cuda_memory_to_host_held(m, (size_t)(addr - orb_cuda_memory_ptr(m)), host, len, held);
 }
 
-static int cuda_from_host(const struct orb_reg *reg, uint64_t addr, const void *host, size_t len)
+static int cuda_from_host(const struct orb_reg *reg, uint64_t addr, const void *host, size_t len, bool *held)
 {
     orb_cuda_memory *m = reg->owner;
-    return orb_cuda_memory_from_host(m, (size_t)(addr - orb_cuda_memory_ptr(m)), host, len);
+    return orb_cuda_memory_from_host_held(m, (size_t)(addr - orb_cuda_memory_ptr(m)), host, len, held);
 }
 
 const struct orb_memkind_ops orb_memkind_cuda = {

@@ -74,6 +74,7 @@ _Static_assert(ORB_RDMA_ACKS_LEN_MAX <= RDMA_MSG_SLOT && ORB_RDMA_BINDING_LEN <=
 struct rdma_stage {
     uint8_t *cpu;
     uint64_t off, len;
+    bool held;                     /* a device copy through it was not proven to end: never put back */
 };
 
 /* The staging arena (host memory under the Staged policy, device memory always):

@@ -952,7 +952,7 @@ static bool resize_slot(struct orb_rdma_tp *tp, struct rdma_req *r, uint32_t shi
  * WRITE's) or back out of it (a READ's): memcpy where the memory has a CPU view, its kind's own
  * copy (device memory) where not. 0 (also for a piece without a part in the slot), or the copy's
  * failure. */
-static int stage_copy(const struct rdma_req *r, const struct orb_xfer *x, bool in)
+static int stage_copy(struct rdma_req *r, const struct orb_xfer *x, bool in)
 {
     uint64_t off, len;
     if (!piece_part(r, x, &off, &len))
@@ -966,7 +966,10 @@ static int stage_copy(const struct rdma_req *r, const struct orb_xfer *x, bool i
     }
     const struct orb_reg *reg = x->local_reg;
     uint64_t addr = reg->base + x->local_offset + in_piece;
-    int rc = in ? reg->kind->to_host(reg, addr, stage, (size_t)len) : reg->kind->from_host(reg, addr, stage, (size_t)len);
+    bool held = false;
+    int rc = in ? reg->kind->to_host(reg, addr, stage, (size_t)len, &held)
+                : reg->kind->from_host(reg, addr, stage, (size_t)len, &held);
+    r->stage.held |= held; /* the extent goes nowhere once the request lets go of it */
     return rc == 0 ? 0 : orb_fail_wrap(rc, "rdma: copying a staged piece %s %s memory", in ? "out of" : "into",
                                        reg->kind->name);
 }

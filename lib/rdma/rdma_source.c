@@ -681,7 +681,7 @@ static uint32_t dead_qps(const struct rdma_src_conn *c, uint32_t mask)
 
 /* A staged grant's bytes in and out of the registration: memcpy where it has a CPU view, the
  * memory kind's own copy (device memory) where not. */
-static int stage_in(const struct orb_reg *pin, uint64_t addr, void *stage, uint64_t len)
+static int stage_in(const struct orb_reg *pin, uint64_t addr, void *stage, uint64_t len, bool *held)
 {
     void *cpu = pin->kind->cpu_view(pin, addr);
     if (cpu != NULL) {
@@ -690,17 +690,17 @@ static int stage_in(const struct orb_reg *pin, uint64_t addr, void *stage, uint6
     }
     if (pin->kind->to_host == NULL)
         return orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be staged", pin->kind->name);
-    return pin->kind->to_host(pin, addr, stage, (size_t)len);
+    return pin->kind->to_host(pin, addr, stage, (size_t)len, held);
 }
 
-static int stage_out(const struct orb_reg *pin, uint64_t addr, const void *stage, uint64_t len)
+static int stage_out(const struct orb_reg *pin, uint64_t addr, const void *stage, uint64_t len, bool *held)
 {
     void *cpu = pin->kind->cpu_view(pin, addr);
     if (cpu != NULL) {
         memcpy(cpu, stage, len);
         return 0;
     }
-    int rc = pin->kind->from_host != NULL ? pin->kind->from_host(pin, addr, stage, (size_t)len)
+    int rc = pin->kind->from_host != NULL ? pin->kind->from_host(pin, addr, stage, (size_t)len, held)
                                           : orb_fail(ORB_EUNAVAILABLE, "rdma: %s memory cannot be staged",
                                                      pin->kind->name);
     if (rc != 0)
@@ -894,7 +894,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     if (staged) {
         if ((rc = rdma_stage_take(tp, in->length, 0, &g->stage)) != 0)
             goto unlink;
-        if (in->op == ORB_OP_READ && (rc = stage_in(pin, in->addr, g->stage.cpu, in->length)) != 0) {
+        if (in->op == ORB_OP_READ && (rc = stage_in(pin, in->addr, g->stage.cpu, in->length, &g->stage.held)) != 0) {
             /* A refusal's ORB_EPEER or ORB_EAGAIN would tell the requester that the connection
              * is lost, or to ask again: a copy that failed here is neither. */
             if (rc == ORB_EPEER || rc == ORB_EAGAIN)
@@ -1367,7 +1367,7 @@ void rdma_src_on_recv(struct rdma_link *l, const struct ibv_wc *wc, const uint8_
         return;
     int status = 0;
     if (g->stage.cpu != NULL && g->op == ORB_OP_WRITE) /* the pin still holds the range */
-        status = stage_out(g->pin, g->addr, g->stage.cpu, g->length);
+        status = stage_out(g->pin, g->addr, g->stage.cpu, g->length, &g->stage.held);
     bool reused = g->devx_mask != 0;
     if (reused) {
         /* Every key is invalidated; destroyed before the ACK, and what the NIC wrote into the

@@ -113,6 +113,7 @@ int rdma_stage_take(struct orb_rdma_tp *tp, uint64_t len, uint64_t deadline, str
         out->cpu = s->base + off;
         out->off = off;
         out->len = len;
+        out->held = false;
         atomic_fetch_add(&tp->staged_transfers, 1);
     }
     pthread_mutex_unlock(&s->lock);
@@ -124,6 +125,14 @@ void rdma_stage_put(struct orb_rdma_tp *tp, struct rdma_stage *st)
     struct rdma_staging *s = tp->staging;
     if (st->cpu == NULL)
         return;
+    if (st->held) {
+        /* Taken for good: the arena is kept at destroy, as with any extent still out. */
+        ORB_LOGE("rdma: a staging extent of %llu bytes is kept: a device copy through it was not proven to end",
+                 (unsigned long long)st->len);
+        st->cpu = NULL;
+        st->held = false;
+        return;
+    }
     pthread_mutex_lock(&s->lock);
     orb_rdma_extents_put(&s->ext, st->off, st->len);
     if (s->waiters > 0)

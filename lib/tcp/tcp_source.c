@@ -322,7 +322,8 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
     const struct orb_reg *pin = r->pin;
     uint64_t len = r->payload_len - at < ORB_STAGE_CHUNK ? r->payload_len - at : ORB_STAGE_CHUNK;
     s->stage_from = s->stage_len = 0;
-    int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage, (size_t)len);
+    bool held = false;
+    int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage, (size_t)len, &held);
     if (rc == 0) {
         s->stage_from = at;
         s->stage_len = len;
@@ -337,7 +338,7 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
     char text[ORB_WIRE_MAX_ERROR_TEXT + 1];
     snprintf(text, sizeof text, "copying the READ's bytes from %s memory failed: %s", pin->kind->name,
              orb_last_error());
-    if (rc == ORB_EUNQUIESCED)
+    if (held)
         s->stage = NULL; /* the device may still write it: kept, never reused */
     if (!unsent) {
         ORB_LOGW("tcp source: closing %s: %s", s->base.name, text);
@@ -384,8 +385,9 @@ static void src_stage_ahead(struct tcp_source_conn *s)
     uint64_t len = r->payload_len - at < ORB_STAGE_CHUNK ? r->payload_len - at : ORB_STAGE_CHUNK;
     s->next_from = s->next_len = 0;
     s->next_resp = NULL;
-    int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage_next, (size_t)len);
-    if (rc == ORB_EUNQUIESCED) {
+    bool held = false;
+    int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage_next, (size_t)len, &held);
+    if (held) {
         s->stage_next = NULL; /* the device may still write it: kept, never reused */
         return;
     }
@@ -709,7 +711,8 @@ static void src_stage_write(struct tcp_source_conn *s)
 {
     const struct orb_reg *pin = s->rx_pin;
     uint64_t len = s->rx_off - s->rx_stage_from;
-    int rc = pin->kind->from_host(pin, s->rx_addr + s->rx_stage_from, s->rx_stage, (size_t)len);
+    bool held = false;
+    int rc = pin->kind->from_host(pin, s->rx_addr + s->rx_stage_from, s->rx_stage, (size_t)len, &held);
     if (rc == 0) {
         s->rx_stage_from = s->rx_off;
         return;
@@ -719,7 +722,7 @@ static void src_stage_write(struct tcp_source_conn *s)
     snprintf(s->refused_text, sizeof s->refused_text, "copying the WRITE's bytes to %s memory failed: %s",
              pin->kind->name, orb_last_error());
     ORB_LOGW("tcp source: %s: %s", s->base.name, s->refused_text);
-    if (rc == ORB_EUNQUIESCED)
+    if (held)
         s->rx_stage = NULL; /* the device may still read it: kept, never reused */
     s->refused_status = rc;
     s->refused_effect_unknown = 1;
