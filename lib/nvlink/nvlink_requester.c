@@ -562,7 +562,16 @@ static void run_group(struct nvl_peer *p, struct orb_xfer **in, uint32_t n_in)
                  orb_strerror(close_rc));
     int end_rc = 0;
     char end_why[WHY_LEN] = "";
-    if (held) {
+    /* A copy whose end is not proven may still touch the source's memory: the END that lets the
+     * source give its ranges back is not sent; they stay held until the group's lease runs out. */
+    bool unproven = false;
+    for (uint32_t i = 0; i < n; i++)
+        unproven |= res[i].attempted && res[i].status == ORB_EUNQUIESCED;
+    if (held && unproven) {
+        end_rc = ORB_EUNQUIESCED;
+        snprintf(end_why, sizeof end_why, "nvlink: a copy of this group of %u requests was not proven to end: its END "
+                 "is not sent, and peer %.64s holds its ranges until their lease runs out", n, p->endpoint);
+    } else if (held) {
         end_rc = orb_nvl_end_encode(ORB_NVL_END, b->group, req, ORB_CONTROL_MAX, &len);
         uint64_t end_deadline = orb_deadline_after(tp->lease_ns); /* the source must hear it even late */
         if (end_rc == 0)

@@ -364,6 +364,54 @@ static void test_an_unacknowledged_end_fails_the_whole_group(void **state)
     orb_engine_free(src);
 }
 
+/* A group whose copy cannot be proven to end (the local allocation is fenced) sends no END: the
+ * source keeps its ranges lent until the group's lease runs out, so a conflicting WRITE into them
+ * is refused meanwhile (ORB_EBUSY) and accepted after. */
+static void test_an_unproven_copy_keeps_the_group_held(void **state)
+{
+    (void)state;
+    if (real_driver)
+        skip();
+    struct orb_engine_config cfg;
+    assert_int_equal(orb_engine_config_init(&cfg), 0);
+    cfg.io_timeout_s = 1; /* the lease */
+    orb_engine *src = eu_engine(&cfg);
+    orb_engine *req = eu_requester(1, 0);
+    struct dev remote, a, b;
+    dev_new(src, MIB, 0, MIB, ORB_PERM_REMOTE_WRITE, 1, &remote);
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 2, &a);
+    dev_new(req, MIB, 0, MIB, ORB_PERM_LOCAL, 3, &b);
+    orb_segment *seg = eu_open(req, src);
+    struct orb_request from_a = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_WRITE, a.base, remote.base, 65536);
+    struct orb_request from_b = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_WRITE, b.base, remote.base, 65536);
+    struct orb_batch_report rep;
+    fake.fail_nth("cuEventSynchronize", 1, 999); /* the copy's wait fails, and so does the drain */
+    fake.fail_nth("cuStreamSynchronize", 1, 999);
+    int rc = run(req, seg, &from_a, 1, &rep);
+    fake.fail_nth("cuEventSynchronize", 0, 0);
+    fake.fail_nth("cuStreamSynchronize", 0, 0);
+    assert_int_equal(rc, ORB_EUNQUIESCED);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_UNKNOWN);
+    uint64_t failed_at = orb_now_ns();
+    rc = run(req, seg, &from_b, 1, &rep);
+    if (orb_now_ns() - failed_at < 900 * 1000 * 1000ull && rc != ORB_EBUSY)
+        fail_msg("a WRITE into the range an unproven copy may still write, within its lease: %d (%s)", rc,
+                 orb_last_error());
+    /* Once the lease ran out the range is free again. */
+    uint64_t give_up = orb_deadline_after(10 * EU_SEC);
+    while ((rc = run(req, seg, &from_b, 1, &rep)) == ORB_EBUSY && orb_now_ns() < give_up)
+        usleep(100 * 1000);
+    assert_int_equal(rc, 0);
+    assert_true(orb_now_ns() - failed_at >= 900 * 1000 * 1000ull);
+    orb_segment_close(seg);
+    dev_free(req, &b);
+    assert_int_equal(orb_unregister_memory(req, a.id), 0);
+    orb_cuda_memory_unref(a.mem); /* fenced: kept by the library */
+    dev_free(src, &remote);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
 /* Another process that knows a requester's epoch (no secret) cannot end its group while the
  * copies run: the group's id is not one to guess. */
 static void test_a_guessed_end_ends_no_group(void **state)
@@ -1064,6 +1112,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unspec_prefers_ipc_for_shared_device_memory),
         cmocka_unit_test(test_overlapping_self_peer_copies_are_refused),
         cmocka_unit_test(test_an_unacknowledged_end_fails_the_whole_group),
+        cmocka_unit_test(test_an_unproven_copy_keeps_the_group_held),
         cmocka_unit_test(test_a_guessed_end_ends_no_group),
         cmocka_unit_test(test_a_hostile_requester_is_bounded),
         cmocka_unit_test(test_a_source_close_waits_for_held_groups),
