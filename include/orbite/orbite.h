@@ -668,7 +668,7 @@ int orb_cuda_host_record_producer(orb_host_memory *mem, void *stream, void (*don
 struct orb_cuda_retained {
     uint64_t device_allocations; /* device allocations whose free failed */
     uint64_t device_bytes;
-    uint64_t host_allocations;   /* pinned host allocations whose free failed */
+    uint64_t host_allocations;   /* pinned host allocations whose free failed, or kept as staging a device may still use */
     uint64_t host_bytes;
     uint64_t contexts;           /* primary context references kept */
     uint64_t imports;            /* other processes' allocations whose IPC mapping could not be closed */

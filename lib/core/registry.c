@@ -672,6 +672,12 @@ void *orb_reg_stage_alloc(const struct orb_reg *r, size_t len, void (**free_out)
     return aligned_alloc(4096, (len + 4095) / 4096 * 4096);
 }
 
+void orb_reg_stage_keep(const struct orb_reg *r, void *p, void (*free_fn)(void *))
+{
+    if (r != NULL && p != NULL && r->kind->stage_keep != NULL && free_fn == r->kind->stage_free)
+        r->kind->stage_keep(p);
+}
+
 int orb_reg_ready(const struct orb_reg *r)
 {
     return r->kind->ready != NULL ? r->kind->ready(r) : 0;

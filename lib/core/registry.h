@@ -54,6 +54,9 @@ struct orb_memkind_ops {
      * ordinary memory. */
     void *(*stage_alloc)(const struct orb_reg *reg, size_t len);
     void (*stage_free)(void *p);
+    /* Staging from stage_alloc that the device may still use (a copy through it unproven): it is
+     * never freed, and the kind counts it as retained. NULL: nothing to count. */
+    void (*stage_keep)(void *p);
     /* Staging copies for kinds without a CPU view (NULL otherwise): [addr, +len) of the
      * registration into or out of `host`, complete when they return 0. Errors: the kind's.
      * `*held` (never NULL) is true exactly when the copy's end was not proven (ORB_EUNQUIESCED):
@@ -149,6 +152,9 @@ void orb_reg_loan_end(const struct orb_reg *r, void *loan);
 /* Staging memory for r's bytes (kind->stage_alloc, else page-aligned ordinary memory), and the
  * function that frees it into *free_out. NULL when there is no memory at all. */
 void *orb_reg_stage_alloc(const struct orb_reg *r, size_t len, void (**free_out)(void *));
+/* `p` (from orb_reg_stage_alloc, freed by `free_fn`) is kept for good: the device may still use
+ * it. Counted by the kind when it came from the kind's own staging. */
+void orb_reg_stage_keep(const struct orb_reg *r, void *p, void (*free_fn)(void *));
 
 /* kind->ready(r) where the kind has one; 0 otherwise. */
 int orb_reg_ready(const struct orb_reg *r);

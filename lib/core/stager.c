@@ -98,12 +98,15 @@ static uint8_t *chunk_make_locked(struct orb_stager *st, const struct orb_reg *r
     return c;
 }
 
-/* The device may still use chunk `c`: it is never lent or freed again (lock held). */
-static void chunk_keep_locked(struct orb_stager *st, const uint8_t *c)
+/* The device of `reg` may still use chunk `c`: it is never lent or freed again, and counted as
+ * retained (lock held). */
+static void chunk_keep_locked(struct orb_stager *st, const struct orb_reg *reg, uint8_t *c)
 {
     for (size_t i = 0; i < st->made_chunks; i++)
-        if (st->made[i].bytes == c)
+        if (st->made[i].bytes == c) {
             st->made[i].kept = true;
+            orb_reg_stage_keep(reg, c, st->made[i].free_fn);
+        }
     st->lent_chunks--;
 }
 
@@ -134,7 +137,7 @@ static void land(struct orb_stager *st, struct orb_stage_job *j)
         /* The device may still read the chunk: it is never lent again (the pool is one chunk
          * smaller for good). */
         pthread_mutex_lock(&st->lock);
-        chunk_keep_locked(st, chunk);
+        chunk_keep_locked(st, reg, chunk);
         pthread_mutex_unlock(&st->lock);
         ORB_LOGE("stager: %s; its staging chunk is kept", why);
     } else {
@@ -181,7 +184,7 @@ static int prepare(struct orb_stager *st, struct orb_stage_job *j)
              orb_last_error());
     if (held) {
         pthread_mutex_lock(&st->lock);
-        chunk_keep_locked(st, x->stage);
+        chunk_keep_locked(st, reg, x->stage);
         pthread_mutex_unlock(&st->lock);
         ORB_LOGE("stager: %s; its staging chunk is kept", why);
     } else {

@@ -1022,6 +1022,19 @@ void orb_cuda_staging_free(void *p)
     pinned_free(cu, h->device, h->ctx, h, h->len + STAGING_HEADER);
 }
 
+void orb_cuda_staging_keep(void *p)
+{
+    if (p == NULL)
+        return;
+    const struct staging_header *h = (const struct staging_header *)(void *)((uint8_t *)p - STAGING_HEADER);
+    ORB_LOGE("cuda: pinned staging [%p, +%zu) is kept: a device copy through it was not proven to end", p, h->len);
+    pthread_mutex_lock(&g_lock);
+    g_retained.host_allocations++;
+    g_retained.host_bytes += h->len + STAGING_HEADER;
+    g_retained.contexts++;
+    pthread_mutex_unlock(&g_lock);
+}
+
 /* The driver table into *cu_out and mem's context made current on this thread (the caller's
  * into *saved, for leave()). */
 static int enter_owner(const orb_cuda_memory *mem, const struct orb_cuda **cu_out, orb_cu_context *saved)

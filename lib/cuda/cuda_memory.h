@@ -48,6 +48,9 @@ int orb_cuda_memory_ready(orb_cuda_memory *mem);
  * orb_cuda_staging_free(); a free the driver refuses keeps the memory (retained resources). */
 void *orb_cuda_staging_alloc(int device, size_t len);
 void orb_cuda_staging_free(void *p);
+/* Staging from orb_cuda_staging_alloc() that a device may still use: never freed, counted in the
+ * retained resources (host_allocations, host_bytes and its context). */
+void orb_cuda_staging_keep(void *p);
 
 /* Lend [offset, +len) of mem (see orb_memkind_ops.loan): ORB_EBUSY when an overlapping loan
  * exists and either writes, ORB_EINVAL outside the allocation, ORB_ENOMEM. */

@@ -74,6 +74,11 @@ static void cuda_stage_free(void *p)
     orb_cuda_staging_free(p);
 }
 
+static void cuda_stage_keep(void *p)
+{
+    orb_cuda_staging_keep(p);
+}
+
 static int cuda_to_host(const struct orb_reg *reg, uint64_t addr, void *host, size_t len, bool *held)
 {
     orb_cuda_memory *m = reg->owner;
@@ -100,6 +105,7 @@ const struct orb_memkind_ops orb_memkind_cuda = {
     .loan_end = cuda_loan_end,
     .stage_alloc = cuda_stage_alloc,
     .stage_free = cuda_stage_free,
+    .stage_keep = cuda_stage_keep,
     .to_host = cuda_to_host,
     .from_host = cuda_from_host,
 };

@@ -338,8 +338,10 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
     char text[ORB_WIRE_MAX_ERROR_TEXT + 1];
     snprintf(text, sizeof text, "copying the READ's bytes from %s memory failed: %s", pin->kind->name,
              orb_last_error());
-    if (held)
+    if (held) {
+        orb_reg_stage_keep(pin, s->stage, s->stage_free);
         s->stage = NULL; /* the device may still write it: kept, never reused */
+    }
     if (!unsent) {
         ORB_LOGW("tcp source: closing %s: %s", s->base.name, text);
         return rc;
@@ -388,6 +390,7 @@ static void src_stage_ahead(struct tcp_source_conn *s)
     bool held = false;
     int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage_next, (size_t)len, &held);
     if (held) {
+        orb_reg_stage_keep(pin, s->stage_next, s->stage_next_free);
         s->stage_next = NULL; /* the device may still write it: kept, never reused */
         return;
     }
@@ -722,8 +725,10 @@ static void src_stage_write(struct tcp_source_conn *s)
     snprintf(s->refused_text, sizeof s->refused_text, "copying the WRITE's bytes to %s memory failed: %s",
              pin->kind->name, orb_last_error());
     ORB_LOGW("tcp source: %s: %s", s->base.name, s->refused_text);
-    if (held)
+    if (held) {
+        orb_reg_stage_keep(pin, s->rx_stage, s->rx_stage_free);
         s->rx_stage = NULL; /* the device may still read it: kept, never reused */
+    }
     s->refused_status = rc;
     s->refused_effect_unknown = 1;
     src_unpin(s, &s->rx_pin, &s->rx_loan);

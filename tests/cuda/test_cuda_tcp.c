@@ -409,6 +409,8 @@ static void test_an_unproven_copy_keeps_one_chunk(void **state)
     if (real_driver)
         skip(); /* fault injection is the stand-in's */
     long pinned_before = fake.counts().host_allocations;
+    struct orb_cuda_retained before;
+    assert_int_equal(orb_cuda_retained_resources(&before), 0);
     orb_engine *src = source_engine();
     orb_engine *req = eu_requester(2, 0);
     orb_segment *seg = eu_open(req, src);
@@ -447,8 +449,13 @@ static void test_an_unproven_copy_keeps_one_chunk(void **state)
     orb_segment_close(seg);
     orb_engine_free(req);
     orb_engine_free(src);
-    /* Every pinned chunk is freed with the engines but the one the unproven copy used. */
+    /* Every pinned chunk is freed with the engines but the one the unproven copy used, which the
+     * retained resources count, with the fenced allocation. */
     assert_int_equal(fake.counts().host_allocations - pinned_before, 1);
+    struct orb_cuda_retained kept;
+    assert_int_equal(orb_cuda_retained_resources(&kept), 0);
+    assert_int_equal(kept.host_allocations - before.host_allocations, 1);
+    assert_int_equal(kept.device_allocations - before.device_allocations, 1);
 }
 
 /* ---- range loans ---------------------------------------------------------------------------- */
