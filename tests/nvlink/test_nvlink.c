@@ -927,11 +927,22 @@ static void test_a_failed_import_close_fails_its_group(void **state)
             fail_msg("allocation %d: %s", i, orb_last_error());
     }
     assert_int_equal(fake.counts().imports, imports + MANY_ALLOCS); /* the most a peer keeps */
+    /* A group of three whose last request's import replaces one whose close fails: the whole
+     * attempted group is the failure's span, a WRITE in it makes the effect unknown, and no
+     * request of it counts, not even those whose copies ended well. */
     fake.fail_nth("cuIpcCloseMemHandle", 1, 999u);
-    r = nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base + 8192, more[MANY_ALLOCS - 1], 4096);
-    assert_int_not_equal(run(req, seg, &r, 1, &rep), 0);
+    struct orb_request g[3] = {nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_WRITE, local.base, base + 65536, 4096),
+                               nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base + 4096, base, 4096),
+                               nvl_req(ORB_TRANSPORT_NVLINK, ORB_OP_READ, local.base + 8192, more[MANY_ALLOCS - 1],
+                                       4096)};
+    assert_int_not_equal(run(req, seg, g, 3, &rep), 0);
     assert_non_null(strstr(orb_last_error(), "could not be closed"));
     assert_int_equal(rep.completed_requests, 0);
+    assert_true(rep.has_failure);
+    assert_int_equal(rep.failure.request_index, 0);
+    assert_int_equal(rep.failure.affected_requests, 3);
+    assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_UNKNOWN);
+    r = g[2];
     assert_int_equal(orb_cuda_retained_resources(&kept1), 0);
     assert_int_equal(kept1.imports, kept0.imports + 1);
     /* The next group is fine, by the new import. */
