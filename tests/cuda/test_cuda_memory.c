@@ -134,6 +134,21 @@ static void test_adoption_checks_the_memory(void **state)
     assert_int_equal(orb_cuda_memory_adopt(0, (uint64_t)(uintptr_t)pinned, 4096, NULL, NULL, &m), ORB_EINVAL);
     assert_non_null(strstr(orb_last_error(), "is host memory, not device memory"));
     assert_int_equal(cu->mem_free_host(pinned), ORB_CU_SUCCESS);
+    /* Managed (unified) memory: device memory to the driver, yet refused (the stand-in has it;
+     * the real driver's run skips it: the library's table has no cuMemAllocManaged). */
+    void *fake_lib = dlopen(FAKECUDA_FULL, RTLD_NOW | RTLD_LOCAL);
+    orb_cu_result (*alloc_managed)(orb_cu_deviceptr *, size_t, unsigned int) = NULL;
+    if (fake_lib != NULL)
+        *(void **)&alloc_managed = dlsym(fake_lib, "cuMemAllocManaged");
+    if (alloc_managed != NULL) {
+        orb_cu_deviceptr um = 0;
+        assert_int_equal(alloc_managed(&um, 8192, 1 /* CU_MEM_ATTACH_GLOBAL */), ORB_CU_SUCCESS);
+        assert_int_equal(orb_cuda_memory_adopt(0, um, 4096, NULL, NULL, &m), ORB_EINVAL);
+        assert_non_null(strstr(orb_last_error(), "is managed memory"));
+        assert_int_equal(cu->mem_free(um), ORB_CU_SUCCESS);
+    }
+    if (fake_lib != NULL)
+        dlclose(fake_lib);
     assert_int_equal(orb_cuda_memory_adopt(1, p, 100, NULL, NULL, &m), ORB_EINVAL);
     assert_non_null(strstr(orb_last_error(), "is memory of device 0, not 1"));
     assert_int_equal(orb_cuda_memory_adopt(0, p + 9000, 1001, NULL, NULL, &m), ORB_EINVAL);

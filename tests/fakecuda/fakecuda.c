@@ -51,6 +51,7 @@ EXPORT orb_cu_result cuCtxCreate_v2(orb_cu_context *ctx, unsigned int flags, orb
 EXPORT orb_cu_result cuMemCreate(orb_cu_mem_handle *handle, size_t size, const struct fakecuda_alloc_prop *prop,
                                  unsigned long long flags);
 EXPORT orb_cu_result cuCtxDestroy_v2(orb_cu_context ctx);
+EXPORT orb_cu_result cuMemAllocManaged(orb_cu_deviceptr *ptr, size_t bytes, unsigned int flags);
 #define MAX_DEVICES 8
 #define MAX_ALLOCS 1024
 #define DEVICE_SPACE(d) (0xd000000000000000ull + ((unsigned long long)(d) << 44))
@@ -83,6 +84,7 @@ struct alloc {
     int vmm;
     bool accessible;
     unsigned int sync_memops;          /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as set */
+    bool managed;                      /* cuMemAllocManaged's: unified memory */
 };
 
 /* Virtual memory management: physical allocations (cuMemCreate, or imported from a file
@@ -560,13 +562,30 @@ static struct alloc *free_slot(void)
     return NULL;
 }
 
+static orb_cu_result mem_alloc(orb_cu_deviceptr *ptr, size_t bytes, bool managed);
+
 EXPORT orb_cu_result cuMemAlloc_v2(orb_cu_deviceptr *ptr, size_t bytes)
 {
     ENTER("cuMemAlloc_v2");
+    LEAVE(mem_alloc(ptr, bytes, false));
+}
+
+/* Unified memory, for applications (OrbiTE refuses to adopt it): device memory to the pointer
+ * attributes, IS_MANAGED set. */
+EXPORT orb_cu_result cuMemAllocManaged(orb_cu_deviceptr *ptr, size_t bytes, unsigned int flags)
+{
+    ENTER("cuMemAllocManaged");
+    (void)flags;
+    LEAVE(mem_alloc(ptr, bytes, true));
+}
+
+/* cuMemAlloc and cuMemAllocManaged, under the lock. */
+static orb_cu_result mem_alloc(orb_cu_deviceptr *ptr, size_t bytes, bool managed)
+{
     if (ptr == NULL || bytes == 0)
-        LEAVE(ORB_CU_ERROR_INVALID_VALUE);
+        return ORB_CU_ERROR_INVALID_VALUE;
     if (!live_context(current))
-        LEAVE(ORB_CU_ERROR_INVALID_CONTEXT);
+        return ORB_CU_ERROR_INVALID_CONTEXT;
     struct alloc *a = free_slot();
     int fd = a != NULL ? memfd_create("fakecuda", MFD_CLOEXEC) : -1;
     void *bytes_at = MAP_FAILED;
@@ -575,14 +594,14 @@ EXPORT orb_cu_result cuMemAlloc_v2(orb_cu_deviceptr *ptr, size_t bytes)
     if (bytes_at == MAP_FAILED) {
         if (fd >= 0)
             close(fd);
-        LEAVE(ORB_CU_ERROR_OUT_OF_MEMORY);
+        return ORB_CU_ERROR_OUT_OF_MEMORY;
     }
     int d = current->device;
     *a = (struct alloc){.kind = ALLOC_DEVICE, .base = next_address[d], .size = bytes, .bytes = bytes_at, .fd = fd,
-                        .device = d, .ctx = current};
+                        .device = d, .ctx = current, .managed = managed};
     next_address[d] += (bytes + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN + DEVICE_ALIGN; /* never reused */
     *ptr = a->base;
-    LEAVE(ORB_CU_SUCCESS);
+    return ORB_CU_SUCCESS;
 }
 
 EXPORT orb_cu_result cuMemFree_v2(orb_cu_deviceptr ptr)
@@ -720,7 +739,7 @@ EXPORT orb_cu_result cuPointerGetAttribute(void *data, unsigned int attribute, o
         *(unsigned int *)data = a->kind == ALLOC_DEVICE ? ORB_CU_MEMORYTYPE_DEVICE : ORB_CU_MEMORYTYPE_HOST;
         break;
     case ORB_CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        *(unsigned int *)data = 0;
+        *(unsigned int *)data = a->managed;
         break;
     case ORB_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
         *(unsigned int *)data = a->sync_memops;
