@@ -458,6 +458,56 @@ static void test_an_unproven_copy_keeps_one_chunk(void **state)
     assert_int_equal(kept.device_allocations - before.device_allocations, 1);
 }
 
+/* The source's side of the same rule: a READ of source device memory whose first chunk's copy
+ * cannot be proven to end is refused with ORB_EUNQUIESCED, the source keeps that chunk (counted
+ * as retained) and the allocation, and the connection serves the next request, of another
+ * allocation. */
+static void test_an_unproven_copy_at_the_source(void **state)
+{
+    (void)state;
+    if (real_driver)
+        skip(); /* fault injection is the stand-in's */
+    struct orb_cuda_retained before;
+    assert_int_equal(orb_cuda_retained_resources(&before), 0);
+    orb_engine *src = source_engine();
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = eu_open(req, src);
+    struct side local, fenced, healthy;
+    side_new(req, 0, 4 * MIB, ORB_PERM_LOCAL, 0x81, &local);
+    side_new(src, 1, 4 * MIB, ORB_PERM_REMOTE_WRITE, 0x82, &fenced);
+    side_new(src, 1, 4 * MIB, ORB_PERM_REMOTE_WRITE, 0x83, &healthy);
+    uint8_t *local_before = side_bytes(&local);
+    struct orb_request r = eu_req_at(ORB_OP_READ, local.base, fenced.base, 2 * MIB);
+    struct orb_batch_report rep;
+    fake.fail_nth("cuEventSynchronize", 1, 999); /* the first chunk's wait, and the drain after it */
+    fake.fail_nth("cuStreamSynchronize", 1, 999);
+    int rc = run(req, seg, &r, 1, &rep);
+    fake.fail_nth("cuEventSynchronize", 0, 0);
+    fake.fail_nth("cuStreamSynchronize", 0, 0);
+    assert_int_equal(rc, ORB_EUNQUIESCED);
+    assert_non_null(strstr(orb_last_error(), "draining the copy stream failed too"));
+    assert_int_equal(rep.completed_requests, 0);
+    uint8_t *local_after = side_bytes(&local);
+    assert_memory_equal(local_after, local_before, 4 * MIB + 2 * GUARD); /* nothing landed */
+    free(local_after);
+    free(local_before);
+    /* The same connection serves another allocation. */
+    r = eu_req_at(ORB_OP_READ, local.base, healthy.base, 2 * MIB);
+    if (run(req, seg, &r, 1, &rep) != 0)
+        fail_msg("a READ of another allocation after: %s", orb_last_error());
+    side_free(src, &healthy);
+    side_free(req, &local);
+    assert_int_equal(orb_unregister_memory(src, fenced.id), 0);
+    orb_cuda_memory_unref(fenced.dev); /* fenced: kept by the library */
+    orb_segment_close(seg);
+    orb_engine_free(req);
+    orb_engine_free(src);
+    struct orb_cuda_retained kept;
+    assert_int_equal(orb_cuda_retained_resources(&kept), 0);
+    assert_int_equal(kept.host_allocations - before.host_allocations, 1);
+    assert_int_equal(kept.device_allocations - before.device_allocations, 1);
+}
+
 /* ---- range loans ---------------------------------------------------------------------------- */
 
 /* A request that writes device bytes has them to itself: an overlapping request in flight (or
@@ -633,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_a_batch_larger_than_the_pool),
         cmocka_unit_test(test_a_failed_copy_fails_only_its_request),
         cmocka_unit_test(test_an_unproven_copy_keeps_one_chunk),
+        cmocka_unit_test(test_an_unproven_copy_at_the_source),
         cmocka_unit_test(test_overlapping_device_access_is_refused),
         cmocka_unit_test(test_eight_concurrent_callers),
         cmocka_unit_test(test_close_with_staged_work_in_flight),
