@@ -357,7 +357,8 @@ static void test_a_direct_source_grants_device_memory_privately(void **state)
     orb_region_descs_free(regs);
 
     struct orb_rdma_stats s0 = stats_of(s);
-    uint64_t regs0 = itp_calls(ITP_REG_DMABUF_MR), pds0 = itp_calls(ITP_DEALLOC_PD);
+    uint64_t regs0 = itp_calls(ITP_REG_DMABUF_MR), pds0 = itp_calls(ITP_DEALLOC_PD), mws0 = itp_calls(ITP_ALLOC_MW);
+    struct itp_wr_counts wrs0 = itp_wrs_posted();
     struct orb_batch_report rep;
     /* READs: one page at the base, an odd span in the middle, the whole range. */
     static const struct { size_t off, n; } reads[] = {{0, 4096}, {7, LEN + 1001}, {0, 2 * LEN}};
@@ -410,6 +411,17 @@ static void test_a_direct_source_grants_device_memory_privately(void **state)
     assert_true(made >= served);
     assert_int_equal(itp_calls(ITP_DEALLOC_PD) - pds0, made);
     assert_int_equal(s1.grants_active, 0);
+    /* No memory window was made or bound for device memory, and every grant ended with plain
+     * SENDs fenced behind its payload (one per rail, as many as regions), none with invalidate. */
+    struct itp_wr_counts wrs1 = itp_wrs_posted();
+    print_message("work requests: %llu binds, %llu SENDs (%llu fenced), %llu SEND_WITH_INV\n",
+                  (unsigned long long)(wrs1.binds - wrs0.binds), (unsigned long long)(wrs1.sends - wrs0.sends),
+                  (unsigned long long)(wrs1.fenced_sends - wrs0.fenced_sends),
+                  (unsigned long long)(wrs1.sends_with_inv - wrs0.sends_with_inv));
+    assert_int_equal(itp_calls(ITP_ALLOC_MW) - mws0, 0);
+    assert_int_equal(wrs1.binds - wrs0.binds, 0);
+    assert_int_equal(wrs1.sends_with_inv - wrs0.sends_with_inv, 0);
+    assert_true(wrs1.fenced_sends - wrs0.fenced_sends >= made); /* one per rail of each grant */
     assert_int_equal(s1.staged_transfers, s0.staged_transfers);
 
     /* What a private grant costs next to a window grant: 4 KiB READs one at a time from this

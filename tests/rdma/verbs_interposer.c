@@ -71,9 +71,25 @@ static struct {
     struct itp_payload_watch seen;
 } watch;
 
+static struct itp_wr_counts wr_counts;
+
+struct itp_wr_counts itp_wrs_posted(void)
+{
+    pthread_mutex_lock(&lock);
+    struct itp_wr_counts c = wr_counts;
+    pthread_mutex_unlock(&lock);
+    return c;
+}
+
 static void watch_wrs(const struct ibv_send_wr *wr)
 {
     pthread_mutex_lock(&lock);
+    for (const struct ibv_send_wr *w = wr; w != NULL; w = w->next) {
+        wr_counts.binds += w->opcode == IBV_WR_BIND_MW;
+        wr_counts.sends += w->opcode == IBV_WR_SEND;
+        wr_counts.fenced_sends += w->opcode == IBV_WR_SEND && (w->send_flags & IBV_SEND_FENCE) != 0;
+        wr_counts.sends_with_inv += w->opcode == IBV_WR_SEND_WITH_INV;
+    }
     for (; watch.on && wr != NULL; wr = wr->next) {
         if (wr->opcode != IBV_WR_RDMA_READ && wr->opcode != IBV_WR_RDMA_WRITE &&
             wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM)

@@ -74,6 +74,13 @@ struct itp_payload_watch itp_payload_seen(void);
  * dma-buf, for the data path's sake. Off (the default): the real call, which soft-RoCE refuses. */
 void itp_dmabuf_as_host(int on);
 
+/* Work requests posted since the interposer was installed, by kind: window binds, SENDs
+ * (fenced: IBV_SEND_FENCE set) and SENDs with invalidate. */
+struct itp_wr_counts {
+    uint64_t binds, sends, fenced_sends, sends_with_inv;
+};
+struct itp_wr_counts itp_wrs_posted(void);
+
 /* Memory windows allocated through the interposer and not deallocated (a failed dealloc keeps
  * its window). */
 int64_t itp_live_mws(void);
