@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +250,47 @@ static void test_a_direct_requester_moves_device_bytes(void **state)
         sbytes[i] = (uint8_t)(i * 13 + 5);
     free(want);
     free(got);
+}
+
+/* A dma-buf registration one of whose MRs the device refuses to deregister keeps everything that
+ * MR may still reach, for good: the descriptor stays open, the device allocation stays (its
+ * owner reference is the registration's), the MR counts as kept, and the deregistration is
+ * never asked again, not even when the engine goes. */
+static void test_a_refused_dmabuf_deregistration_keeps_everything(void **state)
+{
+    (void)state;
+    itp_dmabuf_as_host(1);
+    orb_engine *e = requester("dmabuf");
+    orb_cuda_memory *m = device_alloc();
+    orb_reg_id id = 0;
+    if (orb_register_cuda_memory(e, m, 4096, LEN, ORB_PERM_LOCAL, &id) != 0)
+        fail_msg("the Direct registration: %s", orb_last_error());
+    int dmabuf = itp_last_dmabuf().fd;
+    assert_true(fcntl(dmabuf, F_GETFD) >= 0);
+    uint64_t mrs = stats_of(e).memory_regions;
+    assert_true(mrs >= 1);
+    uint64_t deregs0 = itp_calls(ITP_DEREG_MR);
+    itp_arm(ITP_DEREG_MR, 1, EBUSY, -1, ITP_REFUSED_NAMED);
+    assert_int_equal(orb_unregister_memory(e, id), 0);
+    long live = fake.counts().device_allocations;
+    orb_cuda_memory_unref(m); /* the registration's reference stays with the kept MR */
+    for (int i = 0; i < 500 && stats_of(e).kept_memory_regions == 0; i++)
+        sleep_ms(10);
+    sleep_ms(100);
+    struct orb_rdma_stats st = stats_of(e);
+    assert_int_equal(st.kept_memory_regions, 1);
+    assert_int_equal(st.memory_regions, 0);
+    assert_int_equal(itp_calls(ITP_DEREG_MR) - deregs0, mrs); /* each MR asked once */
+    assert_int_equal(itp_failures(ITP_DEREG_MR) >= 1, 1);
+    assert_true(fcntl(dmabuf, F_GETFD) >= 0);
+    assert_int_equal(fake.counts().device_allocations, live);
+    assert_int_equal(orb_engine_close(e, TIMEOUT_NS), 0);
+    orb_engine_free(e);
+    itp_disarm(ITP_DEREG_MR);
+    assert_int_equal(itp_calls(ITP_DEREG_MR) - deregs0, mrs); /* never asked again */
+    assert_true(fcntl(dmabuf, F_GETFD) >= 0);
+    assert_int_equal(fake.counts().device_allocations, live);
+    itp_dmabuf_as_host(0);
 }
 
 /* READ `n` bytes of the source's device range at `off` into lbuf + loff, or WRITE them from
@@ -602,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_a_direct_source_grants_device_memory_privately),
         cmocka_unit_test(test_a_private_grant_that_never_ends_goes_alone),
         cmocka_unit_test(test_gpu_source_reuse_stays_private_where_keys_cannot_be_made),
+        cmocka_unit_test(test_a_refused_dmabuf_deregistration_keeps_everything),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
