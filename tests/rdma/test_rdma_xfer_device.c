@@ -1735,13 +1735,28 @@ static void test_a_failed_copy_into_device_memory_fails_the_request(void **state
  * is answered by a failure, as a control connection that dropped it would be. */
 static const struct orb_transport_ops *rdma_ops_of_source;
 static struct orb_transport_ops unpin_losing_ops;
-static atomic_int unpins_to_lose, unpins_lost;
+static atomic_int unpins_to_lose, unpins_lost, unpins_seen;
+/* And PINs: lost on the way (answered by a failure), or answered "not now" (every pin in use). */
+static atomic_int pins_to_lose, pins_to_put_off;
 
 static int unpin_losing_control(void *tp, const struct orb_epoch *sender, const uint8_t *msg, size_t len,
                                 uint8_t *resp, size_t cap, size_t *resp_len)
 {
     uint8_t kind = 0;
-    if (orb_rdma_ctrl_kind(msg, len, &kind) == 0 && kind == ORB_RDMA_UNPIN && atomic_load(&unpins_to_lose) > 0) {
+    bool known = orb_rdma_ctrl_kind(msg, len, &kind) == 0;
+    if (known && kind == ORB_RDMA_PIN && atomic_load(&pins_to_lose) > 0) {
+        atomic_fetch_sub(&pins_to_lose, 1);
+        return orb_fail(ORB_ETIMEDOUT, "test: the PIN was lost on its way");
+    }
+    if (known && kind == ORB_RDMA_PIN && atomic_load(&pins_to_put_off) > 0) {
+        atomic_fetch_sub(&pins_to_put_off, 1);
+        struct orb_rdma_pinned not_now = {.status = ORB_EAGAIN};
+        snprintf(not_now.why, sizeof not_now.why, "test: every pin is in use");
+        return orb_rdma_pinned_encode(&not_now, resp, cap, resp_len);
+    }
+    if (known && kind == ORB_RDMA_UNPIN)
+        atomic_fetch_add(&unpins_seen, 1);
+    if (known && kind == ORB_RDMA_UNPIN && atomic_load(&unpins_to_lose) > 0) {
         atomic_fetch_sub(&unpins_to_lose, 1);
         atomic_fetch_add(&unpins_lost, 1);
         return orb_fail(ORB_ETIMEDOUT, "test: the UNPIN was lost on its way");
@@ -1823,6 +1838,48 @@ static void test_a_lost_unpin_fails_the_request_counting_nothing(void **state)
     device_ends_close(&d, false);
 }
 
+/* A PIN lost on its way ends its request before any byte moves (remote effect none, nothing
+ * changed at either end); a PIN answered "not now" (every pin of the connection in use) leaves
+ * the request unpinned: its slots are each checked on their own, it moves whole, and no UNPIN
+ * is sent for it. The next pinned request goes as usual. */
+static void test_a_lost_or_put_off_pin(void **state)
+{
+    (void)state;
+    const size_t len = 4u << 20, n = (1u << 20) + 5;
+    struct device_ends d;
+    device_ends_open(&d, len, len, lose_unpins_at);
+    for (int op = 0; op < 2; op++) {
+        device_ends_fill(&d, len, 71u + (uint32_t)op, 81u + (uint32_t)op);
+        struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = op ? ORB_OP_WRITE : ORB_OP_READ,
+                                .local_addr = d.rptr + 7, .remote_addr = d.sptr + 11, .length = n};
+        struct orb_batch_report rep;
+        atomic_store(&pins_to_lose, 1);
+        int rc = orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep);
+        atomic_store(&pins_to_lose, 0);
+        print_message("%s whose PIN was lost: %d (%s)\n", op ? "WRITE" : "READ", rc, orb_last_error());
+        if (rc == 0)
+            fail_msg("a %s whose PIN was lost succeeded", op ? "WRITE" : "READ");
+        assert_non_null(strstr(orb_last_error(), "PIN"));
+        assert_int_equal(rep.completed_requests, 0);
+        assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+        device_ends_check(&d, len); /* no byte moved */
+        atomic_store(&pins_to_put_off, 1);
+        int unpins = atomic_load(&unpins_seen);
+        rc = orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep);
+        atomic_store(&pins_to_put_off, 0);
+        if (rc != 0)
+            fail_msg("an unpinned %s: %s", op ? "WRITE" : "READ", orb_last_error());
+        assert_int_equal(atomic_load(&unpins_seen), unpins); /* nothing to let go */
+        memcpy((op ? d.want_s + 11 : d.want_r + 7), (op ? d.want_r + 7 : d.want_s + 11), n);
+        device_ends_check(&d, len);
+        /* Pinned again: its UNPIN comes. */
+        assert_int_equal(orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep), 0);
+        assert_int_equal(atomic_load(&unpins_seen), unpins + 1);
+    }
+    d.s2->tp[ORB_TRANSPORT_RDMA].ops = rdma_ops_of_source;
+    device_ends_close(&d, false);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++)
@@ -1856,6 +1913,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_a_failed_slot_copy_fails_the_whole_request, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_failed_copy_into_device_memory_fails_the_request, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_lost_unpin_fails_the_request_counting_nothing, restore_source_if_dirty),
+        cmocka_unit_test_teardown(test_a_lost_or_put_off_pin, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_many_in_flight, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_segments_share_a_connection, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_lanes_widen_the_connection, restore_source_if_dirty),
@@ -1876,7 +1934,8 @@ int main(int argc, char **argv)
                                                    "test_a_pinned_request_holds_its_range",
                                                    "test_a_failed_slot_copy_fails_the_whole_request",
                                                    "test_a_failed_copy_into_device_memory_fails_the_request",
-                                                   "test_a_lost_unpin_fails_the_request_counting_nothing"};
+                                                   "test_a_lost_unpin_fails_the_request_counting_nothing",
+                                                   "test_a_lost_or_put_off_pin"};
     struct CMUnitTest run[sizeof tests / sizeof tests[0]];
     size_t nrun = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
