@@ -282,6 +282,7 @@ static void test_copies_wait_for_their_event(void **state)
     assert_memory_equal(back, out, sizeof out);
     struct fakecuda_counts c1 = fake.counts();
     assert_int_equal(c1.streams, c0.streams + 1);
+    assert_int_equal(c1.blocking_streams, c0.blocking_streams); /* the owner's stream never waits on the legacy one */
     assert_int_equal(c1.events, c0.events + 1);
     /* Outside the allocation, empty, no host bytes. */
     assert_int_equal(orb_cuda_memory_to_host(m, (1u << 20) - 10, back, 11), ORB_EINVAL);

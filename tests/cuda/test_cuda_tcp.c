@@ -298,6 +298,7 @@ static void test_a_batch_larger_than_the_pool(void **state)
 {
     (void)state;
     long pinned_before = real_driver ? 0 : fake.counts().host_allocations;
+    long blocking_before = real_driver ? 0 : fake.counts().blocking_streams;
     orb_engine *src = source_engine();
     orb_engine *req = eu_requester(2, 0);
     orb_segment *seg = eu_open(req, src);
@@ -333,6 +334,7 @@ static void test_a_batch_larger_than_the_pool(void **state)
         long pinned = fake.counts().host_allocations - pinned_before;
         assert_true(pinned >= 2);
         assert_true(pinned <= 64 + 3 * 2);
+        assert_int_equal(fake.counts().blocking_streams, blocking_before); /* every copy stream non-blocking */
     }
     side_free(req, &local);
     side_free(src, &remote);

@@ -158,7 +158,7 @@ static struct alloc allocs[MAX_ALLOCS];
  * for a new thread's first access and abort the test trying to map shadow for it. One pointer
  * fits the static TLS that glibc keeps for libraries loaded later. */
 static _Thread_local struct CUctx_st *current __attribute__((tls_model("initial-exec")));
-static long live_streams, live_events;
+static long live_streams, live_events, blocking_streams;
 static unsigned slow_us;
 static bool held;                      /* fakecuda_hold_streams(): no stream runs anything */
 static int dmabuf_supported = 1;       /* CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (fakecuda_set_dmabuf) */
@@ -301,6 +301,7 @@ EXPORT struct fakecuda_counts fakecuda_counts(void)
     c.dmabuf_exports = (long)dmabuf_exports;
     c.rdma_flushes = (long)rdma_flushes;
     c.streams = live_streams;
+    c.blocking_streams = blocking_streams;
     c.events = live_events;
     pthread_mutex_unlock(&lock);
     return c;
@@ -1175,6 +1176,7 @@ EXPORT orb_cu_result cuStreamCreate(orb_cu_stream *stream, unsigned int flags)
     }
     pthread_detach(s->thread);
     live_streams++;
+    blocking_streams += (flags & ORB_CU_STREAM_NON_BLOCKING) == 0;
     *stream = s;
     LEAVE(ORB_CU_SUCCESS);
 }

@@ -13,6 +13,7 @@ struct fakecuda_counts {
     long device_allocations, host_allocations;
     long primary_refs;                 /* retains of every device's primary context */
     long streams, events;
+    long blocking_streams;             /* streams made without CU_STREAM_NON_BLOCKING, ever */
     long imports;                      /* other processes' allocations mapped (cuIpcOpenMemHandle) */
     long vmm_allocations;              /* physical allocations of cuMemCreate or imported, still held */
     long reservations;                 /* address ranges of cuMemAddressReserve not freed */
