@@ -303,6 +303,22 @@ static void test_an_unproven_wait_or_record_fences(void **state)
     assert_int_equal(orb_cuda_retained_resources(&after), 0);
     assert_int_equal(after.device_allocations, before.device_allocations + 2);
     assert_int_equal(after.device_bytes, before.device_bytes + 2 * LEN);
+
+    /* Pinned host memory the same: a producer's work whose wait fails at the final free keeps
+     * the bytes, their context too, and done never runs. */
+    orb_host_memory *pinned = NULL;
+    assert_int_equal(orb_cuda_host_alloc(0, LEN, &pinned), 0);
+    long live = fake.counts().host_allocations;
+    atomic_int done = 0;
+    assert_int_equal(orb_cuda_host_record_producer(pinned, producer, count_done, &done), 0);
+    fake.fail_nth("cuEventSynchronize", 1, 999);
+    orb_host_memory_unref(pinned); /* the final free waits for the producer: unproven */
+    fake.fail_nth("cuEventSynchronize", 0, 0);
+    assert_int_equal(atomic_load(&done), 0);
+    assert_int_equal(fake.counts().host_allocations, live); /* not freed */
+    assert_int_equal(orb_cuda_retained_resources(&after), 0);
+    assert_int_equal(after.host_allocations, before.host_allocations + 1);
+    assert_int_equal(after.host_bytes, before.host_bytes + LEN);
     assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
 }
 
