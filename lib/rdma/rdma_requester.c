@@ -1660,6 +1660,7 @@ static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struc
 {
     struct rdma_peer *p = r->peer;
     struct rdma_link *priv[ORB_RDMA_MAX_RAILS] = {NULL};
+    bool refused = false;
     struct orb_rdma_pgrant_req q = {.incarnation = incarnation, .request = r->id,
                                     .op = r->op == ORB_XFER_READ ? ORB_OP_READ : ORB_OP_WRITE,
                                     .rail_mask = r->rail_mask << (r->lane * p->nrails), .addr = r->addr + r->slot_off,
@@ -1719,7 +1720,10 @@ static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struc
         }
         return 0;
     } else if (a->status != 0) {
+        /* A refusal of the request itself (its range, permission or pin): final, whatever its
+         * status; only the control call's ORB_ENOENT says the connection is unknown there. */
         rc = a->status;
+        refused = true;
         snprintf(why, sizeof why, "rdma: %s refused the private grant: %s", p->endpoint, a->why);
     }
     /* Connected to the source's queue pairs, in rail order. */
@@ -1735,7 +1739,7 @@ static int private_grant(struct orb_rdma_tp *tp, struct rdma_req *r, const struc
         for (uint32_t rail = 0; rail < ORB_RDMA_MAX_RAILS; rail++)
             (void)rdma_link_free(priv[rail]);
         free(a);
-        if (rc == ORB_EAGAIN || (rc == ORB_ENOENT && may_rebuild))
+        if (!refused && (rc == ORB_EAGAIN || (rc == ORB_ENOENT && may_rebuild)))
             return rc;
         end_now(tp, r, rc, why);
         return 0;

@@ -1738,12 +1738,76 @@ static struct orb_transport_ops unpin_losing_ops;
 static atomic_int unpins_to_lose, unpins_lost, unpins_seen;
 /* And PINs: lost on the way (answered by a failure), or answered "not now" (every pin in use). */
 static atomic_int pins_to_lose, pins_to_put_off;
+/* And the next slot's grant request of a pinned request, altered once as a hostile requester
+ * would: 1 another pin generation, 2 the range moved by pinned_length (the pinned request's:
+ * past its end), 3 the other operation. */
+static atomic_int pin_grant_mutation;
+static uint64_t pinned_length;
+/* What the source answered the altered request: its status (a refusal's, inside the answer) */
+static atomic_int pin_grant_answer;
+
+/* One pinned ask's fields altered as pin_grant_mutation says; false when no mutation is due. */
+static bool mutate_ask(uint8_t *op, uint16_t *generation, uint64_t *addr)
+{
+    switch (atomic_exchange(&pin_grant_mutation, 0)) {
+    case 1: *generation = (uint16_t)(*generation + 1 == 0 ? 1 : *generation + 1); return true;
+    case 2: *addr += pinned_length; return true;
+    case 3: *op = *op == ORB_OP_READ ? ORB_OP_WRITE : ORB_OP_READ; return true;
+    default: return false;
+    }
+}
+
+/* `msg` (a GRANT_REQ or PGRANT_REQ) with its first pinned ask altered as pin_grant_mutation
+ * says, into `out`; false when it has none. */
+static bool mutate_pinned_grant(uint8_t kind, const uint8_t *msg, size_t len, uint8_t *out, size_t cap,
+                                size_t *out_len)
+{
+    if (kind == ORB_RDMA_PGRANT_REQ) {
+        struct orb_rdma_pgrant_req pq;
+        if (orb_rdma_pgrant_req_decode(msg, len, &pq) != 0 || pq.pin == 0 ||
+            !mutate_ask(&pq.op, &pq.pin_generation, &pq.addr))
+            return false;
+        return orb_rdma_pgrant_req_encode(&pq, out, cap, out_len) == 0;
+    }
+    struct orb_rdma_grant_req q;
+    if (orb_rdma_grant_req_decode(msg, len, &q) != 0)
+        return false;
+    for (uint32_t i = 0; i < q.count; i++) {
+        struct orb_rdma_grant_ask *a = &q.ask[i];
+        if (a->pin == 0)
+            continue;
+        return mutate_ask(&a->op, &a->pin_generation, &a->addr) &&
+               orb_rdma_grant_req_encode(&q, out, cap, out_len) == 0;
+    }
+    return false;
+}
 
 static int unpin_losing_control(void *tp, const struct orb_epoch *sender, const uint8_t *msg, size_t len,
                                 uint8_t *resp, size_t cap, size_t *resp_len)
 {
     uint8_t kind = 0;
     bool known = orb_rdma_ctrl_kind(msg, len, &kind) == 0;
+    uint8_t altered[ORB_CONTROL_MAX];
+    size_t altered_len = 0;
+    if (known && (kind == ORB_RDMA_GRANT_REQ || kind == ORB_RDMA_PGRANT_REQ) && atomic_load(&pin_grant_mutation) != 0 &&
+        mutate_pinned_grant(kind, msg, len, altered, sizeof altered, &altered_len)) {
+        int rc = rdma_ops_of_source->control(tp, sender, altered, altered_len, resp, cap, resp_len);
+        int status = rc;
+        if (rc == 0 && kind == ORB_RDMA_PGRANT_REQ) {
+            struct orb_rdma_pgrant *a = calloc(1, sizeof *a);
+            status = a != NULL && orb_rdma_pgrant_decode(resp, *resp_len, a) == 0 ? a->status : ORB_EPROTO;
+            free(a);
+        } else if (rc == 0) {
+            struct orb_rdma_grants *a = calloc(1, sizeof *a);
+            status = ORB_EPROTO;
+            if (a != NULL && orb_rdma_grants_decode(resp, *resp_len, a) == 0)
+                for (uint32_t i = 0; i < a->count; i++)
+                    status = a->g[i].status != 0 ? a->g[i].status : status == ORB_EPROTO ? 0 : status;
+            free(a);
+        }
+        atomic_store(&pin_grant_answer, status);
+        return rc;
+    }
     if (known && kind == ORB_RDMA_PIN && atomic_load(&pins_to_lose) > 0) {
         atomic_fetch_sub(&pins_to_lose, 1);
         return orb_fail(ORB_ETIMEDOUT, "test: the PIN was lost on its way");
@@ -1880,6 +1944,44 @@ static void test_a_lost_or_put_off_pin(void **state)
     device_ends_close(&d, false);
 }
 
+/* A slot's grant request that names its pin with another generation, a range past the pinned
+ * one (still inside the registration) or the other operation is refused (ORB_ENOENT): a pin
+ * authorises exactly the request it was made for. Nothing moves at either end, and the next
+ * request goes through whole. */
+static void test_a_pin_serves_only_its_request(void **state)
+{
+    (void)state;
+    const size_t len = 4u << 20, n = (1u << 20) + 5;
+    struct device_ends d;
+    device_ends_open(&d, len, len, lose_unpins_at);
+    pinned_length = n; /* the registration holds 4 MiB: the moved range is still inside it */
+    for (int op = 0; op < 2; op++) {
+        for (int how = 1; how <= 3; how++) {
+            device_ends_fill(&d, len, 91u + (uint32_t)(op * 3 + how), 101u + (uint32_t)(op * 3 + how));
+            struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = op ? ORB_OP_WRITE : ORB_OP_READ,
+                                    .local_addr = d.rptr + 7, .remote_addr = d.sptr + 11, .length = n};
+            struct orb_batch_report rep;
+            atomic_store(&pin_grant_answer, 1);
+            atomic_store(&pin_grant_mutation, how);
+            int rc = orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep);
+            int left = atomic_exchange(&pin_grant_mutation, 0);
+            print_message("%s whose slot names its pin with %s: source %d, request %d (%s)\n", op ? "WRITE" : "READ",
+                          how == 1 ? "another generation" : how == 2 ? "a range past it" : "the other operation",
+                          atomic_load(&pin_grant_answer), rc, orb_last_error());
+            assert_int_equal(left, 0); /* the grant request was altered */
+            assert_int_equal(atomic_load(&pin_grant_answer), ORB_ENOENT);
+            assert_int_equal(rc, ORB_ENOENT);
+            assert_int_equal(rep.completed_requests, 0);
+            assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+            device_ends_check(&d, len);
+            if (orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+                fail_msg("the %s after: %s", op ? "WRITE" : "READ", orb_last_error());
+        }
+    }
+    d.s2->tp[ORB_TRANSPORT_RDMA].ops = rdma_ops_of_source;
+    device_ends_close(&d, false);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++)
@@ -1914,6 +2016,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_a_failed_copy_into_device_memory_fails_the_request, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_lost_unpin_fails_the_request_counting_nothing, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_lost_or_put_off_pin, restore_source_if_dirty),
+        cmocka_unit_test_teardown(test_a_pin_serves_only_its_request, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_many_in_flight, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_segments_share_a_connection, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_lanes_widen_the_connection, restore_source_if_dirty),
@@ -1935,7 +2038,8 @@ int main(int argc, char **argv)
                                                    "test_a_failed_slot_copy_fails_the_whole_request",
                                                    "test_a_failed_copy_into_device_memory_fails_the_request",
                                                    "test_a_lost_unpin_fails_the_request_counting_nothing",
-                                                   "test_a_lost_or_put_off_pin"};
+                                                   "test_a_lost_or_put_off_pin",
+                                                   "test_a_pin_serves_only_its_request"};
     struct CMUnitTest run[sizeof tests / sizeof tests[0]];
     size_t nrun = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
