@@ -563,7 +563,12 @@ struct pinned {
     int device;
     orb_cu_context ctx;
     struct readiness ready;
+    struct pinned *next;               /* on g_kept_pinned once kept */
 };
+
+/* Owners of pinned memory kept for good, with the producer event that was not proven done:
+ * reachable, as the device allocations' owners are (g_kept). */
+static struct pinned *g_kept_pinned;
 
 static int pinned_ready(orb_host_memory *host)
 {
@@ -642,7 +647,10 @@ static void pinned_release(void *ptr, size_t len, void *arg)
         }
     }
     pinned_kept(cu, ORB_CU_ERROR_NOT_READY, ptr, len);
-    free(p);
+    pthread_mutex_lock(&g_lock);
+    p->next = g_kept_pinned; /* its event stays with it: destroying it proves nothing */
+    g_kept_pinned = p;
+    pthread_mutex_unlock(&g_lock);
 }
 
 ORB_EXPORT int orb_cuda_host_alloc(int device, size_t len, orb_host_memory **out)
