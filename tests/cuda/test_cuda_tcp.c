@@ -401,6 +401,30 @@ static void test_a_failed_copy_fails_only_its_request(void **state)
     assert_int_equal(kept.device_allocations, 0); /* every failed copy drained its stream */
 }
 
+/* The `nth` copy's wait from now fails, and so does the drain after it: its end is unproven
+ * (0: nothing fails any more). */
+static void fail_a_copys_end(unsigned long long nth)
+{
+    fake.fail_nth("cuEventSynchronize", nth, nth != 0 ? 999 : 0);
+    fake.fail_nth("cuStreamSynchronize", nth != 0 ? 1 : 0, nth != 0 ? 999 : 0);
+}
+
+/* The fenced allocation `dev` let go (by the application; kept by the library), the engines freed:
+ * exactly one pinned chunk and one device allocation more are retained than `before`. */
+static void end_with_one_chunk_kept(orb_engine *req, orb_engine *src, orb_segment *seg, orb_engine *owner,
+                                    orb_reg_id id, orb_cuda_memory *dev, const struct orb_cuda_retained *before)
+{
+    assert_int_equal(orb_unregister_memory(owner, id), 0);
+    orb_cuda_memory_unref(dev);
+    orb_segment_close(seg);
+    orb_engine_free(req);
+    orb_engine_free(src);
+    struct orb_cuda_retained kept;
+    assert_int_equal(orb_cuda_retained_resources(&kept), 0);
+    assert_int_equal(kept.host_allocations - before->host_allocations, 1);
+    assert_int_equal(kept.device_allocations - before->device_allocations, 1);
+}
+
 /* One staging copy whose end cannot be proven keeps its chunk and fences its allocation, and
  * nothing more: the request's later pieces, refused at once by the fenced allocation, give
  * their chunks back, so the request ends (ORB_EUNQUIESCED) instead of waiting for a pool that
@@ -425,14 +449,11 @@ static void test_an_unproven_copy_keeps_one_chunk(void **state)
     for (int op = 0; op < 2; op++) {
         struct orb_request r = eu_req_at(op ? ORB_OP_WRITE : ORB_OP_READ, fenced.base, remote.base, big);
         struct orb_batch_report rep;
-        if (op == 0) { /* the third copy's wait fails, and so does the drain after it */
-            fake.fail_nth("cuEventSynchronize", 3, 999);
-            fake.fail_nth("cuStreamSynchronize", 1, 999);
-        }
+        if (op == 0)
+            fail_a_copys_end(3);
         uint64_t t0 = orb_now_ns();
         int rc = run(req, seg, &r, 1, &rep);
-        fake.fail_nth("cuEventSynchronize", 0, 0);
-        fake.fail_nth("cuStreamSynchronize", 0, 0);
+        fail_a_copys_end(0);
         print_message("%s of the fenced allocation: %d (%s) in %.1f s\n", op ? "WRITE" : "READ", rc, orb_last_error(),
                       (double)(orb_now_ns() - t0) / 1e9);
         assert_int_equal(rc, ORB_EUNQUIESCED);
@@ -446,18 +467,9 @@ static void test_an_unproven_copy_keeps_one_chunk(void **state)
     side_free(req, &healthy);
     side_free(src, &remote2);
     side_free(src, &remote);
-    assert_int_equal(orb_unregister_memory(req, fenced.id), 0);
-    orb_cuda_memory_unref(fenced.dev); /* fenced: kept by the library */
-    orb_segment_close(seg);
-    orb_engine_free(req);
-    orb_engine_free(src);
-    /* Every pinned chunk is freed with the engines but the one the unproven copy used, which the
-     * retained resources count, with the fenced allocation. */
+    end_with_one_chunk_kept(req, src, seg, req, fenced.id, fenced.dev, &before);
+    /* Every pinned chunk is freed with the engines but the one the unproven copy used. */
     assert_int_equal(fake.counts().host_allocations - pinned_before, 1);
-    struct orb_cuda_retained kept;
-    assert_int_equal(orb_cuda_retained_resources(&kept), 0);
-    assert_int_equal(kept.host_allocations - before.host_allocations, 1);
-    assert_int_equal(kept.device_allocations - before.device_allocations, 1);
 }
 
 /* The source's side of the same rule: a READ of source device memory whose first chunk's copy
@@ -481,11 +493,9 @@ static void test_an_unproven_copy_at_the_source(void **state)
     uint8_t *local_before = side_bytes(&local);
     struct orb_request r = eu_req_at(ORB_OP_READ, local.base, fenced.base, 2 * MIB);
     struct orb_batch_report rep;
-    fake.fail_nth("cuEventSynchronize", 1, 999); /* the first chunk's wait, and the drain after it */
-    fake.fail_nth("cuStreamSynchronize", 1, 999);
+    fail_a_copys_end(1); /* the first chunk's */
     int rc = run(req, seg, &r, 1, &rep);
-    fake.fail_nth("cuEventSynchronize", 0, 0);
-    fake.fail_nth("cuStreamSynchronize", 0, 0);
+    fail_a_copys_end(0);
     assert_int_equal(rc, ORB_EUNQUIESCED);
     assert_non_null(strstr(orb_last_error(), "draining the copy stream failed too"));
     assert_int_equal(rep.completed_requests, 0);
@@ -499,15 +509,7 @@ static void test_an_unproven_copy_at_the_source(void **state)
         fail_msg("a READ of another allocation after: %s", orb_last_error());
     side_free(src, &healthy);
     side_free(req, &local);
-    assert_int_equal(orb_unregister_memory(src, fenced.id), 0);
-    orb_cuda_memory_unref(fenced.dev); /* fenced: kept by the library */
-    orb_segment_close(seg);
-    orb_engine_free(req);
-    orb_engine_free(src);
-    struct orb_cuda_retained kept;
-    assert_int_equal(orb_cuda_retained_resources(&kept), 0);
-    assert_int_equal(kept.host_allocations - before.host_allocations, 1);
-    assert_int_equal(kept.device_allocations - before.device_allocations, 1);
+    end_with_one_chunk_kept(req, src, seg, src, fenced.id, fenced.dev, &before);
 }
 
 /* ---- range loans ---------------------------------------------------------------------------- */

@@ -1902,6 +1902,15 @@ static void test_a_lost_unpin_fails_the_request_counting_nothing(void **state)
     device_ends_close(&d, false);
 }
 
+/* A request that failed before any byte moved: nothing counted, no remote effect, both ends as
+ * they were and no staging held. */
+static void assert_nothing_moved(struct device_ends *d, size_t len, const struct orb_batch_report *rep)
+{
+    assert_int_equal(rep->completed_requests, 0);
+    assert_int_equal(rep->failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
+    device_ends_check(d, len);
+}
+
 /* A PIN lost on its way ends its request before any byte moves (remote effect none, nothing
  * changed at either end); a PIN answered "not now" (every pin of the connection in use) leaves
  * the request unpinned: its slots are each checked on their own, it moves whole, and no UNPIN
@@ -1924,9 +1933,7 @@ static void test_a_lost_or_put_off_pin(void **state)
         if (rc == 0)
             fail_msg("a %s whose PIN was lost succeeded", op ? "WRITE" : "READ");
         assert_non_null(strstr(orb_last_error(), "PIN"));
-        assert_int_equal(rep.completed_requests, 0);
-        assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
-        device_ends_check(&d, len); /* no byte moved */
+        assert_nothing_moved(&d, len, &rep);
         atomic_store(&pins_to_put_off, 1);
         int unpins = atomic_load(&unpins_seen);
         rc = orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep);
@@ -1971,9 +1978,7 @@ static void test_a_pin_serves_only_its_request(void **state)
             assert_int_equal(left, 0); /* the grant request was altered */
             assert_int_equal(atomic_load(&pin_grant_answer), ORB_ENOENT);
             assert_int_equal(rc, ORB_ENOENT);
-            assert_int_equal(rep.completed_requests, 0);
-            assert_int_equal(rep.failure.remote_effect, ORB_REMOTE_EFFECT_NONE);
-            device_ends_check(&d, len);
+            assert_nothing_moved(&d, len, &rep);
             if (orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
                 fail_msg("the %s after: %s", op ? "WRITE" : "READ", orb_last_error());
         }
