@@ -270,6 +270,58 @@ static void test_an_ipc_access_waits_for_the_producer(void **state)
     source_waits_for_its_producer(1);
 }
 
+/* Pinned host memory at a source, filled by a GPU producer whose copy is still queued: a peer's
+ * READ of it waits for the recorded work and gets the produced bytes, not the old ones. */
+static void test_a_source_waits_for_its_pinned_producer(void **state)
+{
+    (void)state;
+    orb_engine *src = eu_engine(NULL);
+    orb_engine *req = eu_requester(1, 0);
+    orb_segment *seg = eu_open(req, src);
+    orb_cuda_memory *input = NULL;
+    assert_int_equal(orb_cuda_memory_alloc(0, LEN, &input), 0);
+    uint8_t *want = malloc(LEN);
+    assert_non_null(want);
+    eu_fill(want, LEN, 9);
+    assert_int_equal(orb_cuda_memory_from_host(input, 0, want, LEN), 0);
+    orb_host_memory *pinned = NULL;
+    assert_int_equal(orb_cuda_host_alloc(0, LEN, &pinned), 0);
+    memset(orb_host_memory_data(pinned), 0x5a, LEN);
+    orb_reg_id id;
+    assert_int_equal(orb_register_host_memory(src, pinned, 0, LEN, ORB_PERM_REMOTE_READ, &id), 0);
+    struct eu_region local;
+    eu_region_new(req, LEN, ORB_PERM_LOCAL, 2, &local);
+
+    orb_cu_stream producer = stream_of(ctx0);
+    atomic_int done = 0;
+    fake.hold_streams(1);
+    assert_int_equal(cu->memcpy_dtoh_async(orb_host_memory_data(pinned), orb_cuda_memory_ptr(input), LEN, producer),
+                     ORB_CU_SUCCESS);
+    assert_int_equal(orb_cuda_host_record_producer(pinned, producer, count_done, &done), 0);
+    struct submitter s = {.req = req, .seg = seg,
+                          .r = eu_req(ORB_OP_READ, local.base, orb_host_memory_data(pinned), LEN)};
+    atomic_init(&s.finished, 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, submit_main, &s), 0);
+    usleep(100 * 1000);
+    assert_int_equal(atomic_load(&s.finished), 0); /* held by the producer's queued copy */
+    fake.hold_streams(0);
+    pthread_join(t, NULL);
+    assert_int_equal(s.rc, 0);
+    assert_int_equal(atomic_load(&done), 1);
+    assert_memory_equal(local.base, want, LEN);
+
+    assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
+    orb_segment_close(seg);
+    eu_region_free(req, &local);
+    assert_int_equal(orb_unregister_memory(src, id), 0);
+    orb_host_memory_unref(pinned);
+    orb_cuda_memory_unref(input);
+    free(want);
+    orb_engine_free(req);
+    orb_engine_free(src);
+}
+
 /* An unproven wait, or record, fences the memory: every later access fails, done never runs,
  * and the allocation is kept. */
 static void test_an_unproven_wait_or_record_fences(void **state)
@@ -329,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_a_request_waits_for_its_producer),
         cmocka_unit_test(test_the_source_waits_for_its_producer),
         cmocka_unit_test(test_an_ipc_access_waits_for_the_producer),
+        cmocka_unit_test(test_a_source_waits_for_its_pinned_producer),
         cmocka_unit_test(test_an_unproven_wait_or_record_fences),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
