@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ascii.h"
+#include "core/config.h"
 #include "core/dynlib.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -149,31 +149,18 @@ static enum MHD_Result serve(void *cls, struct MHD_Connection *c, const char *ur
     return answer(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, len);
 }
 
-/* "host:port" with a numeric host ([v6] in brackets) into *ss. */
+/* "host:port" with a numeric host ([v6] in brackets) into *ss: split as engine endpoints are
+ * (a port of 1-5 decimal digits up to 65535; getaddrinfo() alone would take signs and spaces
+ * and keep a port's low 16 bits), then resolved numerically. */
 static int parse_address(const char *address, struct sockaddr_storage *ss, socklen_t *sl)
 {
-    char host[ORB_ENDPOINT_MAX];
-    if (address == NULL || strlen(address) >= sizeof host)
-        return orb_fail(ORB_EINVAL, "metrics: no address, or one longer than %d bytes", ORB_ENDPOINT_MAX - 1);
-    snprintf(host, sizeof host, "%s", address);
-    char *colon = strrchr(host, ':');
-    if (colon == NULL || colon[1] == '\0')
-        return orb_fail(ORB_EINVAL, "metrics: address \"%s\" is not host:port", address);
-    *colon = '\0';
-    const char *port = colon + 1;
-    /* getaddrinfo() takes signs and spaces and keeps a port's low 16 bits: 1-5 digits, checked. */
-    size_t pl = strlen(port);
-    unsigned long pv = 0;
-    for (size_t i = 0; i < pl && pl <= 5; i++)
-        pv = orb_ascii_is_digit(port[i]) ? pv * 10 + (unsigned long)(port[i] - '0') : 65536;
-    if (pl > 5 || pv > 65535)
-        return orb_fail(ORB_EINVAL, "metrics: address \"%s\": the port is not a decimal number of 0 to 65535", address);
-    char *h = host;
-    size_t hl = strlen(h);
-    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-        h[hl - 1] = '\0';
-        h++;
-    }
+    char h[ORB_ENDPOINT_MAX], port[8];
+    uint16_t pv = 0;
+    if (address == NULL)
+        return orb_fail(ORB_EINVAL, "metrics: no address");
+    if (orb_endpoint_split(address, h, sizeof h, &pv) != 0)
+        return orb_fail(ORB_EINVAL, "metrics: address \"%s\": %s", address, orb_last_error());
+    snprintf(port, sizeof port, "%u", (unsigned)pv);
     struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
     struct addrinfo *ai = NULL;
     int rc = getaddrinfo(h, port, &hints, &ai);
