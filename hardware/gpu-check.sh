@@ -5,8 +5,10 @@
 #
 # Builds the tree (Release, in build-gpu/) against the machine's own driver (libcuda.so.1 is
 # loaded at run time: no CUDA toolkit is used), then runs, each under its own time limit:
-#   1. the CUDA engine tests (tests/cuda/test_cuda_tcp, tests/nvlink/test_nvlink: TCP with device
-#      memory, and CUDA IPC in one process and between two) on the real driver;
+#   1. the CUDA tests on the real driver, the cells that need the stand-in's controls skipped: the
+#      loader, memory owners and producer readiness (tests/cuda/test_cuda_loader, test_cuda_memory,
+#      test_cuda_ready), then the engine tests (tests/cuda/test_cuda_tcp, tests/nvlink/test_nvlink:
+#      TCP with device memory, and CUDA IPC in one process and between two);
 #   2. the cuda_copy example (eight callers, four rounds, three unaligned sizes), and what
 #      GPUDirect registration would find (tests/cuda/gdr_probe: dma-buf support, two exports
 #      checked against the registered geometry, the peer-memory probe of the real /sys);
@@ -73,9 +75,10 @@ fi
 # ---- build --------------------------------------------------------------------------------------
 say "building in $BUILD"
 jobs=$(nproc 2>/dev/null || echo 4)
+targets=(test_cuda_loader test_cuda_memory test_cuda_ready test_cuda_tcp test_nvlink example_cuda_copy cuda_rates gdr_probe
+         orbite-bench)
 if ! timeout 300 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DORBITE_WERROR=OFF >"$BUILD.configure.log" 2>&1 ||
-   ! timeout 300 cmake --build "$BUILD" -j "$jobs" --target test_cuda_tcp test_nvlink example_cuda_copy cuda_rates gdr_probe orbite-bench \
-       >"$BUILD.build.log" 2>&1; then
+   ! timeout 300 cmake --build "$BUILD" -j "$jobs" --target "${targets[@]}" >"$BUILD.build.log" 2>&1; then
     say "the build failed:"
     tail -40 "$BUILD.configure.log" "$BUILD.build.log" >&2
     exit 1
@@ -100,6 +103,9 @@ step() { # NAME LIMIT_S COMMAND...: run, keep its output, report
     return $rc
 }
 
+step cuda-loader 60 env ORBITE_CUDA_DRIVER=real "$BUILD/tests/test_cuda_loader"
+step cuda-memory 60 env ORBITE_CUDA_DRIVER=real "$BUILD/tests/test_cuda_memory"
+step cuda-ready 60 env ORBITE_CUDA_DRIVER=real "$BUILD/tests/test_cuda_ready"
 step cuda-tests 180 env ORBITE_CUDA_DRIVER=real "$BUILD/tests/test_cuda_tcp"
 step ipc-tests 120 env ORBITE_CUDA_DRIVER=real "$BUILD/tests/test_nvlink"
 step cuda-copy 120 "$BUILD/examples/example_cuda_copy" 0 0

@@ -2,7 +2,7 @@
  * fakecuda stand-in: which streams are accepted, that a request's submission, a peer's request at
  * the source and the final free wait for the producer's work (its bytes, not older ones, are what
  * moves), that `done` runs once after that, and that an unproven record or wait fences the memory
- * for good. */
+ * for good. The machine's own driver instead of the stand-in: see setup. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -31,18 +31,78 @@ static orb_cu_context ctx0, ctx1;
 
 static struct fakecuda_controls fake;
 
+/* With ORBITE_CUDA_DRIVER=real (hardware/gpu-check.sh) the cells run on the machine's own
+ * libcuda.so.1: a producer's stream is held back by a host function of its own (hold()), the other
+ * context is one made on device 0 (one device is enough), and the checks and cells that need the
+ * stand-in's capture status or fault injection are skipped. */
+static int real_driver;
+static orb_cu_result (*launch_host_func)(orb_cu_stream stream, void (*fn)(void *), void *arg);
+static atomic_int gate_open;
+
 static int setup(void **state)
 {
     (void)state;
-    if (orb_cuda_use_library(FAKECUDA_FULL) != 0 || orb_cuda_get(&cu) != 0)
-        return -1;
-    if (fakecuda_controls_load(FAKECUDA_FULL, &fake) != 0)
+    const char *env = getenv("ORBITE_CUDA_DRIVER");
+    real_driver = env != NULL && strcmp(env, "real") == 0;
+    if ((!real_driver && orb_cuda_use_library(FAKECUDA_FULL) != 0) || orb_cuda_get(&cu) != 0)
         return -1;
     orb_cu_device d0 = 0, d1 = 0;
-    if (cu->device_get(&d0, 0) != ORB_CU_SUCCESS || cu->device_get(&d1, 1) != ORB_CU_SUCCESS ||
-        cu->primary_ctx_retain(&ctx0, d0) != ORB_CU_SUCCESS || cu->primary_ctx_retain(&ctx1, d1) != ORB_CU_SUCCESS)
+    if (!real_driver) {
+        if (fakecuda_controls_load(FAKECUDA_FULL, &fake) != 0)
+            return -1;
+        if (cu->device_get(&d0, 0) != ORB_CU_SUCCESS || cu->device_get(&d1, 1) != ORB_CU_SUCCESS ||
+            cu->primary_ctx_retain(&ctx0, d0) != ORB_CU_SUCCESS || cu->primary_ctx_retain(&ctx1, d1) != ORB_CU_SUCCESS)
+            return -1;
+        return 0;
+    }
+    void *lib = dlopen(ORB_CUDA_LIBRARY, RTLD_NOW | RTLD_LOCAL); /* the one the table came from */
+    orb_cu_result (*ctx_create)(orb_cu_context *, unsigned int, orb_cu_device) = NULL;
+    if (lib == NULL)
+        return -1;
+    *(void **)&ctx_create = dlsym(lib, "cuCtxCreate_v2");
+    *(void **)&launch_host_func = dlsym(lib, "cuLaunchHostFunc");
+    if (ctx_create == NULL || launch_host_func == NULL || cu->device_get(&d0, 0) != ORB_CU_SUCCESS ||
+        cu->primary_ctx_retain(&ctx0, d0) != ORB_CU_SUCCESS || ctx_create(&ctx1, 0, d0) != ORB_CU_SUCCESS ||
+        cu->ctx_set_current(NULL) != ORB_CU_SUCCESS)
         return -1;
     return 0;
+}
+
+/* The real driver's hold: runs on the stream, in the driver's thread, until release() (or half a
+ * minute, so that a cell that failed before its release leaves no stream held for good). */
+static void gate_main(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 30000 && !atomic_load(&gate_open); i++)
+        usleep(1000);
+}
+
+/* The work queued on `s` from now on (the stand-in: on every stream) waits until release(). */
+static void hold(orb_cu_stream s)
+{
+    if (!real_driver) {
+        fake.hold_streams(1);
+        return;
+    }
+    atomic_store(&gate_open, 0);
+    assert_int_equal(launch_host_func(s, gate_main, NULL), ORB_CU_SUCCESS);
+}
+
+static void release(void)
+{
+    if (real_driver)
+        atomic_store(&gate_open, 1);
+    else
+        fake.hold_streams(0);
+}
+
+/* The application's own calls on its stream: on the real driver with the producer's context
+ * current, as an application has it; on the stand-in with none, so that nothing the library does
+ * leans on the caller's context. */
+static void app_context(orb_cu_context ctx)
+{
+    if (real_driver)
+        assert_int_equal(cu->ctx_set_current(ctx), ORB_CU_SUCCESS);
 }
 
 /* A stream of `ctx`, made with that context current; the thread's context is left as none. */
@@ -74,10 +134,12 @@ static void test_which_streams_are_accepted(void **state)
     /* A default stream names the calling thread's context: none is current here. */
     assert_int_equal(orb_cuda_memory_record_producer(m, NULL, count_done, &done), ORB_EINVAL);
     assert_non_null(strstr(orb_last_error(), "no context"));
-    fake.set_capturing(mine, ORB_CU_STREAM_CAPTURE_STATUS_ACTIVE);
-    assert_int_equal(orb_cuda_memory_record_producer(m, mine, count_done, &done), ORB_EINVAL);
-    assert_non_null(strstr(orb_last_error(), "capturing a graph"));
-    fake.set_capturing(mine, ORB_CU_STREAM_CAPTURE_STATUS_NONE);
+    if (!real_driver) { /* a capture without a graph to capture is the stand-in's */
+        fake.set_capturing(mine, ORB_CU_STREAM_CAPTURE_STATUS_ACTIVE);
+        assert_int_equal(orb_cuda_memory_record_producer(m, mine, count_done, &done), ORB_EINVAL);
+        assert_non_null(strstr(orb_last_error(), "capturing a graph"));
+        fake.set_capturing(mine, ORB_CU_STREAM_CAPTURE_STATUS_NONE);
+    }
     assert_int_equal(atomic_load(&done), 0);
 
     /* Accepted: the allocation's own context's stream, and its default stream when current. */
@@ -154,7 +216,8 @@ static void test_a_request_waits_for_its_producer(void **state)
 
     orb_cu_stream producer = stream_of(ctx0);
     atomic_int done = 0;
-    fake.hold_streams(1);
+    app_context(ctx0);
+    hold(producer);
     assert_int_equal(cu->memcpy_dtoh_async(orb_host_memory_data(pinned), orb_cuda_memory_ptr(dev), LEN, producer),
                      ORB_CU_SUCCESS);
     assert_int_equal(orb_cuda_host_record_producer(pinned, producer, count_done, &done), 0);
@@ -166,7 +229,7 @@ static void test_a_request_waits_for_its_producer(void **state)
     usleep(200 * 1000);
     assert_int_equal(atomic_load(&s.finished), 0); /* nothing else holds a host WRITE back */
     assert_int_equal(atomic_load(&done), 0);
-    fake.hold_streams(0);
+    release();
     pthread_join(t, NULL);
     assert_int_equal(s.rc, 0);
     assert_int_equal(atomic_load(&done), 1);
@@ -174,6 +237,7 @@ static void test_a_request_waits_for_its_producer(void **state)
 
     free(want);
     assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
+    app_context(NULL);
     assert_int_equal(orb_unregister_memory(req, id), 0);
     orb_host_memory_unref(pinned);
     orb_cuda_memory_unref(dev);
@@ -215,7 +279,8 @@ static void source_waits_for_its_producer(int ipc)
 
     orb_cu_stream producer = stream_of(ctx0);
     atomic_int done = 0;
-    fake.hold_streams(1);
+    app_context(ctx0);
+    hold(producer);
     assert_int_equal(cu->memcpy_dtod_async(orb_cuda_memory_ptr(dev), orb_cuda_memory_ptr(input), LEN, producer),
                      ORB_CU_SUCCESS);
     assert_int_equal(orb_cuda_memory_record_producer(dev, producer, count_done, &done), 0);
@@ -229,7 +294,7 @@ static void source_waits_for_its_producer(int ipc)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, submit_main, &s), 0);
     usleep(100 * 1000);
-    fake.hold_streams(0);
+    release();
     pthread_join(t, NULL);
     assert_int_equal(s.rc, 0);
     assert_int_equal(atomic_load(&done), 1);
@@ -245,6 +310,7 @@ static void source_waits_for_its_producer(int ipc)
     free(want);
     free(old);
     assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
+    app_context(NULL);
     if (ipc) {
         assert_int_equal(orb_unregister_memory(req, local_id), 0);
         orb_cuda_memory_unref(local_dev);
@@ -294,7 +360,8 @@ static void test_a_source_waits_for_its_pinned_producer(void **state)
 
     orb_cu_stream producer = stream_of(ctx0);
     atomic_int done = 0;
-    fake.hold_streams(1);
+    app_context(ctx0);
+    hold(producer);
     assert_int_equal(cu->memcpy_dtoh_async(orb_host_memory_data(pinned), orb_cuda_memory_ptr(input), LEN, producer),
                      ORB_CU_SUCCESS);
     assert_int_equal(orb_cuda_host_record_producer(pinned, producer, count_done, &done), 0);
@@ -305,13 +372,14 @@ static void test_a_source_waits_for_its_pinned_producer(void **state)
     assert_int_equal(pthread_create(&t, NULL, submit_main, &s), 0);
     usleep(100 * 1000);
     assert_int_equal(atomic_load(&s.finished), 0); /* held by the producer's queued copy */
-    fake.hold_streams(0);
+    release();
     pthread_join(t, NULL);
     assert_int_equal(s.rc, 0);
     assert_int_equal(atomic_load(&done), 1);
     assert_memory_equal(local.base, want, LEN);
 
     assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
+    app_context(NULL);
     orb_segment_close(seg);
     eu_region_free(req, &local);
     assert_int_equal(orb_unregister_memory(src, id), 0);
@@ -327,6 +395,8 @@ static void test_a_source_waits_for_its_pinned_producer(void **state)
 static void test_an_unproven_wait_or_record_fences(void **state)
 {
     (void)state;
+    if (real_driver)
+        skip(); /* fault injection is the stand-in's */
     struct orb_cuda_retained before, after;
     assert_int_equal(orb_cuda_retained_resources(&before), 0);
     orb_cu_stream producer = stream_of(ctx0);

@@ -10,7 +10,7 @@ target_compile_definitions(test_cuda_loader PRIVATE FAKECUDA_FULL="$<TARGET_FILE
                            FAKECUDA_NO_VMM="$<TARGET_FILE:orb_fakecuda_no_vmm>")
 
 # The CUDA memory owners (lib/cuda/cuda_memory.c) through their public calls, on the full
-# stand-in as the process's driver.
+# stand-in as the process's driver (hardware/gpu-check.sh runs these three on a real driver too).
 orb_unit_test(test_cuda_memory SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_memory.c
               OBJECTS orb_base orb_mem orb_cuda LIBS ${CMAKE_DL_LIBS})
 target_include_directories(test_cuda_memory PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakecuda)
