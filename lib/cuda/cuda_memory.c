@@ -134,6 +134,26 @@ static void leave(const struct orb_cuda *cu, orb_cu_context saved)
 
 /* ---- producer readiness ------------------------------------------------------------------ */
 
+/* leave() after a producer's record or wait (r->lock held): a context that cannot be restored
+ * leaves the driver's state on this thread unknown, so nothing proves the producer's work: r is
+ * fenced, its done callback (*done, when given) never runs, and rc becomes ORB_EUNQUIESCED. */
+static int ready_leave_locked(const struct orb_cuda *cu, struct readiness *r, orb_cu_context saved, int rc,
+                              void (**done)(void *))
+{
+    orb_cu_result lr = cu->ctx_set_current(saved);
+    if (lr == ORB_CU_SUCCESS)
+        return rc;
+    char text[160];
+    r->fenced = true;
+    r->done = NULL; /* the producer's inputs stay with their owner */
+    r->done_ctx = NULL;
+    if (done != NULL)
+        *done = NULL;
+    return orb_fail(ORB_EUNQUIESCED, "cuda: the thread's own context could not be made current again after "
+                    "waiting for or recording the producer's work on %s (%s): it is fenced", r->what,
+                    orb_cuda_describe(cu, lr, text, sizeof text));
+}
+
 /* Wait for r's pending generation (r->lock held, ctx current). 0 (its done callback handed back
  * through done and done_ctx for the caller to run unlocked), or ORB_EUNQUIESCED (fenced now). */
 static int ready_wait_locked(const struct orb_cuda *cu, struct readiness *r, void (**done)(void *),
@@ -186,7 +206,7 @@ static int ready_consume(struct readiness *r)
         rc = cuda_fail(cu, r0, "making the owner's context current");
     } else {
         rc = ready_wait_locked(cu, r, &done, &done_ctx);
-        leave(cu, saved);
+        rc = ready_leave_locked(cu, r, saved, rc, &done);
     }
     pthread_mutex_unlock(&r->lock);
     if (done != NULL)
@@ -254,8 +274,8 @@ static int ready_record(struct readiness *r, void *stream_handle, void (*done)(v
             r->done_ctx = done_ctx;
         }
     }
+    rc = ready_leave_locked(cu, r, saved, rc, &old_done);
     pthread_mutex_unlock(&r->lock);
-    leave(cu, saved);
     if (old_done != NULL)
         old_done(old_ctx);
     return rc;

@@ -1,8 +1,8 @@
 /* Producer readiness (orb_cuda_memory_record_producer, orb_cuda_host_record_producer) on the
  * fakecuda stand-in: which streams are accepted, that a request's submission, a peer's request at
  * the source and the final free wait for the producer's work (its bytes, not older ones, are what
- * moves), that `done` runs once after that, and that an unproven record or wait fences the memory
- * for good. The machine's own driver instead of the stand-in: see setup. */
+ * moves), that `done` runs once after that, and that an unproven record, wait or context restore
+ * fences the memory for good. The machine's own driver instead of the stand-in: see setup. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -390,8 +390,8 @@ static void test_a_source_waits_for_its_pinned_producer(void **state)
     orb_engine_free(src);
 }
 
-/* An unproven wait, or record, fences the memory: every later access fails, done never runs,
- * and the allocation is kept. */
+/* An unproven wait, record or context restore fences the memory: every later access fails, done
+ * never runs, and the allocation is kept. */
 static void test_an_unproven_wait_or_record_fences(void **state)
 {
     (void)state;
@@ -425,6 +425,34 @@ static void test_an_unproven_wait_or_record_fences(void **state)
     assert_int_equal(orb_cuda_retained_resources(&after), 0);
     assert_int_equal(after.device_allocations, before.device_allocations + 2);
     assert_int_equal(after.device_bytes, before.device_bytes + 2 * LEN);
+
+    /* A context that cannot be made current again after the wait, or after the record (the
+     * second cuCtxSetCurrent of each: the first enters the owner's), fences the same way: the
+     * driver's state on that thread is unknown, so nothing proves the producer's work. */
+    for (int k = 0; k < 2; k++) {
+        orb_cuda_memory *m = NULL;
+        assert_int_equal(orb_cuda_memory_alloc(0, LEN, &m), 0);
+        atomic_int done = 0;
+        uint8_t buf[64];
+        if (k == 0) {
+            assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), 0);
+            fake.fail_nth("cuCtxSetCurrent", 2, 201); /* CUDA_ERROR_INVALID_CONTEXT */
+            assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), ORB_EUNQUIESCED);
+        } else {
+            fake.fail_nth("cuCtxSetCurrent", 2, 201);
+            assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), ORB_EUNQUIESCED);
+        }
+        fake.fail_nth("cuCtxSetCurrent", 0, 0);
+        assert_non_null(strstr(orb_last_error(), "made current again"));
+        assert_non_null(strstr(orb_last_error(), "fenced"));
+        assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), ORB_EUNQUIESCED);
+        assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), ORB_EUNQUIESCED);
+        assert_int_equal(atomic_load(&done), 0); /* its inputs stay with their owner */
+        orb_cuda_memory_unref(m);
+    }
+    assert_int_equal(orb_cuda_retained_resources(&after), 0);
+    assert_int_equal(after.device_allocations, before.device_allocations + 4);
+    assert_int_equal(after.device_bytes, before.device_bytes + 4 * LEN);
 
     /* Pinned host memory the same: a producer's work whose wait fails at the final free keeps
      * the bytes, their context too, and done never runs. */
