@@ -260,6 +260,9 @@ static int engine_create(const struct orb_engine_config *cfg, const struct orb_r
                           &engine->registry);
     if (rc != 0)
         goto free_reaper;
+    rc = orb_stage_pool_new(ORB_STAGE_CHUNK, ORB_STAGE_POOL_BYTES, ORB_STAGE_SOURCE_RESERVE, &engine->stage_pool);
+    if (rc != 0)
+        goto free_registry;
     rc = start_transports(engine, ops, n);
     if (rc != 0)
         goto undo_transports;
@@ -276,6 +279,8 @@ undo_transports:
         (void)orb_fail(rc, "%s", why);
     }
     destroy_transports(engine);
+    orb_stage_pool_free(engine->stage_pool);
+free_registry:
     orb_registry_free(engine->registry);
 free_reaper:
     orb_reaper_free(engine->reaper);
@@ -449,12 +454,17 @@ ORB_EXPORT int orb_engine_close_requester(orb_engine *engine)
     return 0;
 }
 
+struct orb_stage_pool *orb_engine_stage_pool(orb_engine *engine)
+{
+    return engine->stage_pool;
+}
+
 struct orb_stager *orb_engine_stager(orb_engine *engine)
 {
     pthread_mutex_lock(&engine->lock);
     struct orb_stager *st = engine->stager;
     if (st == NULL && !engine->stopped && !engine->stager_failed) {
-        if (orb_stager_new(ORB_STAGE_CHUNK, ORB_STAGE_POOL_BYTES, &st) != 0) {
+        if (orb_stager_new(engine->stage_pool, &st) != 0) {
             engine->stager_failed = 1;
             st = NULL;
         } else {
@@ -531,6 +541,7 @@ static void engine_destroy(orb_engine *engine)
     orb_reaper_free(engine->reaper);
     destroy_transports(engine);
     orb_stager_free(engine->stager);
+    orb_stage_pool_free(engine->stage_pool);
     orb_registry_free(engine->registry);
     struct orb_notification_node *node = engine->notes_head;
     while (node != NULL) {

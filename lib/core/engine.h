@@ -10,6 +10,9 @@
 
 const struct orb_engine_config *orb_engine_cfg(const orb_engine *engine);
 struct orb_registry *orb_engine_registry(orb_engine *engine);
+/* The engine's staging pool (stage_pool.h), shared by its stager and transports; it outlives the
+ * transports. */
+struct orb_stage_pool *orb_engine_stage_pool(orb_engine *engine);
 const struct orb_epoch *orb_engine_epoch(const orb_engine *engine);
 /* The engine's RDMA settings, NULL when it was created without (no RDMA transport wanted). */
 const struct orb_rdma_config *orb_engine_rdma_config(const orb_engine *engine);

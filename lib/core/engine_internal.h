@@ -63,6 +63,7 @@ struct orb_engine {
     struct orb_batch *reap;   /* finished orphaned batches waiting to be freed outside callbacks */
     struct orb_stager *stager; /* host staging, made on first use (orb_engine_stager) */
     int stager_failed;        /* it could not be made: later staged requests fail at once */
+    struct orb_stage_pool *stage_pool; /* host staging chunks, shared by the stager and transports */
 };
 
 /* orb_engine_create_params() with other operation tables (tests use scripted ones). `rdma` may

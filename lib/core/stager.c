@@ -2,6 +2,7 @@
 #include "stager.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,30 +17,16 @@
 /* Pieces handed to a transport in one peer_submit(). */
 #define STAGE_SUBMIT_BATCH 16u
 
-struct free_chunk {
-    struct free_chunk *next;
-};
-
-/* A chunk made so far, and how it goes back (pinned memory from the memory kind, or free()). */
-struct made_chunk {
-    uint8_t *bytes;
-    void (*free_fn)(void *);
-    bool kept;                 /* a copy through it was not proven to end: never freed */
-};
-
 struct orb_stager {
-    size_t chunk_bytes;
-    size_t max_chunks;
+    struct orb_stage_pool *pool; /* the engine's, shared with the transports */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
+    struct orb_stage_waiter waiter;              /* the pool had no chunk for the head piece */
     /* lock: */
     struct orb_stage_job *sub_head, *sub_tail;   /* waiting for a chunk (and a WRITE's copy) */
     struct orb_stage_job *land_head, *land_tail; /* READs whose bytes are in their chunk */
-    struct free_chunk *free_chunks;
-    struct made_chunk *made;                     /* max_chunks entries */
-    size_t made_chunks;                          /* allocated (or being allocated) so far */
-    size_t lent_chunks;
+    bool chunk_back;                             /* the pool woke the waiter */
     bool stopping, joined;
     atomic_uint_fast64_t inflight;               /* queued + being copied */
 };
@@ -66,59 +53,26 @@ static struct orb_stage_job *pop(struct orb_stage_job **head, struct orb_stage_j
     return j;
 }
 
-/* A free chunk, or NULL (lock held). */
-static uint8_t *chunk_take_locked(struct orb_stager *st)
+/* The pool's wake-up (under the pool's lock; the stager never calls the pool holding its own). */
+static void chunk_came_back(struct orb_stage_waiter *w)
 {
-    if (st->free_chunks == NULL)
-        return NULL;
-    uint8_t *c = (uint8_t *)st->free_chunks;
-    st->free_chunks = st->free_chunks->next;
-    st->lent_chunks++;
-    return c;
-}
-
-/* A new chunk for a piece of `reg` while the pool may grow, made with the lock dropped (pinned
- * memory takes the driver a while); NULL when the pool is full or memory ran out (lock held on
- * entry and return; only the stager's thread makes chunks). */
-static uint8_t *chunk_make_locked(struct orb_stager *st, const struct orb_reg *reg)
-{
-    if (st->made_chunks >= st->max_chunks)
-        return NULL;
-    size_t slot = st->made_chunks++;
-    pthread_mutex_unlock(&st->lock);
-    void (*free_fn)(void *) = NULL;
-    uint8_t *c = orb_reg_stage_alloc(reg, st->chunk_bytes, &free_fn);
+    struct orb_stager *st = (struct orb_stager *)(void *)((char *)w - offsetof(struct orb_stager, waiter));
     pthread_mutex_lock(&st->lock);
-    if (c == NULL) {
-        st->made_chunks--; /* out of memory: wait for a lent chunk to come back */
-        return NULL;
-    }
-    st->made[slot] = (struct made_chunk){.bytes = c, .free_fn = free_fn};
-    st->lent_chunks++;
-    return c;
+    st->chunk_back = true;
+    pthread_cond_broadcast(&st->cond);
+    pthread_mutex_unlock(&st->lock);
 }
 
 /* The device of `reg` may still use chunk `c`: it is never lent or freed again, and counted as
- * retained (lock held). */
-static void chunk_keep_locked(struct orb_stager *st, const struct orb_reg *reg, uint8_t *c)
+ * retained. */
+static void chunk_keep(struct orb_stager *st, const struct orb_reg *reg, uint8_t *c)
 {
-    for (size_t i = 0; i < st->made_chunks; i++)
-        if (st->made[i].bytes == c) {
-            st->made[i].kept = true;
-            orb_reg_stage_keep(reg, c, st->made[i].free_fn);
-        }
-    st->lent_chunks--;
+    orb_stage_pool_keep(st->pool, reg, c);
 }
 
 static void chunk_put(struct orb_stager *st, uint8_t *c)
 {
-    pthread_mutex_lock(&st->lock);
-    struct free_chunk *f = (struct free_chunk *)(void *)c;
-    f->next = st->free_chunks;
-    st->free_chunks = f;
-    st->lent_chunks--;
-    pthread_cond_broadcast(&st->cond);
-    pthread_mutex_unlock(&st->lock);
+    orb_stage_pool_put(st->pool, c);
 }
 
 /* Copy a landed READ's chunk to the device, give the chunk back and report the piece. */
@@ -136,9 +90,7 @@ static void land(struct orb_stager *st, struct orb_stage_job *j)
     if (held) {
         /* The device may still read the chunk: it is never lent again (the pool is one chunk
          * smaller for good). */
-        pthread_mutex_lock(&st->lock);
-        chunk_keep_locked(st, reg, chunk);
-        pthread_mutex_unlock(&st->lock);
+        chunk_keep(st, reg, chunk);
         ORB_LOGE("stager: %s; its staging chunk is kept", why);
     } else {
         chunk_put(st, chunk);
@@ -183,9 +135,7 @@ static int prepare(struct orb_stager *st, struct orb_stage_job *j)
     snprintf(why, sizeof why, "copying a WRITE's bytes from %s memory failed: %s", reg->kind->name,
              orb_last_error());
     if (held) {
-        pthread_mutex_lock(&st->lock);
-        chunk_keep_locked(st, reg, x->stage);
-        pthread_mutex_unlock(&st->lock);
+        chunk_keep(st, reg, x->stage);
         ORB_LOGE("stager: %s; its staging chunk is kept", why);
     } else {
         chunk_put(st, x->stage);
@@ -221,11 +171,30 @@ static void *stager_main(void *arg)
         /* Submissions, as many of one peer as there are chunks for. */
         struct orb_stage_job *batch[STAGE_SUBMIT_BATCH];
         size_t n = 0;
+        bool empty = false;
+        st->chunk_back = false;
         while (n < STAGE_SUBMIT_BATCH && st->sub_head != NULL &&
                (n == 0 || (st->sub_head->peer == batch[0]->peer && st->sub_head->ops == batch[0]->ops))) {
-            uint8_t *c = chunk_take_locked(st);
-            if (c == NULL && (c = chunk_make_locked(st, st->sub_head->x->local_reg)) == NULL)
+            /* Only this thread pops submissions: the head stays while the lock is dropped. */
+            const struct orb_reg *reg = st->sub_head->x->local_reg;
+            uint8_t *c = NULL;
+            pthread_mutex_unlock(&st->lock);
+            int rc = orb_stage_pool_take(st->pool, reg, ORB_STAGE_FOR_REQUESTER, &st->waiter, &c, NULL);
+            pthread_mutex_lock(&st->lock);
+            if (rc == ORB_ECLOSED) { /* the engine is closing: the head fails */
+                if (n > 0)
+                    break;
+                struct orb_stage_job *dead = pop(&st->sub_head, &st->sub_tail);
+                pthread_mutex_unlock(&st->lock);
+                atomic_fetch_sub(&st->inflight, 1);
+                orb_xfer_done_why(dead->x, ORB_ECLOSED, ORB_REMOTE_EFFECT_NONE, "the engine is closing");
+                pthread_mutex_lock(&st->lock);
+                continue;
+            }
+            if (rc != 0) {
+                empty = true;
                 break;
+            }
             batch[n] = pop(&st->sub_head, &st->sub_tail);
             batch[n]->x->stage = c;
             n++;
@@ -243,25 +212,24 @@ static void *stager_main(void *arg)
         }
         if (st->stopping)
             break;
-        pthread_cond_wait(&st->cond, &st->lock);
+        /* Nothing to do, or no chunk until the pool wakes the waiter (which may have happened
+         * while the lock was dropped). */
+        if (!(empty && st->chunk_back))
+            pthread_cond_wait(&st->cond, &st->lock);
     }
     pthread_mutex_unlock(&st->lock);
     return NULL;
 }
 
-int orb_stager_new(size_t chunk_bytes, size_t pool_bytes, struct orb_stager **out)
+int orb_stager_new(struct orb_stage_pool *pool, struct orb_stager **out)
 {
-    if (out == NULL || chunk_bytes == 0 || pool_bytes < chunk_bytes || chunk_bytes % 4096 != 0)
-        return orb_fail(ORB_EINVAL, "stager: chunks of %zu bytes in a pool of %zu", chunk_bytes, pool_bytes);
+    if (out == NULL || pool == NULL)
+        return orb_fail(ORB_EINVAL, "stager: NULL %s", out == NULL ? "output" : "pool");
     struct orb_stager *st = calloc(1, sizeof *st);
     if (st == NULL)
         return orb_fail(ORB_ENOMEM, "stager: out of memory");
-    st->chunk_bytes = chunk_bytes;
-    st->max_chunks = pool_bytes / chunk_bytes;
-    if ((st->made = calloc(st->max_chunks, sizeof *st->made)) == NULL) {
-        free(st);
-        return orb_fail(ORB_ENOMEM, "stager: out of memory");
-    }
+    st->pool = pool;
+    st->waiter.wake = chunk_came_back;
     atomic_init(&st->inflight, 0);
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->cond, NULL);
@@ -269,7 +237,6 @@ int orb_stager_new(size_t chunk_bytes, size_t pool_bytes, struct orb_stager **ou
     if (err != 0) {
         pthread_cond_destroy(&st->cond);
         pthread_mutex_destroy(&st->lock);
-        free(st->made);
         free(st);
         return orb_fail(ORB_EUNAVAILABLE, "stager: cannot start its thread (%s)", strerror(err));
     }
@@ -338,17 +305,7 @@ void orb_stager_free(struct orb_stager *st)
     if (st == NULL)
         return;
     orb_stager_stop(st);
-    pthread_mutex_lock(&st->lock);
-    size_t lent = st->lent_chunks;
-    pthread_mutex_unlock(&st->lock);
-    if (lent > 0) {
-        ORB_LOGE("stager: %zu staging chunks are still lent to work whose end is unproven: kept", lent);
-        return;
-    }
-    for (size_t i = 0; i < st->made_chunks; i++)
-        if (!st->made[i].kept)
-            st->made[i].free_fn(st->made[i].bytes);
-    free(st->made);
+    orb_stage_pool_unwait(st->pool, &st->waiter);
     pthread_cond_destroy(&st->cond);
     pthread_mutex_destroy(&st->lock);
     free(st);

@@ -1,30 +1,27 @@
 /* Internal: host staging for memory without a CPU view (device memory), for transports that
- * move bytes through the CPU (TCP).
+ * move bytes through the CPU (TCP), on the requester's side.
  *
- * One stager per engine, made on first use: a bounded pool of equal chunks (ORB_STAGE_CHUNK
- * bytes, at most ORB_STAGE_POOL_BYTES together, allocated as needed, from the memory kind's own
- * staging memory where it has some (pinned host memory for device memory), and kept until the
- * engine goes) and one thread that copies. A staged piece is at most one chunk long (transports plan
- * such pieces that way). A WRITE piece takes a chunk, is copied from the device into it, and only
- * then goes to its transport with the chunk as its CPU view; a READ piece takes a chunk and goes
- * to its transport, which receives into the chunk; once it reports success the stager copies the
- * chunk to the device, and only then is the piece reported. Either way the chunk goes back when
- * the piece ends. Copies and socket I/O overlap (the thread copies the next pieces while the
- * transport's workers move the earlier ones) and no request is ever copied whole: a request
- * holds at most as many chunks as the pool has free.
+ * One stager per engine, made on first use: one thread that copies, with chunks from the engine's
+ * staging pool (stage_pool.h), which the transports share. A staged piece is at most one chunk
+ * long (transports plan such pieces that way). A WRITE piece takes a chunk, is copied from the
+ * device into it, and only then goes to its transport with the chunk as its CPU view; a READ
+ * piece takes a chunk and goes to its transport, which receives into the chunk; once it reports
+ * success the stager copies the chunk to the device, and only then is the piece reported. Either
+ * way the chunk goes back when the piece ends. Copies and socket I/O overlap (the thread copies
+ * the next pieces while the transport's workers move the earlier ones) and no request is ever
+ * copied whole: a request holds at most as many chunks as the pool lends requesters.
  *
  * Thread-safe. Lock order: the stager's lock is a leaf (taken under transport and batch locks,
- * never holding another); the thread calls transports and orb_xfer_done_why() with no lock held. */
+ * and under the pool's lock by its wake-up; it never holds another); the thread calls the pool,
+ * transports and orb_xfer_done_why() with no lock held. */
 #ifndef ORB_CORE_STAGER_H
 #define ORB_CORE_STAGER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stage_pool.h"
 #include "transport.h"
-
-#define ORB_STAGE_CHUNK (1u << 20)
-#define ORB_STAGE_POOL_BYTES (64u << 20)
 
 /* A staged piece's way through the stager, embedded in the piece. */
 struct orb_stage_job {
@@ -36,9 +33,9 @@ struct orb_stage_job {
 
 struct orb_stager;
 
-/* A stager with `pool_bytes` of chunks of `chunk_bytes` (pool_bytes >= chunk_bytes > 0) and its
- * thread. Errors: ORB_EINVAL, ORB_ENOMEM, ORB_EUNAVAILABLE (no thread). */
-int orb_stager_new(size_t chunk_bytes, size_t pool_bytes, struct orb_stager **out);
+/* A stager taking its chunks from `pool` (which must outlive it), and its thread. Errors:
+ * ORB_EINVAL, ORB_ENOMEM, ORB_EUNAVAILABLE (no thread). */
+int orb_stager_new(struct orb_stage_pool *pool, struct orb_stager **out);
 
 /* Queue `n` staged pieces for their chunk (and, for a WRITE, the copy) and then their
  * transport's peer_submit(). Never fails: a piece that cannot go (the stager stopped, a copy or
@@ -58,8 +55,7 @@ uint64_t orb_stager_inflight(struct orb_stager *st);
  * pieces are handled in the callers' threads. Idempotent; NULL is a no-op. */
 void orb_stager_stop(struct orb_stager *st);
 
-/* Stop, then free the chunks and the stager. Chunks still lent (to work whose end a transport
- * could not prove) are leaked with the stager on purpose. NULL is a no-op. */
+/* Stop, then free the stager (its chunks belong to the pool). NULL is a no-op. */
 void orb_stager_free(struct orb_stager *st);
 
 #endif

@@ -70,15 +70,21 @@ _Static_assert(ORB_RDMA_ACKS_LEN_MAX <= RDMA_MSG_SLOT && ORB_RDMA_BINDING_LEN <=
 #define RDMA_GRANT_THREADS_PER_PEER (RDMA_GRANT_THREADS / 2u)
 #define RDMA_MAX_LANES 16u        /* num_lanes is capped here */
 
-/* One request's extent of the staging arena (rdma_staging.c); cpu NULL: none. */
+/* One request's staging (rdma_staging.c): an extent of the arena (host memory), or a chunk of the
+ * engine's staging pool (device memory; `pooled`). cpu NULL: none. */
 struct rdma_stage {
     uint8_t *cpu;
     uint64_t off, len;
+    bool pooled;
+    uint32_t chunk;                /* pooled: the chunk's index in the pool */
+    const struct orb_memkind_ops *kind; /* pooled: the staged memory's kind (counts a kept chunk) */
     bool held;                     /* a device copy through it was not proven to end: never put back */
 };
 
-/* The staging arena (host memory under the Staged policy, device memory always):
- * max_staging_bytes, mapped and registered on every open NIC on first use. */
+/* The staging arena (host memory under the Staged policy): max_staging_bytes, mapped and
+ * registered on every open NIC on first use. Device memory is staged through the engine's
+ * staging pool instead (core/stage_pool.h), which TCP shares: its chunks are registered on every
+ * open NIC the first time this transport stages through them, and stay so until it stops. */
 struct rdma_staging {
     pthread_mutex_t lock;
     pthread_cond_t cond;           /* an extent came back */
@@ -89,6 +95,9 @@ struct rdma_staging {
     int made_rc;                   /* a failed make, remembered */
     char made_why[256];
     struct orb_rdma_extents ext;
+    struct orb_rdma_reg_mrs **chunk_mrs; /* by pool chunk index (lock); NULL: not registered yet */
+    uint32_t nchunks;
+    uint32_t pooled_taken;               /* pool chunks this transport holds now (lock) */
 };
 
 /* A lane: one thread that alone posts on its links (one thread per queue pair's doorbell) and
@@ -622,18 +631,23 @@ uint64_t rdma_reuse_probe(struct orb_rdma_tp *tp, const struct orb_rdma_reg_mrs 
                           bool *keep_out);
 
 int rdma_staging_start(struct orb_rdma_tp *tp);
-/* An extent of `len` bytes, waiting until `deadline` while staging is full (0: no wait, and
- * ORB_EAGAIN when full). Errors: ORB_EUNAVAILABLE (this engine does not stage), ORB_ERESOURCE
- * (above max_staging_bytes, or still full at the deadline), ORB_ENOMEM/ORB_ERESOURCE/ORB_EPERM (the arena could not be made: every
- * later take fails the same way), ORB_ECLOSED (stopping). */
-int rdma_stage_take(struct orb_rdma_tp *tp, uint64_t len, uint64_t deadline, struct rdma_stage *out);
+/* Staging of `len` bytes for `reg`'s memory (at most its slot, rdma_stage_slot_shift): an extent of
+ * the arena for host memory, a chunk of the engine's pool for device memory (taken as a source's
+ * when `source`: sources may use the chunks requesters leave them), waiting until `deadline`
+ * while staging is full (0: no wait, and ORB_EAGAIN when full). Errors: ORB_EUNAVAILABLE (this
+ * engine does not stage), ORB_ERESOURCE (above max_staging_bytes or a chunk, or still full at the
+ * deadline; a chunk a NIC would not register), ORB_ENOMEM/ORB_ERESOURCE/ORB_EPERM (the arena
+ * could not be made: every later take fails the same way), ORB_ECLOSED (stopping). */
+int rdma_stage_take(struct orb_rdma_tp *tp, const struct orb_reg *reg, uint64_t len, uint64_t deadline, bool source,
+                    struct rdma_stage *out);
 /* Give an extent back (cpu NULL: nothing); wakes waiters. */
 void rdma_stage_put(struct orb_rdma_tp *tp, struct rdma_stage *s);
-/* The staging slot of this engine, as a shift (ORB_RDMA_SLOT_SHIFT_MIN..MAX): the most bytes
- * one grant of staged memory moves, at either end; a longer request moves slot by slot. */
-uint32_t rdma_stage_slot_shift(const struct orb_rdma_tp *tp);
-/* The arena's MRs on NIC `nic` (a caller holding an extent), or NULL. */
-const struct orb_rdma_reg_mr *rdma_stage_mr(const struct orb_rdma_tp *tp, uint32_t nic);
+/* The staging slot of this engine for `reg`'s memory, as a shift (ORB_RDMA_SLOT_SHIFT_MIN..MAX):
+ * the most bytes one grant of staged memory moves, at either end (a longer request moves slot by
+ * slot): a quarter of the arena for host memory, a pool chunk for device memory. */
+uint32_t rdma_stage_slot_shift(const struct orb_rdma_tp *tp, const struct orb_reg *reg);
+/* The MRs on NIC `nic` of the staging `st` (held by the caller), or NULL. */
+const struct orb_rdma_reg_mr *rdma_stage_mr(const struct orb_rdma_tp *tp, const struct rdma_stage *st, uint32_t nic);
 /* Bytes of staging in use now. */
 uint64_t rdma_staging_in_use(struct orb_rdma_tp *tp);
 /* After the data path stopped: unregister and unmap (kept where a NIC refuses). */

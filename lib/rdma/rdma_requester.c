@@ -510,7 +510,7 @@ int rdma_peer_plan(void *peer, const struct orb_plan_input *in, struct orb_plan 
     r->op = in->op;
     r->addr = in->remote_addr;
     r->length = in->length;
-    r->slot_max = staged ? 1ull << rdma_stage_slot_shift(tp) : 0;
+    r->slot_max = staged ? 1ull << rdma_stage_slot_shift(tp, in->local_reg) : 0;
     r->slot_off = 0;
     r->slot_len = slot_length(r);
     r->npieces = count;
@@ -1121,7 +1121,7 @@ static void build_piece(const struct rdma_req *r, const struct rdma_link *l, str
     (void)piece_part(r, x, &off, &len);
     if (r->staged) {
         sge->addr = (uint64_t)(uintptr_t)(r->stage.cpu + (off - r->slot_off));
-        sge->lkey = rdma_stage_mr(l->tp, l->ctx->nic)->local->lkey;
+        sge->lkey = rdma_stage_mr(l->tp, &r->stage, l->ctx->nic)->local->lkey;
     } else {
         const struct orb_rdma_reg_mrs *m = orb_rdma_tp_reg_mrs(x->local_reg);
         const uint8_t *cpu = orb_xfer_local_cpu(x);
@@ -1281,7 +1281,8 @@ static void end_now(struct orb_rdma_tp *tp, struct rdma_req *r, int status, cons
  * (ORB_EAGAIN); a WRITE's bytes copied in (only the pieces that will move). */
 static int stage_in(struct orb_rdma_tp *tp, struct rdma_req *r, bool wait)
 {
-    int rc = rdma_stage_take(tp, r->slot_len, wait ? orb_deadline_after(tp->io_timeout_ns) : 0, &r->stage);
+    int rc = rdma_stage_take(tp, r->pieces[0]->local_reg, r->slot_len, wait ? orb_deadline_after(tp->io_timeout_ns) : 0,
+                             false, &r->stage);
     if (rc != 0 || r->op != ORB_XFER_WRITE)
         return rc;
     for (uint32_t i = 0; i < r->npieces; i++) {

@@ -527,7 +527,7 @@ static uint32_t staged_slot_shift(const struct orb_rdma_tp *tp, const struct orb
 {
     bool device = pin->kind->kind != ORB_MEM_HOST;
     bool staged = device ? tp->cfg->cuda_memory == ORB_RDMA_CUDA_STAGED : tp->host_staged;
-    return staged ? rdma_stage_slot_shift(tp) : 0;
+    return staged ? rdma_stage_slot_shift(tp, pin) : 0;
 }
 
 /* PIN: hold a whole request's range for its slots, after the same authority checks a grant
@@ -791,7 +791,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
     }
     /* Staged memory moves a slot per grant: a longer request is told the slot and comes back
      * slot by slot (remote staging), so no request waits for more staging than a slot. */
-    uint32_t shift = staged ? rdma_stage_slot_shift(tp) : 0;
+    uint32_t shift = staged ? rdma_stage_slot_shift(tp, pin) : 0;
     if (staged && in->length > (1ull << shift)) {
         orb_registry_release(pin);
         *slot_shift = shift;
@@ -892,7 +892,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
 
     g->target = in->addr;
     if (staged) {
-        if ((rc = rdma_stage_take(tp, in->length, 0, &g->stage)) != 0)
+        if ((rc = rdma_stage_take(tp, pin, in->length, 0, true, &g->stage)) != 0)
             goto unlink;
         if (in->op == ORB_OP_READ && (rc = stage_in(pin, in->addr, g->stage.cpu, in->length, &g->stage.held)) != 0) {
             /* A refusal's ORB_EPEER or ORB_EAGAIN would tell the requester that the connection
@@ -928,7 +928,7 @@ static int grant_prepare(struct orb_rdma_tp *tp, struct rdma_src_conn *c, const 
         if (!(g->rail_mask & (1u << k)))
             continue;
         struct rdma_link *l = c->links[k];
-        parents[k] = staged ? rdma_stage_mr(tp, l->ctx->nic) : orb_rdma_reg_mrs_on(m, l->ctx->nic);
+        parents[k] = staged ? rdma_stage_mr(tp, &g->stage, l->ctx->nic) : orb_rdma_reg_mrs_on(m, l->ctx->nic);
         if (parents[k] == NULL || parents[k]->parent == NULL) {
             rc = orb_fail(ORB_EUNAVAILABLE, "rdma: the registration has no window parent on NIC %u", l->ctx->nic);
             break;

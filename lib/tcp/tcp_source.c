@@ -7,13 +7,16 @@
  * sendmsg(); when the queue is full the connection stops reading until it drains, which is its
  * back-pressure. READ payloads leave straight from the pinned registered range; WRITE payloads
  * land straight in it (or, while they are small, through the receive stage). Memory without a
- * CPU view (device memory) goes through the connection's own staging chunks (ORB_STAGE_CHUNK
- * bytes, made on its first such request): a READ's payload is copied out chunk by chunk as the
- * socket takes it, the chunk due next copied ahead into a spare while the socket is full; a
- * WRITE's is received chunk by chunk and copied in. Any malformed or
+ * CPU view (device memory) goes through chunks of the engine's staging pool (stage_pool.h),
+ * shared with the other transports and held only while staged bytes move: a READ's payload is
+ * copied out chunk by chunk as the socket takes it, the chunk due next copied ahead into a spare
+ * while the socket is full; a WRITE's is received chunk by chunk and copied in. When the pool has
+ * no chunk, the connection waits (it neither sends the staged answer nor reads the payload) until
+ * one comes back and it is poked. Any malformed or
  * out-of-place frame closes only its connection, with a logged reason. */
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +28,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/registry.h"
-#include "core/stager.h"
+#include "core/stage_pool.h"
 #include "tcp_internal.h"
 
 /* An ERROR frame with the longest text. */
@@ -79,21 +82,20 @@ struct tcp_source_conn {
     uint64_t rx_len, rx_off;        /* payload bytes expected / received */
     int rx_ends_request;            /* the WRITE's piece is its request's last (metrics) */
 
-    /* Staging for memory without a CPU view (ORB_STAGE_CHUNK bytes, made on first use): the
-     * bytes [stage_from, +stage_len) of the payload of the response at the head of the queue
-     * (READ), or the chunk of the WRITE payload being received (from stage_from). */
+    /* Staging for memory without a CPU view: chunks (ORB_STAGE_CHUNK bytes) of the engine's pool,
+     * taken when staged bytes are due and given back when no queued answer or payload needs
+     * them. The bytes [stage_from, +stage_len) of the payload of the response at the head of the
+     * queue (READ). */
     uint8_t *stage;                 /* READ payloads */
-    void (*stage_free)(void *);
     uint64_t stage_from, stage_len;
-    /* The head READ's next chunk, copied out while the socket is full (NULL until first used):
-     * the copy overlaps the kernel draining the socket, not the worker's sending. */
+    /* The head READ's next chunk, copied out while the socket is full (taken when the pool has
+     * one to spare): the copy overlaps the kernel draining the socket, not the worker's sending. */
     uint8_t *stage_next;
-    void (*stage_next_free)(void *);
     const struct src_resp *next_resp; /* whose bytes [next_from, +next_len) are (NULL: none) */
     uint64_t next_from, next_len;
     uint8_t *rx_stage;              /* WRITE payloads: bytes from rx_stage_from on */
-    void (*rx_stage_free)(void *);
     uint64_t rx_stage_from;
+    struct orb_stage_waiter stage_waiter; /* the pool had no chunk: it pokes the connection */
     int refused_status;             /* SRX_DISCARD: the answer once drained */
     int refused_effect_unknown;     /* SRX_DISCARD: some of the WRITE reached memory first */
     char refused_text[ORB_WIRE_MAX_ERROR_TEXT + 1];
@@ -113,8 +115,7 @@ struct tcp_source_conn {
  * held. Authorising the whole request, not just the piece, is what keeps a request that is cut
  * into several frames from applying its in-range pieces when the rest is out of range. */
 static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, enum orb_perm need,
-                   uint8_t **stage, void (**stage_free)(void *), struct orb_reg **pin_out, void **loan_out,
-                   uint8_t **mem_out)
+                   struct orb_reg **pin_out, void **loan_out, uint8_t **mem_out)
 {
     struct tcp_transport *tp = s->tp;
     struct orb_reg *pin;
@@ -131,15 +132,13 @@ static int src_pin(struct tcp_source_conn *s, const struct orb_wire_xfer *req, e
         atomic_fetch_sub(&tp->source_pins, 1);
         return rc;
     }
-    /* NULL for memory without a CPU view: staged through the connection's chunk. */
+    /* NULL for memory without a CPU view: staged through the pool's chunks. */
     uint8_t *mem = pin->kind->cpu_view(pin, req->addr);
     if (mem == NULL) {
         const char *kind = pin->kind->name;
         if (pin->kind->to_host == NULL)
             rc = orb_fail(ORB_EUNAVAILABLE, "the %s registration at 0x%llx has no CPU view", kind,
                           (unsigned long long)req->addr);
-        else if (*stage == NULL && (*stage = orb_reg_stage_alloc(pin, ORB_STAGE_CHUNK, stage_free)) == NULL)
-            rc = orb_fail(ORB_ENOMEM, "no memory to stage %s memory", kind);
         else /* the frame's bytes are this operation's while it copies them */
             rc = orb_reg_loan(pin, req->addr, req->length, need == ORB_PERM_REMOTE_WRITE, loan_out);
         if (rc != 0) {
@@ -210,12 +209,11 @@ void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
         free(r->heap);
     }
     stranger_remove(s);
-    if (s->stage != NULL)
-        s->stage_free(s->stage);
-    if (s->stage_next != NULL)
-        s->stage_next_free(s->stage_next);
-    if (s->rx_stage != NULL)
-        s->rx_stage_free(s->rx_stage);
+    struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
+    orb_stage_pool_unwait(pool, &s->stage_waiter);
+    orb_stage_pool_put(pool, s->stage);
+    orb_stage_pool_put(pool, s->stage_next);
+    orb_stage_pool_put(pool, s->rx_stage);
     if (s->authed)
         atomic_fetch_sub(&s->tp->authed_conns, 1);
     if (s->base.worker != NULL)
@@ -313,6 +311,43 @@ static int src_tx_empty(struct tcp_source_conn *s, uint8_t type, uint64_t tag)
     return 0;
 }
 
+/* A chunk of the pool into *chunk for staging pin's bytes; false when there is none now (the
+ * connection is poked when one comes back). */
+static bool src_stage_take(struct tcp_source_conn *s, const struct orb_reg *pin, uint8_t **chunk)
+{
+    return orb_stage_pool_take(orb_engine_stage_pool(s->tp->engine), pin, ORB_STAGE_FOR_SOURCE, &s->stage_waiter,
+                               chunk, NULL) == 0;
+}
+
+/* The pool's wake-up: serve the connection again on its worker (under the pool's lock; the
+ * connection cannot go meanwhile: it leaves the waiters before it is freed). */
+static void src_stage_wake(struct orb_stage_waiter *w)
+{
+    struct tcp_source_conn *s =
+        (struct tcp_source_conn *)(void *)((char *)w - offsetof(struct tcp_source_conn, stage_waiter));
+    if (s->base.worker != NULL)
+        tcp_worker_poke(s->base.worker, &s->base);
+}
+
+/* Give the READ chunks back once no queued response is staged. */
+static void src_stage_release(struct tcp_source_conn *s)
+{
+    if (s->stage == NULL && s->stage_next == NULL)
+        return;
+    for (unsigned i = 0; i < s->tx_count; i++) {
+        const struct src_resp *r = &s->tx[(s->tx_first + i) % SRC_TX_SLOTS];
+        if (r->payload == NULL && r->payload_len > 0)
+            return;
+    }
+    struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
+    orb_stage_pool_put(pool, s->stage);
+    orb_stage_pool_put(pool, s->stage_next);
+    s->stage = s->stage_next = NULL;
+    s->stage_from = s->stage_len = 0;
+    s->next_from = s->next_len = 0;
+    s->next_resp = NULL;
+}
+
 /* Stage the bytes from `at` of the payload of `r`, the response at the head of the queue, into
  * the connection's chunk. A failure before any byte of the response went out (`unsent`) turns it
  * into an ERROR naming the cause; later, the response cannot be taken back and the connection
@@ -339,7 +374,7 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
     snprintf(text, sizeof text, "copying the READ's bytes from %s memory failed: %s", pin->kind->name,
              orb_last_error());
     if (held) {
-        orb_reg_stage_keep(pin, s->stage, s->stage_free);
+        orb_stage_pool_keep(orb_engine_stage_pool(s->tp->engine), pin, s->stage);
         s->stage = NULL; /* the device may still write it: kept, never reused */
     }
     if (!unsent) {
@@ -381,16 +416,16 @@ static void src_stage_ahead(struct tcp_source_conn *s)
     if (s->next_resp == r && s->next_len > 0 && s->next_from == at)
         return;
     const struct orb_reg *pin = r->pin;
-    if (s->stage_next == NULL &&
-        (s->stage_next = orb_reg_stage_alloc(pin, ORB_STAGE_CHUNK, &s->stage_next_free)) == NULL)
-        return;
+    struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
+    if (s->stage_next == NULL && orb_stage_pool_take(pool, pin, ORB_STAGE_FOR_SOURCE, NULL, &s->stage_next, NULL) != 0)
+        return; /* none to spare: the chunk is copied when it is due */
     uint64_t len = r->payload_len - at < ORB_STAGE_CHUNK ? r->payload_len - at : ORB_STAGE_CHUNK;
     s->next_from = s->next_len = 0;
     s->next_resp = NULL;
     bool held = false;
     int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage_next, (size_t)len, &held);
     if (held) {
-        orb_reg_stage_keep(pin, s->stage_next, s->stage_next_free);
+        orb_stage_pool_keep(pool, pin, s->stage_next);
         s->stage_next = NULL; /* the device may still write it: kept, never reused */
         return;
     }
@@ -426,17 +461,16 @@ static int src_tx(struct tcp_source_conn *s)
                     s->next_len > 0 && at >= s->next_from && at < s->next_from + s->next_len) {
                     /* The chunk copied ahead: it becomes the staged one. */
                     uint8_t *b = s->stage;
-                    void (*f)(void *) = s->stage_free;
                     s->stage = s->stage_next;
-                    s->stage_free = s->stage_next_free;
                     s->stage_from = s->next_from;
                     s->stage_len = s->next_len;
                     s->stage_next = b;
-                    s->stage_next_free = f;
                     s->next_from = s->next_len = 0;
                     s->next_resp = NULL;
                 }
                 if (at < s->stage_from || at >= s->stage_from + s->stage_len) {
+                    if (s->stage == NULL && !src_stage_take(s, r->pin, &s->stage))
+                        return 0; /* poked when a chunk comes back */
                     int rc = src_stage_read(s, r, at, off == 0);
                     if (rc != 0)
                         return rc;
@@ -506,6 +540,7 @@ static int src_tx(struct tcp_source_conn *s)
             s->tx_first = (s->tx_first + 1) % SRC_TX_SLOTS;
             s->tx_count--;
         }
+        src_stage_release(s);
     }
     return 0;
 }
@@ -588,7 +623,7 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     struct orb_reg *pin;
     uint8_t *mem;
     void *loan = NULL;
-    int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &s->stage, &s->stage_free, &pin, &loan, &mem);
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_READ, &pin, &loan, &mem);
     orb_engine_count_served(s->tp->engine, ORB_TRANSPORT_TCP, ORB_OP_READ, req.length, ends_request(&req), rc);
     if (rc != 0)
         return src_tx_failure(s, s->hdr.tag, rc);
@@ -618,8 +653,7 @@ static int src_write(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     s->rx_off = 0;
     s->rx_ends_request = ends_request(&req);
     tcp_rx_note_payload(&s->base, req.length);
-    int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_stage, &s->rx_stage_free, &s->rx_pin, &s->rx_loan,
-                     &s->rx_mem);
+    int rc = src_pin(s, &req, ORB_PERM_REMOTE_WRITE, &s->rx_pin, &s->rx_loan, &s->rx_mem);
     if (rc != 0) {
         /* Drain the payload without touching registered memory, then answer. */
         s->refused_status = rc;
@@ -725,10 +759,12 @@ static void src_stage_write(struct tcp_source_conn *s)
     snprintf(s->refused_text, sizeof s->refused_text, "copying the WRITE's bytes to %s memory failed: %s",
              pin->kind->name, orb_last_error());
     ORB_LOGW("tcp source: %s: %s", s->base.name, s->refused_text);
-    if (held) {
-        orb_reg_stage_keep(pin, s->rx_stage, s->rx_stage_free);
-        s->rx_stage = NULL; /* the device may still read it: kept, never reused */
-    }
+    struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
+    if (held)
+        orb_stage_pool_keep(pool, pin, s->rx_stage); /* the device may still read it: never reused */
+    else
+        orb_stage_pool_put(pool, s->rx_stage);
+    s->rx_stage = NULL;
     s->refused_status = rc;
     s->refused_effect_unknown = 1;
     src_unpin(s, &s->rx_pin, &s->rx_loan);
@@ -749,6 +785,8 @@ static int src_rx_payload(struct tcp_source_conn *s, int discard)
             if (left > TCP_SCRATCH_LEN)
                 left = TCP_SCRATCH_LEN;
         } else if (staged) {
+            if (s->rx_stage == NULL && !src_stage_take(s, s->rx_pin, &s->rx_stage))
+                return 0; /* poked when a chunk comes back; the payload waits in the socket */
             uint64_t in_chunk = s->rx_off - s->rx_stage_from;
             dst = s->rx_stage + in_chunk;
             if (left > ORB_STAGE_CHUNK - in_chunk)
@@ -812,6 +850,8 @@ static int src_rx_step(struct tcp_source_conn *s)
             return rc < 0 ? rc : 1;
         }
         src_unpin(s, &s->rx_pin, &s->rx_loan);
+        orb_stage_pool_put(orb_engine_stage_pool(s->tp->engine), s->rx_stage);
+        s->rx_stage = NULL;
         orb_engine_count_served(s->tp->engine, ORB_TRANSPORT_TCP, ORB_OP_WRITE, s->rx_len, s->rx_ends_request, 0);
         s->rx_mem = NULL;
         s->rx_state = SRX_HEADER;
@@ -999,6 +1039,7 @@ static void src_accept_one(struct tcp_worker *w, int fd, const char *name)
     s->tp = tp;
     s->can_send = 1;
     s->rx_state = SRX_HEADER;
+    s->stage_waiter.wake = src_stage_wake;
     s->accepted_ns = orb_now_ns();
     tcp_socket_tune(fd, tp->socket_buffer);
     atomic_fetch_add(&tp->source_conns, 1);

@@ -20,3 +20,6 @@ orb_fuzz_target(fuzz_rdma_config HARNESS ${CMAKE_CURRENT_LIST_DIR}/fuzz_rdma_con
 orb_unit_test(test_thread_name SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_thread_name.c OBJECTS orb_base LIBS orbite)
 # Random bytes: the per-thread pool never hands a value out twice (threads, refills, fork).
 orb_unit_test(test_random SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_random.c OBJECTS orb_base LIBS Threads::Threads)
+# The engine's shared staging pool: bound, sources' reserve, waiters, bounded waits, kept chunks.
+orb_unit_test(test_stage_pool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_stage_pool.c OBJECTS orb_base orb_mem
+              LIBS Threads::Threads)

@@ -24,6 +24,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/registry.h"
+#include "core/stage_pool.h"
 #include "wire/wire.h"
 
 static pthread_mutex_t th_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -50,6 +51,11 @@ const struct orb_engine_config *orb_engine_cfg(const orb_engine *engine)
 struct orb_registry *orb_engine_registry(orb_engine *engine)
 {
     return engine->registry;
+}
+
+struct orb_stage_pool *orb_engine_stage_pool(orb_engine *engine)
+{
+    return engine->stage_pool;
 }
 
 const struct orb_epoch *orb_engine_epoch(const orb_engine *engine)
@@ -151,6 +157,8 @@ orb_engine *th_engine_new(const struct orb_engine_config *cfg)
     assert_int_equal(getrandom(e->epoch.bytes, sizeof e->epoch.bytes, 0),
                      (ssize_t)sizeof e->epoch.bytes);
     assert_int_equal(orb_registry_new(e->cfg.max_registrations, NULL, NULL, &e->registry), 0);
+    assert_int_equal(orb_stage_pool_new(ORB_STAGE_CHUNK, ORB_STAGE_POOL_BYTES, ORB_STAGE_SOURCE_RESERVE,
+                                        &e->stage_pool), 0);
     atomic_init(&e->source_open, e->cfg.enable_source ? 1 : 0);
     assert_int_equal(orb_tcp_transport.start(e, &e->tp), 0);
     return e;
@@ -163,6 +171,7 @@ void th_engine_free(orb_engine *e)
     (void)orb_tcp_transport.stop(e->tp, 0);
     assert_int_equal(orb_tcp_transport.inflight(e->tp), 0);
     orb_tcp_transport.destroy(e->tp);
+    orb_stage_pool_free(e->stage_pool);
     orb_registry_free(e->registry);
     free(e);
 }

@@ -19,6 +19,7 @@
 struct orb_engine {
     struct orb_engine_config cfg;
     struct orb_registry *registry;
+    struct orb_stage_pool *stage_pool;
     struct orb_epoch epoch;
     atomic_int source_open;
     void *tp;                            /* the transport under test */

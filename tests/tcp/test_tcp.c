@@ -25,6 +25,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/registry.h"
+#include "core/stage_pool.h"
 #include "core/stager.h"
 #include "harness.h"
 #include "tcp/tcp_conn.h"
@@ -1234,6 +1235,97 @@ static void *no_cpu_view(const struct orb_reg *reg, uint64_t addr)
 static const struct orb_memkind_ops no_cpu_view_kind = {.kind = ORB_MEM_CUDA, .name = "test-device",
                                                         .cpu_view = no_cpu_view};
 
+/* A memory kind that needs staging (no CPU view) over ordinary host memory: its copies are
+ * memcpy, so the test sees the source's staging and nothing else. */
+static void *staged_cpu_view(const struct orb_reg *reg, uint64_t addr)
+{
+    (void)reg;
+    (void)addr;
+    return NULL;
+}
+
+static int staged_to_host(const struct orb_reg *reg, uint64_t addr, void *host, size_t len, bool *held)
+{
+    (void)reg;
+    *held = false;
+    memcpy(host, (const void *)(uintptr_t)addr, len);
+    return 0;
+}
+
+static int staged_from_host(const struct orb_reg *reg, uint64_t addr, const void *host, size_t len, bool *held)
+{
+    (void)reg;
+    *held = false;
+    memcpy((void *)(uintptr_t)addr, host, len);
+    return 0;
+}
+
+/* The source stages through the engine's one pool: while the pool lends every chunk, a READ's
+ * answer and a WRITE's payload wait (nothing fails, nothing is half done); one chunk back and
+ * both complete, every byte right; afterwards the source holds no chunk. */
+static void test_a_staged_source_waits_for_the_pool(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    orb_engine *req = requester_engine();
+    struct orb_memkind_ops staged_kind = orb_memkind_host;
+    staged_kind.name = "test-staged";
+    staged_kind.cpu_view = staged_cpu_view;
+    staged_kind.to_host = staged_to_host;
+    staged_kind.from_host = staged_from_host;
+    size_t len = 3 * MIB + 12345; /* several chunks and a tail */
+    orb_host_memory *owner = NULL;
+    assert_int_equal(orb_host_memory_alloc(2 * len, 0, &owner), 0);
+    uint8_t *remote = orb_host_memory_data(owner);
+    th_fill(remote, 2 * len, 4);
+    struct orb_reg_range range = {.kind = &staged_kind, .owner = owner, .offset = 0, .length = 2 * len,
+                                  .perm = ORB_PERM_REMOTE_READ | ORB_PERM_REMOTE_WRITE};
+    orb_reg_id id;
+    assert_int_equal(orb_registry_add_ranges(src->registry, &range, 1, &id), 0);
+
+    /* Every chunk of the source's pool is lent elsewhere. */
+    struct orb_reg pool_reg = {.kind = &orb_memkind_host};
+    uint32_t nchunks = orb_stage_pool_max_chunks(src->stage_pool);
+    uint8_t **held = calloc(nchunks, sizeof *held);
+    assert_non_null(held);
+    for (uint32_t i = 0; i < nchunks; i++)
+        assert_int_equal(orb_stage_pool_take(src->stage_pool, &pool_reg, ORB_STAGE_FOR_SOURCE, NULL,
+                                             &held[i], NULL), 0);
+
+    void *peer = th_open(req, src);
+    uint8_t *local_r = local_buf(len, 7);
+    uint8_t *local_w = local_buf(len, 8);
+    struct th_xfer t[2];
+    th_xfer_init(&t[0], ORB_XFER_READ, local_r, remote, len, NULL);
+    th_xfer_init(&t[1], ORB_XFER_WRITE, local_w, remote + len, len, NULL);
+    struct orb_xfer *xp[2] = {&t[0].x, &t[1].x};
+    assert_int_equal(T->peer_submit(peer, &xp[0], 1), 0);
+    assert_int_equal(T->peer_submit(peer, &xp[1], 1), 0);
+    usleep(300 * 1000);
+    assert_int_equal(th_done_calls(&t[0]), 0);
+    assert_int_equal(th_done_calls(&t[1]), 0);
+
+    orb_stage_pool_put(src->stage_pool, held[0]); /* one chunk serves both, one after the other */
+    assert_int_equal(th_wait(t, 2, 30 * TH_SEC), 0);
+    assert_int_equal(t[0].status, 0);
+    assert_int_equal(t[1].status, 0);
+    assert_memory_equal(local_r, remote, len);
+    assert_memory_equal(remote + len, local_w, len);
+    for (uint32_t i = 0; i < 50 && orb_stage_pool_lent(src->stage_pool) != nchunks - 1; i++)
+        usleep(10 * 1000);
+    assert_int_equal(orb_stage_pool_lent(src->stage_pool), nchunks - 1);
+
+    for (uint32_t i = 1; i < nchunks; i++)
+        orb_stage_pool_put(src->stage_pool, held[i]);
+    free(held);
+    free(local_r);
+    free(local_w);
+    T->peer_release(peer);
+    th_engine_free(req);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+}
+
 static void test_slice_len(void **state)
 {
     (void)state;
@@ -1712,6 +1804,7 @@ int main(void)
         cmocka_unit_test(test_pipelined_hello_and_request),
         cmocka_unit_test(test_release_closes_connections),
         cmocka_unit_test(test_slice_len),
+        cmocka_unit_test(test_a_staged_source_waits_for_the_pool),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_describe_deadline),
         cmocka_unit_test(test_control_calls),
