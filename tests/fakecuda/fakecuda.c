@@ -12,7 +12,8 @@
  *   stream is done only after the stream gets to it; events record a generation on a stream and
  *   are complete once the stream passed it.
  * - Fault injection and counters for the tests (fakecuda.h): fail the Nth call of an export, slow
- *   or hold every stream's operations, mark a stream capturing, count what is alive.
+ *   or hold every stream's operations, mark a stream capturing, count what is alive, watch (and
+ *   hold back) every stream copy.
  *
  * - Virtual memory management: physical allocations (cuMemCreate) in memfds, reserved address
  *   ranges, mappings usable once cuMemSetAccess allowed them, POSIX file descriptor export and
@@ -128,6 +129,7 @@ struct op {
     size_t bytes;
     struct CUevent_st *event;
     unsigned long long generation;
+    struct fakecuda_copy copy;         /* OP_COPY: what a watcher is told */
 };
 
 struct CUstream_st {
@@ -165,6 +167,9 @@ static int dmabuf_supported = 1;       /* CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 
 static unsigned long long dmabuf_exports; /* descriptors cuMemGetHandleForAddressRange gave */
 static int rdma_ordering = 100;        /* CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING */
 static unsigned long long rdma_flushes; /* cuFlushGPUDirectRDMAWrites calls */
+static void (*watch_fn)(const struct fakecuda_copy *copy, void *arg); /* fakecuda_watch_copies() */
+static void *watch_arg;
+static long watch_calls;               /* calls of a watcher running now */
 
 /* ---- fault injection ------------------------------------------------------------------------- */
 
@@ -270,6 +275,16 @@ EXPORT void fakecuda_hold_streams(int hold)
     pthread_mutex_lock(&lock);
     held = hold != 0;
     pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fakecuda_watch_copies(void (*fn)(const struct fakecuda_copy *copy, void *arg), void *arg)
+{
+    pthread_mutex_lock(&lock);
+    watch_fn = fn;
+    watch_arg = arg;
+    while (watch_calls > 0)
+        pthread_cond_wait(&changed, &lock);
     pthread_mutex_unlock(&lock);
 }
 
@@ -1058,14 +1073,25 @@ static void *stream_main(void *arg)
         struct op *op = s->head;
         s->running = true;
         unsigned delay = slow_us;
+        void (*watch)(const struct fakecuda_copy *, void *) = op->kind == OP_COPY ? watch_fn : NULL;
+        void *warg = watch_arg;
+        watch_calls += watch != NULL;
         pthread_mutex_unlock(&lock);
         if (delay > 0) {
             struct timespec ts = {(time_t)(delay / 1000000u), (long)(delay % 1000000u) * 1000L};
             nanosleep(&ts, NULL);
         }
-        if (op->kind == OP_COPY)
+        if (op->kind == OP_COPY) {
+            struct fakecuda_copy seen = op->copy;
+            if (watch != NULL)
+                watch(&seen, warg);
             memmove(op->dst, op->src, op->bytes);
+            seen.done = 1;
+            if (watch != NULL)
+                watch(&seen, warg);
+        }
         pthread_mutex_lock(&lock);
+        watch_calls -= watch != NULL;
         if (op->kind == OP_EVENT && op->event->passed < op->generation)
             op->event->passed = op->generation;
         s->head = op->next;
@@ -1130,33 +1156,37 @@ static orb_cu_result enqueue(struct CUstream_st *s, struct op *op)
     return ORB_CU_SUCCESS;
 }
 
-static orb_cu_result copy_async(void *dst, const void *src, size_t bytes, orb_cu_stream s)
+/* Queue a copy from `src` to `dst` (where their bytes are), reported to a watcher as `seen`. */
+static orb_cu_result copy_async(void *dst, const void *src, struct fakecuda_copy seen, orb_cu_stream s)
 {
     if (dst == NULL || src == NULL)
         return ORB_CU_ERROR_INVALID_VALUE;
     struct op *op = calloc(1, sizeof *op);
     if (op == NULL)
         return ORB_CU_ERROR_OUT_OF_MEMORY;
-    *op = (struct op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = bytes};
+    *op = (struct op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = seen.bytes, .copy = seen};
     return enqueue(s, op);
 }
 
 EXPORT orb_cu_result cuMemcpyHtoDAsync_v2(orb_cu_deviceptr dst, const void *src, size_t bytes, orb_cu_stream s)
 {
     ENTER("cuMemcpyHtoDAsync_v2");
-    LEAVE(copy_async(bytes_of(dst, bytes, true), src, bytes, s));
+    struct fakecuda_copy seen = {FAKECUDA_HTOD, dst, (unsigned long long)(uintptr_t)src, bytes, 0};
+    LEAVE(copy_async(bytes_of(dst, bytes, true), src, seen, s));
 }
 
 EXPORT orb_cu_result cuMemcpyDtoHAsync_v2(void *dst, orb_cu_deviceptr src, size_t bytes, orb_cu_stream s)
 {
     ENTER("cuMemcpyDtoHAsync_v2");
-    LEAVE(copy_async(dst, bytes_of(src, bytes, true), bytes, s));
+    struct fakecuda_copy seen = {FAKECUDA_DTOH, (unsigned long long)(uintptr_t)dst, src, bytes, 0};
+    LEAVE(copy_async(dst, bytes_of(src, bytes, true), seen, s));
 }
 
 EXPORT orb_cu_result cuMemcpyDtoDAsync_v2(orb_cu_deviceptr dst, orb_cu_deviceptr src, size_t bytes, orb_cu_stream s)
 {
     ENTER("cuMemcpyDtoDAsync_v2");
-    LEAVE(copy_async(bytes_of(dst, bytes, true), bytes_of(src, bytes, true), bytes, s));
+    struct fakecuda_copy seen = {FAKECUDA_DTOD, dst, src, bytes, 0};
+    LEAVE(copy_async(bytes_of(dst, bytes, true), bytes_of(src, bytes, true), seen, s));
 }
 
 EXPORT orb_cu_result cuStreamCreate(orb_cu_stream *stream, unsigned int flags)

@@ -54,6 +54,19 @@ void fakecuda_set_dmabuf(int supported);
 /* What CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING answers (100, "owner", until told). */
 void fakecuda_set_rdma_ordering(int ordering);
 
+/* A copy a stream runs (cuMemcpy*Async), as fakecuda_watch_copies() reports it. */
+enum fakecuda_copy_kind { FAKECUDA_HTOD = 1, FAKECUDA_DTOH = 2, FAKECUDA_DTOD = 3 };
+struct fakecuda_copy {
+    enum fakecuda_copy_kind kind;
+    unsigned long long dst, src;       /* device addresses, or host addresses as numbers */
+    size_t bytes;
+    int done;                          /* 0: its bytes are about to move; 1: they moved */
+};
+/* From now on every stream copy is reported to `fn` (NULL: none), twice: before its bytes move
+ * and after, on the stream's thread with none of the stand-in's locks held, so `fn` may block
+ * (its stream waits, as behind a slow copy). Returns once no call of the previous `fn` runs. */
+void fakecuda_watch_copies(void (*fn)(const struct fakecuda_copy *copy, void *arg), void *arg);
+
 /* The controls above, as a test reaches them: through the stand-in it loaded. */
 struct fakecuda_controls {
     void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
@@ -63,6 +76,7 @@ struct fakecuda_controls {
     struct fakecuda_counts (*counts)(void);
     void (*set_dmabuf)(int supported);
     void (*set_rdma_ordering)(int ordering);
+    void (*watch_copies)(void (*fn)(const struct fakecuda_copy *copy, void *arg), void *arg);
 };
 
 /* Resolve every control of the stand-in at `path` (the one the loader loaded). 0, or -1 when
@@ -79,8 +93,9 @@ static inline int fakecuda_controls_load(const char *path, struct fakecuda_contr
     *(void **)&out->counts = dlsym(h, "fakecuda_counts");
     *(void **)&out->set_dmabuf = dlsym(h, "fakecuda_set_dmabuf");
     *(void **)&out->set_rdma_ordering = dlsym(h, "fakecuda_set_rdma_ordering");
+    *(void **)&out->watch_copies = dlsym(h, "fakecuda_watch_copies");
     return out->fail_nth && out->slow_streams && out->hold_streams && out->set_capturing && out->counts &&
-                   out->set_dmabuf && out->set_rdma_ordering
+                   out->set_dmabuf && out->set_rdma_ordering && out->watch_copies
                ? 0
                : -1;
 }
