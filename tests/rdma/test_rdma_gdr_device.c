@@ -14,7 +14,8 @@
  *    descriptor;
  *  - a source under Direct lends device memory on private grants (a protection domain, exact
  *    region and queue pair per rail for each request, torn down before its ACK; no window is
- *    ever bound on a device MR), refusing what lies outside the registration or its permission.
+ *    ever bound on a device MR), refusing what lies outside the registration or its permission;
+ *  - the NIC's access to GPUDirect memory waits for a producer's recorded work, at either end.
  * Needs the rails topology's devices; elsewhere it exits 77. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +25,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,6 +501,128 @@ static void test_a_direct_source_grants_device_memory_privately(void **state)
     itp_dmabuf_as_host(0);
 }
 
+/* A request run on its own thread, so that the cell can watch it wait. */
+struct pending_move {
+    orb_engine *e;
+    orb_segment *seg;
+    struct orb_request r;
+    struct orb_batch_report rep;
+    atomic_int finished;
+    int rc;
+};
+
+static void *pending_move_main(void *arg)
+{
+    struct pending_move *m = arg;
+    m->rc = orb_submit_and_wait(m->e, m->seg, &m->r, 1, NULL, TIMEOUT_NS, &m->rep);
+    atomic_store(&m->finished, 1);
+    return NULL;
+}
+
+static void count_producer_done(void *ctx)
+{
+    atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
+/* The NIC's access to GPUDirect memory (a DMA loan) waits for a producer's recorded work, as a
+ * staging copy does: a Direct source's private grant is not given, and a Direct requester's
+ * WRITE not posted, until the producer's copy into the device ended, so the bytes that move are
+ * the producer's, not older ones; its done callback runs once, after that. */
+static void test_a_dma_loan_waits_for_its_producer(void **state)
+{
+    (void)state;
+    itp_dmabuf_as_host(1);
+    const struct orb_cuda *cu = NULL;
+    assert_int_equal(orb_cuda_get(&cu), 0);
+    orb_cu_device d0 = 0;
+    orb_cu_context ctx0 = NULL;
+    orb_cu_stream producer = NULL;
+    assert_int_equal(cu->device_get(&d0, 0), ORB_CU_SUCCESS);
+    assert_int_equal(cu->primary_ctx_retain(&ctx0, d0), ORB_CU_SUCCESS);
+    assert_int_equal(cu->ctx_set_current(ctx0), ORB_CU_SUCCESS);
+    assert_int_equal(cu->stream_create(&producer, ORB_CU_STREAM_NON_BLOCKING), ORB_CU_SUCCESS);
+    assert_int_equal(cu->ctx_set_current(NULL), ORB_CU_SUCCESS);
+    uint8_t *fresh = malloc(GPU_ALLOC);
+    assert_non_null(fresh);
+
+    /* The source's side: its device memory under Direct, rewritten by a held producer. */
+    const char *kv[] = {"rdma_whitelist", RDMA_TEST_SOURCE_NICS, "cuda_memory", "direct", NULL};
+    struct gpu_source g;
+    gpu_source_open(&g, kv, 11, 1);
+    const size_t reg_off = 4096 + 512, reg_len = 2 * LEN;
+    orb_reg_id id = 0;
+    if (orb_register_cuda_memory(g.s, g.m, reg_off, reg_len, ORB_PERM_REMOTE_WRITE, &id) != 0)
+        fail_msg("the source's Direct registration: %s", orb_last_error());
+    for (size_t i = 0; i < GPU_ALLOC; i++)
+        fresh[i] = (uint8_t)(i * 29 + 7);
+    atomic_int done = 0;
+    fake.hold_streams(1);
+    assert_int_equal(cu->memcpy_htod_async(g.dev, fresh, GPU_ALLOC, producer), ORB_CU_SUCCESS);
+    assert_int_equal(orb_cuda_memory_record_producer(g.m, producer, count_producer_done, &done), 0);
+    memset(g.lbuf, 0x33, GPU_ALLOC);
+    struct pending_move pm = {.e = g.e, .seg = g.seg};
+    pm.r = (struct orb_request){.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ,
+                                .local_addr = (uint64_t)(uintptr_t)g.lbuf, .remote_addr = g.dev + reg_off + 9,
+                                .length = LEN + 4321};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pending_move_main, &pm), 0);
+    sleep_ms(300);
+    assert_int_equal(atomic_load(&pm.finished), 0); /* its grant waits for the producer */
+    assert_int_equal(atomic_load(&done), 0);
+    fake.hold_streams(0);
+    pthread_join(t, NULL);
+    if (pm.rc != 0)
+        fail_msg("a READ of a Direct source's device memory after its producer: %s", orb_last_error());
+    assert_memory_equal(g.lbuf, fresh + reg_off + 9, LEN + 4321);
+    assert_int_equal(atomic_load(&done), 1);
+    /* Consumed once: the next READ does not wait, and done does not run again. */
+    struct orb_batch_report rep;
+    assert_int_equal(move(g.e, g.seg, ORB_OP_READ, g.dev + reg_off, g.lbuf, 0, 4096, &rep), 0);
+    assert_memory_equal(g.lbuf, fresh + reg_off, 4096);
+    assert_int_equal(atomic_load(&done), 1);
+    assert_int_equal(orb_unregister_memory(g.s, id), 0);
+    gpu_source_close(&g);
+
+    /* The requester's side: a Direct WRITE from device memory a held producer rewrites. */
+    orb_engine *e = requester("auto");
+    orb_cuda_memory *m = device_alloc();
+    orb_reg_id lid = 0;
+    if (orb_register_cuda_memory(e, m, 4096, 2 * LEN, ORB_PERM_LOCAL, &lid) != 0)
+        fail_msg("the requester's Direct registration: %s", orb_last_error());
+    orb_segment *seg = segment_to_source(e);
+    uint64_t dev = orb_cuda_memory_ptr(m);
+    for (size_t i = 0; i < GPU_ALLOC; i++)
+        fresh[i] = (uint8_t)(i * 17 + 2);
+    atomic_store(&done, 0);
+    fake.hold_streams(1);
+    assert_int_equal(cu->memcpy_htod_async(dev, fresh, GPU_ALLOC, producer), ORB_CU_SUCCESS);
+    assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_producer_done, &done), 0);
+    struct pending_move pw = {.e = e, .seg = seg};
+    pw.r = (struct orb_request){.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_WRITE, .local_addr = dev + 4096 + 5,
+                                .remote_addr = (uint64_t)(uintptr_t)sbytes + 3, .length = LEN + 999};
+    assert_int_equal(pthread_create(&t, NULL, pending_move_main, &pw), 0);
+    sleep_ms(300);
+    assert_int_equal(atomic_load(&pw.finished), 0);
+    assert_int_equal(atomic_load(&done), 0);
+    fake.hold_streams(0);
+    pthread_join(t, NULL);
+    if (pw.rc != 0)
+        fail_msg("a Direct WRITE from device memory after its producer: %s", orb_last_error());
+    assert_memory_equal(sbytes + 3, fresh + 4096 + 5, LEN + 999);
+    assert_int_equal(atomic_load(&done), 1);
+    orb_segment_close(seg);
+    assert_int_equal(orb_unregister_memory(e, lid), 0);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(orb_engine_close(e, TIMEOUT_NS), 0);
+    orb_engine_free(e);
+    for (size_t i = 0; i < 4 * LEN; i++) /* the source's bytes for the next cell */
+        sbytes[i] = (uint8_t)(i * 13 + 5);
+    assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
+    assert_int_equal(cu->primary_ctx_release(d0), ORB_CU_SUCCESS);
+    free(fresh);
+    itp_dmabuf_as_host(0);
+}
+
 /* A private grant whose end never comes (the requester's fenced SEND is refused at its device) is
  * torn down alone at the source once io_timeout_s and the grace passed: its domain freed, its
  * charge back, while the connection goes on serving (the READ itself is asked again and lands).
@@ -642,6 +767,7 @@ int main(void)
         cmocka_unit_test(test_no_route_names_what_is_missing),
         cmocka_unit_test(test_a_direct_requester_moves_device_bytes),
         cmocka_unit_test(test_a_direct_source_grants_device_memory_privately),
+        cmocka_unit_test(test_a_dma_loan_waits_for_its_producer),
         cmocka_unit_test(test_a_private_grant_that_never_ends_goes_alone),
         cmocka_unit_test(test_gpu_source_reuse_stays_private_where_keys_cannot_be_made),
         cmocka_unit_test(test_a_refused_dmabuf_deregistration_keeps_everything),
