@@ -145,16 +145,19 @@ static void test_which_streams_are_accepted(void **state)
     /* Accepted: the allocation's own context's stream, and its default stream when current. */
     assert_int_equal(orb_cuda_memory_record_producer(m, mine, count_done, &done), 0);
     assert_int_equal(cu->ctx_set_current(ctx0), ORB_CU_SUCCESS);
-    /* Recording again waits for the pending generation first: its done runs now. */
+    /* Recording again waits for the pending generation first: its done runs now. Both default
+     * handles of the current context are accepted: CU_STREAM_LEGACY and CU_STREAM_PER_THREAD. */
     assert_int_equal(orb_cuda_memory_record_producer(m, (orb_cu_stream)(uintptr_t)1, count_done, &done), 0);
     assert_int_equal(atomic_load(&done), 1);
+    assert_int_equal(orb_cuda_memory_record_producer(m, (orb_cu_stream)(uintptr_t)2, count_done, &done), 0);
+    assert_int_equal(atomic_load(&done), 2);
     assert_int_equal(cu->ctx_set_current(NULL), ORB_CU_SUCCESS);
     /* A copy consumes the last one, once. */
     uint8_t buf[16];
     assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), 0);
-    assert_int_equal(atomic_load(&done), 2);
+    assert_int_equal(atomic_load(&done), 3);
     assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), 0);
-    assert_int_equal(atomic_load(&done), 2);
+    assert_int_equal(atomic_load(&done), 3);
 
     /* Host memory: only pinned memory from orb_cuda_host_alloc. */
     orb_host_memory *plain = NULL, *pinned = NULL;
@@ -166,7 +169,7 @@ static void test_which_streams_are_accepted(void **state)
     assert_int_equal(orb_cuda_host_record_producer(pinned, other, NULL, NULL), ORB_EINVAL);
     assert_int_equal(orb_cuda_host_record_producer(pinned, mine, count_done, &done), 0);
     orb_host_memory_unref(pinned); /* the final free waits for it */
-    assert_int_equal(atomic_load(&done), 3);
+    assert_int_equal(atomic_load(&done), 4);
     orb_host_memory_unref(plain);
     orb_cuda_memory_unref(m);
     assert_int_equal(cu->stream_destroy(mine), ORB_CU_SUCCESS);
@@ -193,7 +196,8 @@ static void *submit_main(void *arg)
 }
 
 /* A WRITE from pinned host memory whose producer (a device-to-host copy, held back) has not run:
- * the submission waits for it, and the producer's bytes are what the peer gets. */
+ * the submission waits for it, and the producer's bytes are what the peer gets; the same for a
+ * WRITE from device memory whose producer (a host-to-device copy) is held back. */
 static void test_a_request_waits_for_its_producer(void **state)
 {
     (void)state;
@@ -234,6 +238,35 @@ static void test_a_request_waits_for_its_producer(void **state)
     assert_int_equal(s.rc, 0);
     assert_int_equal(atomic_load(&done), 1);
     assert_memory_equal(remote.base, want, LEN);
+
+    orb_cuda_memory *ldev = NULL;
+    orb_reg_id lid;
+    assert_int_equal(orb_cuda_memory_alloc(0, LEN, &ldev), 0);
+    uint8_t *stale = malloc(LEN);
+    assert_non_null(stale);
+    memset(stale, 0xdd, LEN); /* what a WRITE that did not wait would send */
+    assert_int_equal(orb_cuda_memory_from_host(ldev, 0, stale, LEN), 0);
+    assert_int_equal(orb_register_cuda_memory(req, ldev, 0, LEN, ORB_PERM_LOCAL, &lid), 0);
+    eu_fill(want, LEN, 10);
+    atomic_int ldone = 0;
+    hold(producer);
+    assert_int_equal(cu->memcpy_htod_async(orb_cuda_memory_ptr(ldev), want, LEN, producer), ORB_CU_SUCCESS);
+    assert_int_equal(orb_cuda_memory_record_producer(ldev, producer, count_done, &ldone), 0);
+    struct submitter sd = {.req = req, .seg = seg};
+    sd.r = eu_req_at(ORB_OP_WRITE, orb_cuda_memory_ptr(ldev), (uint64_t)(uintptr_t)remote.base, LEN);
+    atomic_init(&sd.finished, 0);
+    assert_int_equal(pthread_create(&t, NULL, submit_main, &sd), 0);
+    usleep(200 * 1000);
+    assert_int_equal(atomic_load(&sd.finished), 0);
+    assert_int_equal(atomic_load(&ldone), 0);
+    release();
+    pthread_join(t, NULL);
+    assert_int_equal(sd.rc, 0);
+    assert_int_equal(atomic_load(&ldone), 1);
+    assert_memory_equal(remote.base, want, LEN);
+    assert_int_equal(orb_unregister_memory(req, lid), 0);
+    orb_cuda_memory_unref(ldev);
+    free(stale);
 
     free(want);
     assert_int_equal(cu->stream_destroy(producer), ORB_CU_SUCCESS);
