@@ -1911,6 +1911,53 @@ static void assert_nothing_moved(struct device_ends *d, size_t len, const struct
     device_ends_check(d, len);
 }
 
+/* A pin its requester never lets go of (its UNPIN lost) is let go by the source once no grant
+ * used it for io_timeout_s and the grace: the registration it held (unregistered meanwhile) is
+ * retired then, and with it the device allocation, not before. */
+static void test_a_forgotten_pin_expires(void **state)
+{
+    (void)state;
+    const size_t len = 4u << 20, n = (1u << 20) + 5;
+    struct device_ends d;
+    uint32_t io_before = io_timeout_s;
+    io_timeout_s = 3;
+    device_ends_open(&d, len, len, lose_unpins_at);
+    io_timeout_s = io_before;
+    device_ends_fill(&d, len, 111u, 121u);
+    struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ, .local_addr = d.rptr + 7,
+                            .remote_addr = d.sptr + 11, .length = n};
+    struct orb_batch_report rep;
+    atomic_store(&unpins_lost, 0);
+    atomic_store(&unpins_to_lose, 1);
+    int rc = orb_submit_and_wait(d.r2, d.sg, &r, 1, NULL, TIMEOUT_NS, &rep);
+    atomic_store(&unpins_to_lose, 0);
+    assert_int_equal(atomic_load(&unpins_lost), 1);
+    assert_int_equal(rc, ORB_EPEER);
+    uint64_t t0 = now_ns();
+    /* The source's range goes, and the application's reference: only the pin holds it now. */
+    long live = fake.counts().device_allocations;
+    assert_int_equal(orb_unregister_memory(d.s2, d.sid), 0);
+    orb_cuda_memory_unref(d.sdev);
+    d.sdev = NULL;
+    sleep_ms(1000);
+    assert_int_equal(fake.counts().device_allocations, live);
+    while (fake.counts().device_allocations == live && now_ns() - t0 < 20ull * 1000000000ull)
+        sleep_ms(50);
+    uint64_t waited = now_ns() - t0;
+    print_message("the forgotten pin was let go %.1f s after its request failed\n", (double)waited / 1e9);
+    assert_int_equal(fake.counts().device_allocations, live - 1);
+    assert_true(waited >= 2ull * 1000000000ull); /* its expiry, not its request's end, let it go */
+    orb_segment_close(d.sg);
+    assert_int_equal(orb_unregister_memory(d.r2, d.rid), 0);
+    orb_cuda_memory_unref(d.rdev);
+    d.s2->tp[ORB_TRANSPORT_RDMA].ops = rdma_ops_of_source;
+    orb_engine_free(d.r2);
+    orb_engine_free(d.s2);
+    free(d.want_r);
+    free(d.want_s);
+    free(d.got);
+}
+
 /* A PIN lost on its way ends its request before any byte moves (remote effect none, nothing
  * changed at either end); a PIN answered "not now" (every pin of the connection in use) leaves
  * the request unpinned: its slots are each checked on their own, it moves whole, and no UNPIN
@@ -2020,6 +2067,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_a_failed_slot_copy_fails_the_whole_request, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_failed_copy_into_device_memory_fails_the_request, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_lost_unpin_fails_the_request_counting_nothing, restore_source_if_dirty),
+        cmocka_unit_test_teardown(test_a_forgotten_pin_expires, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_lost_or_put_off_pin, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_a_pin_serves_only_its_request, restore_source_if_dirty),
         cmocka_unit_test_teardown(test_many_in_flight, restore_source_if_dirty),
