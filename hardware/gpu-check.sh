@@ -72,6 +72,9 @@ if ! have_deps; then
     have_deps || [[ -e $SYSROOT/usr/include/infiniband/verbs.h ]] || { say "the carried packages do not provide the build's dependencies"; exit 1; }
 fi
 
+command -v python3 >/dev/null 2>&1 ||
+    say "no python3 here: every step runs, but the table cannot read orbite-bench's JSON and shows - for it"
+
 # ---- build --------------------------------------------------------------------------------------
 say "building in $BUILD"
 jobs=$(nproc 2>/dev/null || echo 4)

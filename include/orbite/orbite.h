@@ -833,10 +833,11 @@ int orb_register_host_memory_batch(orb_engine *engine, const struct orb_host_ran
  * device's (unified virtual addressing: they never collide with host
  * memory), so requests name device bytes by their device address. A request
  * whose local or remote range is device memory moves through the engine's
- * host staging (see "Device memory in requests" in the API guide): TCP carries
- * it on either side; the RDMA transport stages it at the source with the
- * `staged` host policy and refuses it otherwise (ORB_EUNAVAILABLE), and takes
- * none as a requester's local bytes (ORB_TRANSPORT_UNSPEC then picks TCP).
+ * host staging, the engine's one staging pool (see "Device memory in
+ * requests" in the API guide): TCP carries it on either side, and so does the
+ * RDMA transport under its `cuda_memory` `staged` (the default; `direct`
+ * registers it with the NICs instead); between processes of one host,
+ * ORB_TRANSPORT_NVLINK copies it device to device.
  * Errors: ORB_EINVAL (owner or id_out NULL, len 0, the range outside the
  * allocation, an unknown permission), ORB_ECLOSED, ORB_ERESOURCE
  * (max_registrations), ORB_ENOMEM.
