@@ -243,6 +243,16 @@ EXPORT void fakecuda_set_rdma_ordering(int ordering)
     pthread_mutex_unlock(&lock);
 }
 
+static uint8_t *bytes_of(unsigned long long addr, size_t bytes, bool device);
+
+EXPORT void *fakecuda_host_view(unsigned long long dptr, size_t bytes)
+{
+    pthread_mutex_lock(&lock);
+    void *p = bytes_of(dptr, bytes, true);
+    pthread_mutex_unlock(&lock);
+    return p;
+}
+
 EXPORT orb_cu_result cuFlushGPUDirectRDMAWrites(unsigned int target, unsigned int scope)
 {
     ENTER("cuFlushGPUDirectRDMAWrites");

@@ -67,6 +67,10 @@ struct fakecuda_copy {
  * (its stream waits, as behind a slow copy). Returns once no call of the previous `fn` runs. */
 void fakecuda_watch_copies(void (*fn)(const struct fakecuda_copy *copy, void *arg), void *arg);
 
+/* Where the stand-in keeps device bytes [dptr, +bytes) (a test double of a NIC that reaches
+ * device memory, as a peer-memory module gives it); NULL when no allocation holds them whole. */
+void *fakecuda_host_view(unsigned long long dptr, size_t bytes);
+
 /* The controls above, as a test reaches them: through the stand-in it loaded. */
 struct fakecuda_controls {
     void (*fail_nth)(const char *export, unsigned long long nth, unsigned int rc);
@@ -77,6 +81,7 @@ struct fakecuda_controls {
     void (*set_dmabuf)(int supported);
     void (*set_rdma_ordering)(int ordering);
     void (*watch_copies)(void (*fn)(const struct fakecuda_copy *copy, void *arg), void *arg);
+    void *(*host_view)(unsigned long long dptr, size_t bytes);
 };
 
 /* Resolve every control of the stand-in at `path` (the one the loader loaded). 0, or -1 when
@@ -94,8 +99,9 @@ static inline int fakecuda_controls_load(const char *path, struct fakecuda_contr
     *(void **)&out->set_dmabuf = dlsym(h, "fakecuda_set_dmabuf");
     *(void **)&out->set_rdma_ordering = dlsym(h, "fakecuda_set_rdma_ordering");
     *(void **)&out->watch_copies = dlsym(h, "fakecuda_watch_copies");
+    *(void **)&out->host_view = dlsym(h, "fakecuda_host_view");
     return out->fail_nth && out->slow_streams && out->hold_streams && out->set_capturing && out->counts &&
-                   out->set_dmabuf && out->set_rdma_ordering && out->watch_copies
+                   out->set_dmabuf && out->set_rdma_ordering && out->watch_copies && out->host_view
                ? 0
                : -1;
 }

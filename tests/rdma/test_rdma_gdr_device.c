@@ -15,7 +15,10 @@
  *  - a source under Direct lends device memory on private grants (a protection domain, exact
  *    region and queue pair per rail for each request, torn down before its ACK; no window is
  *    ever bound on a device MR), refusing what lies outside the registration or its permission;
- *  - the NIC's access to GPUDirect memory waits for a producer's recorded work, at either end.
+ *  - the NIC's access to GPUDirect memory waits for a producer's recorded work, at either end;
+ *  - peermem (a module double in a private mount namespace, the interposer reaching the
+ *    stand-in's device bytes): the device pointer registered exactly, both directions, auto
+ *    without dma-buf, a refused registration that tries nothing else, a source's route.
  * Needs the rails topology's devices; elsewhere it exits 77. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,7 +29,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -623,6 +629,140 @@ static void test_a_dma_loan_waits_for_its_producer(void **state)
     itp_dmabuf_as_host(0);
 }
 
+/* A peer-memory module as the engine looks for one: in a mount namespace of this process's own,
+ * /sys/kernel/mm becomes a small tmpfs with memory_peers/nv_mem/version in it. 0, or -1 when the
+ * namespace or the mount cannot be had here (the caller skips). */
+static int peermem_module_double(void)
+{
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("peermem-double", "/sys/kernel/mm", "tmpfs", 0, "mode=0755") != 0)
+        return -1;
+    if (mkdir("/sys/kernel/mm/memory_peers", 0755) != 0 || mkdir("/sys/kernel/mm/memory_peers/nv_mem", 0755) != 0)
+        return -1;
+    int fd = open("/sys/kernel/mm/memory_peers/nv_mem/version", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    bool ok = write(fd, "1.0\n", 4) == 4;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+/* Peer memory (gpu_direct_registration peermem; the module a double, the NIC reaching the
+ * stand-in's device bytes through the verbs interposer): the device pointer itself is registered,
+ * exactly the range, at its own address as iova; bytes move both ways through it; nothing is
+ * exported as dma-buf. auto takes peermem where dma-buf is missing. A registration the NIC
+ * refuses is the registration's failure: no other route, nothing registered or counted. A Direct
+ * source registered this way publishes the peermem route and serves its device bytes. */
+static void test_peermem_registers_the_device_pointer(void **state)
+{
+    (void)state;
+    if (peermem_module_double() != 0) {
+        print_message("no private mount namespace here (%s): skipped\n", strerror(errno));
+        skip();
+    }
+    itp_device_as_host(fake.host_view);
+    uint64_t dmabufs0 = itp_calls(ITP_REG_DMABUF_MR);
+    orb_engine *e = requester("peermem");
+    orb_cuda_memory *m = device_alloc();
+    uint64_t dev = orb_cuda_memory_ptr(m);
+    uint8_t *want = malloc(GPU_ALLOC), *got = malloc(GPU_ALLOC);
+    assert_non_null(want);
+    assert_non_null(got);
+    memset(want, 0x6b, GPU_ALLOC);
+    assert_int_equal(orb_cuda_memory_copy_in(m, 0, want, GPU_ALLOC), 0);
+    orb_reg_id id = 0;
+    if (orb_register_cuda_memory(e, m, 4096, 2 * LEN, ORB_PERM_LOCAL, &id) != 0)
+        fail_msg("the peermem registration: %s", orb_last_error());
+    struct itp_reg_mr_call c = itp_last_reg_mr();
+    assert_int_equal(c.addr, dev + 4096);
+    assert_int_equal(c.iova, dev + 4096);
+    assert_int_equal(c.length, 2 * LEN);
+    struct orb_rdma_stats s0 = stats_of(e);
+    assert_int_equal(s0.peermem_registrations, 1);
+    assert_int_equal(s0.dmabuf_registrations, 0);
+    assert_int_equal(itp_calls(ITP_REG_DMABUF_MR), dmabufs0);
+
+    orb_segment *seg = segment_to_source(e);
+    struct orb_request r = {.transport = ORB_TRANSPORT_RDMA, .op = ORB_OP_READ, .local_addr = dev + 4096 + 9,
+                            .remote_addr = (uint64_t)(uintptr_t)sbytes + 5, .length = LEN + 777};
+    struct orb_batch_report rep;
+    if (orb_submit_and_wait(e, seg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+        fail_msg("a READ into peermem-registered device memory: %s", orb_last_error());
+    memcpy(want + 4096 + 9, sbytes + 5, LEN + 777);
+    assert_int_equal(orb_cuda_memory_copy_out(m, 0, got, GPU_ALLOC), 0);
+    assert_memory_equal(got, want, GPU_ALLOC);
+    r.op = ORB_OP_WRITE;
+    r.remote_addr = (uint64_t)(uintptr_t)sbytes + 2 * LEN + 1;
+    if (orb_submit_and_wait(e, seg, &r, 1, NULL, TIMEOUT_NS, &rep) != 0)
+        fail_msg("a WRITE from peermem-registered device memory: %s", orb_last_error());
+    assert_memory_equal(sbytes + 2 * LEN + 1, want + 4096 + 9, LEN + 777);
+    assert_int_equal(stats_of(e).staged_transfers, s0.staged_transfers); /* through its own MRs */
+
+    /* Refused by the NIC: the registration fails, no other route is tried, nothing stays. */
+    orb_cuda_memory *m2 = device_alloc();
+    orb_reg_id id2 = 0;
+    itp_arm(ITP_REG_MR, 1, EFAULT, -1, ITP_REFUSED_NAMED);
+    int rc = orb_register_cuda_memory(e, m2, 0, LEN, ORB_PERM_LOCAL, &id2);
+    itp_disarm(ITP_REG_MR);
+    print_message("a refused peermem registration: %d (%s)\n", rc, orb_last_error());
+    assert_int_not_equal(rc, 0);
+    struct orb_rdma_stats s1 = stats_of(e);
+    assert_int_equal(s1.peermem_registrations, 1);
+    assert_int_equal(s1.registrations, s0.registrations);
+    assert_int_equal(s1.registered_bytes, s0.registered_bytes);
+    assert_int_equal(itp_calls(ITP_REG_DMABUF_MR), dmabufs0);
+    orb_cuda_memory_unref(m2);
+    orb_segment_close(seg);
+    assert_int_equal(orb_unregister_memory(e, id), 0);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(orb_engine_close(e, TIMEOUT_NS), 0);
+    orb_engine_free(e);
+
+    /* auto, where the device offers no dma-buf: the module decides. */
+    fake.set_dmabuf(0);
+    e = requester("auto");
+    m = device_alloc();
+    if (orb_register_cuda_memory(e, m, 0, LEN, ORB_PERM_LOCAL, &id) != 0)
+        fail_msg("auto without dma-buf, with a peer-memory module: %s", orb_last_error());
+    assert_int_equal(stats_of(e).peermem_registrations, 1);
+    assert_int_equal(itp_calls(ITP_REG_DMABUF_MR), dmabufs0);
+    assert_int_equal(orb_unregister_memory(e, id), 0);
+    orb_cuda_memory_unref(m);
+    assert_int_equal(orb_engine_close(e, TIMEOUT_NS), 0);
+    orb_engine_free(e);
+    fake.set_dmabuf(1);
+
+    /* A Direct source by peermem: Describe says so, and its device bytes are served. */
+    const char *kv[] = {"rdma_whitelist", RDMA_TEST_SOURCE_NICS, "cuda_memory", "direct", "gpu_direct_registration",
+                        "peermem", NULL};
+    struct gpu_source g;
+    gpu_source_open(&g, kv, 3, 8);
+    const size_t reg_off = 4096 + 512;
+    if (orb_register_cuda_memory(g.s, g.m, reg_off, 2 * LEN, ORB_PERM_REMOTE_WRITE, &id) != 0)
+        fail_msg("the source's peermem registration: %s", orb_last_error());
+    struct orb_region_desc *regs = NULL;
+    size_t nregs = 0;
+    assert_int_equal(orb_segment_describe(g.seg, TIMEOUT_NS, &regs, &nregs), 0);
+    assert_int_equal(nregs, 1);
+    assert_int_equal(regs[0].memory_kind, ORB_MEMORY_CUDA);
+    assert_int_equal(regs[0].gpu_direct_routes, ORB_GPU_ROUTE_PEERMEM);
+    orb_region_descs_free(regs);
+    assert_int_equal(stats_of(g.s).peermem_registrations, 1);
+    memset(g.lbuf, 0x44, GPU_ALLOC);
+    if (move(g.e, g.seg, ORB_OP_READ, g.dev + reg_off + 3, g.lbuf, 0, LEN + 55, &rep) != 0)
+        fail_msg("a READ of a peermem source's device memory: %s", orb_last_error());
+    assert_memory_equal(g.lbuf, g.want + reg_off + 3, LEN + 55);
+    assert_int_equal(orb_unregister_memory(g.s, id), 0);
+    gpu_source_close(&g);
+
+    itp_device_as_host(NULL);
+    (void)umount2("/sys/kernel/mm", MNT_DETACH); /* the module double goes for the later cells */
+    for (size_t i = 0; i < 4 * LEN; i++) /* the source's bytes for the next cell */
+        sbytes[i] = (uint8_t)(i * 13 + 5);
+    free(want);
+    free(got);
+}
+
 /* A private grant whose end never comes (the requester's fenced SEND is refused at its device) is
  * torn down alone at the source once io_timeout_s and the grace passed: its domain freed, its
  * charge back, while the connection goes on serving (the READ itself is asked again and lands).
@@ -768,6 +908,7 @@ int main(void)
         cmocka_unit_test(test_a_direct_requester_moves_device_bytes),
         cmocka_unit_test(test_a_direct_source_grants_device_memory_privately),
         cmocka_unit_test(test_a_dma_loan_waits_for_its_producer),
+        cmocka_unit_test(test_peermem_registers_the_device_pointer),
         cmocka_unit_test(test_a_private_grant_that_never_ends_goes_alone),
         cmocka_unit_test(test_gpu_source_reuse_stays_private_where_keys_cannot_be_made),
         cmocka_unit_test(test_a_refused_dmabuf_deregistration_keeps_everything),

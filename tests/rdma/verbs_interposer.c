@@ -208,18 +208,29 @@ struct itp_reg_mr_call itp_last_reg_mr(void)
     return c;
 }
 
+static void *(*device_view)(unsigned long long addr, size_t len);
+
+void itp_device_as_host(void *(*view)(unsigned long long addr, size_t len))
+{
+    pthread_mutex_lock(&lock);
+    device_view = view;
+    pthread_mutex_unlock(&lock);
+}
+
 static struct ibv_mr *w_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
 {
     int err = 0;
     pthread_mutex_lock(&lock);
     last_reg_mr = (struct itp_reg_mr_call){.addr = (uint64_t)(uintptr_t)addr, .length = length, .iova = iova,
                                            .access = (int)access};
+    void *(*view)(unsigned long long, size_t) = device_view;
     pthread_mutex_unlock(&lock);
     if (fails_now(ITP_REG_MR, -1, &err, NULL)) {
         errno = err;
         return NULL;
     }
-    return real.reg_mr_iova2(pd, addr, length, iova, access);
+    void *host = view != NULL ? view((unsigned long long)(uintptr_t)addr, length) : NULL;
+    return real.reg_mr_iova2(pd, host != NULL ? host : addr, length, iova, access);
 }
 
 static struct ibv_mr *w_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,

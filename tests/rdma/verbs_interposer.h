@@ -6,6 +6,7 @@
 #ifndef ORB_TESTS_RDMA_VERBS_INTERPOSER_H
 #define ORB_TESTS_RDMA_VERBS_INTERPOSER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum itp_verb {
@@ -74,6 +75,10 @@ struct itp_payload_watch itp_payload_seen(void);
  * dma-buf, for the data path's sake. Off (the default): the real call, which soft-RoCE refuses. */
 void itp_dmabuf_as_host(int on);
 
+/* With `view` set (NULL: off), ibv_reg_mr of an address `view` knows (device memory of the CUDA
+ * stand-in) registers the host bytes it names, at the address asked for as the MR's iova: a NIC
+ * reaching device memory through a peer-memory module, as a test double. */
+void itp_device_as_host(void *(*view)(unsigned long long addr, size_t len));
 /* Work requests posted since the interposer was installed, by kind: window binds, SENDs
  * (fenced: IBV_SEND_FENCE set) and SENDs with invalidate. */
 struct itp_wr_counts {
