@@ -433,59 +433,48 @@ static void test_an_unproven_wait_or_record_fences(void **state)
     struct orb_cuda_retained before, after;
     assert_int_equal(orb_cuda_retained_resources(&before), 0);
     orb_cu_stream producer = stream_of(ctx0);
-    const char *exports[2] = {"cuEventSynchronize", "cuEventRecord"};
-    for (int k = 0; k < 2; k++) {
+    /* A failed wait or record; then a context that cannot be made current again after the wait,
+     * or after the record (the second cuCtxSetCurrent of each: the first enters the owner's),
+     * which fences the same way: the driver's state on that thread is unknown, so nothing proves
+     * the producer's work. */
+    static const struct {
+        const char *export;
+        unsigned long long nth;
+        unsigned int rc;
+        bool in_record; /* the failure hits the record itself, not the wait before a copy */
+        const char *why;
+    } cases[] = {
+        {"cuEventSynchronize", 1, 999, false, "waiting"},
+        {"cuEventRecord", 1, 999, true, "recording"},
+        {"cuCtxSetCurrent", 2, 201 /* CUDA_ERROR_INVALID_CONTEXT */, false, "made current again"},
+        {"cuCtxSetCurrent", 2, 201, true, "made current again"},
+    };
+    const size_t ncases = sizeof cases / sizeof cases[0];
+    for (size_t k = 0; k < ncases; k++) {
         orb_cuda_memory *m = NULL;
         assert_int_equal(orb_cuda_memory_alloc(0, LEN, &m), 0);
         atomic_int done = 0;
         uint8_t buf[64];
-        if (k == 0) {
+        if (!cases[k].in_record) {
             assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), 0);
-            fake.fail_nth(exports[k], 1, 999);
+            fake.fail_nth(cases[k].export, cases[k].nth, cases[k].rc);
             assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), ORB_EUNQUIESCED);
         } else {
-            fake.fail_nth(exports[k], 1, 999);
+            fake.fail_nth(cases[k].export, cases[k].nth, cases[k].rc);
             assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), ORB_EUNQUIESCED);
         }
-        fake.fail_nth(exports[k], 0, 0);
+        fake.fail_nth(cases[k].export, 0, 0);
         assert_non_null(strstr(orb_last_error(), "fenced"));
+        assert_non_null(strstr(orb_last_error(), cases[k].why));
         /* For good: every later access, recording included, fails at once. */
-        assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), ORB_EUNQUIESCED);
-        assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), ORB_EUNQUIESCED);
-        assert_int_equal(atomic_load(&done), 0);
-        orb_cuda_memory_unref(m);
-    }
-    assert_int_equal(orb_cuda_retained_resources(&after), 0);
-    assert_int_equal(after.device_allocations, before.device_allocations + 2);
-    assert_int_equal(after.device_bytes, before.device_bytes + 2 * LEN);
-
-    /* A context that cannot be made current again after the wait, or after the record (the
-     * second cuCtxSetCurrent of each: the first enters the owner's), fences the same way: the
-     * driver's state on that thread is unknown, so nothing proves the producer's work. */
-    for (int k = 0; k < 2; k++) {
-        orb_cuda_memory *m = NULL;
-        assert_int_equal(orb_cuda_memory_alloc(0, LEN, &m), 0);
-        atomic_int done = 0;
-        uint8_t buf[64];
-        if (k == 0) {
-            assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), 0);
-            fake.fail_nth("cuCtxSetCurrent", 2, 201); /* CUDA_ERROR_INVALID_CONTEXT */
-            assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), ORB_EUNQUIESCED);
-        } else {
-            fake.fail_nth("cuCtxSetCurrent", 2, 201);
-            assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), ORB_EUNQUIESCED);
-        }
-        fake.fail_nth("cuCtxSetCurrent", 0, 0);
-        assert_non_null(strstr(orb_last_error(), "made current again"));
-        assert_non_null(strstr(orb_last_error(), "fenced"));
         assert_int_equal(orb_cuda_memory_to_host(m, 0, buf, sizeof buf), ORB_EUNQUIESCED);
         assert_int_equal(orb_cuda_memory_record_producer(m, producer, count_done, &done), ORB_EUNQUIESCED);
         assert_int_equal(atomic_load(&done), 0); /* its inputs stay with their owner */
         orb_cuda_memory_unref(m);
     }
     assert_int_equal(orb_cuda_retained_resources(&after), 0);
-    assert_int_equal(after.device_allocations, before.device_allocations + 4);
-    assert_int_equal(after.device_bytes, before.device_bytes + 4 * LEN);
+    assert_int_equal(after.device_allocations, before.device_allocations + ncases);
+    assert_int_equal(after.device_bytes, before.device_bytes + ncases * LEN);
 
     /* Pinned host memory the same: a producer's work whose wait fails at the final free keeps
      * the bytes, their context too, and done never runs. */
