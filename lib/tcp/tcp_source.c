@@ -8,11 +8,14 @@
  * back-pressure. READ payloads leave straight from the pinned registered range; WRITE payloads
  * land straight in it (or, while they are small, through the receive stage). Memory without a
  * CPU view (device memory) goes through chunks of the engine's staging pool (stage_pool.h),
- * shared with the other transports and held only while staged bytes move: a READ's payload is
- * copied out chunk by chunk as the socket takes it, the chunk due next copied ahead into a spare
- * while the socket is full; a WRITE's is received chunk by chunk and copied in. When the pool has
- * no chunk, the connection waits (it neither sends the staged answer nor reads the payload) until
- * one comes back and it is poked. Any malformed or
+ * shared with the other transports and held only while staged bytes move, never while the
+ * connection waits for its peer: a READ's payload is copied out chunk by chunk as the socket
+ * takes it (a chunk the socket would not take whole goes back, and its unsent bytes are copied
+ * again when the socket has room); a WRITE's is received chunk by chunk and copied in (a chunk
+ * the peer has not filled yet is copied in as far as it got, and goes back). When the pool has no
+ * chunk, the connection waits (it neither sends the staged answer nor reads the payload) until
+ * one comes back and it is poked. So a peer that stops reading or sending holds no staging.
+ * Any malformed or
  * out-of-place frame closes only its connection, with a logged reason. */
 #include <errno.h>
 #include <stdbool.h>
@@ -83,16 +86,11 @@ struct tcp_source_conn {
     int rx_ends_request;            /* the WRITE's piece is its request's last (metrics) */
 
     /* Staging for memory without a CPU view: chunks (ORB_STAGE_CHUNK bytes) of the engine's pool,
-     * taken when staged bytes are due and given back when no queued answer or payload needs
-     * them. The bytes [stage_from, +stage_len) of the payload of the response at the head of the
+     * taken when staged bytes are due and given back as soon as the connection waits for its
+     * peer. The bytes [stage_from, +stage_len) of the payload of the response at the head of the
      * queue (READ). */
     uint8_t *stage;                 /* READ payloads */
     uint64_t stage_from, stage_len;
-    /* The head READ's next chunk, copied out while the socket is full (taken when the pool has
-     * one to spare): the copy overlaps the kernel draining the socket, not the worker's sending. */
-    uint8_t *stage_next;
-    const struct src_resp *next_resp; /* whose bytes [next_from, +next_len) are (NULL: none) */
-    uint64_t next_from, next_len;
     uint8_t *rx_stage;              /* WRITE payloads: bytes from rx_stage_from on */
     uint64_t rx_stage_from;
     struct orb_stage_waiter stage_waiter; /* the pool had no chunk: it pokes the connection */
@@ -212,7 +210,6 @@ void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
     struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
     orb_stage_pool_unwait(pool, &s->stage_waiter);
     orb_stage_pool_put(pool, s->stage);
-    orb_stage_pool_put(pool, s->stage_next);
     orb_stage_pool_put(pool, s->rx_stage);
     if (s->authed)
         atomic_fetch_sub(&s->tp->authed_conns, 1);
@@ -311,12 +308,13 @@ static int src_tx_empty(struct tcp_source_conn *s, uint8_t type, uint64_t tag)
     return 0;
 }
 
-/* A chunk of the pool into *chunk for staging pin's bytes; false when there is none now (the
- * connection is poked when one comes back). */
-static bool src_stage_take(struct tcp_source_conn *s, const struct orb_reg *pin, uint8_t **chunk)
+/* A chunk of the pool into *chunk for staging pin's bytes: 0, ORB_EAGAIN when there is none now
+ * (the connection is poked when one comes back), or why none can be had (ORB_ENOMEM,
+ * ORB_ECLOSED). */
+static int src_stage_take(struct tcp_source_conn *s, const struct orb_reg *pin, uint8_t **chunk)
 {
     return orb_stage_pool_take(orb_engine_stage_pool(s->tp->engine), pin, ORB_STAGE_FOR_SOURCE, &s->stage_waiter,
-                               chunk, NULL) == 0;
+                               chunk, NULL);
 }
 
 /* The pool's wake-up: serve the connection again on its worker (under the pool's lock; the
@@ -329,36 +327,34 @@ static void src_stage_wake(struct orb_stage_waiter *w)
         tcp_worker_poke(s->base.worker, &s->base);
 }
 
-/* Give the READ chunks back once no queued response is staged. */
-static void src_stage_release(struct tcp_source_conn *s)
+/* Give the READ chunk back (its bytes not sent yet are copied again when they are due). */
+static void src_stage_drop(struct tcp_source_conn *s)
 {
-    if (s->stage == NULL && s->stage_next == NULL)
+    if (s->stage == NULL)
         return;
-    for (unsigned i = 0; i < s->tx_count; i++) {
-        const struct src_resp *r = &s->tx[(s->tx_first + i) % SRC_TX_SLOTS];
-        if (r->payload == NULL && r->payload_len > 0)
-            return;
-    }
-    struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
-    orb_stage_pool_put(pool, s->stage);
-    orb_stage_pool_put(pool, s->stage_next);
-    s->stage = s->stage_next = NULL;
+    orb_stage_pool_put(orb_engine_stage_pool(s->tp->engine), s->stage);
+    s->stage = NULL;
     s->stage_from = s->stage_len = 0;
-    s->next_from = s->next_len = 0;
-    s->next_resp = NULL;
 }
 
 /* Stage the bytes from `at` of the payload of `r`, the response at the head of the queue, into
- * the connection's chunk. A failure before any byte of the response went out (`unsent`) turns it
+ * a chunk of the pool (*wait set, and 0, when the pool has none now). A failure before any byte of the response went out (`unsent`) turns it
  * into an ERROR naming the cause; later, the response cannot be taken back and the connection
  * ends (the requester's READ fails). 0 or a negative status. */
-static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_t at, bool unsent)
+static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_t at, bool unsent, bool *wait)
 {
     const struct orb_reg *pin = r->pin;
     uint64_t len = r->payload_len - at < ORB_STAGE_CHUNK ? r->payload_len - at : ORB_STAGE_CHUNK;
     s->stage_from = s->stage_len = 0;
     bool held = false;
-    int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage, (size_t)len, &held);
+    int rc = s->stage == NULL ? src_stage_take(s, pin, &s->stage) : 0;
+    if (rc == ORB_EAGAIN) {
+        *wait = true; /* poked when a chunk comes back */
+        return 0;
+    }
+    bool staged = rc == 0;
+    if (staged)
+        rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage, (size_t)len, &held);
     if (rc == 0) {
         s->stage_from = at;
         s->stage_len = len;
@@ -371,8 +367,8 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
         return 0;
     }
     char text[ORB_WIRE_MAX_ERROR_TEXT + 1];
-    snprintf(text, sizeof text, "copying the READ's bytes from %s memory failed: %s", pin->kind->name,
-             orb_last_error());
+    snprintf(text, sizeof text, "%s the READ's bytes from %s memory failed: %s", staged ? "copying" : "staging",
+             pin->kind->name, orb_last_error());
     if (held) {
         orb_stage_pool_keep(orb_engine_stage_pool(s->tp->engine), pin, s->stage);
         s->stage = NULL; /* the device may still write it: kept, never reused */
@@ -393,53 +389,6 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
     return 0;
 }
 
-/* While the socket is full: copy the chunk that is due after the staged one (the head READ's
- * next, or the first of the READ queued behind it) into the spare chunk, so that it is ready when
- * the socket takes more. A failure is left to the ordinary path, which copies that chunk again
- * when it is due and reports it there. */
-static void src_stage_ahead(struct tcp_source_conn *s)
-{
-    if (s->tx_count == 0 || s->stage_len == 0)
-        return;
-    struct src_resp *r = &s->tx[s->tx_first];
-    if (r->payload != NULL || r->pin == NULL)
-        return;
-    uint64_t at = s->stage_from + s->stage_len;
-    if (at >= r->payload_len) {
-        if (s->tx_count < 2)
-            return;
-        r = &s->tx[(s->tx_first + 1) % SRC_TX_SLOTS];
-        at = 0;
-        if (r->payload != NULL || r->payload_len == 0 || r->pin == NULL)
-            return;
-    }
-    if (s->next_resp == r && s->next_len > 0 && s->next_from == at)
-        return;
-    const struct orb_reg *pin = r->pin;
-    struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
-    if (s->stage_next == NULL && orb_stage_pool_take(pool, pin, ORB_STAGE_FOR_SOURCE, NULL, &s->stage_next, NULL) != 0)
-        return; /* none to spare: the chunk is copied when it is due */
-    uint64_t len = r->payload_len - at < ORB_STAGE_CHUNK ? r->payload_len - at : ORB_STAGE_CHUNK;
-    s->next_from = s->next_len = 0;
-    s->next_resp = NULL;
-    bool held = false;
-    int rc = pin->kind->to_host(pin, r->payload_addr + at, s->stage_next, (size_t)len, &held);
-    if (held) {
-        orb_stage_pool_keep(pool, pin, s->stage_next);
-        s->stage_next = NULL; /* the device may still write it: kept, never reused */
-        return;
-    }
-    if (rc != 0)
-        return;
-    s->next_resp = r;
-    s->next_from = at;
-    s->next_len = len;
-    if (at + len == r->payload_len) { /* all copied out: the loan ends, as in src_stage_read */
-        orb_reg_loan_end(pin, r->loan);
-        r->loan = NULL;
-    }
-}
-
 /* Send what the socket takes of the queued responses, as many as fit in one sendmsg(). 0 (all
  * sent, or blocked, or the turn is spent) or a negative status. */
 static int src_tx(struct tcp_source_conn *s)
@@ -457,22 +406,10 @@ static int src_tx(struct tcp_source_conn *s)
                 if (i > 0)
                     break; /* staged when it heads the queue */
                 uint64_t at = off > r->head_len ? off - r->head_len : 0;
-                if ((at < s->stage_from || at >= s->stage_from + s->stage_len) && s->next_resp == r &&
-                    s->next_len > 0 && at >= s->next_from && at < s->next_from + s->next_len) {
-                    /* The chunk copied ahead: it becomes the staged one. */
-                    uint8_t *b = s->stage;
-                    s->stage = s->stage_next;
-                    s->stage_from = s->next_from;
-                    s->stage_len = s->next_len;
-                    s->stage_next = b;
-                    s->next_from = s->next_len = 0;
-                    s->next_resp = NULL;
-                }
                 if (at < s->stage_from || at >= s->stage_from + s->stage_len) {
-                    if (s->stage == NULL && !src_stage_take(s, r->pin, &s->stage))
-                        return 0; /* poked when a chunk comes back */
-                    int rc = src_stage_read(s, r, at, off == 0);
-                    if (rc != 0)
+                    bool wait = false;
+                    int rc = src_stage_read(s, r, at, off == 0, &wait);
+                    if (rc != 0 || wait)
                         return rc;
                 }
                 if (r->payload_len > 0) {
@@ -508,7 +445,7 @@ static int src_tx(struct tcp_source_conn *s)
             return (int)sent;
         if (sent == 0) {
             s->can_send = 0;
-            src_stage_ahead(s);
+            src_stage_drop(s); /* the peer may never read on: it holds no staging meanwhile */
             return 0;
         }
         tcp_conn_touch(&s->base);
@@ -524,14 +461,8 @@ static int src_tx(struct tcp_source_conn *s)
             }
             left -= rest;
             s->tx_off = 0;
-            if (r->payload == NULL) { /* the staged chunk is the next payload's; the spare stays
-                                       * when it holds the next response's bytes already */
+            if (r->payload == NULL) /* the staged chunk is the next payload's */
                 s->stage_from = s->stage_len = 0;
-                if (s->next_resp == r) {
-                    s->next_from = s->next_len = 0;
-                    s->next_resp = NULL;
-                }
-            }
             src_unpin(s, &r->pin, &r->loan);
             if (r->heap != NULL)
                 s->tx_heap_bytes -= r->head_len;
@@ -540,8 +471,8 @@ static int src_tx(struct tcp_source_conn *s)
             s->tx_first = (s->tx_first + 1) % SRC_TX_SLOTS;
             s->tx_count--;
         }
-        src_stage_release(s);
     }
+    src_stage_drop(s); /* all sent, or the turn is spent: nothing of it waits in the chunk */
     return 0;
 }
 
@@ -742,6 +673,20 @@ static int src_dispatch(struct tcp_source_conn *s, const uint8_t *body, size_t l
     }
 }
 
+/* A staged WRITE that cannot go on (`what`: "copying" or "staging" its bytes failed with `rc`):
+ * some of it may be in memory already, so the rest is drained and the answer says the effect is
+ * unknown. The connection lives on. */
+static void src_stage_write_fails(struct tcp_source_conn *s, int rc, const char *what)
+{
+    snprintf(s->refused_text, sizeof s->refused_text, "%s the WRITE's bytes to %s memory failed: %s", what,
+             s->rx_pin->kind->name, orb_last_error());
+    ORB_LOGW("tcp source: %s: %s", s->base.name, s->refused_text);
+    s->refused_status = rc;
+    s->refused_effect_unknown = 1;
+    src_unpin(s, &s->rx_pin, &s->rx_loan);
+    s->rx_state = SRX_DISCARD;
+}
+
 /* Copy the WRITE payload's staged chunk into its memory. A failure turns the rest of the payload
  * into a discard (SRX_DISCARD), answered with an ERROR whose effect is unknown. */
 static void src_stage_write(struct tcp_source_conn *s)
@@ -754,21 +699,13 @@ static void src_stage_write(struct tcp_source_conn *s)
         s->rx_stage_from = s->rx_off;
         return;
     }
-    /* Some of the WRITE may be in memory already: the rest is drained and the answer says the
-     * effect is unknown. The connection lives on. */
-    snprintf(s->refused_text, sizeof s->refused_text, "copying the WRITE's bytes to %s memory failed: %s",
-             pin->kind->name, orb_last_error());
-    ORB_LOGW("tcp source: %s: %s", s->base.name, s->refused_text);
     struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
     if (held)
         orb_stage_pool_keep(pool, pin, s->rx_stage); /* the device may still read it: never reused */
     else
         orb_stage_pool_put(pool, s->rx_stage);
     s->rx_stage = NULL;
-    s->refused_status = rc;
-    s->refused_effect_unknown = 1;
-    src_unpin(s, &s->rx_pin, &s->rx_loan);
-    s->rx_state = SRX_DISCARD;
+    src_stage_write_fails(s, rc, "copying");
 }
 
 /* Receive into the payload target. 1 when the payload is complete, 0 blocked, negative status. */
@@ -785,8 +722,13 @@ static int src_rx_payload(struct tcp_source_conn *s, int discard)
             if (left > TCP_SCRATCH_LEN)
                 left = TCP_SCRATCH_LEN;
         } else if (staged) {
-            if (s->rx_stage == NULL && !src_stage_take(s, s->rx_pin, &s->rx_stage))
+            int rc = s->rx_stage == NULL ? src_stage_take(s, s->rx_pin, &s->rx_stage) : 0;
+            if (rc == ORB_EAGAIN)
                 return 0; /* poked when a chunk comes back; the payload waits in the socket */
+            if (rc != 0) {
+                src_stage_write_fails(s, rc, "staging");
+                continue; /* the rest is drained */
+            }
             uint64_t in_chunk = s->rx_off - s->rx_stage_from;
             dst = s->rx_stage + in_chunk;
             if (left > ORB_STAGE_CHUNK - in_chunk)
@@ -797,6 +739,14 @@ static int src_rx_payload(struct tcp_source_conn *s, int discard)
         if (tcp_rx_empty(&s->base))
             tcp_rx_lowat(&s->base, s->rx_len - s->rx_off);
         ssize_t n = tcp_rx_into(&s->base, dst, (size_t)left);
+        if (n == 0 && staged) {
+            /* The peer has sent no more for now, and may never: what the chunk holds goes in,
+             * and the chunk goes back. */
+            if (s->rx_off > s->rx_stage_from)
+                src_stage_write(s);
+            orb_stage_pool_put(orb_engine_stage_pool(s->tp->engine), s->rx_stage);
+            s->rx_stage = NULL;
+        }
         if (n <= 0)
             return (int)n;
         s->rx_off += (uint64_t)n;

@@ -1326,6 +1326,77 @@ static void test_a_staged_source_waits_for_the_pool(void **state)
     orb_host_memory_unref(owner);
 }
 
+/* A peer that stops sending a staged WRITE's payload, or never reads the answers of staged READs
+ * it asked for, holds no chunk of the source's staging pool while the source waits for it: what
+ * a WRITE's chunk held goes in and the chunk goes back; a READ's chunk that the socket would not
+ * take goes back. Other requests then find the whole pool. */
+static void test_a_stalled_peer_holds_no_staging(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    struct orb_memkind_ops staged_kind = orb_memkind_host;
+    staged_kind.name = "test-staged";
+    staged_kind.cpu_view = staged_cpu_view;
+    staged_kind.to_host = staged_to_host;
+    staged_kind.from_host = staged_from_host;
+    const size_t len = 64 * MIB;
+    orb_host_memory *owner = NULL;
+    assert_int_equal(orb_host_memory_alloc(len, 0, &owner), 0);
+    uint8_t *remote = orb_host_memory_data(owner);
+    memset(remote, 0, len);
+    struct orb_reg_range range = {.kind = &staged_kind, .owner = owner, .offset = 0, .length = len,
+                                  .perm = ORB_PERM_REMOTE_READ | ORB_PERM_REMOTE_WRITE};
+    orb_reg_id id;
+    assert_int_equal(orb_registry_add_ranges(src->registry, &range, 1, &id), 0);
+    uint8_t frame[ORB_WIRE_HEADER_LEN + 256];
+    size_t flen = 0;
+
+    /* A WRITE of 2 MiB whose peer sends the first 300000 bytes and then nothing (the source wakes
+     * for a long payload once 256 KiB are there: at least those go in). */
+    int fw = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fw, src, 1), ORB_WIRE_HELLO_OK);
+    struct orb_wire_xfer w = {.addr = (uint64_t)(uintptr_t)remote, .length = 2 * MIB,
+                              .request_addr = (uint64_t)(uintptr_t)remote, .request_length = 2 * MIB};
+    assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_WRITE_REQ, 1, &w, frame, sizeof frame, &flen), 0);
+    assert_int_equal(send(fw, frame, flen, MSG_NOSIGNAL), (ssize_t)flen);
+    uint8_t *part = local_buf(300000, 3);
+    assert_int_equal(send(fw, part, 300000, MSG_NOSIGNAL), 300000);
+    for (int i = 0; i < 100 && memcmp(remote, part, 256 * 1024) != 0; i++)
+        usleep(10 * 1000);
+    assert_memory_equal(remote, part, 256 * 1024); /* what came in went in */
+    usleep(200 * 1000);
+    assert_int_equal(orb_stage_pool_lent(src->stage_pool), 0);
+
+    /* 64 READs of 1 MiB whose peer never reads the answers: the socket fills. */
+    int fr = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fr, src, 1), ORB_WIRE_HELLO_OK);
+    for (uint64_t k = 0; k < 64; k++) {
+        struct orb_wire_xfer r = {.addr = (uint64_t)(uintptr_t)remote + k * MIB, .length = MIB,
+                                  .request_addr = (uint64_t)(uintptr_t)remote + k * MIB, .request_length = MIB};
+        assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_READ_REQ, 100 + k, &r, frame, sizeof frame, &flen), 0);
+        assert_int_equal(send(fr, frame, flen, MSG_NOSIGNAL), (ssize_t)flen);
+    }
+    usleep(500 * 1000);
+    assert_int_equal(orb_stage_pool_lent(src->stage_pool), 0);
+
+    /* Meanwhile the whole pool is there for others. */
+    struct orb_reg pool_reg = {.kind = &orb_memkind_host};
+    uint32_t nchunks = orb_stage_pool_max_chunks(src->stage_pool);
+    uint8_t **held = calloc(nchunks, sizeof *held);
+    assert_non_null(held);
+    for (uint32_t i = 0; i < nchunks; i++)
+        assert_int_equal(orb_stage_pool_take(src->stage_pool, &pool_reg, ORB_STAGE_FOR_SOURCE, NULL, &held[i], NULL),
+                         0);
+    for (uint32_t i = 0; i < nchunks; i++)
+        orb_stage_pool_put(src->stage_pool, held[i]);
+    free(held);
+    close(fw);
+    close(fr);
+    free(part);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+}
+
 static void test_slice_len(void **state)
 {
     (void)state;
@@ -1805,6 +1876,7 @@ int main(void)
         cmocka_unit_test(test_release_closes_connections),
         cmocka_unit_test(test_slice_len),
         cmocka_unit_test(test_a_staged_source_waits_for_the_pool),
+        cmocka_unit_test(test_a_stalled_peer_holds_no_staging),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_describe_deadline),
         cmocka_unit_test(test_control_calls),
