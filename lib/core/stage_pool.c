@@ -85,7 +85,8 @@ static void wake_all_locked(struct orb_stage_pool *p)
 }
 
 /* One chunk for `who`, made if need be with the lock dropped (the driver takes a while to pin
- * memory); ORB_EAGAIN when there is none now (lock held on entry and return). */
+ * memory); ORB_EAGAIN when there is none now, ORB_ENOMEM when none could be made (lock held on
+ * entry and return). */
 static int take_locked(struct orb_stage_pool *p, const struct orb_reg *reg, enum orb_stage_taker who,
                        uint8_t **out, uint32_t *index_out)
 {
@@ -106,9 +107,12 @@ static int take_locked(struct orb_stage_pool *p, const struct orb_reg *reg, enum
         uint8_t *c = orb_reg_stage_alloc(reg, p->chunk_bytes, &free_fn);
         pthread_mutex_lock(&p->lock);
         if (c == NULL) {
-            p->chunks[i].state = CHUNK_UNMADE; /* out of memory: wait for a lent chunk instead */
+            /* Out of memory: said to this taker (nothing may come back to wake it); those refused
+             * while the chunk was being made try again. */
+            p->chunks[i].state = CHUNK_UNMADE;
             p->unmade++;
-            return orb_fail(ORB_EAGAIN, "staging pool: no memory for a chunk of %zu bytes", p->chunk_bytes);
+            wake_all_locked(p);
+            return orb_fail(ORB_ENOMEM, "staging pool: no memory for a chunk of %zu bytes", p->chunk_bytes);
         }
         p->chunks[i].bytes = c;
         p->chunks[i].free_fn = free_fn;
@@ -211,6 +215,22 @@ void orb_stage_pool_keep(struct orb_stage_pool *p, const struct orb_reg *reg, ui
         p->chunks[i].state = CHUNK_KEPT;
         p->lent--;
         orb_reg_stage_keep(reg, c, p->chunks[i].free_fn);
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+void orb_stage_pool_retire(struct orb_stage_pool *p, uint32_t i)
+{
+    pthread_mutex_lock(&p->lock);
+    if (i < p->max_chunks && p->chunks[i].state == CHUNK_FREE) {
+        for (uint32_t k = 0; k < p->nfree; k++)
+            if (p->free_stack[k] == i) {
+                p->free_stack[k] = p->free_stack[--p->nfree];
+                break;
+            }
+        p->chunks[i].state = CHUNK_KEPT;
+        ORB_LOGE("staging pool: a chunk of %zu bytes is kept for good: a device mapping of it could not be undone",
+                 p->chunk_bytes);
     }
     pthread_mutex_unlock(&p->lock);
 }

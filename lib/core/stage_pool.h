@@ -50,13 +50,14 @@ int orb_stage_pool_new(size_t chunk_bytes, size_t pool_bytes, uint32_t source_re
 /* A chunk for staging `reg`'s bytes into *out (its index into *index_out when not NULL): one that
  * came back, or a new one while the pool may grow (allocated by reg's memory kind). Never waits.
  * ORB_EAGAIN when none is free for this taker now; `w` (may be NULL) is then queued, atomically
- * with the refusal, and woken once by the next chunk that comes back. ORB_ECLOSED once the pool
- * is closed. */
+ * with the refusal, and woken once by the next chunk that comes back. ORB_ENOMEM when a new chunk
+ * could not be allocated (nothing is queued: the caller fails its work). ORB_ECLOSED once the
+ * pool is closed. */
 int orb_stage_pool_take(struct orb_stage_pool *p, const struct orb_reg *reg, enum orb_stage_taker who,
                         struct orb_stage_waiter *w, uint8_t **out, uint32_t *index_out);
 
 /* As orb_stage_pool_take(), waiting until `deadline` (orb_now_ns() clock) for a chunk.
- * ORB_ERESOURCE naming the pool when none came in time; ORB_ECLOSED once the pool is closed. */
+ * ORB_ERESOURCE naming the pool when none came in time; ORB_ENOMEM, ORB_ECLOSED as above. */
 int orb_stage_pool_take_wait(struct orb_stage_pool *p, const struct orb_reg *reg, enum orb_stage_taker who,
                              uint64_t deadline, uint8_t **out, uint32_t *index_out);
 
@@ -70,6 +71,10 @@ void orb_stage_pool_put(struct orb_stage_pool *p, uint8_t *c);
 /* The device of `reg` may still use chunk `c` (a copy through it was not proven to end): it is
  * never lent or freed again, and counted as retained by its memory kind. */
 void orb_stage_pool_keep(struct orb_stage_pool *p, const struct orb_reg *reg, uint8_t *c);
+
+/* Chunk i, made and not lent, is kept for good (a device may still reach it: a NIC refused to
+ * deregister it): never lent or freed again. No-op for any other chunk. */
+void orb_stage_pool_retire(struct orb_stage_pool *p, uint32_t i);
 
 /* Chunk i's bytes, or NULL while it is not made (or i is out of range). */
 uint8_t *orb_stage_pool_chunk(struct orb_stage_pool *p, uint32_t i);

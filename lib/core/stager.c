@@ -181,13 +181,15 @@ static void *stager_main(void *arg)
             pthread_mutex_unlock(&st->lock);
             int rc = orb_stage_pool_take(st->pool, reg, ORB_STAGE_FOR_REQUESTER, &st->waiter, &c, NULL);
             pthread_mutex_lock(&st->lock);
-            if (rc == ORB_ECLOSED) { /* the engine is closing: the head fails */
+            if (rc != 0 && rc != ORB_EAGAIN) { /* closing, or no memory: the head fails */
                 if (n > 0)
                     break;
+                char why[256];
+                snprintf(why, sizeof why, "%s", rc == ORB_ECLOSED ? "the engine is closing" : orb_last_error());
                 struct orb_stage_job *dead = pop(&st->sub_head, &st->sub_tail);
                 pthread_mutex_unlock(&st->lock);
                 atomic_fetch_sub(&st->inflight, 1);
-                orb_xfer_done_why(dead->x, ORB_ECLOSED, ORB_REMOTE_EFFECT_NONE, "the engine is closing");
+                orb_xfer_done_why(dead->x, rc, ORB_REMOTE_EFFECT_NONE, why);
                 pthread_mutex_lock(&st->lock);
                 continue;
             }

@@ -280,8 +280,10 @@ void rdma_staging_destroy(struct orb_rdma_tp *tp)
         return;
     }
     for (uint32_t i = 0; i < s->nchunks; i++) {
-        if (s->chunk_mrs[i] != NULL && orb_rdma_reg_mrs_destroy(tp->env.mr_ops, tp->ops_impl, s->chunk_mrs[i]) != 0)
-            ORB_LOGE("rdma: a NIC refused to deregister a chunk of the staging pool: its MRs are kept");
+        if (s->chunk_mrs[i] != NULL && orb_rdma_reg_mrs_destroy(tp->env.mr_ops, tp->ops_impl, s->chunk_mrs[i]) != 0) {
+            ORB_LOGE("rdma: a NIC refused to deregister a chunk of the staging pool: it is kept, with its MRs");
+            orb_stage_pool_retire(orb_engine_stage_pool(tp->engine), i); /* the NIC may still reach it */
+        }
     }
     free(s->chunk_mrs);
     if (s->mrs != NULL) {

@@ -226,6 +226,29 @@ static void test_a_kept_chunk_is_never_lent_again(void **state)
     free(a);                    /* the kept chunk, which the pool never frees */
 }
 
+/* A retired chunk (one a NIC would not let go of) is never lent again nor freed; a lent one
+ * cannot be retired. */
+static void test_a_retired_chunk_is_never_lent_again(void **state)
+{
+    (void)state;
+    struct orb_stage_pool *p = pool_of(2, 0);
+    uint8_t *a = NULL, *b = NULL, *c = NULL;
+    uint32_t ia = 0, ib = 0;
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &a, &ia), 0);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &b, &ib), 0);
+    orb_stage_pool_retire(p, ib); /* lent: nothing */
+    orb_stage_pool_put(p, a);
+    orb_stage_pool_put(p, b);
+    orb_stage_pool_retire(p, ia);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &c, NULL), 0);
+    assert_ptr_equal(c, b);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &c, NULL), ORB_EAGAIN);
+    orb_stage_pool_put(p, b);
+    orb_stage_pool_free(p);
+    assert_int_equal(freed, 1); /* b only */
+    free(a);                    /* the retired chunk, which the pool never frees */
+}
+
 /* Closing refuses later takes, wakes waiters and ends bounded waits at once. */
 static void test_closing_wakes_everyone(void **state)
 {
@@ -255,6 +278,7 @@ int main(void)
         cmocka_unit_test_setup(test_a_waiter_is_woken_once, setup),
         cmocka_unit_test_setup(test_a_bounded_wait, setup),
         cmocka_unit_test_setup(test_a_kept_chunk_is_never_lent_again, setup),
+        cmocka_unit_test_setup(test_a_retired_chunk_is_never_lent_again, setup),
         cmocka_unit_test_setup(test_closing_wakes_everyone, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
