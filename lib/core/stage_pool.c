@@ -28,6 +28,7 @@ struct orb_stage_pool {
     uint32_t nfree;
     uint32_t unmade;      /* CHUNK_UNMADE chunks */
     uint32_t lent;
+    uint32_t kept;        /* CHUNK_KEPT chunks, gone for good */
     uint32_t sleepers;    /* blocking takers */
     struct orb_stage_waiter *waiters;
     bool closed;
@@ -92,6 +93,12 @@ static int take_locked(struct orb_stage_pool *p, const struct orb_reg *reg, enum
 {
     if (p->closed)
         return orb_fail(ORB_ECLOSED, "staging pool: the engine is closing");
+    /* Kept chunks never come back: a taker that could never have one fails instead of waiting. */
+    uint32_t usable = p->max_chunks - (who == ORB_STAGE_FOR_SOURCE ? 0 : p->reserve);
+    if (p->kept >= usable)
+        return orb_fail(ORB_ERESOURCE, "staging pool: %u of its %u chunks are kept for good (copies through them "
+                        "were not proven to end, or a NIC would not let go of them): none is left for %s", p->kept,
+                        p->max_chunks, who == ORB_STAGE_FOR_SOURCE ? "sources" : "requests");
     if (!room_for(p, who))
         return ORB_EAGAIN;
     uint32_t i;
@@ -150,7 +157,7 @@ int orb_stage_pool_take_wait(struct orb_stage_pool *p, const struct orb_reg *reg
     int rc;
     while ((rc = take_locked(p, reg, who, out, index_out)) == ORB_EAGAIN) {
         if (orb_now_ns() >= deadline) {
-            rc = orb_fail(ORB_ERESOURCE, "staging pool: all %u chunks of %zu bytes stayed lent%s", p->max_chunks,
+            rc = orb_fail(ORB_ETIMEDOUT, "staging pool: all %u chunks of %zu bytes stayed lent%s", p->max_chunks,
                           p->chunk_bytes, who == ORB_STAGE_FOR_REQUESTER ? " (or reserved for sources)" : "");
             break;
         }
@@ -214,7 +221,9 @@ void orb_stage_pool_keep(struct orb_stage_pool *p, const struct orb_reg *reg, ui
     if (i < p->max_chunks) {
         p->chunks[i].state = CHUNK_KEPT;
         p->lent--;
+        p->kept++;
         orb_reg_stage_keep(reg, c, p->chunks[i].free_fn);
+        wake_all_locked(p); /* a waiter that can now never have a chunk fails */
     }
     pthread_mutex_unlock(&p->lock);
 }
@@ -229,6 +238,8 @@ void orb_stage_pool_retire(struct orb_stage_pool *p, uint32_t i)
                 break;
             }
         p->chunks[i].state = CHUNK_KEPT;
+        p->kept++;
+        wake_all_locked(p);
         ORB_LOGE("staging pool: a chunk of %zu bytes is kept for good: a device mapping of it could not be undone",
                  p->chunk_bytes);
     }

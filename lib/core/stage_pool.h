@@ -51,13 +51,15 @@ int orb_stage_pool_new(size_t chunk_bytes, size_t pool_bytes, uint32_t source_re
  * came back, or a new one while the pool may grow (allocated by reg's memory kind). Never waits.
  * ORB_EAGAIN when none is free for this taker now; `w` (may be NULL) is then queued, atomically
  * with the refusal, and woken once by the next chunk that comes back. ORB_ENOMEM when a new chunk
- * could not be allocated (nothing is queued: the caller fails its work). ORB_ECLOSED once the
- * pool is closed. */
+ * could not be allocated, ORB_ERESOURCE when so many chunks are kept for good that this taker
+ * could never have one (nothing is queued either way: the caller fails its work). ORB_ECLOSED
+ * once the pool is closed. */
 int orb_stage_pool_take(struct orb_stage_pool *p, const struct orb_reg *reg, enum orb_stage_taker who,
                         struct orb_stage_waiter *w, uint8_t **out, uint32_t *index_out);
 
 /* As orb_stage_pool_take(), waiting until `deadline` (orb_now_ns() clock) for a chunk.
- * ORB_ERESOURCE naming the pool when none came in time; ORB_ENOMEM, ORB_ECLOSED as above. */
+ * ORB_ETIMEDOUT naming the pool when none came in time; ORB_ENOMEM, ORB_ERESOURCE, ORB_ECLOSED as
+ * above. */
 int orb_stage_pool_take_wait(struct orb_stage_pool *p, const struct orb_reg *reg, enum orb_stage_taker who,
                              uint64_t deadline, uint8_t **out, uint32_t *index_out);
 

@@ -78,8 +78,12 @@ static int pool_take(struct orb_rdma_tp *tp, const struct orb_reg *reg, uint64_t
         for (;;) {
             uint64_t now = orb_now_ns(), step = now + STAGE_WAIT_STEP_NS;
             rc = orb_stage_pool_take_wait(pool, reg, who, step < deadline ? step : deadline, &c, &i);
-            if (rc != ORB_ERESOURCE || orb_now_ns() >= deadline)
+            if (rc != ORB_ETIMEDOUT)
                 break;
+            if (orb_now_ns() >= deadline) {
+                rc = orb_fail_wrap(ORB_ERESOURCE, "rdma: device staging stayed full until io_timeout_s");
+                break;
+            }
             if (atomic_load(&tp->stopping))
                 return orb_fail(ORB_ECLOSED, "rdma: the transport is stopped");
         }

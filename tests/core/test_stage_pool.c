@@ -178,7 +178,7 @@ static void *put_later(void *arg)
     return NULL;
 }
 
-/* A bounded wait ends with ORB_ERESOURCE at its deadline, or with the chunk another thread gives
+/* A bounded wait ends with ORB_ETIMEDOUT at its deadline, or with the chunk another thread gives
  * back before it. */
 static void test_a_bounded_wait(void **state)
 {
@@ -189,7 +189,7 @@ static void test_a_bounded_wait(void **state)
                                               &a, NULL), 0);
     uint64_t t0 = orb_now_ns();
     assert_int_equal(orb_stage_pool_take_wait(p, &reg, ORB_STAGE_FOR_REQUESTER, orb_deadline_after(30000000ull), &b,
-                                              NULL), ORB_ERESOURCE);
+                                              NULL), ORB_ETIMEDOUT);
     assert_true(orb_now_ns() - t0 >= 30000000ull);
     assert_non_null(strstr(orb_last_error(), "stayed lent"));
     assert_null(b);
@@ -224,6 +224,38 @@ static void test_a_kept_chunk_is_never_lent_again(void **state)
     orb_stage_pool_free(p);
     assert_int_equal(freed, 1); /* b only */
     free(a);                    /* the kept chunk, which the pool never frees */
+}
+
+/* Once so many chunks are kept that a taker could never have one, it fails at once (a requester
+ * when only the sources' reserve would be left, a source when none is), and a waiter is woken
+ * to learn it: nothing waits for good. */
+static void test_a_pool_kept_away_fails_its_takers(void **state)
+{
+    (void)state;
+    wakes = 0;
+    struct orb_stage_pool *p = pool_of(3, 1);
+    struct orb_stage_waiter w = {.wake = count_wake};
+    uint8_t *a = NULL, *b = NULL, *c = NULL, *none = NULL;
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &a, NULL), 0);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &b, NULL), 0);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, &w, &none, NULL), ORB_EAGAIN);
+    orb_stage_pool_keep(p, &reg, a);
+    assert_int_equal(wakes, 1);
+    orb_stage_pool_keep(p, &reg, b);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, &w, &none, NULL), ORB_ERESOURCE);
+    assert_non_null(strstr(orb_last_error(), "kept for good"));
+    assert_false(w.queued);
+    assert_int_equal(orb_stage_pool_take_wait(p, &reg, ORB_STAGE_FOR_REQUESTER, orb_deadline_after(10000000000ull),
+                                              &none, NULL), ORB_ERESOURCE);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &c, NULL), 0);
+    orb_stage_pool_keep(p, &reg, c);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &none, NULL), ORB_ERESOURCE);
+    assert_int_equal(kept, 3);
+    orb_stage_pool_free(p);
+    assert_int_equal(freed, 0);
+    free(a);
+    free(b);
+    free(c);
 }
 
 /* A retired chunk (one a NIC would not let go of) is never lent again nor freed; a lent one
@@ -279,6 +311,7 @@ int main(void)
         cmocka_unit_test_setup(test_a_bounded_wait, setup),
         cmocka_unit_test_setup(test_a_kept_chunk_is_never_lent_again, setup),
         cmocka_unit_test_setup(test_a_retired_chunk_is_never_lent_again, setup),
+        cmocka_unit_test_setup(test_a_pool_kept_away_fails_its_takers, setup),
         cmocka_unit_test_setup(test_closing_wakes_everyone, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
