@@ -1351,19 +1351,18 @@ static void test_a_stalled_peer_holds_no_staging(void **state)
     uint8_t frame[ORB_WIRE_HEADER_LEN + 256];
     size_t flen = 0;
 
-    /* A WRITE of 2 MiB whose peer sends the first 300000 bytes and then nothing (the source wakes
-     * for a long payload once 256 KiB are there: at least those go in). */
+    /* A WRITE of 400 KiB whose peer sends the first 300000 bytes and then nothing. */
     int fw = th_raw_connect(src);
     assert_int_equal(th_raw_hello(fw, src, 1), ORB_WIRE_HELLO_OK);
-    struct orb_wire_xfer w = {.addr = (uint64_t)(uintptr_t)remote, .length = 2 * MIB,
-                              .request_addr = (uint64_t)(uintptr_t)remote, .request_length = 2 * MIB};
+    struct orb_wire_xfer w = {.addr = (uint64_t)(uintptr_t)remote, .length = 400 * 1024,
+                              .request_addr = (uint64_t)(uintptr_t)remote, .request_length = 400 * 1024};
     assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_WRITE_REQ, 1, &w, frame, sizeof frame, &flen), 0);
     assert_int_equal(send(fw, frame, flen, MSG_NOSIGNAL), (ssize_t)flen);
     uint8_t *part = local_buf(300000, 3);
     assert_int_equal(send(fw, part, 300000, MSG_NOSIGNAL), 300000);
-    for (int i = 0; i < 100 && memcmp(remote, part, 256 * 1024) != 0; i++)
+    for (int i = 0; i < 300 && memcmp(remote, part, 300000) != 0; i++)
         usleep(10 * 1000);
-    assert_memory_equal(remote, part, 256 * 1024); /* what came in went in */
+    assert_memory_equal(remote, part, 300000); /* what came in went in */
     usleep(200 * 1000);
     assert_int_equal(orb_stage_pool_lent(src->stage_pool), 0);
 
