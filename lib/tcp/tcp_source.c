@@ -11,7 +11,8 @@
  * shared with the other transports and held only while staged bytes move, never while the
  * connection waits for its peer: a READ's payload is copied out chunk by chunk as the socket
  * takes it (a chunk the socket would not take whole goes back, and its unsent bytes are copied
- * again when the socket has room); a WRITE's is received chunk by chunk and copied in (a chunk
+ * again when the socket has room; only the payload's last chunk stays, since the range's loan
+ * ended when it was copied out); a WRITE's is received chunk by chunk and copied in (a chunk
  * the peer has not filled yet is copied in as far as it got, and goes back). When the pool has no
  * chunk, the connection waits (it neither sends the staged answer nor reads the payload) until
  * one comes back and it is poked. So a peer that stops reading or sending holds no staging.
@@ -53,6 +54,7 @@ struct src_resp {
     uint64_t tag;                   /* READ_RESP: the request's */
     struct orb_reg *pin;            /* READ_RESP: released once the payload is out */
     void *loan;                     /* a staged payload's range loan, given back with the pin */
+    bool lent_range;                /* it had one: once it ended, its bytes are not copied again */
     uint8_t *heap;                  /* DESCRIBE_RESP (owned) */
     uint8_t head_buf[SRC_TX_SMALL];
 };
@@ -247,6 +249,7 @@ static struct src_resp *src_tx_slot(struct tcp_source_conn *s)
     r->payload_len = 0;
     r->pin = NULL;
     r->loan = NULL;
+    r->lent_range = false;
     r->heap = NULL;
     return r;
 }
@@ -445,7 +448,12 @@ static int src_tx(struct tcp_source_conn *s)
             return (int)sent;
         if (sent == 0) {
             s->can_send = 0;
-            src_stage_drop(s); /* the peer may never read on: it holds no staging meanwhile */
+            /* The peer may never read on: it holds no staging meanwhile, unless the chunk holds
+             * the tail of a payload whose range loan ended when it was copied (others may change
+             * those bytes now: they are not copied again). */
+            const struct src_resp *head = &s->tx[s->tx_first];
+            if (!(head->lent_range && head->loan == NULL))
+                src_stage_drop(s);
             return 0;
         }
         tcp_conn_touch(&s->base);
@@ -571,6 +579,7 @@ static int src_read(struct tcp_source_conn *s, const uint8_t *body, size_t len)
     r->tag = s->hdr.tag;
     r->pin = pin;
     r->loan = loan;
+    r->lent_range = loan != NULL;
     src_tx_push(s);
     return 0;
 }

@@ -1326,6 +1326,121 @@ static void test_a_staged_source_waits_for_the_pool(void **state)
     orb_host_memory_unref(owner);
 }
 
+/* A staged kind that lends ranges, as device memory does, and checks that every copy out of it
+ * lies inside a range lent at that moment. */
+#define LOANS_MAX 64
+static pthread_mutex_t loans_lock = PTHREAD_MUTEX_INITIALIZER;
+struct test_loan {
+    uint64_t addr, len;
+    bool live;
+};
+static struct test_loan loans[LOANS_MAX];
+static int copies_outside_a_loan;
+
+static int lending_loan(const struct orb_reg *reg, uint64_t addr, uint64_t len, int writes, void **out)
+{
+    (void)reg;
+    (void)writes;
+    pthread_mutex_lock(&loans_lock);
+    int rc = ORB_ENOMEM;
+    for (int i = 0; i < LOANS_MAX; i++)
+        if (!loans[i].live) {
+            loans[i].addr = addr;
+            loans[i].len = len;
+            loans[i].live = true;
+            *out = &loans[i];
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&loans_lock);
+    return rc;
+}
+
+static void lending_loan_end(void *loan)
+{
+    pthread_mutex_lock(&loans_lock);
+    ((struct test_loan *)loan)->live = false;
+    pthread_mutex_unlock(&loans_lock);
+}
+
+static int lending_to_host(const struct orb_reg *reg, uint64_t addr, void *host, size_t len, bool *held)
+{
+    pthread_mutex_lock(&loans_lock);
+    bool inside = false;
+    for (int i = 0; i < LOANS_MAX && !inside; i++)
+        inside = loans[i].live && addr >= loans[i].addr && addr + len <= loans[i].addr + loans[i].len;
+    if (!inside)
+        copies_outside_a_loan++;
+    pthread_mutex_unlock(&loans_lock);
+    return staged_to_host(reg, addr, host, len, held);
+}
+
+/* A peer that asks for staged READs of lent memory and stops reading: the source gives back
+ * every chunk it would copy again, and keeps at most the one holding a payload's tail (its loan
+ * ended when it was copied out): no byte is ever copied out of the memory outside a loan. When
+ * the peer reads on, every answer arrives whole and right. */
+static void test_a_stalled_reader_never_copies_outside_a_loan(void **state)
+{
+    (void)state;
+    orb_engine *src = th_engine_new(NULL);
+    struct orb_memkind_ops lending_kind = orb_memkind_host;
+    lending_kind.name = "test-lending";
+    lending_kind.cpu_view = staged_cpu_view;
+    lending_kind.to_host = lending_to_host;
+    lending_kind.from_host = staged_from_host;
+    lending_kind.loan = lending_loan;
+    lending_kind.loan_end = lending_loan_end;
+    const size_t len = 48 * MIB, each = 3 * MIB / 2, n = len / each;
+    orb_host_memory *owner = NULL;
+    assert_int_equal(orb_host_memory_alloc(len, 0, &owner), 0);
+    uint8_t *remote = orb_host_memory_data(owner);
+    th_fill(remote, len, 12);
+    struct orb_reg_range range = {.kind = &lending_kind, .owner = owner, .offset = 0, .length = len,
+                                  .perm = ORB_PERM_REMOTE_READ};
+    orb_reg_id id;
+    assert_int_equal(orb_registry_add_ranges(src->registry, &range, 1, &id), 0);
+    copies_outside_a_loan = 0;
+    int fr = th_raw_connect(src);
+    assert_int_equal(th_raw_hello(fr, src, 1), ORB_WIRE_HELLO_OK);
+    uint8_t frame[ORB_WIRE_HEADER_LEN + 256];
+    size_t flen = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        struct orb_wire_xfer r = {.addr = (uint64_t)(uintptr_t)remote + k * each, .length = each,
+                                  .request_addr = (uint64_t)(uintptr_t)remote + k * each, .request_length = each};
+        assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_READ_REQ, 200 + k, &r, frame, sizeof frame, &flen), 0);
+        assert_int_equal(send(fr, frame, flen, MSG_NOSIGNAL), (ssize_t)flen);
+    }
+    usleep(500 * 1000);
+    assert_true(orb_stage_pool_lent(src->stage_pool) <= 1);
+    /* The peer reads on: every answer, whole. */
+    uint8_t *got = malloc(each);
+    assert_non_null(got);
+    for (uint64_t k = 0; k < n; k++) {
+        uint8_t head[ORB_WIRE_HEADER_LEN + 64];
+        assert_int_equal(recv(fr, head, ORB_WIRE_HEADER_LEN, MSG_WAITALL), ORB_WIRE_HEADER_LEN);
+        struct orb_wire_header h;
+        assert_int_equal(orb_wire_header_decode(head, &h), 0);
+        assert_int_equal(h.type, ORB_WIRE_READ_RESP);
+        assert_true(h.body_len <= 64);
+        assert_int_equal(recv(fr, head + ORB_WIRE_HEADER_LEN, h.body_len, MSG_WAITALL), (ssize_t)h.body_len);
+        size_t at = 0;
+        while (at < each) {
+            ssize_t r = recv(fr, got + at, each - at, MSG_WAITALL);
+            assert_true(r > 0);
+            at += (size_t)r;
+        }
+        assert_memory_equal(got, remote + k * each, each);
+    }
+    assert_int_equal(copies_outside_a_loan, 0);
+    for (int i = 0; i < 50 && orb_stage_pool_lent(src->stage_pool) != 0; i++)
+        usleep(10 * 1000);
+    assert_int_equal(orb_stage_pool_lent(src->stage_pool), 0);
+    free(got);
+    close(fr);
+    th_engine_free(src);
+    orb_host_memory_unref(owner);
+}
+
 /* A peer that stops sending a staged WRITE's payload, or never reads the answers of staged READs
  * it asked for, holds no chunk of the source's staging pool while the source waits for it: what
  * a WRITE's chunk held goes in and the chunk goes back; a READ's chunk that the socket would not
@@ -1876,6 +1991,7 @@ int main(void)
         cmocka_unit_test(test_slice_len),
         cmocka_unit_test(test_a_staged_source_waits_for_the_pool),
         cmocka_unit_test(test_a_stalled_peer_holds_no_staging),
+        cmocka_unit_test(test_a_stalled_reader_never_copies_outside_a_loan),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_describe_deadline),
         cmocka_unit_test(test_control_calls),
