@@ -480,7 +480,8 @@ static int src_tx(struct tcp_source_conn *s)
             s->tx_count--;
         }
     }
-    src_stage_drop(s); /* all sent, or the turn is spent: nothing of it waits in the chunk */
+    if (s->tx_count == 0)
+        src_stage_drop(s); /* all sent: nothing waits in the chunk */
     return 0;
 }
 
