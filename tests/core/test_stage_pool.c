@@ -204,26 +204,39 @@ static void test_a_bounded_wait(void **state)
     orb_stage_pool_free(p);
 }
 
-/* A kept chunk is never lent again nor freed, and its memory kind counts it. */
-static void test_a_kept_chunk_is_never_lent_again(void **state)
+/* A chunk kept (lent, a copy through it unproven: its memory kind counts it) or retired (free,
+ * a NIC would not let go of it) is never lent again nor freed; retiring a lent chunk does
+ * nothing. */
+static void test_a_kept_or_retired_chunk_is_never_lent_again(void **state)
 {
     (void)state;
-    struct orb_stage_pool *p = pool_of(2, 0);
-    uint8_t *a = NULL, *b = NULL, *c = NULL;
-    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &a, NULL), 0);
-    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &b, NULL), 0);
-    orb_stage_pool_keep(p, &reg, a);
-    assert_int_equal(kept, 1);
-    assert_int_equal(orb_stage_pool_lent(p), 1);
-    orb_stage_pool_put(p, a); /* not lent any more: ignored */
-    orb_stage_pool_put(p, b);
-    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &c, NULL), 0);
-    assert_ptr_equal(c, b);
-    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &c, NULL), ORB_EAGAIN);
-    orb_stage_pool_put(p, b);
-    orb_stage_pool_free(p);
-    assert_int_equal(freed, 1); /* b only */
-    free(a);                    /* the kept chunk, which the pool never frees */
+    for (int retire = 0; retire < 2; retire++) {
+        kept = freed = 0;
+        struct orb_stage_pool *p = pool_of(2, 0);
+        uint8_t *a = NULL, *b = NULL, *c = NULL;
+        uint32_t ia = 0, ib = 0;
+        assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &a, &ia), 0);
+        assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &b, &ib), 0);
+        if (retire) {
+            orb_stage_pool_retire(p, ib); /* lent: nothing */
+            orb_stage_pool_put(p, a);
+            orb_stage_pool_retire(p, ia);
+            assert_int_equal(kept, 0);
+        } else {
+            orb_stage_pool_keep(p, &reg, a);
+            assert_int_equal(kept, 1);
+            orb_stage_pool_put(p, a); /* not lent any more: ignored */
+        }
+        assert_int_equal(orb_stage_pool_lent(p), 1);
+        orb_stage_pool_put(p, b);
+        assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &c, NULL), 0);
+        assert_ptr_equal(c, b);
+        assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &c, NULL), ORB_EAGAIN);
+        orb_stage_pool_put(p, b);
+        orb_stage_pool_free(p);
+        assert_int_equal(freed, 1); /* b only */
+        free(a);                    /* the chunk the pool never frees */
+    }
 }
 
 /* Once so many chunks are kept that a taker could never have one, it fails at once (a requester
@@ -258,29 +271,6 @@ static void test_a_pool_kept_away_fails_its_takers(void **state)
     free(c);
 }
 
-/* A retired chunk (one a NIC would not let go of) is never lent again nor freed; a lent one
- * cannot be retired. */
-static void test_a_retired_chunk_is_never_lent_again(void **state)
-{
-    (void)state;
-    struct orb_stage_pool *p = pool_of(2, 0);
-    uint8_t *a = NULL, *b = NULL, *c = NULL;
-    uint32_t ia = 0, ib = 0;
-    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &a, &ia), 0);
-    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &b, &ib), 0);
-    orb_stage_pool_retire(p, ib); /* lent: nothing */
-    orb_stage_pool_put(p, a);
-    orb_stage_pool_put(p, b);
-    orb_stage_pool_retire(p, ia);
-    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &c, NULL), 0);
-    assert_ptr_equal(c, b);
-    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &c, NULL), ORB_EAGAIN);
-    orb_stage_pool_put(p, b);
-    orb_stage_pool_free(p);
-    assert_int_equal(freed, 1); /* b only */
-    free(a);                    /* the retired chunk, which the pool never frees */
-}
-
 /* Closing refuses later takes, wakes waiters and ends bounded waits at once. */
 static void test_closing_wakes_everyone(void **state)
 {
@@ -309,8 +299,7 @@ int main(void)
         cmocka_unit_test_setup(test_the_bound_and_the_reserve, setup),
         cmocka_unit_test_setup(test_a_waiter_is_woken_once, setup),
         cmocka_unit_test_setup(test_a_bounded_wait, setup),
-        cmocka_unit_test_setup(test_a_kept_chunk_is_never_lent_again, setup),
-        cmocka_unit_test_setup(test_a_retired_chunk_is_never_lent_again, setup),
+        cmocka_unit_test_setup(test_a_kept_or_retired_chunk_is_never_lent_again, setup),
         cmocka_unit_test_setup(test_a_pool_kept_away_fails_its_takers, setup),
         cmocka_unit_test_setup(test_closing_wakes_everyone, setup),
     };

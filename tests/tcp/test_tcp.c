@@ -1260,6 +1260,53 @@ static int staged_from_host(const struct orb_reg *reg, uint64_t addr, const void
     return 0;
 }
 
+static struct orb_memkind_ops staged_kind_named(const char *name)
+{
+    struct orb_memkind_ops k = orb_memkind_host;
+    k.name = name;
+    k.cpu_view = staged_cpu_view;
+    k.to_host = staged_to_host;
+    k.from_host = staged_from_host;
+    return k;
+}
+
+/* `len` bytes of host memory filled from `seed`, registered at `src` as memory of `kind` (which
+ * outlives the registration) with `perm`; their owner into *owner_out. */
+static uint8_t *staged_region(orb_engine *src, const struct orb_memkind_ops *kind, size_t len, enum orb_perm perm,
+                              uint8_t seed, orb_host_memory **owner_out)
+{
+    orb_host_memory *owner = NULL;
+    assert_int_equal(orb_host_memory_alloc(len, 0, &owner), 0);
+    uint8_t *bytes = orb_host_memory_data(owner);
+    th_fill(bytes, len, seed);
+    struct orb_reg_range range = {.kind = kind, .owner = owner, .offset = 0, .length = len, .perm = perm};
+    orb_reg_id id;
+    assert_int_equal(orb_registry_add_ranges(src->registry, &range, 1, &id), 0);
+    *owner_out = owner;
+    return bytes;
+}
+
+/* Every chunk of `pool`, as another taker would hold them; *n_out of them. */
+static uint8_t **pool_take_all(struct orb_stage_pool *pool, uint32_t *n_out)
+{
+    struct orb_reg pool_reg = {.kind = &orb_memkind_host};
+    uint32_t n = orb_stage_pool_max_chunks(pool);
+    uint8_t **held = calloc(n, sizeof *held);
+    assert_non_null(held);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(orb_stage_pool_take(pool, &pool_reg, ORB_STAGE_FOR_SOURCE, NULL, &held[i], NULL), 0);
+    *n_out = n;
+    return held;
+}
+
+/* Give back what pool_take_all() took (NULL places: given back already) and free the array. */
+static void pool_put_all(struct orb_stage_pool *pool, uint8_t **held, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        orb_stage_pool_put(pool, held[i]);
+    free(held);
+}
+
 /* The source stages through the engine's one pool: while the pool lends every chunk, a READ's
  * answer and a WRITE's payload wait (nothing fails, nothing is half done); one chunk back and
  * both complete, every byte right; afterwards the source holds no chunk. */
@@ -1268,29 +1315,15 @@ static void test_a_staged_source_waits_for_the_pool(void **state)
     (void)state;
     orb_engine *src = th_engine_new(NULL);
     orb_engine *req = requester_engine();
-    struct orb_memkind_ops staged_kind = orb_memkind_host;
-    staged_kind.name = "test-staged";
-    staged_kind.cpu_view = staged_cpu_view;
-    staged_kind.to_host = staged_to_host;
-    staged_kind.from_host = staged_from_host;
+    struct orb_memkind_ops staged_kind = staged_kind_named("test-staged");
     size_t len = 3 * MIB + 12345; /* several chunks and a tail */
     orb_host_memory *owner = NULL;
-    assert_int_equal(orb_host_memory_alloc(2 * len, 0, &owner), 0);
-    uint8_t *remote = orb_host_memory_data(owner);
-    th_fill(remote, 2 * len, 4);
-    struct orb_reg_range range = {.kind = &staged_kind, .owner = owner, .offset = 0, .length = 2 * len,
-                                  .perm = ORB_PERM_REMOTE_READ | ORB_PERM_REMOTE_WRITE};
-    orb_reg_id id;
-    assert_int_equal(orb_registry_add_ranges(src->registry, &range, 1, &id), 0);
+    uint8_t *remote = staged_region(src, &staged_kind, 2 * len, ORB_PERM_REMOTE_READ | ORB_PERM_REMOTE_WRITE, 4,
+                                    &owner);
 
     /* Every chunk of the source's pool is lent elsewhere. */
-    struct orb_reg pool_reg = {.kind = &orb_memkind_host};
-    uint32_t nchunks = orb_stage_pool_max_chunks(src->stage_pool);
-    uint8_t **held = calloc(nchunks, sizeof *held);
-    assert_non_null(held);
-    for (uint32_t i = 0; i < nchunks; i++)
-        assert_int_equal(orb_stage_pool_take(src->stage_pool, &pool_reg, ORB_STAGE_FOR_SOURCE, NULL,
-                                             &held[i], NULL), 0);
+    uint32_t nchunks = 0;
+    uint8_t **held = pool_take_all(src->stage_pool, &nchunks);
 
     void *peer = th_open(req, src);
     uint8_t *local_r = local_buf(len, 7);
@@ -1306,6 +1339,7 @@ static void test_a_staged_source_waits_for_the_pool(void **state)
     assert_int_equal(th_done_calls(&t[1]), 0);
 
     orb_stage_pool_put(src->stage_pool, held[0]); /* one chunk serves both, one after the other */
+    held[0] = NULL;
     assert_int_equal(th_wait(t, 2, 30 * TH_SEC), 0);
     assert_int_equal(t[0].status, 0);
     assert_int_equal(t[1].status, 0);
@@ -1315,9 +1349,7 @@ static void test_a_staged_source_waits_for_the_pool(void **state)
         usleep(10 * 1000);
     assert_int_equal(orb_stage_pool_lent(src->stage_pool), nchunks - 1);
 
-    for (uint32_t i = 1; i < nchunks; i++)
-        orb_stage_pool_put(src->stage_pool, held[i]);
-    free(held);
+    pool_put_all(src->stage_pool, held, nchunks);
     free(local_r);
     free(local_w);
     T->peer_release(peer);
@@ -1383,22 +1415,13 @@ static void test_a_stalled_reader_never_copies_outside_a_loan(void **state)
 {
     (void)state;
     orb_engine *src = th_engine_new(NULL);
-    struct orb_memkind_ops lending_kind = orb_memkind_host;
-    lending_kind.name = "test-lending";
-    lending_kind.cpu_view = staged_cpu_view;
+    struct orb_memkind_ops lending_kind = staged_kind_named("test-lending");
     lending_kind.to_host = lending_to_host;
-    lending_kind.from_host = staged_from_host;
     lending_kind.loan = lending_loan;
     lending_kind.loan_end = lending_loan_end;
     const size_t len = 48 * MIB, each = 3 * MIB / 2, n = len / each;
     orb_host_memory *owner = NULL;
-    assert_int_equal(orb_host_memory_alloc(len, 0, &owner), 0);
-    uint8_t *remote = orb_host_memory_data(owner);
-    th_fill(remote, len, 12);
-    struct orb_reg_range range = {.kind = &lending_kind, .owner = owner, .offset = 0, .length = len,
-                                  .perm = ORB_PERM_REMOTE_READ};
-    orb_reg_id id;
-    assert_int_equal(orb_registry_add_ranges(src->registry, &range, 1, &id), 0);
+    uint8_t *remote = staged_region(src, &lending_kind, len, ORB_PERM_REMOTE_READ, 12, &owner);
     copies_outside_a_loan = 0;
     int fr = th_raw_connect(src);
     assert_int_equal(th_raw_hello(fr, src, 1), ORB_WIRE_HELLO_OK);
@@ -1449,20 +1472,11 @@ static void test_a_stalled_peer_holds_no_staging(void **state)
 {
     (void)state;
     orb_engine *src = th_engine_new(NULL);
-    struct orb_memkind_ops staged_kind = orb_memkind_host;
-    staged_kind.name = "test-staged";
-    staged_kind.cpu_view = staged_cpu_view;
-    staged_kind.to_host = staged_to_host;
-    staged_kind.from_host = staged_from_host;
+    struct orb_memkind_ops staged_kind = staged_kind_named("test-staged");
     const size_t len = 64 * MIB;
     orb_host_memory *owner = NULL;
-    assert_int_equal(orb_host_memory_alloc(len, 0, &owner), 0);
-    uint8_t *remote = orb_host_memory_data(owner);
+    uint8_t *remote = staged_region(src, &staged_kind, len, ORB_PERM_REMOTE_READ | ORB_PERM_REMOTE_WRITE, 0, &owner);
     memset(remote, 0, len);
-    struct orb_reg_range range = {.kind = &staged_kind, .owner = owner, .offset = 0, .length = len,
-                                  .perm = ORB_PERM_REMOTE_READ | ORB_PERM_REMOTE_WRITE};
-    orb_reg_id id;
-    assert_int_equal(orb_registry_add_ranges(src->registry, &range, 1, &id), 0);
     uint8_t frame[ORB_WIRE_HEADER_LEN + 256];
     size_t flen = 0;
 
@@ -1494,16 +1508,9 @@ static void test_a_stalled_peer_holds_no_staging(void **state)
     assert_int_equal(orb_stage_pool_lent(src->stage_pool), 0);
 
     /* Meanwhile the whole pool is there for others. */
-    struct orb_reg pool_reg = {.kind = &orb_memkind_host};
-    uint32_t nchunks = orb_stage_pool_max_chunks(src->stage_pool);
-    uint8_t **held = calloc(nchunks, sizeof *held);
-    assert_non_null(held);
-    for (uint32_t i = 0; i < nchunks; i++)
-        assert_int_equal(orb_stage_pool_take(src->stage_pool, &pool_reg, ORB_STAGE_FOR_SOURCE, NULL, &held[i], NULL),
-                         0);
-    for (uint32_t i = 0; i < nchunks; i++)
-        orb_stage_pool_put(src->stage_pool, held[i]);
-    free(held);
+    uint32_t nchunks = 0;
+    uint8_t **held = pool_take_all(src->stage_pool, &nchunks);
+    pool_put_all(src->stage_pool, held, nchunks);
     close(fw);
     close(fr);
     free(part);
