@@ -141,6 +141,11 @@ static const struct orb_rdma_env real_env = {
     .query_port = real_query_port,
 };
 
+const struct orb_rdma_env *orb_rdma_real_env(void)
+{
+    return &real_env;
+}
+
 /* ---- start --------------------------------------------------------------------------------- */
 
 /* The NICs' tiers for host memory of each location, from discovery and the priority matrix

@@ -193,6 +193,9 @@ struct orb_rdma_tp {
 
 /* start() with `env` (copied; its impl must outlive the transport). */
 int orb_rdma_tp_start_with(orb_engine *engine, const struct orb_rdma_env *env, void **tp_out);
+/* The environment orb_rdma_transport starts with (libibverbs, the helper, /sys), for tests that
+ * replace one part of it. */
+const struct orb_rdma_env *orb_rdma_real_env(void);
 
 /* The registration state the transport attached to `reg` (NULL: none: staged, or no RDMA). */
 const struct orb_rdma_reg_mrs *orb_rdma_tp_reg_mrs(const struct orb_reg *reg);

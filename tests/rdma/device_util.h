@@ -13,6 +13,7 @@
 
 #include <orbite/orbite.h>
 
+#include "core/engine_internal.h"
 #include "core/error.h"
 #include "rdma/verbs.h"
 
@@ -76,8 +77,10 @@ static inline bool rdma_test_present(const char *list)
 /* An engine with the RDMA settings kv[] (key, value pairs, NULL-terminated; NULL: defaults;
  * the key "io_timeout_s" sets the engine's own setting instead), the helper setting `helper` and
  * the source side on or off, into *out. 0, or the failing call's status with orb_last_error()
- * saying why (a setting the RDMA config refused included). */
-static inline int rdma_test_engine(const char *const *kv, int source, enum orb_helper_mode helper, orb_engine **out)
+ * saying why (a setting the RDMA config refused included). The transports are ops[0..n)
+ * (orb_engine_create_with: tests replace one), or the library's own where ops is NULL. */
+static inline int rdma_test_engine_with(const char *const *kv, int source, enum orb_helper_mode helper,
+                                        const struct orb_transport_ops *const *ops, size_t n, orb_engine **out)
 {
     orb_rdma_config *rdma = NULL;
     int rc = orb_rdma_config_new(&rdma);
@@ -97,10 +100,16 @@ static inline int rdma_test_engine(const char *const *kv, int source, enum orb_h
             cfg.io_timeout_s = io_timeout_s;
         struct orb_engine_params p = {.field_mask = ORB_ENGINE_PARAM_CONFIG | ORB_ENGINE_PARAM_RDMA,
                                       .config = &cfg, .rdma = rdma};
-        rc = orb_engine_create_params(&p, out);
+        rc = ops != NULL ? orb_engine_create_with(&cfg, rdma, ops, n, out) : orb_engine_create_params(&p, out);
     }
     orb_rdma_config_free(rdma);
     return rc;
+}
+
+/* rdma_test_engine_with() with the library's own transports. */
+static inline int rdma_test_engine(const char *const *kv, int source, enum orb_helper_mode helper, orb_engine **out)
+{
+    return rdma_test_engine_with(kv, source, helper, NULL, 0, out);
 }
 
 #endif

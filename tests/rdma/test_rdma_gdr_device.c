@@ -18,7 +18,13 @@
  *  - the NIC's access to GPUDirect memory waits for a producer's recorded work, at either end;
  *  - peermem (a module double in a private mount namespace, the interposer reaching the
  *    stand-in's device bytes): the device pointer registered exactly, both directions, auto
- *    without dma-buf, a refused registration that tries nothing else, a source's route.
+ *    without dma-buf, a refused registration that tries nothing else, a source's route;
+ *  - gpu_source_reuse: where no NIC can make DevX keys, grants stay private; with a DevX double
+ *    (devx_double.h) that makes keys soft-RoCE can serve, the registration's probe, one checked
+ *    key per rail on the connection's own queue pair for each grant, exactly its range and
+ *    direction, invalidated by the requester and destroyed before the ACK; a key that fails its
+ *    check or cannot be made is never published and the request goes private; a key that
+ *    cannot be destroyed keeps what it reaches.
  * Needs the rails topology's devices; elsewhere it exits 77. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,7 +49,9 @@
 #include "cuda/cuda.h"
 #include "cuda/cuda_memory.h"
 #include "device_util.h"
+#include "devx_double.h"
 #include "fakecuda.h"
+#include "rdma/rdma_transport.h"
 #include "verbs_interposer.h"
 
 #define TIMEOUT_NS (60ull * 1000000000ull)
@@ -327,10 +335,13 @@ struct gpu_source {
 
 #define GPU_ALLOC (2 * LEN + 8192)
 
+/* The source engine's transports when a cell replaces them (NULL: the library's). */
+static const struct orb_transport_ops *const *source_ops;
+
 static void gpu_source_open(struct gpu_source *g, const char *const *source_kv, unsigned mul, unsigned add)
 {
     memset(g, 0, sizeof *g);
-    if (rdma_test_engine(source_kv, 1, ORB_HELPER_OFF, &g->s) != 0)
+    if (rdma_test_engine_with(source_kv, 1, ORB_HELPER_OFF, source_ops, 2, &g->s) != 0)
         fail_msg("a Direct source: %s", orb_last_error());
     g->m = device_alloc();
     g->dev = orb_cuda_memory_ptr(g->m);
@@ -899,6 +910,232 @@ static void test_gpu_source_reuse_stays_private_where_keys_cannot_be_made(void *
     itp_dmabuf_as_host(0);
 }
 
+
+/* ---- gpu_source_reuse with keys made (the DevX double, devx_double.h) ------------------------- */
+
+static int devx_start(orb_engine *engine, void **tp_out)
+{
+    struct orb_rdma_env env = *orb_rdma_real_env();
+    env.devx_ops = devx_double_ops();
+    env.devx_verify = devx_double_verify;
+    return orb_rdma_tp_start_with(engine, &env, tp_out);
+}
+
+static struct orb_transport_ops devx_rdma;
+static const struct orb_transport_ops *const devx_source_ops[] = {&orb_tcp_transport, &devx_rdma};
+
+/* A Direct gpu_source_reuse source whose NICs make keys through the double, and its registration
+ * of the allocation's [reg_off, +2 LEN) for remote writes (probed on each NIC). */
+#define REUSE_REG_OFF (4096u + 512u)
+static orb_reg_id reuse_source_open(struct gpu_source *g, unsigned mul, unsigned add)
+{
+    itp_dmabuf_as_host(1);
+    devx_double_install(fake.host_view);
+    devx_rdma = orb_rdma_transport;
+    devx_rdma.start = devx_start;
+    source_ops = devx_source_ops;
+    const char *kv[] = {"rdma_whitelist", RDMA_TEST_SOURCE_NICS, "cuda_memory", "direct", "gpu_source_reuse", "true",
+                        NULL};
+    gpu_source_open(g, kv, mul, add);
+    source_ops = NULL;
+    orb_reg_id id = 0;
+    if (orb_register_cuda_memory(g->s, g->m, REUSE_REG_OFF, 2 * LEN, ORB_PERM_REMOTE_WRITE, &id) != 0)
+        fail_msg("the source's Direct registration: %s", orb_last_error());
+    return id;
+}
+
+static void reuse_source_close(struct gpu_source *g, orb_reg_id id)
+{
+    assert_int_equal(orb_unregister_memory(g->s, id), 0);
+    gpu_source_close(g);
+    itp_dmabuf_as_host(0);
+    for (int f = 0; f < DEVX_DOUBLE_FAULTS; f++)
+        devx_double_fault((enum devx_double_fault)f, 0, 0);
+}
+
+/* The keys made from the `from`-th on: each checked, bound to a QP (never the wildcard), exactly
+ * [addr, +len) with only `op`'s remote right, posted with, invalidated by the peer on its QP and
+ * destroyed. How many. */
+static size_t check_grant_keys(size_t from, size_t to, uint8_t op, uint64_t addr, uint64_t len)
+{
+    size_t n = 0;
+    struct devx_double_key k;
+    for (size_t i = from; i < to && devx_double_key(i, &k); i++, n++) {
+        print_message("key 0x%08x: qpn %u, 0x%llx +%llu, %s, %u posts\n", k.key, k.qpn, (unsigned long long)k.addr,
+                      (unsigned long long)k.len, k.remote_read ? "read" : "write", k.posts);
+        assert_true(k.verified);
+        assert_int_not_equal(k.qpn, 0xFFFFFFu);
+        assert_int_equal(k.addr, addr);
+        assert_int_equal(k.len, len);
+        assert_int_equal(k.remote_read, op == ORB_OP_READ);
+        assert_int_equal(k.remote_write, op == ORB_OP_WRITE);
+        assert_true(k.posts >= 1);
+        assert_true(k.invalidated);
+        assert_true(k.destroyed);
+    }
+    return n;
+}
+
+/* gpu_source_reuse where the NICs make keys: the registration's probe makes, checks and destroys
+ * one READ key per NIC; then each request's grant is one key per rail on the connection's own
+ * queue pair of that rail, exactly the request's range and direction, checked before it is
+ * published, used by the requester's payload, ended by its SEND_WITH_INV on that queue pair and
+ * destroyed before the ACK. No private queue pair, no window bind, no memory window; every byte
+ * lands and nothing around it. */
+static void test_gpu_source_reuse_grants_by_verified_keys(void **state)
+{
+    (void)state;
+    struct devx_double_counts d0 = devx_double_counts();
+    struct gpu_source g;
+    orb_reg_id id = reuse_source_open(&g, 7, 3);
+    const uint64_t base = g.dev + REUSE_REG_OFF;
+    struct devx_double_counts d1 = devx_double_counts();
+    size_t nics = 0;
+    for (const char *p = RDMA_TEST_SOURCE_NICS; *p != '\0'; p++)
+        nics += *p == ',';
+    nics++;
+    assert_int_equal(d1.creates - d0.creates, nics); /* the probe: one key per NIC */
+    assert_int_equal(d1.destroys - d0.destroys, nics);
+    assert_int_equal(d1.verifies - d0.verifies, nics);
+    assert_int_equal(d1.verify_failures, d0.verify_failures);
+    assert_int_equal(d1.live, 0);
+    struct devx_double_key k;
+    for (size_t i = d0.creates; i < d1.creates; i++) {
+        assert_true(devx_double_key(i, &k));
+        assert_true(k.verified && k.destroyed && k.remote_read && !k.remote_write);
+        assert_int_equal(k.posts, 0);
+    }
+    struct orb_rdma_stats s0 = stats_of(g.s), r0 = stats_of(g.e);
+    assert_int_equal(s0.reuse_probe_failures, 0);
+    struct itp_wr_counts w0 = itp_wrs_posted();
+    int64_t mws0 = itp_live_mws();
+
+    struct orb_batch_report rep;
+    memset(g.lbuf, 0x11, GPU_ALLOC);
+    if (move(g.e, g.seg, ORB_OP_READ, base + 9, g.lbuf, 3, LEN + 5, &rep) != 0)
+        fail_msg("a READ by DevX keys: %s", orb_last_error());
+    assert_memory_equal(g.lbuf + 3, g.want + REUSE_REG_OFF + 9, LEN + 5);
+    assert_int_equal(g.lbuf[2], 0x11);
+    assert_int_equal(g.lbuf[3 + LEN + 5], 0x11);
+    struct devx_double_counts d2 = devx_double_counts();
+    size_t rkeys = check_grant_keys(d1.creates, d2.creates, ORB_OP_READ, base + 9, LEN + 5);
+    assert_true(rkeys >= 1);
+
+    for (size_t i = 0; i < LEN; i++)
+        g.lbuf[i] = (uint8_t)(i * 3 + 7);
+    if (move(g.e, g.seg, ORB_OP_WRITE, base + 100, g.lbuf, 0, LEN, &rep) != 0)
+        fail_msg("a WRITE by DevX keys: %s", orb_last_error());
+    memcpy(g.want + REUSE_REG_OFF + 100, g.lbuf, LEN);
+    gpu_source_check(&g);
+    struct devx_double_counts d3 = devx_double_counts();
+    size_t wkeys = check_grant_keys(d2.creates, d3.creates, ORB_OP_WRITE, base + 100, LEN);
+    assert_true(wkeys >= 1);
+
+    assert_int_equal(d3.invalidations - d1.invalidations, rkeys + wkeys);
+    assert_int_equal(d3.refused_posts, d0.refused_posts);
+    assert_int_equal(d3.live, 0);
+    struct orb_rdma_stats s1 = stats_of(g.s);
+    assert_int_equal(s1.reuse_grants - s0.reuse_grants, 2);
+    assert_int_equal(s1.private_grants, s0.private_grants);
+    assert_int_equal(s1.kept_keys, 0);
+    assert_int_equal(s1.grants_active, 0);
+    assert_int_equal(stats_of(g.e).reconnects, r0.reconnects);
+    struct itp_wr_counts w1 = itp_wrs_posted();
+    assert_int_equal(w1.binds, w0.binds);
+    assert_int_equal(w1.sends_with_inv - w0.sends_with_inv, rkeys + wkeys); /* one per rail's key */
+    assert_int_equal(itp_live_mws(), mws0);
+    reuse_source_close(&g, id);
+}
+
+/* A key that fails the helper's check at a grant (the device bound it to the wildcard QP) is
+ * destroyed unpublished, with any key already made for the grant's other rails, and the request
+ * is granted privately, every byte landing. A probe that fails on a NIC leaves that NIC's grants
+ * private (counted once), and a NIC that cannot make keys at all is the same. */
+static void test_a_key_that_fails_its_check_is_never_published(void **state)
+{
+    (void)state;
+    struct gpu_source g;
+    orb_reg_id id = reuse_source_open(&g, 5, 1);
+    const uint64_t base = g.dev + REUSE_REG_OFF;
+    struct orb_batch_report rep;
+    struct orb_rdma_stats s0 = stats_of(g.s);
+    for (uint32_t skip = 0; skip < 2; skip++) {
+        struct devx_double_counts d0 = devx_double_counts();
+        devx_double_fault(DEVX_DOUBLE_WILDCARD, skip, 1);
+        memset(g.lbuf, 0x22, GPU_ALLOC);
+        if (move(g.e, g.seg, ORB_OP_READ, base + 1000 * skip, g.lbuf, 1, LEN + 3, &rep) != 0)
+            fail_msg("a READ whose key failed its check: %s", orb_last_error());
+        assert_memory_equal(g.lbuf + 1, g.want + REUSE_REG_OFF + 1000 * skip, LEN + 3);
+        assert_int_equal(g.lbuf[0], 0x22);
+        assert_int_equal(g.lbuf[1 + LEN + 3], 0x22);
+        struct devx_double_counts d1 = devx_double_counts();
+        assert_true(d1.verify_failures - d0.verify_failures == 1 || skip > 0);
+        assert_int_equal(d1.live, 0); /* the failed key and any made before it: destroyed */
+        assert_int_equal(d1.refused_posts, d0.refused_posts);
+        for (size_t i = d0.creates; i < d1.creates; i++) {
+            struct devx_double_key k;
+            assert_true(devx_double_key(i, &k));
+            assert_int_equal(k.posts, 0); /* none was published */
+        }
+    }
+    struct orb_rdma_stats s1 = stats_of(g.s);
+    assert_int_equal(s1.private_grants - s0.private_grants, 2);
+    assert_int_equal(s1.reuse_grants, s0.reuse_grants);
+    assert_int_equal(s1.grants_active, 0);
+    /* A refused CREATE: the same. */
+    devx_double_fault(DEVX_DOUBLE_CREATE_REFUSED, 0, 1);
+    if (move(g.e, g.seg, ORB_OP_WRITE, base + 64, g.lbuf, 0, 4096, &rep) != 0)
+        fail_msg("a WRITE whose key the device would not make: %s", orb_last_error());
+    memcpy(g.want + REUSE_REG_OFF + 64, g.lbuf, 4096);
+    gpu_source_check(&g);
+    assert_int_equal(stats_of(g.s).private_grants - s1.private_grants, 1);
+
+    /* A probe that fails on a NIC: that registration's grants on that NIC stay private. */
+    uint64_t probes0 = stats_of(g.s).reuse_probe_failures;
+    devx_double_fault(DEVX_DOUBLE_WILDCARD, 0, 1);
+    orb_reg_id id2 = 0;
+    assert_int_equal(orb_register_cuda_memory(g.s, g.m, 0, 4096, ORB_PERM_REMOTE_READ, &id2), 0);
+    assert_int_equal(stats_of(g.s).reuse_probe_failures - probes0, 1);
+    assert_int_equal(devx_double_counts().live, 0);
+    assert_int_equal(orb_unregister_memory(g.s, id2), 0);
+    reuse_source_close(&g, id);
+}
+
+/* A key the device refuses to destroy keeps its authority uncertain, so what it reaches is kept
+ * for good, counted in kept_keys: at a grant's end the request fails with ORB_EUNQUIESCED and the
+ * device allocation outlives its registration, its owner and the engines; at a registration's
+ * probe the registration fails with ORB_EUNQUIESCED. */
+static void test_a_key_that_cannot_be_destroyed_keeps_its_memory(void **state)
+{
+    (void)state;
+    struct gpu_source g;
+    orb_reg_id id = reuse_source_open(&g, 9, 4);
+    const uint64_t base = g.dev + REUSE_REG_OFF;
+    struct orb_batch_report rep;
+    struct orb_rdma_stats s0 = stats_of(g.s);
+    long allocations = fake.counts().device_allocations;
+    devx_double_fault(DEVX_DOUBLE_DESTROY_REFUSED, 0, 1);
+    int rc = move(g.e, g.seg, ORB_OP_READ, base, g.lbuf, 0, 8192, &rep);
+    print_message("a READ whose key could not be destroyed: %d (%s)\n", rc, orb_last_error());
+    assert_int_equal(rc, ORB_EUNQUIESCED);
+    assert_int_equal(rep.status, ORB_EUNQUIESCED);
+    struct orb_rdma_stats s1 = stats_of(g.s);
+    assert_int_equal(s1.kept_keys - s0.kept_keys, 1);
+    assert_int_equal(s1.grants_active, 0);
+    assert_int_equal(devx_double_counts().live, 1);
+
+    devx_double_fault(DEVX_DOUBLE_DESTROY_REFUSED, 0, 1);
+    orb_reg_id id2 = 0;
+    assert_int_equal(orb_register_cuda_memory(g.s, g.m, 0, 4096, ORB_PERM_REMOTE_READ, &id2), ORB_EUNQUIESCED);
+    assert_int_equal(stats_of(g.s).kept_keys - s0.kept_keys, 2);
+    assert_int_equal(devx_double_counts().live, 2);
+
+    assert_int_equal(orb_unregister_memory(g.s, id), 0);
+    gpu_source_close(&g); /* the allocation's owner goes too */
+    assert_int_equal(fake.counts().device_allocations, allocations);
+    itp_dmabuf_as_host(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -912,6 +1149,9 @@ int main(void)
         cmocka_unit_test(test_a_private_grant_that_never_ends_goes_alone),
         cmocka_unit_test(test_gpu_source_reuse_stays_private_where_keys_cannot_be_made),
         cmocka_unit_test(test_a_refused_dmabuf_deregistration_keeps_everything),
+        cmocka_unit_test(test_gpu_source_reuse_grants_by_verified_keys),
+        cmocka_unit_test(test_a_key_that_fails_its_check_is_never_published),
+        cmocka_unit_test(test_a_key_that_cannot_be_destroyed_keeps_its_memory),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -157,6 +157,7 @@ set_tests_properties(test_rdma_faults_unprovable_device PROPERTIES SKIP_RETURN_C
 # descriptor, no fallback, and the requester's data path through a device double (77 elsewhere).
 orb_unit_test(test_rdma_gdr_device SOURCES ${ORB_RDMA_TEST_DIR}/test_rdma_gdr_device.c
                                            ${ORB_RDMA_TEST_DIR}/verbs_interposer.c
+                                           ${ORB_RDMA_TEST_DIR}/devx_double.c ${PROJECT_SOURCE_DIR}/helper/devx.c
               OBJECTS orb_base orb_wire orb_mem orb_config orb_engine_core orb_tcp orb_topo orb_rdma
                       orb_rdma_tp orb_helperlib orb_hproto orb_cuda orb_cuda_reg orb_nvlink orb_nvlink_msg orb_samehost orb_shm
               LIBS ${CMAKE_DL_LIBS})

@@ -126,10 +126,31 @@ struct itp_payload_watch itp_payload_seen(void)
     return w;
 }
 
+static _Atomic(void (*)(struct ibv_qp *, struct ibv_send_wr *)) post_filter;
+static _Atomic(void (*)(struct ibv_wc *, int)) completion_filter;
+
+void itp_filter_posts(void (*fn)(struct ibv_qp *qp, struct ibv_send_wr *wr))
+{
+    atomic_store(&post_filter, fn);
+}
+
+void itp_filter_completions(void (*fn)(struct ibv_wc *wc, int n))
+{
+    atomic_store(&completion_filter, fn);
+}
+
+const struct orb_verbs *itp_real(void)
+{
+    return &real;
+}
+
 static int w_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
     int err = 0;
-    watch_wrs(wr);
+    watch_wrs(wr); /* what the caller posts, before any double rewrites it */
+    void (*filter)(struct ibv_qp *, struct ibv_send_wr *) = atomic_load(&post_filter);
+    if (filter != NULL)
+        filter(qp, wr);
     enum itp_post_failure how = ITP_REFUSED_NAMED;
     if (!fails_now(ITP_POST_SEND, wr != NULL ? (int)wr->opcode : -1, &err, &how))
         return real.post_send(qp, wr, bad_wr);
@@ -174,10 +195,60 @@ static int w_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_rec
     return err;
 }
 
+/* Where each queue pair was last connected to. */
+#define MAX_QPS 1024
+static struct {
+    const struct ibv_qp *qp;
+    uint32_t dest;
+} qp_dests[MAX_QPS];
+
+static int w_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+    int rc = real.modify_qp(qp, attr, mask);
+    if (rc != 0 || !(mask & IBV_QP_DEST_QPN))
+        return rc;
+    pthread_mutex_lock(&lock);
+    size_t slot = MAX_QPS;
+    for (size_t i = 0; i < MAX_QPS; i++) {
+        if (qp_dests[i].qp == qp) {
+            slot = i;
+            break;
+        }
+        if (qp_dests[i].qp == NULL && slot == MAX_QPS)
+            slot = i;
+    }
+    if (slot < MAX_QPS) {
+        qp_dests[slot].qp = qp;
+        qp_dests[slot].dest = attr->dest_qp_num;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+uint32_t itp_dest_qpn(const struct ibv_qp *qp)
+{
+    uint32_t dest = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_QPS; i++)
+        if (qp_dests[i].qp == qp) {
+            dest = qp_dests[i].dest;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return dest;
+}
+
 static int w_destroy_qp(struct ibv_qp *qp)
 {
     int err = 0;
-    return fails_now(ITP_DESTROY_QP, -1, &err, NULL) ? err : real.destroy_qp(qp);
+    if (fails_now(ITP_DESTROY_QP, -1, &err, NULL))
+        return err;
+    pthread_mutex_lock(&lock); /* before: a QP made at once may reuse its address */
+    for (size_t i = 0; i < MAX_QPS; i++)
+        if (qp_dests[i].qp == qp)
+            qp_dests[i].qp = NULL;
+    pthread_mutex_unlock(&lock);
+    return real.destroy_qp(qp);
 }
 
 static struct itp_dmabuf_call last_dmabuf;
@@ -348,7 +419,7 @@ uint32_t itp_held_send_completions(void)
     return n;
 }
 
-static int w_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+static int poll_held(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 {
     poll_cq_fn real_poll = atomic_load(&real_poll_cq);
     if (!atomic_load(&held_active))
@@ -388,6 +459,15 @@ static int w_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
     atomic_store(&held_active, held.left > 0 || held.n > 0);
     pthread_mutex_unlock(&lock);
     return out;
+}
+
+static int w_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+    int n = poll_held(cq, num_entries, wc);
+    void (*filter)(struct ibv_wc *, int) = atomic_load(&completion_filter);
+    if (filter != NULL && n > 0)
+        filter(wc, n);
+    return n;
 }
 
 static void wrap_poll_cq(struct ibv_context *context)
@@ -510,6 +590,7 @@ static void install_once(void)
     t->post_send = w_post_send;
     t->post_recv = w_post_recv;
     t->destroy_qp = w_destroy_qp;
+    t->modify_qp = w_modify_qp;
     t->dereg_mr = w_dereg_mr;
     t->alloc_mw = w_alloc_mw;
     t->dealloc_mw = w_dealloc_mw;

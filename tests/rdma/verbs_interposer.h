@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <infiniband/verbs.h>
+
 enum itp_verb {
     ITP_POST_SEND,
     ITP_POST_RECV,
@@ -107,5 +109,18 @@ uint32_t itp_break_cqs_since(const char *device, uint64_t mark);
 void itp_hold_send_completions(uint32_t count, uint32_t delay_ms);
 /* How many held completions were handed out since the last itp_hold_send_completions(). */
 uint32_t itp_held_send_completions(void);
+
+/* For doubles of device features built over the interposer (devx_double.h):
+ *  - the real entries of the table, which neither count nor fail;
+ *  - a filter run over each list of work requests before it is posted (it may rewrite them in
+ *    place), and one run over the completions each poll hands out (it may rewrite them); NULL:
+ *    none;
+ *  - the number of the queue pair `qp` was last connected to (modify_qp with IBV_QP_DEST_QPN), 0
+ *    when it never was. */
+struct orb_verbs;
+const struct orb_verbs *itp_real(void);
+void itp_filter_posts(void (*fn)(struct ibv_qp *qp, struct ibv_send_wr *wr));
+void itp_filter_completions(void (*fn)(struct ibv_wc *wc, int n));
+uint32_t itp_dest_qpn(const struct ibv_qp *qp);
 
 #endif
