@@ -15,6 +15,7 @@ struct chunk {
     uint8_t *bytes;
     void (*free_fn)(void *);
     enum chunk_state state;
+    bool retire_on_put;   /* retired while lent: kept for good when it comes back */
 };
 
 struct orb_stage_pool {
@@ -205,10 +206,17 @@ void orb_stage_pool_put(struct orb_stage_pool *p, uint8_t *c)
         ORB_LOGE("staging pool: a chunk given back that is not lent (%p): ignored", (void *)c);
         return;
     }
-    p->chunks[i].state = CHUNK_FREE;
-    p->free_stack[p->nfree++] = i;
     p->lent--;
-    wake_all_locked(p);
+    if (p->chunks[i].retire_on_put) {
+        p->chunks[i].state = CHUNK_KEPT;
+        p->kept++;
+        ORB_LOGE("staging pool: a chunk of %zu bytes is kept for good: a device mapping of it could not be undone",
+                 p->chunk_bytes);
+    } else {
+        p->chunks[i].state = CHUNK_FREE;
+        p->free_stack[p->nfree++] = i;
+    }
+    wake_all_locked(p); /* a chunk to take, or a waiter that can now never have one fails */
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -231,6 +239,8 @@ void orb_stage_pool_keep(struct orb_stage_pool *p, const struct orb_reg *reg, ui
 void orb_stage_pool_retire(struct orb_stage_pool *p, uint32_t i)
 {
     pthread_mutex_lock(&p->lock);
+    if (i < p->max_chunks && p->chunks[i].state == CHUNK_LENT)
+        p->chunks[i].retire_on_put = true;
     if (i < p->max_chunks && p->chunks[i].state == CHUNK_FREE) {
         for (uint32_t k = 0; k < p->nfree; k++)
             if (p->free_stack[k] == i) {

@@ -74,8 +74,9 @@ void orb_stage_pool_put(struct orb_stage_pool *p, uint8_t *c);
  * never lent or freed again, and counted as retained by its memory kind. */
 void orb_stage_pool_keep(struct orb_stage_pool *p, const struct orb_reg *reg, uint8_t *c);
 
-/* Chunk i, made and not lent, is kept for good (a device may still reach it: a NIC refused to
- * deregister it): never lent or freed again. No-op for any other chunk. */
+/* Chunk i is kept for good (a device may still reach it: a NIC refused to deregister it, or a
+ * transport went without proving its work's end): never lent or freed again; a chunk lent now is
+ * kept when it comes back. No-op for a chunk not made or already kept. */
 void orb_stage_pool_retire(struct orb_stage_pool *p, uint32_t i);
 
 /* Chunk i's bytes, or NULL while it is not made (or i is out of range). */

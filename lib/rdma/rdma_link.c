@@ -1980,6 +1980,7 @@ void rdma_data_destroy(struct orb_rdma_tp *tp)
     rdma_req_reap(tp, true); /* private grants' queue pairs retired since the stop */
     if (tp->links != NULL) {
         ORB_LOGE("rdma: links are left at destroy: their contexts are kept");
+        rdma_staging_abandon(tp); /* their grants may still reach staging chunks */
         return;
     }
     rdma_staging_destroy(tp);

@@ -272,17 +272,35 @@ uint64_t rdma_staging_in_use(struct orb_rdma_tp *tp)
     return n;
 }
 
-void rdma_staging_destroy(struct orb_rdma_tp *tp)
+void rdma_staging_abandon(struct orb_rdma_tp *tp)
 {
     struct rdma_staging *s = tp->staging;
     if (s == NULL)
         return;
     tp->staging = NULL;
+    struct orb_stage_pool *pool = orb_engine_stage_pool(tp->engine);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->nchunks; i++)
+        if (s->chunk_mrs[i] != NULL) {
+            orb_stage_pool_retire(pool, i);
+            n++;
+        }
+    if (n > 0)
+        ORB_LOGE("rdma: %u chunks of the staging pool stay registered with the NICs: they are kept", n);
+}
+
+void rdma_staging_destroy(struct orb_rdma_tp *tp)
+{
+    struct rdma_staging *s = tp->staging;
+    if (s == NULL)
+        return;
     if (s->ext.ntaken > 0 || s->pooled_taken > 0) {
         ORB_LOGE("rdma: %u staging extents and %u pool chunks are still in use at destroy: they are kept",
                  s->ext.ntaken, s->pooled_taken);
+        rdma_staging_abandon(tp);
         return;
     }
+    tp->staging = NULL;
     for (uint32_t i = 0; i < s->nchunks; i++) {
         if (s->chunk_mrs[i] != NULL && orb_rdma_reg_mrs_destroy(tp->env.mr_ops, tp->ops_impl, s->chunk_mrs[i]) != 0) {
             ORB_LOGE("rdma: a NIC refused to deregister a chunk of the staging pool: it is kept, with its MRs");

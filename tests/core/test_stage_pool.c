@@ -205,8 +205,7 @@ static void test_a_bounded_wait(void **state)
 }
 
 /* A chunk kept (lent, a copy through it unproven: its memory kind counts it) or retired (free,
- * a NIC would not let go of it) is never lent again nor freed; retiring a lent chunk does
- * nothing. */
+ * a NIC would not let go of it) is never lent again nor freed. */
 static void test_a_kept_or_retired_chunk_is_never_lent_again(void **state)
 {
     (void)state;
@@ -218,7 +217,6 @@ static void test_a_kept_or_retired_chunk_is_never_lent_again(void **state)
         assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &a, &ia), 0);
         assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &b, &ib), 0);
         if (retire) {
-            orb_stage_pool_retire(p, ib); /* lent: nothing */
             orb_stage_pool_put(p, a);
             orb_stage_pool_retire(p, ia);
             assert_int_equal(kept, 0);
@@ -237,6 +235,33 @@ static void test_a_kept_or_retired_chunk_is_never_lent_again(void **state)
         assert_int_equal(freed, 1); /* b only */
         free(a);                    /* the chunk the pool never frees */
     }
+}
+
+/* A chunk retired while lent is kept when it comes back: never lent again nor freed, and a
+ * waiter learns that the pool has nothing left for it. */
+static void test_a_chunk_retired_while_lent_is_kept_on_its_return(void **state)
+{
+    (void)state;
+    kept = freed = 0;
+    wakes = 0;
+    struct orb_stage_pool *p = pool_of(1, 0);
+    struct orb_stage_waiter w = {.wake = count_wake};
+    uint8_t *a = NULL, *none = NULL;
+    uint32_t ia = 0;
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, NULL, &a, &ia), 0);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_REQUESTER, &w, &none, NULL), ORB_EAGAIN);
+    orb_stage_pool_retire(p, ia);
+    assert_int_equal(wakes, 0);
+    assert_int_equal(orb_stage_pool_lent(p), 1);
+    orb_stage_pool_put(p, a);
+    assert_int_equal(wakes, 1);
+    assert_int_equal(orb_stage_pool_lent(p), 0);
+    assert_int_equal(orb_stage_pool_take(p, &reg, ORB_STAGE_FOR_SOURCE, NULL, &none, NULL), ORB_ERESOURCE);
+    assert_null(none);
+    orb_stage_pool_retire(p, ia); /* kept already: nothing more */
+    orb_stage_pool_free(p);
+    assert_int_equal(freed, 0);
+    free(a); /* the chunk the pool never frees */
 }
 
 /* Once so many chunks are kept that a taker could never have one, it fails at once (a requester
@@ -300,6 +325,7 @@ int main(void)
         cmocka_unit_test_setup(test_a_waiter_is_woken_once, setup),
         cmocka_unit_test_setup(test_a_bounded_wait, setup),
         cmocka_unit_test_setup(test_a_kept_or_retired_chunk_is_never_lent_again, setup),
+        cmocka_unit_test_setup(test_a_chunk_retired_while_lent_is_kept_on_its_return, setup),
         cmocka_unit_test_setup(test_a_pool_kept_away_fails_its_takers, setup),
         cmocka_unit_test_setup(test_closing_wakes_everyone, setup),
     };
