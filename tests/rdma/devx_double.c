@@ -17,8 +17,17 @@ struct key_record {
     struct devx_double_key k;
     uint8_t cmd[ORB_DEVX_CREATE_IN_MAX]; /* the device's record: what QUERY_MKEY reads back */
     size_t cmd_len;
+    uint32_t handle;                     /* its DevX object (numbered apart from the key) */
+    struct ibv_context *ctx;             /* the device it lives on */
+    bool remote_inval;                   /* en_rinval: a peer's SEND_WITH_INV may end it */
+    bool routed;                         /* its QP was connected when it was made: */
+    union ibv_gid qp_gid;                /* that QP's own GID */
     struct ibv_mr *mr;                   /* the key's access; NULL once revoked */
 };
+
+/* Object handles: apart from key indices, so that confusing the two fails. */
+#define HANDLE_BASE 0x10000u
+#define HANDLE_STEP 7u
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *(*device_view)(unsigned long long addr, size_t len);
@@ -82,6 +91,15 @@ static struct key_record *record_of(uint32_t key)
     return r->k.key == key ? r : NULL;
 }
 
+/* The record of the object `handle`, NULL when there is none (caller holds the lock). */
+static struct key_record *record_of_handle(uint32_t handle)
+{
+    if (handle < HANDLE_BASE || (handle - HANDLE_BASE) % HANDLE_STEP != 0)
+        return NULL;
+    size_t n = (handle - HANDLE_BASE) / HANDLE_STEP;
+    return n < nkeys ? &keys[n] : NULL;
+}
+
 /* Revoke a key's access (caller holds the lock): its region goes. */
 static void revoke(struct key_record *r)
 {
@@ -112,7 +130,7 @@ static int dd_pdn(void *impl, struct ibv_pd *pd, uint32_t *pdn_out)
 static int dd_create(void *impl, struct ibv_context *ctx, const uint8_t *in, size_t in_len, uint8_t *out,
                      size_t out_len, uint32_t *handle_out)
 {
-    (void)impl, (void)ctx;
+    (void)impl;
     if (in_len < ORB_DEVX_CREATE_KLM_OFFSET + ORB_MKEY_KLM_SIZE || in_len > ORB_DEVX_CREATE_IN_MAX ||
         out_len < ORB_DEVX_CREATE_OUT_LEN || ((uint32_t)in[0] << 8 | in[1]) != ORB_DEVX_CMD_CREATE_MKEY)
         return orb_fail(ORB_EUNAVAILABLE, "devx double: not a CREATE_MKEY command");
@@ -120,6 +138,7 @@ static int dd_create(void *impl, struct ibv_context *ctx, const uint8_t *in, siz
     uint32_t pdn = orb_be32_get(mkc + ORB_MKC_FLAGS12) & 0xFFFFFFu;
     uint64_t addr = orb_be64_get(mkc + ORB_MKC_START_ADDR), len = orb_be64_get(mkc + ORB_MKC_LEN);
     bool rr = (mkc[ORB_MKC_FLAGS2] & ORB_MKC_RR) != 0, rw = (mkc[ORB_MKC_FLAGS2] & ORB_MKC_RW) != 0;
+    uint32_t translations = orb_be32_get(mkc + ORB_MKC_TRANSLATIONS);
     pthread_mutex_lock(&lock);
     int rc = 0;
     if (take_fault(DEVX_DOUBLE_CREATE_REFUSED)) {
@@ -131,9 +150,28 @@ static int dd_create(void *impl, struct ibv_context *ctx, const uint8_t *in, siz
         goto unlock;
     }
     struct ibv_pd *pd = pdn >= 1 && pdn <= MAX_PDS ? pds[pdn - 1].pd : NULL;
+    if (pd == NULL || pd->context != ctx) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "devx double: PD %u is not of this device", pdn);
+        goto unlock;
+    }
+    /* The translation: each KLM entry inside a live MR of this PD, the entries one after the
+     * other from the key's start to its end. */
+    uint64_t next = addr;
+    for (uint32_t i = 0; i < translations; i++) {
+        const uint8_t *klm = in + ORB_DEVX_CREATE_KLM_OFFSET + i * ORB_MKEY_KLM_SIZE;
+        uint32_t bytes = orb_be32_get(klm), lkey = orb_be32_get(klm + 4);
+        uint64_t at = orb_be64_get(klm + 8);
+        if (ORB_DEVX_CREATE_KLM_OFFSET + (i + 1) * ORB_MKEY_KLM_SIZE > in_len || at != next ||
+            !itp_mr_covers(pd, lkey, at, bytes)) {
+            rc = orb_fail(ORB_EUNAVAILABLE, "devx double: KLM entry %u (lkey 0x%x, 0x%llx +%u) is no range of an MR "
+                          "of the PD", i, lkey, (unsigned long long)at, bytes);
+            goto unlock;
+        }
+        next = at + bytes;
+    }
     void *host = device_view != NULL && len > 0 ? device_view(addr, (size_t)len) : NULL;
-    if (pd == NULL || host == NULL) {
-        rc = orb_fail(ORB_EUNAVAILABLE, "devx double: PD %u or device range 0x%llx +%llu unknown", pdn,
+    if (translations == 0 || next != addr + len || host == NULL) {
+        rc = orb_fail(ORB_EUNAVAILABLE, "devx double: %u KLM entries do not translate 0x%llx +%llu", translations,
                       (unsigned long long)addr, (unsigned long long)len);
         goto unlock;
     }
@@ -156,12 +194,19 @@ static int dd_create(void *impl, struct ibv_context *ctx, const uint8_t *in, siz
         .remote_read = rr, .remote_write = rw,
     };
     r->mr = mr;
+    r->ctx = ctx;
+    r->handle = HANDLE_BASE + (uint32_t)nkeys * HANDLE_STEP;
+    r->remote_inval = (mkc[ORB_MKC_FLAGS12] & ORB_MKC_EN_RINVAL) != 0;
+    struct itp_qp_route route;
+    r->routed = itp_qp_route(ctx, r->k.qpn, &route);
+    if (r->routed)
+        r->qp_gid = route.sgid;
     nkeys++;
     counts.creates++;
     counts.live++;
     memset(out, 0, out_len);
     orb_be32_put(out + 8, index);
-    *handle_out = index;
+    *handle_out = r->handle;
 unlock:
     pthread_mutex_unlock(&lock);
     return rc;
@@ -169,13 +214,11 @@ unlock:
 
 static int dd_destroy(void *impl, struct ibv_context *ctx, uint32_t handle)
 {
-    (void)impl, (void)ctx;
+    (void)impl;
     pthread_mutex_lock(&lock);
     int rc = 0;
-    struct key_record *r = handle >= DEVX_DOUBLE_INDEX_BASE && handle - DEVX_DOUBLE_INDEX_BASE < nkeys
-                               ? &keys[handle - DEVX_DOUBLE_INDEX_BASE]
-                               : NULL;
-    if (r == NULL || r->k.destroyed)
+    struct key_record *r = record_of_handle(handle);
+    if (r == NULL || r->k.destroyed || r->ctx != ctx)
         rc = orb_fail(ORB_EUNAVAILABLE, "devx double: no object %u", handle);
     else if (take_fault(DEVX_DOUBLE_DESTROY_REFUSED))
         rc = orb_fail(ORB_EUNAVAILABLE, "devx double: destroying object %u refused", handle);
@@ -204,7 +247,7 @@ int devx_double_verify(void *impl, const struct orb_hp_devx_verify *v)
     counts.verifies++;
     struct key_record *r = record_of(v->key);
     int rc = 0;
-    if (r == NULL || r->k.destroyed || v->obj_handle != v->key >> 8) {
+    if (r == NULL || r->k.destroyed || record_of_handle(v->obj_handle) != r) {
         rc = orb_fail(ORB_EPERM, "devx double: object %u is not key 0x%08x", v->obj_handle, v->key);
     } else {
         uint8_t q[ORB_DEVX_QUERY_OUT_LEN];
@@ -246,7 +289,12 @@ static void on_post(struct ibv_qp *qp, struct ibv_send_wr *wr)
             continue;
         struct key_record *r = record_of(wr->wr.rdma.rkey);
         bool in_force = r != NULL && r->mr != NULL && !r->k.invalidated && !r->k.destroyed;
-        if (!in_force || r->k.qpn != itp_dest_qpn(qp)) {
+        /* The device takes the key only from its own QP's peer: the QP this post goes on must
+         * be connected to that QP's number at that QP's GID. */
+        struct itp_qp_route route;
+        bool bound = in_force && r->routed && itp_qp_route_of(qp, &route) && route.dest_qpn == r->k.qpn &&
+                     memcmp(&route.dgid, &r->qp_gid, sizeof route.dgid) == 0;
+        if (!bound) {
             counts.refused_posts++; /* the made-up key goes out: the device refuses it */
             continue;
         }
@@ -256,7 +304,7 @@ static void on_post(struct ibv_qp *qp, struct ibv_send_wr *wr)
     pthread_mutex_unlock(&lock);
 }
 
-static void on_completions(struct ibv_wc *wc, int n)
+static void on_completions(struct ibv_cq *cq, struct ibv_wc *wc, int n)
 {
     pthread_mutex_lock(&lock);
     for (int i = 0; i < n; i++) {
@@ -266,8 +314,10 @@ static void on_completions(struct ibv_wc *wc, int n)
         struct key_record *r = record_of(key);
         if (r == NULL)
             continue;
-        if (r->k.qpn != wc[i].qp_num || r->k.invalidated || r->k.destroyed) {
-            /* The device refuses to invalidate a key not bound to this QP, or no longer valid. */
+        if (r->ctx != cq->context || r->k.qpn != wc[i].qp_num || !r->remote_inval || r->k.invalidated ||
+            r->k.destroyed) {
+            /* The device refuses to invalidate a key not bound to this QP, not remotely
+             * invalidatable, or no longer valid. */
             wc[i].status = IBV_WC_REM_INV_REQ_ERR;
             continue;
         }

@@ -9,12 +9,17 @@
  *  - the key's access: a real memory region of exactly the key's range, at its address as iova,
  *    with only the key's remote right, over the host bytes that `view` gives for the device
  *    range (the CUDA stand-in's memory);
+ *  - the translation: each KLM entry must lie in a live memory region of the key's PD (of the
+ *    device the command went to) of the entry's local key, the entries contiguous over the key;
  *  - the QP binding: the interposer (verbs_interposer.h) puts that region's key into a READ or
- *    WRITE only when it is posted on a queue pair connected to the key's QP, and while the key is
- *    valid; any other post keeps the made-up key, which the device refuses;
+ *    WRITE only when it is posted on a queue pair connected to the key's QP (its number at its
+ *    GID), and while the key is valid; any other post keeps the made-up key, which the device
+ *    refuses;
  *  - remote invalidation: a SEND_WITH_INV of the key goes out as a SEND with the key as
- *    immediate data, and its receive completion on the key's QP comes back to the library as
- *    an invalidation of the key, the region deregistered first;
+ *    immediate data, and its receive completion on the key's QP (of the key's device) comes back
+ *    to the library as an invalidation of the key, the region deregistered first, where the
+ *    command enabled remote invalidation (else the completion fails);
+ *  - object handles numbered apart from key indices;
  *  - DEVX destroy: the region deregistered (if the key is still valid).
  * The helper's side (DEVX_VERIFY) is the helper's own decoder and checker (helper/devx.c) over
  * the kept command, so a key passes only if the command asks for exactly the range, QP and

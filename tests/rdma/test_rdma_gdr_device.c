@@ -51,6 +51,7 @@
 #include "device_util.h"
 #include "devx_double.h"
 #include "fakecuda.h"
+#include "rdma/ctrl.h"
 #include "rdma/rdma_transport.h"
 #include "verbs_interposer.h"
 
@@ -929,6 +930,8 @@ static const struct orb_transport_ops *const devx_source_ops[] = {&orb_tcp_trans
 #define REUSE_REG_OFF (4096u + 512u)
 static orb_reg_id reuse_source_open(struct gpu_source *g, unsigned mul, unsigned add)
 {
+    for (int f = 0; f < DEVX_DOUBLE_FAULTS; f++)
+        devx_double_fault((enum devx_double_fault)f, 0, 0);
     itp_dmabuf_as_host(1);
     devx_double_install(fake.host_view);
     devx_rdma = orb_rdma_transport;
@@ -953,14 +956,32 @@ static void reuse_source_close(struct gpu_source *g, orb_reg_id id)
         devx_double_fault((enum devx_double_fault)f, 0, 0);
 }
 
-/* The keys made from the `from`-th on: each checked, bound to a QP (never the wildcard), exactly
- * [addr, +len) with only `op`'s remote right, posted with, invalidated by the peer on its QP and
- * destroyed. How many. */
-static size_t check_grant_keys(size_t from, size_t to, uint8_t op, uint64_t addr, uint64_t len)
+/* The source's NICs (as many as the rails of a connection to it). */
+static size_t source_nics(void)
 {
     size_t n = 0;
+    const char *list = RDMA_TEST_SOURCE_NICS;
+    for (const char *p = list; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        n += len > 0;
+        p += len + (p[len] == ',');
+    }
+    return n;
+}
+
+/* The keys made from the `from`-th on, one per rail: each checked, bound to a QP of its own
+ * (never the wildcard), exactly [addr, +len) with only `op`'s remote right, posted with,
+ * invalidated by the peer on its QP and destroyed. */
+static void check_grant_keys(size_t from, size_t to, uint8_t op, uint64_t addr, uint64_t len)
+{
+    size_t n = 0;
+    uint32_t qpns[ORB_RDMA_MAX_RAILS];
     struct devx_double_key k;
+    assert_int_equal(to - from, source_nics()); /* a 1 MiB request is sliced over every rail */
     for (size_t i = from; i < to && devx_double_key(i, &k); i++, n++) {
+        for (size_t j = 0; j < n; j++)
+            assert_int_not_equal(qpns[j], k.qpn);
+        qpns[n] = k.qpn;
         print_message("key 0x%08x: qpn %u, 0x%llx +%llu, %s, %u posts\n", k.key, k.qpn, (unsigned long long)k.addr,
                       (unsigned long long)k.len, k.remote_read ? "read" : "write", k.posts);
         assert_true(k.verified);
@@ -973,7 +994,7 @@ static size_t check_grant_keys(size_t from, size_t to, uint8_t op, uint64_t addr
         assert_true(k.invalidated);
         assert_true(k.destroyed);
     }
-    return n;
+    assert_int_equal(n, to - from);
 }
 
 /* gpu_source_reuse where the NICs make keys: the registration's probe makes, checks and destroys
@@ -990,15 +1011,12 @@ static void test_gpu_source_reuse_grants_by_verified_keys(void **state)
     orb_reg_id id = reuse_source_open(&g, 7, 3);
     const uint64_t base = g.dev + REUSE_REG_OFF;
     struct devx_double_counts d1 = devx_double_counts();
-    size_t nics = 0;
-    for (const char *p = RDMA_TEST_SOURCE_NICS; *p != '\0'; p++)
-        nics += *p == ',';
-    nics++;
+    const size_t nics = source_nics();
     assert_int_equal(d1.creates - d0.creates, nics); /* the probe: one key per NIC */
     assert_int_equal(d1.destroys - d0.destroys, nics);
     assert_int_equal(d1.verifies - d0.verifies, nics);
     assert_int_equal(d1.verify_failures, d0.verify_failures);
-    assert_int_equal(d1.live, 0);
+    assert_int_equal(d1.live, d0.live);
     struct devx_double_key k;
     for (size_t i = d0.creates; i < d1.creates; i++) {
         assert_true(devx_double_key(i, &k));
@@ -1018,8 +1036,7 @@ static void test_gpu_source_reuse_grants_by_verified_keys(void **state)
     assert_int_equal(g.lbuf[2], 0x11);
     assert_int_equal(g.lbuf[3 + LEN + 5], 0x11);
     struct devx_double_counts d2 = devx_double_counts();
-    size_t rkeys = check_grant_keys(d1.creates, d2.creates, ORB_OP_READ, base + 9, LEN + 5);
-    assert_true(rkeys >= 1);
+    check_grant_keys(d1.creates, d2.creates, ORB_OP_READ, base + 9, LEN + 5);
 
     for (size_t i = 0; i < LEN; i++)
         g.lbuf[i] = (uint8_t)(i * 3 + 7);
@@ -1028,12 +1045,11 @@ static void test_gpu_source_reuse_grants_by_verified_keys(void **state)
     memcpy(g.want + REUSE_REG_OFF + 100, g.lbuf, LEN);
     gpu_source_check(&g);
     struct devx_double_counts d3 = devx_double_counts();
-    size_t wkeys = check_grant_keys(d2.creates, d3.creates, ORB_OP_WRITE, base + 100, LEN);
-    assert_true(wkeys >= 1);
+    check_grant_keys(d2.creates, d3.creates, ORB_OP_WRITE, base + 100, LEN);
 
-    assert_int_equal(d3.invalidations - d1.invalidations, rkeys + wkeys);
+    assert_int_equal(d3.invalidations - d1.invalidations, 2 * nics);
     assert_int_equal(d3.refused_posts, d0.refused_posts);
-    assert_int_equal(d3.live, 0);
+    assert_int_equal(d3.live, d0.live);
     struct orb_rdma_stats s1 = stats_of(g.s);
     assert_int_equal(s1.reuse_grants - s0.reuse_grants, 2);
     assert_int_equal(s1.private_grants, s0.private_grants);
@@ -1042,15 +1058,15 @@ static void test_gpu_source_reuse_grants_by_verified_keys(void **state)
     assert_int_equal(stats_of(g.e).reconnects, r0.reconnects);
     struct itp_wr_counts w1 = itp_wrs_posted();
     assert_int_equal(w1.binds, w0.binds);
-    assert_int_equal(w1.sends_with_inv - w0.sends_with_inv, rkeys + wkeys); /* one per rail's key */
+    assert_int_equal(w1.sends_with_inv - w0.sends_with_inv, 2 * nics); /* one per rail's key */
     assert_int_equal(itp_live_mws(), mws0);
     reuse_source_close(&g, id);
 }
 
 /* A key that fails the helper's check at a grant (the device bound it to the wildcard QP) is
  * destroyed unpublished, with any key already made for the grant's other rails, and the request
- * is granted privately, every byte landing. A probe that fails on a NIC leaves that NIC's grants
- * private (counted once), and a NIC that cannot make keys at all is the same. */
+ * is granted privately, every byte landing; a key the device will not make is the same. A
+ * registration whose probe fails on every NIC (counted once) has its grants private. */
 static void test_a_key_that_fails_its_check_is_never_published(void **state)
 {
     (void)state;
@@ -1059,7 +1075,9 @@ static void test_a_key_that_fails_its_check_is_never_published(void **state)
     const uint64_t base = g.dev + REUSE_REG_OFF;
     struct orb_batch_report rep;
     struct orb_rdma_stats s0 = stats_of(g.s);
-    for (uint32_t skip = 0; skip < 2; skip++) {
+    const uint32_t rails = (uint32_t)source_nics();
+    uint64_t privately = 0;
+    for (uint32_t skip = 0; skip < rails && skip < 2; skip++) { /* the first rail's key, a later one's */
         struct devx_double_counts d0 = devx_double_counts();
         devx_double_fault(DEVX_DOUBLE_WILDCARD, skip, 1);
         memset(g.lbuf, 0x22, GPU_ALLOC);
@@ -1068,9 +1086,11 @@ static void test_a_key_that_fails_its_check_is_never_published(void **state)
         assert_memory_equal(g.lbuf + 1, g.want + REUSE_REG_OFF + 1000 * skip, LEN + 3);
         assert_int_equal(g.lbuf[0], 0x22);
         assert_int_equal(g.lbuf[1 + LEN + 3], 0x22);
+        privately++;
         struct devx_double_counts d1 = devx_double_counts();
-        assert_true(d1.verify_failures - d0.verify_failures == 1 || skip > 0);
-        assert_int_equal(d1.live, 0); /* the failed key and any made before it: destroyed */
+        assert_int_equal(d1.verify_failures - d0.verify_failures, 1);
+        assert_int_equal(d1.creates - d0.creates, skip + 1);
+        assert_int_equal(d1.live, d0.live); /* the failed key and any made before it: destroyed */
         assert_int_equal(d1.refused_posts, d0.refused_posts);
         for (size_t i = d0.creates; i < d1.creates; i++) {
             struct devx_double_key k;
@@ -1079,7 +1099,7 @@ static void test_a_key_that_fails_its_check_is_never_published(void **state)
         }
     }
     struct orb_rdma_stats s1 = stats_of(g.s);
-    assert_int_equal(s1.private_grants - s0.private_grants, 2);
+    assert_int_equal(s1.private_grants - s0.private_grants, privately);
     assert_int_equal(s1.reuse_grants, s0.reuse_grants);
     assert_int_equal(s1.grants_active, 0);
     /* A refused CREATE: the same. */
@@ -1090,13 +1110,24 @@ static void test_a_key_that_fails_its_check_is_never_published(void **state)
     gpu_source_check(&g);
     assert_int_equal(stats_of(g.s).private_grants - s1.private_grants, 1);
 
-    /* A probe that fails on a NIC: that registration's grants on that NIC stay private. */
-    uint64_t probes0 = stats_of(g.s).reuse_probe_failures;
-    devx_double_fault(DEVX_DOUBLE_WILDCARD, 0, 1);
+    /* A probe that fails on every NIC: that registration's grants stay private. */
+    struct orb_rdma_stats s2 = stats_of(g.s);
+    struct devx_double_counts d2 = devx_double_counts();
+    devx_double_fault(DEVX_DOUBLE_WILDCARD, 0, rails);
     orb_reg_id id2 = 0;
     assert_int_equal(orb_register_cuda_memory(g.s, g.m, 0, 4096, ORB_PERM_REMOTE_READ, &id2), 0);
-    assert_int_equal(stats_of(g.s).reuse_probe_failures - probes0, 1);
-    assert_int_equal(devx_double_counts().live, 0);
+    assert_int_equal(stats_of(g.s).reuse_probe_failures - s2.reuse_probe_failures, 1);
+    struct devx_double_counts d3 = devx_double_counts();
+    assert_int_equal(d3.verify_failures - d2.verify_failures, rails);
+    assert_int_equal(d3.live, d2.live);
+    memset(g.lbuf, 0, 4096);
+    if (move(g.e, g.seg, ORB_OP_READ, g.dev + 8, g.lbuf, 0, 4000, &rep) != 0)
+        fail_msg("a READ of a registration whose probe failed: %s", orb_last_error());
+    assert_memory_equal(g.lbuf, g.want + 8, 4000);
+    struct orb_rdma_stats s3 = stats_of(g.s);
+    assert_int_equal(s3.private_grants - s2.private_grants, 1);
+    assert_int_equal(s3.reuse_grants, s2.reuse_grants);
+    assert_int_equal(devx_double_counts().creates, d3.creates); /* no key tried for it */
     assert_int_equal(orb_unregister_memory(g.s, id2), 0);
     reuse_source_close(&g, id);
 }
@@ -1114,6 +1145,7 @@ static void test_a_key_that_cannot_be_destroyed_keeps_its_memory(void **state)
     struct orb_batch_report rep;
     struct orb_rdma_stats s0 = stats_of(g.s);
     long allocations = fake.counts().device_allocations;
+    uint64_t live0 = devx_double_counts().live;
     devx_double_fault(DEVX_DOUBLE_DESTROY_REFUSED, 0, 1);
     int rc = move(g.e, g.seg, ORB_OP_READ, base, g.lbuf, 0, 8192, &rep);
     print_message("a READ whose key could not be destroyed: %d (%s)\n", rc, orb_last_error());
@@ -1122,13 +1154,13 @@ static void test_a_key_that_cannot_be_destroyed_keeps_its_memory(void **state)
     struct orb_rdma_stats s1 = stats_of(g.s);
     assert_int_equal(s1.kept_keys - s0.kept_keys, 1);
     assert_int_equal(s1.grants_active, 0);
-    assert_int_equal(devx_double_counts().live, 1);
+    assert_int_equal(devx_double_counts().live - live0, 1);
 
     devx_double_fault(DEVX_DOUBLE_DESTROY_REFUSED, 0, 1);
     orb_reg_id id2 = 0;
     assert_int_equal(orb_register_cuda_memory(g.s, g.m, 0, 4096, ORB_PERM_REMOTE_READ, &id2), ORB_EUNQUIESCED);
     assert_int_equal(stats_of(g.s).kept_keys - s0.kept_keys, 2);
-    assert_int_equal(devx_double_counts().live, 2);
+    assert_int_equal(devx_double_counts().live - live0, 2);
 
     assert_int_equal(orb_unregister_memory(g.s, id), 0);
     gpu_source_close(&g); /* the allocation's owner goes too */

@@ -127,14 +127,14 @@ struct itp_payload_watch itp_payload_seen(void)
 }
 
 static _Atomic(void (*)(struct ibv_qp *, struct ibv_send_wr *)) post_filter;
-static _Atomic(void (*)(struct ibv_wc *, int)) completion_filter;
+static _Atomic(void (*)(struct ibv_cq *, struct ibv_wc *, int)) completion_filter;
 
 void itp_filter_posts(void (*fn)(struct ibv_qp *qp, struct ibv_send_wr *wr))
 {
     atomic_store(&post_filter, fn);
 }
 
-void itp_filter_completions(void (*fn)(struct ibv_wc *wc, int n))
+void itp_filter_completions(void (*fn)(struct ibv_cq *cq, struct ibv_wc *wc, int n))
 {
     atomic_store(&completion_filter, fn);
 }
@@ -144,16 +144,22 @@ const struct orb_verbs *itp_real(void)
     return &real;
 }
 
+/* The real post, after the filter (a double's rewrite of what reaches the device). */
+static int post_filtered(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+    void (*filter)(struct ibv_qp *, struct ibv_send_wr *) = atomic_load(&post_filter);
+    if (filter != NULL)
+        filter(qp, wr);
+    return real.post_send(qp, wr, bad_wr);
+}
+
 static int w_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
     int err = 0;
     watch_wrs(wr); /* what the caller posts, before any double rewrites it */
-    void (*filter)(struct ibv_qp *, struct ibv_send_wr *) = atomic_load(&post_filter);
-    if (filter != NULL)
-        filter(qp, wr);
     enum itp_post_failure how = ITP_REFUSED_NAMED;
     if (!fails_now(ITP_POST_SEND, wr != NULL ? (int)wr->opcode : -1, &err, &how))
-        return real.post_send(qp, wr, bad_wr);
+        return post_filtered(qp, wr, bad_wr);
     pthread_mutex_lock(&lock);
     void (*hook)(void *) = post_hook;
     void *hook_arg = post_hook_arg;
@@ -164,7 +170,7 @@ static int w_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
     switch (how) {
     case ITP_WRONG_KEY:
         wr->wr.rdma.rkey ^= 0x00a5a500u; /* another key index: never one the peer granted */
-        return real.post_send(qp, wr, bad_wr);
+        return post_filtered(qp, wr, bad_wr);
     case ITP_QP_TO_ERROR: {
         struct ibv_qp_attr a;
         memset(&a, 0, sizeof a);
@@ -173,10 +179,10 @@ static int w_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
         /* Said, so that a log tells this forced error from one the device made. */
         fprintf(stderr, "verbs interposer: qp %u moved to the error state before a post (opcode %d)\n", qp->qp_num,
                 (int)wr->opcode);
-        return real.post_send(qp, wr, bad_wr);
+        return post_filtered(qp, wr, bad_wr);
     }
     case ITP_TAKEN_UNNAMED:
-        (void)real.post_send(qp, wr, bad_wr);
+        (void)post_filtered(qp, wr, bad_wr);
         break;
     case ITP_REFUSED_NAMED:
     case ITP_REFUSED_UNNAMED:
@@ -195,47 +201,63 @@ static int w_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_rec
     return err;
 }
 
-/* Where each queue pair was last connected to. */
+/* Where each queue pair was last connected to: its peer's number and GID, and its own GID. */
 #define MAX_QPS 1024
 static struct {
     const struct ibv_qp *qp;
-    uint32_t dest;
-} qp_dests[MAX_QPS];
+    struct itp_qp_route route;
+} qp_routes[MAX_QPS];
 
 static int w_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
     int rc = real.modify_qp(qp, attr, mask);
-    if (rc != 0 || !(mask & IBV_QP_DEST_QPN))
+    if (rc != 0 || !(mask & IBV_QP_DEST_QPN) || !(mask & IBV_QP_AV))
         return rc;
+    struct itp_qp_route r = {.qpn = qp->qp_num, .dest_qpn = attr->dest_qp_num, .dgid = attr->ah_attr.grh.dgid};
+    if (real.query_gid(qp->context, attr->ah_attr.port_num, attr->ah_attr.grh.sgid_index, &r.sgid) != 0)
+        return rc; /* unknown: no double takes it for connected */
     pthread_mutex_lock(&lock);
     size_t slot = MAX_QPS;
     for (size_t i = 0; i < MAX_QPS; i++) {
-        if (qp_dests[i].qp == qp) {
+        if (qp_routes[i].qp == qp) {
             slot = i;
             break;
         }
-        if (qp_dests[i].qp == NULL && slot == MAX_QPS)
+        if (qp_routes[i].qp == NULL && slot == MAX_QPS)
             slot = i;
     }
     if (slot < MAX_QPS) {
-        qp_dests[slot].qp = qp;
-        qp_dests[slot].dest = attr->dest_qp_num;
+        qp_routes[slot].qp = qp;
+        qp_routes[slot].route = r;
     }
     pthread_mutex_unlock(&lock);
     return rc;
 }
 
-uint32_t itp_dest_qpn(const struct ibv_qp *qp)
+bool itp_qp_route(const struct ibv_context *ctx, uint32_t qpn, struct itp_qp_route *out)
 {
-    uint32_t dest = 0;
+    bool found = false;
     pthread_mutex_lock(&lock);
-    for (size_t i = 0; i < MAX_QPS; i++)
-        if (qp_dests[i].qp == qp) {
-            dest = qp_dests[i].dest;
-            break;
+    for (size_t i = 0; i < MAX_QPS && !found; i++)
+        if (qp_routes[i].qp != NULL && qp_routes[i].route.qpn == qpn && (ctx == NULL || qp_routes[i].qp->context == ctx)) {
+            *out = qp_routes[i].route;
+            found = true;
         }
     pthread_mutex_unlock(&lock);
-    return dest;
+    return found;
+}
+
+bool itp_qp_route_of(const struct ibv_qp *qp, struct itp_qp_route *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_QPS && !found; i++)
+        if (qp_routes[i].qp == qp) {
+            *out = qp_routes[i].route;
+            found = true;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
 }
 
 static int w_destroy_qp(struct ibv_qp *qp)
@@ -245,8 +267,8 @@ static int w_destroy_qp(struct ibv_qp *qp)
         return err;
     pthread_mutex_lock(&lock); /* before: a QP made at once may reuse its address */
     for (size_t i = 0; i < MAX_QPS; i++)
-        if (qp_dests[i].qp == qp)
-            qp_dests[i].qp = NULL;
+        if (qp_routes[i].qp == qp)
+            qp_routes[i].qp = NULL;
     pthread_mutex_unlock(&lock);
     return real.destroy_qp(qp);
 }
@@ -288,6 +310,43 @@ void itp_device_as_host(void *(*view)(unsigned long long addr, size_t len))
     pthread_mutex_unlock(&lock);
 }
 
+/* The memory regions made through the table and not deregistered. */
+#define MAX_MRS 4096
+static struct {
+    struct ibv_mr *mr;
+    uint64_t iova; /* the start of its address space (mr->addr is the host address or offset) */
+} live_mrs[MAX_MRS];
+
+static struct ibv_mr *mr_made(struct ibv_mr *mr, uint64_t iova)
+{
+    if (mr == NULL)
+        return NULL;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_MRS; i++)
+        if (live_mrs[i].mr == NULL) {
+            live_mrs[i].mr = mr;
+            live_mrs[i].iova = iova;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return mr;
+}
+
+bool itp_mr_covers(const struct ibv_pd *pd, uint32_t lkey, uint64_t addr, uint64_t len)
+{
+    bool ok = false;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_MRS && !ok; i++) {
+        const struct ibv_mr *mr = live_mrs[i].mr;
+        if (mr == NULL || mr->pd != pd || mr->lkey != lkey)
+            continue;
+        uint64_t lo = live_mrs[i].iova;
+        ok = addr >= lo && len <= mr->length && addr - lo <= mr->length - len;
+    }
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
 static struct ibv_mr *w_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
 {
     int err = 0;
@@ -301,7 +360,7 @@ static struct ibv_mr *w_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t lengt
         return NULL;
     }
     void *host = view != NULL ? view((unsigned long long)(uintptr_t)addr, length) : NULL;
-    return real.reg_mr_iova2(pd, host != NULL ? host : addr, length, iova, access);
+    return mr_made(real.reg_mr_iova2(pd, host != NULL ? host : addr, length, iova, access), iova);
 }
 
 static struct ibv_mr *w_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
@@ -323,19 +382,26 @@ static struct ibv_mr *w_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t
             errno = ENOSYS;
             return NULL;
         }
-        return real.reg_dmabuf_mr(pd, offset, length, iova, fd, access);
+        return mr_made(real.reg_dmabuf_mr(pd, offset, length, iova, fd, access), iova);
     }
     /* The pages stay mapped for the process's life: a test double. */
     uint8_t *p = mmap(NULL, (size_t)(offset + length), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return NULL;
-    return real.reg_mr_iova2(pd, p + offset, length, iova, (unsigned)access);
+    return mr_made(real.reg_mr_iova2(pd, p + offset, length, iova, (unsigned)access), iova);
 }
 
 static int w_dereg_mr(struct ibv_mr *mr)
 {
     int err = 0;
-    return fails_now(ITP_DEREG_MR, -1, &err, NULL) ? err : real.dereg_mr(mr);
+    if (fails_now(ITP_DEREG_MR, -1, &err, NULL))
+        return err;
+    pthread_mutex_lock(&lock); /* before: a region made at once may reuse its address */
+    for (size_t i = 0; i < MAX_MRS; i++)
+        if (live_mrs[i].mr == mr)
+            live_mrs[i].mr = NULL;
+    pthread_mutex_unlock(&lock);
+    return real.dereg_mr(mr);
 }
 
 static atomic_int_fast64_t live_mws;
@@ -464,9 +530,9 @@ static int poll_held(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 static int w_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
 {
     int n = poll_held(cq, num_entries, wc);
-    void (*filter)(struct ibv_wc *, int) = atomic_load(&completion_filter);
+    void (*filter)(struct ibv_cq *, struct ibv_wc *, int) = atomic_load(&completion_filter);
     if (filter != NULL && n > 0)
-        filter(wc, n);
+        filter(cq, wc, n);
     return n;
 }
 

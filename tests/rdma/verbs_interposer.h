@@ -6,6 +6,7 @@
 #ifndef ORB_TESTS_RDMA_VERBS_INTERPOSER_H
 #define ORB_TESTS_RDMA_VERBS_INTERPOSER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -112,15 +113,23 @@ uint32_t itp_held_send_completions(void);
 
 /* For doubles of device features built over the interposer (devx_double.h):
  *  - the real entries of the table, which neither count nor fail;
- *  - a filter run over each list of work requests before it is posted (it may rewrite them in
- *    place), and one run over the completions each poll hands out (it may rewrite them); NULL:
- *    none;
- *  - the number of the queue pair `qp` was last connected to (modify_qp with IBV_QP_DEST_QPN), 0
- *    when it never was. */
+ *  - a filter run over each list of work requests as it goes to the device (after any armed
+ *    failure was decided on what the caller posted; it may rewrite them in place), and one run
+ *    over the completions each poll hands out (it may rewrite them); NULL: none;
+ *  - the route a queue pair was last connected on (modify_qp to RTR: its own GID, the peer's
+ *    number and GID), by the queue pair, or by its device context (NULL: any) and number. */
 struct orb_verbs;
 const struct orb_verbs *itp_real(void);
 void itp_filter_posts(void (*fn)(struct ibv_qp *qp, struct ibv_send_wr *wr));
-void itp_filter_completions(void (*fn)(struct ibv_wc *wc, int n));
-uint32_t itp_dest_qpn(const struct ibv_qp *qp);
+void itp_filter_completions(void (*fn)(struct ibv_cq *cq, struct ibv_wc *wc, int n));
+struct itp_qp_route {
+    uint32_t qpn, dest_qpn;
+    union ibv_gid sgid, dgid;
+};
+bool itp_qp_route_of(const struct ibv_qp *qp, struct itp_qp_route *out);
+bool itp_qp_route(const struct ibv_context *ctx, uint32_t qpn, struct itp_qp_route *out);
+/* Whether a memory region made through the table on `pd`, of local key `lkey` and not
+ * deregistered, covers [addr, +len) of its address space (its iova). */
+bool itp_mr_covers(const struct ibv_pd *pd, uint32_t lkey, uint64_t addr, uint64_t len);
 
 #endif
