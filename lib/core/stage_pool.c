@@ -210,8 +210,8 @@ void orb_stage_pool_put(struct orb_stage_pool *p, uint8_t *c)
     if (p->chunks[i].retire_on_put) {
         p->chunks[i].state = CHUNK_KEPT;
         p->kept++;
-        ORB_LOGE("staging pool: a chunk of %zu bytes is kept for good: a device mapping of it could not be undone",
-                 p->chunk_bytes);
+        ORB_LOGE("staging pool: a chunk of %zu bytes retired while lent is kept for good: a device may still reach "
+                 "it", p->chunk_bytes);
     } else {
         p->chunks[i].state = CHUNK_FREE;
         p->free_stack[p->nfree++] = i;

@@ -660,6 +660,7 @@ static void rdma_destroy(void *tp_)
     if (rdma_data_stop(tp, orb_now_ns()) != 0) {
         /* Never reached through the engine, which keeps an unquiesced engine for good. */
         ORB_LOGE("rdma: destroy: %s: the transport is kept", orb_last_error());
+        rdma_staging_abandon(tp); /* the pool may go: the chunks NICs may reach stay */
         return;
     }
     rdma_data_destroy(tp);
