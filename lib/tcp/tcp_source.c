@@ -90,9 +90,12 @@ struct tcp_source_conn {
     /* Staging for memory without a CPU view: chunks (ORB_STAGE_CHUNK bytes) of the engine's pool,
      * taken when staged bytes are due and given back as soon as the connection waits for its
      * peer. The bytes [stage_from, +stage_len) of the payload of the response at the head of the
-     * queue (READ). */
-    uint8_t *stage;                 /* READ payloads */
+     * queue (READ). A payload's tail whose loan ended cannot be copied again: when its peer
+     * stops reading, what it has not sent of it moves to a heap copy (`spilled`), so that a
+     * stalled reader holds no chunk. */
+    uint8_t *stage;                 /* READ payloads: a chunk, or the heap copy */
     uint64_t stage_from, stage_len;
+    bool spilled;                   /* stage is the heap copy */
     uint8_t *rx_stage;              /* WRITE payloads: bytes from rx_stage_from on */
     uint64_t rx_stage_from;
     struct orb_stage_waiter stage_waiter; /* the pool had no chunk: it pokes the connection */
@@ -211,7 +214,10 @@ void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
     stranger_remove(s);
     struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
     orb_stage_pool_unwait(pool, &s->stage_waiter);
-    orb_stage_pool_put(pool, s->stage);
+    if (s->spilled)
+        free(s->stage);
+    else
+        orb_stage_pool_put(pool, s->stage);
     orb_stage_pool_put(pool, s->rx_stage);
     if (s->authed)
         atomic_fetch_sub(&s->tp->authed_conns, 1);
@@ -335,9 +341,31 @@ static void src_stage_drop(struct tcp_source_conn *s)
 {
     if (s->stage == NULL)
         return;
-    orb_stage_pool_put(orb_engine_stage_pool(s->tp->engine), s->stage);
+    if (s->spilled)
+        free(s->stage);
+    else
+        orb_stage_pool_put(orb_engine_stage_pool(s->tp->engine), s->stage);
     s->stage = NULL;
+    s->spilled = false;
     s->stage_from = s->stage_len = 0;
+}
+
+/* The socket blocked in the staged bytes from `at` of a payload's tail, whose loan ended: move
+ * them to the heap and give the chunk back (on no memory, the chunk stays). */
+static void src_stage_spill(struct tcp_source_conn *s, uint64_t at)
+{
+    if (s->stage == NULL || s->spilled || at < s->stage_from || at >= s->stage_from + s->stage_len)
+        return;
+    size_t keep = (size_t)(s->stage_from + s->stage_len - at);
+    uint8_t *copy = malloc(keep);
+    if (copy == NULL)
+        return;
+    memcpy(copy, s->stage + (at - s->stage_from), keep);
+    orb_stage_pool_put(orb_engine_stage_pool(s->tp->engine), s->stage);
+    s->stage = copy;
+    s->spilled = true;
+    s->stage_from = at;
+    s->stage_len = keep;
 }
 
 /* Stage the bytes from `at` of the payload of `r`, the response at the head of the queue, into
@@ -348,6 +376,8 @@ static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_
 {
     const struct orb_reg *pin = r->pin;
     uint64_t len = r->payload_len - at < ORB_STAGE_CHUNK ? r->payload_len - at : ORB_STAGE_CHUNK;
+    if (s->spilled)
+        src_stage_drop(s); /* a heap copy is no chunk to stage into */
     s->stage_from = s->stage_len = 0;
     bool held = false;
     int rc = s->stage == NULL ? src_stage_take(s, pin, &s->stage) : 0;
@@ -448,11 +478,13 @@ static int src_tx(struct tcp_source_conn *s)
             return (int)sent;
         if (sent == 0) {
             s->can_send = 0;
-            /* The peer may never read on: it holds no staging meanwhile, unless the chunk holds
-             * the tail of a payload whose range loan ended when it was copied (others may change
-             * those bytes now: they are not copied again). */
+            /* The peer may never read on: it holds no staging meanwhile. The tail of a payload
+             * whose range loan ended when it was copied cannot be copied again (others may
+             * change those bytes now): what is unsent of it goes to the heap. */
             const struct src_resp *head = &s->tx[s->tx_first];
-            if (!(head->lent_range && head->loan == NULL))
+            if (head->lent_range && head->loan == NULL)
+                src_stage_spill(s, s->tx_off > head->head_len ? s->tx_off - head->head_len : 0);
+            else
                 src_stage_drop(s);
             return 0;
         }
