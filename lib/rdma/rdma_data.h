@@ -653,9 +653,10 @@ uint64_t rdma_staging_in_use(struct orb_rdma_tp *tp);
 /* After the data path stopped: unregister and unmap (kept where a NIC refuses, or where
  * staging is still in use: then as rdma_staging_abandon()). */
 void rdma_staging_destroy(struct orb_rdma_tp *tp);
-/* The transport goes without proving its work's end: the staging stays as it is, and every pool
- * chunk registered with a NIC is retired in the pool (a chunk lent now, when it comes back), so
- * that the pool never frees or lends memory a NIC may still reach. */
+/* The transport goes without proving its work's end: the staging stays as it is (in place: lanes
+ * may still run), and every pool chunk registered with a NIC is retired in the pool (a chunk lent
+ * now, when it comes back), so that the pool never frees or lends memory a NIC may still
+ * reach. */
 void rdma_staging_abandon(struct orb_rdma_tp *tp);
 
 /* ---- rdma_requester.c ------------------------------------------------------------------------- */

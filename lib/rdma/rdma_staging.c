@@ -277,14 +277,16 @@ void rdma_staging_abandon(struct orb_rdma_tp *tp)
     struct rdma_staging *s = tp->staging;
     if (s == NULL)
         return;
-    tp->staging = NULL;
+    /* The staging itself stays in place: where the stop failed, lanes may still use it. */
     struct orb_stage_pool *pool = orb_engine_stage_pool(tp->engine);
     uint32_t n = 0;
+    pthread_mutex_lock(&s->lock); /* the pool's lock is never held when this one is taken */
     for (uint32_t i = 0; i < s->nchunks; i++)
         if (s->chunk_mrs[i] != NULL) {
             orb_stage_pool_retire(pool, i);
             n++;
         }
+    pthread_mutex_unlock(&s->lock);
     if (n > 0)
         ORB_LOGE("rdma: %u chunks of the staging pool stay registered with the NICs: they are kept", n);
 }
@@ -298,6 +300,7 @@ void rdma_staging_destroy(struct orb_rdma_tp *tp)
         ORB_LOGE("rdma: %u staging extents and %u pool chunks are still in use at destroy: they are kept",
                  s->ext.ntaken, s->pooled_taken);
         rdma_staging_abandon(tp);
+        tp->staging = NULL;
         return;
     }
     tp->staging = NULL;
