@@ -350,12 +350,17 @@ static void src_stage_drop(struct tcp_source_conn *s)
     s->stage_from = s->stage_len = 0;
 }
 
-/* The socket blocked in the staged bytes from `at` of a payload's tail, whose loan ended: move
- * them to the heap and give the chunk back (on no memory, the chunk stays). */
+/* The socket blocked at byte `at` of a payload whose loan ended (its tail is staged, or it became
+ * an ERROR): move what the chunk holds from `at` on to the heap and give the chunk back (on no
+ * memory, the chunk stays); a chunk that holds none of the unsent bytes just goes back. */
 static void src_stage_spill(struct tcp_source_conn *s, uint64_t at)
 {
-    if (s->stage == NULL || s->spilled || at < s->stage_from || at >= s->stage_from + s->stage_len)
+    if (s->stage == NULL || s->spilled)
         return;
+    if (at < s->stage_from || at >= s->stage_from + s->stage_len) {
+        src_stage_drop(s);
+        return;
+    }
     size_t keep = (size_t)(s->stage_from + s->stage_len - at);
     uint8_t *copy = malloc(keep);
     if (copy == NULL)

@@ -1459,7 +1459,9 @@ static void test_a_stalled_reader_never_copies_outside_a_loan(void **state)
             assert_int_equal(orb_wire_xfer_encode(ORB_WIRE_READ_REQ, 200 + k, &r, frame, sizeof frame, &flen), 0);
             assert_int_equal(send(fr, frame, flen, MSG_NOSIGNAL), (ssize_t)flen);
         }
-        usleep(500 * 1000);
+        usleep(500 * 1000); /* the socket fills; then the source waits for its peer */
+        for (int i = 0; i < 500 && orb_stage_pool_lent(src->stage_pool) != 0; i++)
+            usleep(10 * 1000);
         assert_int_equal(orb_stage_pool_lent(src->stage_pool), 0);
         /* The peer reads on: every answer, whole. */
         for (uint64_t k = 0; k < n; k++) {
