@@ -11,13 +11,13 @@
  * shared with the other transports and held only while staged bytes move, never while the
  * connection waits for its peer: a READ's payload is copied out chunk by chunk as the socket
  * takes it (a chunk the socket would not take whole goes back, and its unsent bytes are copied
- * again when the socket has room; only the payload's last chunk stays, since the range's loan
- * ended when it was copied out); a WRITE's is received chunk by chunk and copied in (a chunk
- * the peer has not filled yet is copied in as far as it got, and goes back). When the pool has no
- * chunk, the connection waits (it neither sends the staged answer nor reads the payload) until
- * one comes back and it is poked. So a peer that stops reading or sending holds no staging.
- * Any malformed or
- * out-of-place frame closes only its connection, with a logged reason. */
+ * again when the socket has room; those of the payload's last chunk, whose range loan ended when
+ * it was copied out, move to a heap copy instead); a WRITE's is received chunk by chunk and
+ * copied in (a chunk the peer has not filled yet is copied in as far as it got, and goes back).
+ * When the pool has no chunk, the connection waits (it neither sends the staged answer nor reads
+ * the payload) until one comes back and it is poked. So a peer that stops reading or sending
+ * holds no staging. Any malformed or out-of-place frame closes only its connection, with a
+ * logged reason. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -202,6 +202,20 @@ static void stranger_remove(struct tcp_source_conn *s)
     tp->nstrangers--;
 }
 
+/* Give the READ chunk back (its bytes not sent yet are copied again when they are due). */
+static void src_stage_drop(struct tcp_source_conn *s)
+{
+    if (s->stage == NULL)
+        return;
+    if (s->spilled)
+        free(s->stage);
+    else
+        orb_stage_pool_put(orb_engine_stage_pool(s->tp->engine), s->stage);
+    s->stage = NULL;
+    s->spilled = false;
+    s->stage_from = s->stage_len = 0;
+}
+
 void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
 {
     ORB_LOGD("tcp source: closing %s: %s", s->base.name, why);
@@ -214,10 +228,7 @@ void tcp_source_conn_kill(struct tcp_source_conn *s, const char *why)
     stranger_remove(s);
     struct orb_stage_pool *pool = orb_engine_stage_pool(s->tp->engine);
     orb_stage_pool_unwait(pool, &s->stage_waiter);
-    if (s->spilled)
-        free(s->stage);
-    else
-        orb_stage_pool_put(pool, s->stage);
+    src_stage_drop(s);
     orb_stage_pool_put(pool, s->rx_stage);
     if (s->authed)
         atomic_fetch_sub(&s->tp->authed_conns, 1);
@@ -336,20 +347,6 @@ static void src_stage_wake(struct orb_stage_waiter *w)
         tcp_worker_poke(s->base.worker, &s->base);
 }
 
-/* Give the READ chunk back (its bytes not sent yet are copied again when they are due). */
-static void src_stage_drop(struct tcp_source_conn *s)
-{
-    if (s->stage == NULL)
-        return;
-    if (s->spilled)
-        free(s->stage);
-    else
-        orb_stage_pool_put(orb_engine_stage_pool(s->tp->engine), s->stage);
-    s->stage = NULL;
-    s->spilled = false;
-    s->stage_from = s->stage_len = 0;
-}
-
 /* The socket blocked at byte `at` of a payload whose loan ended (its tail is staged, or it became
  * an ERROR): move what the chunk holds from `at` on to the heap and give the chunk back (on no
  * memory, the chunk stays); a chunk that holds none of the unsent bytes just goes back. */
@@ -374,9 +371,10 @@ static void src_stage_spill(struct tcp_source_conn *s, uint64_t at)
 }
 
 /* Stage the bytes from `at` of the payload of `r`, the response at the head of the queue, into
- * a chunk of the pool (*wait set, and 0, when the pool has none now). A failure before any byte of the response went out (`unsent`) turns it
- * into an ERROR naming the cause; later, the response cannot be taken back and the connection
- * ends (the requester's READ fails). 0 or a negative status. */
+ * a chunk of the pool (*wait set, and 0, when the pool has none now). A failure before any byte
+ * of the response went out (`unsent`) turns it into an ERROR naming the cause; later, the
+ * response cannot be taken back and the connection ends (the requester's READ fails). 0 or a
+ * negative status. */
 static int src_stage_read(struct tcp_source_conn *s, struct src_resp *r, uint64_t at, bool unsent, bool *wait)
 {
     const struct orb_reg *pin = r->pin;
